@@ -1,0 +1,112 @@
+"""Import a Hugging Face ``config.json`` from a local file, without network access or transformers.
+
+Supported families and their key names (as written by each family's ``configuration_*.py``):
+
+- Llama / Mistral / OLMo 2 / Qwen2-style: ``num_hidden_layers``, ``hidden_size``,
+  ``num_attention_heads``, ``num_key_value_heads``, ``intermediate_size``, ``vocab_size``,
+  ``tie_word_embeddings``, ``head_dim``, ``hidden_act`` (silu ⇒ SwiGLU); OLMo 2 adds QK-norm.
+- MPT: ``n_layers``, ``d_model``, ``n_heads``, ``expansion_ratio``, ``vocab_size``, ``no_bias``,
+  ``attn_config.alibi``; MPT always ties the embedding.
+- GPT-NeoX: Llama-style names with ``hidden_act`` gelu, biases and LayerNorm, rotary positions.
+- GPT-2: ``n_layer``, ``n_embd``, ``n_head``, ``n_inner`` (None ⇒ 4·n_embd), ``n_positions``;
+  learned positions, tied head, biases.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from simulator.errors import InputError
+
+
+def _gpt2(cfg: dict[str, Any]) -> dict[str, Any]:
+    h = cfg["n_embd"]
+    return {
+        "n_layers": cfg["n_layer"],
+        "hidden_size": h,
+        "n_heads": cfg["n_head"],
+        "ffn_hidden_size": cfg.get("n_inner") or 4 * h,
+        "vocab_size": cfg["vocab_size"],
+        "mlp": "gelu",
+        "tied_embeddings": cfg.get("tie_word_embeddings", True),
+        "norm": "layernorm",
+        "linear_bias": True,
+        "position_embedding": "learned",
+        "max_position_embeddings": cfg.get("n_positions", 1024),
+    }
+
+
+def _mpt(cfg: dict[str, Any]) -> dict[str, Any]:
+    h = cfg["d_model"]
+    alibi = (cfg.get("attn_config") or {}).get("alibi", True)
+    return {
+        "n_layers": cfg["n_layers"],
+        "hidden_size": h,
+        "n_heads": cfg["n_heads"],
+        "n_kv_heads": (cfg.get("attn_config") or {}).get("kv_n_heads"),
+        "ffn_hidden_size": int(cfg.get("expansion_ratio", 4) * h),
+        "vocab_size": cfg["vocab_size"],
+        "mlp": "gelu",
+        "tied_embeddings": True,
+        "norm": "layernorm",
+        "linear_bias": not cfg.get("no_bias", True),
+        "position_embedding": "alibi" if alibi else "learned",
+        "max_position_embeddings": cfg.get("max_seq_len", 2048),
+    }
+
+
+def _llama_like(cfg: dict[str, Any]) -> dict[str, Any]:
+    model_type = cfg.get("model_type", "llama")
+    act = cfg.get("hidden_act", cfg.get("hidden_activation", "silu"))
+    neox = model_type == "gpt_neox"
+    out = {
+        "n_layers": cfg["num_hidden_layers"],
+        "hidden_size": cfg["hidden_size"],
+        "n_heads": cfg["num_attention_heads"],
+        "n_kv_heads": cfg.get("num_key_value_heads"),
+        "head_dim": cfg.get("head_dim"),
+        "ffn_hidden_size": cfg.get("intermediate_size") or 4 * cfg["hidden_size"],
+        "vocab_size": cfg["vocab_size"],
+        "mlp": "swiglu" if act in ("silu", "swish") and not neox else ("relu" if act == "relu" else "gelu"),
+        "tied_embeddings": cfg.get("tie_word_embeddings", not neox and model_type != "llama"),
+        "norm": "layernorm" if neox else "rmsnorm",
+        "linear_bias": neox or bool(cfg.get("attention_bias", False)),
+        "qk_norm": model_type == "olmo2",
+        "position_embedding": "rope",
+        "max_position_embeddings": cfg.get("max_position_embeddings"),
+    }
+    # Llama's config class defaults tie_word_embeddings to False; honour an explicit value always.
+    if "tie_word_embeddings" in cfg:
+        out["tied_embeddings"] = bool(cfg["tie_word_embeddings"])
+    return out
+
+
+def model_dict_from_hf(path: Path) -> dict[str, Any]:
+    """Read ``config.json`` at ``path`` and return a dict for ``ModelConfig``.
+
+    Raises ``InputError`` naming ``model.hf_config`` for a missing or unreadable file or missing keys.
+    """
+    field = "model.hf_config"
+    try:
+        cfg = json.loads(Path(path).read_text())
+    except FileNotFoundError:
+        raise InputError(f"file not found: {path}", field) from None
+    except (OSError, json.JSONDecodeError) as exc:
+        raise InputError(f"cannot read {path} as JSON: {exc}", field) from None
+    if not isinstance(cfg, dict):
+        raise InputError(f"{path} is not a JSON object", field)
+    model_type = cfg.get("model_type", "")
+    try:
+        if model_type == "gpt2" or "n_embd" in cfg:
+            out = _gpt2(cfg)
+        elif model_type == "mpt" or "d_model" in cfg:
+            out = _mpt(cfg)
+        else:
+            out = _llama_like(cfg)
+    except KeyError as exc:
+        raise InputError(f"{path} lacks key {exc.args[0]!r} for model_type {model_type or 'unknown'!r}", field) from None
+    out["name"] = cfg.get("_name_or_path") or Path(path).parent.name or "hf-model"
+    out["source"] = f"Hugging Face config.json ({path})"
+    return {k: v for k, v in out.items() if v is not None}

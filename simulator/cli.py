@@ -1,0 +1,22 @@
+"""The ``dtsim`` command line (typer). Each command lives in a ``cli_*`` module; this file wires them."""
+
+from __future__ import annotations
+
+import typer
+
+from simulator.cli_workload import catalog_app, flops_command, memory_command
+
+app = typer.Typer(
+    name="dtsim",
+    help="dtsim: simulate LLM training steps and runs on GPU clusters (step time, memory, cost).",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+app.command("flops")(flops_command)
+app.command("memory")(memory_command)
+app.add_typer(catalog_app, name="catalog")
+
+
+def main() -> None:
+    app()

@@ -1,0 +1,50 @@
+"""Shared CLI plumbing: one error style (message, exit 2, no traceback), JSON and rich output."""
+
+from __future__ import annotations
+
+import functools
+import json
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import typer
+from pydantic import ValidationError
+from rich.console import Console
+
+from simulator.config.loader import format_validation_error
+from simulator.errors import InputError
+
+#: Exit code for bad input (unknown name, misspelt key, impossible layout, unreadable file).
+EXIT_BAD_INPUT = 2
+
+stdout = Console()
+stderr = Console(stderr=True)
+
+
+def fail(message: str) -> typer.Exit:
+    """Print ``error: message`` to stderr and return the Exit to raise (code 2)."""
+    stderr.print(f"[bold red]error:[/] {message}", highlight=False, markup=True, soft_wrap=True)
+    return typer.Exit(EXIT_BAD_INPUT)
+
+
+def handle_errors(func: Callable[..., Any]) -> Callable[..., Any]:
+    """Turn ``InputError`` (and stray pydantic/OS errors from user input) into exit code 2."""
+
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return func(*args, **kwargs)
+        except InputError as exc:
+            raise fail(str(exc)) from None
+        except ValidationError as exc:
+            raise fail(format_validation_error(exc)) from None
+        except FileNotFoundError as exc:
+            raise fail(f"file not found: {exc.filename or exc}") from None
+
+    return wrapper
+
+
+def print_json(data: Any) -> None:
+    """Machine-readable output on stdout: sorted keys so the same input gives the same bytes."""
+    sys.stdout.write(json.dumps(data, indent=2, sort_keys=True, default=float) + "\n")

@@ -1,0 +1,240 @@
+"""``dtsim flops``, ``dtsim memory`` and ``dtsim catalog``: the workload model on its own."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Literal
+
+import typer
+from rich.table import Table
+
+from simulator import catalog
+from simulator.catalog.hf import model_dict_from_hf
+from simulator.cli_common import handle_errors, print_json, stdout
+from simulator.config.loader import load_scenario
+from simulator.config.model import ModelConfig
+from simulator.errors import InputError
+from simulator.units import fmt_bytes, fmt_count
+from simulator.workload import flops, memory, params
+
+SetOption = Annotated[
+    list[str] | None, typer.Option("--set", help="override a scenario key: dotted.path=value (repeatable)")
+]
+JsonOption = Annotated[bool, typer.Option("--json", help="print machine-readable JSON on stdout")]
+
+
+def resolve_model(ref: str) -> ModelConfig:
+    """A catalog name, a path to a Hugging Face config.json, or a scenario YAML (its model)."""
+    if ref.endswith((".yaml", ".yml")):
+        return load_scenario(ref).model
+    if ref.endswith(".json") or Path(ref).is_file():
+        return ModelConfig.model_validate(model_dict_from_hf(Path(ref)))
+    try:
+        return catalog.get_model(ref)
+    except KeyError as exc:
+        raise InputError(exc.args[0], "MODEL") from None
+
+
+def flops_summary(model: ModelConfig, seq_len: int, convention: Literal["full", "causal"]) -> dict:
+    """Parameters and FLOPs per token / per sequence for one sequence of ``seq_len`` tokens.
+
+    Training FLOPs = 3 × forward (backward ≈ 2× forward: dgrad + wgrad per GEMM; Kaplan et al. 2020,
+    Chinchilla App. F). The optimizer adds O(10·N) FLOPs per *step*, negligible, and is not counted.
+    """
+    counts = params.count(model)
+    causal = convention == "causal"
+    layer = flops.layer_forward(model, 1, seq_len, causal=causal)
+    forward = model.n_layers * layer.total + flops.logits_forward(model, 1, seq_len)
+    recompute = model.n_layers * layer.total  # full recomputation: one more forward of every layer
+    return {
+        "model": model.name,
+        "seq_len": seq_len,
+        "attention_convention": convention,
+        "n_params": counts.total,
+        "n_params_non_embedding": counts.non_embedding,
+        "n_params_embedding": counts.embedding + counts.lm_head,
+        "forward_flops_per_token": forward / seq_len,
+        "train_flops_per_token": 3 * forward / seq_len,
+        "train_flops_per_token_full_recompute": (3 * forward + recompute) / seq_len,
+        "forward_flops_per_sequence": forward,
+        "train_flops_per_sequence": 3 * forward,
+        "six_n_flops_per_token": 6 * counts.total,
+    }
+
+
+def budget_summary(train_flops_per_token: float, tokens: float, gpu_name: str, n_gpus: int, mfu: float,
+                   precision: str = "bf16") -> dict:
+    """Closed-form run length at an *assumed* utilisation: T = C / (N_gpu · peak · MFU).
+
+    C = training FLOPs per token × tokens (formulas.md §9: 1.17e23 FLOP at 1 PFLOP/s is 1.17e8 s).
+    ``dtsim run`` replaces the assumed MFU with a simulated one.
+    """
+    try:
+        gpu = catalog.get_gpu(gpu_name)
+    except KeyError as exc:
+        raise InputError(exc.args[0], "--gpu") from None
+    total = train_flops_per_token * tokens
+    rate = n_gpus * gpu.peak_flops(precision) * mfu  # type: ignore[arg-type]
+    seconds = total / rate
+    return {
+        "tokens": tokens,
+        "train_flops_total": total,
+        "gpu": gpu.name,
+        "n_gpus": n_gpus,
+        "assumed_mfu": mfu,
+        "sustained_flops_per_s": rate,
+        "duration_s": seconds,
+        "duration_days": seconds / 86400.0,
+    }
+
+
+def flops_command(
+    model: Annotated[str, typer.Argument(help="catalog name, a config.json, or a scenario YAML (uses its model)")],
+    seq_len: Annotated[int | None, typer.Option("--seq-len", min=1, help="tokens per sequence [2048 or scenario's]")] = None,
+    convention: Annotated[
+        str, typer.Option("--convention", help="attention FLOPs: full (PaLM, Megatron Eq. 3) or causal (half)")
+    ] = "full",
+    tokens: Annotated[float | None, typer.Option("--tokens", min=1, help="token budget for a run-length estimate")] = None,
+    gpu: Annotated[str | None, typer.Option("--gpu", help="catalog GPU for the estimate")] = None,
+    n_gpus: Annotated[int | None, typer.Option("--n-gpus", min=1, help="GPUs for the estimate")] = None,
+    mfu: Annotated[float | None, typer.Option("--mfu", min=1e-6, max=1.0, help="assumed utilisation (0-1)")] = None,
+    json_out: JsonOption = False,
+) -> None:
+    """Parameters and forward / training FLOPs per token and per sequence; with --mfu, the run length
+    at that assumed utilisation (a scenario supplies tokens, GPU and GPU count)."""
+    _flops(model, seq_len, convention, tokens, gpu, n_gpus, mfu, json_out)
+
+
+@handle_errors
+def _flops(model_ref: str, seq_len: int | None, convention: str, tokens: float | None, gpu: str | None,
+           n_gpus: int | None, mfu: float | None, json_out: bool) -> None:
+    if convention not in ("full", "causal"):
+        raise InputError(f"unknown convention {convention!r}; valid: full, causal", "--convention")
+    if model_ref.endswith((".yaml", ".yml")):
+        scenario = load_scenario(model_ref)
+        model = scenario.model
+        seq_len = seq_len or scenario.training.seq_len
+        tokens = tokens or scenario.training.total_tokens
+        gpu = gpu or scenario.cluster.gpu_spec.name
+        n_gpus = n_gpus or scenario.n_gpus
+    else:
+        model = resolve_model(model_ref)
+    summary = flops_summary(model, seq_len or 2048, convention)  # type: ignore[arg-type]
+    if mfu is not None:
+        missing = [flag for flag, value in (("--tokens", tokens), ("--gpu", gpu), ("--n-gpus", n_gpus)) if not value]
+        if missing:
+            raise InputError(f"a run-length estimate also needs {', '.join(missing)} (or a scenario)", "--mfu")
+        summary["estimate"] = budget_summary(summary["train_flops_per_token"], tokens, gpu, n_gpus, mfu)
+    if json_out:
+        print_json(summary)
+        return
+    table = Table(title=f"{summary['model']} at seq_len {seq_len} (attention FLOPs: {convention})")
+    table.add_column("quantity")
+    table.add_column("value", justify="right")
+    for key, value in summary.items():
+        if key in ("model", "seq_len", "attention_convention", "estimate"):
+            continue
+        table.add_row(key, f"{value:,}" if key.startswith("n_params") else f"{value:.4e}")
+    if "estimate" in summary:
+        est = summary["estimate"]
+        table.add_row("tokens", f"{est['tokens']:.4e}")
+        table.add_row("train_flops_total", f"{est['train_flops_total']:.4e}")
+        table.add_row(
+            f"duration on {est['n_gpus']} x {est['gpu']} at MFU {est['assumed_mfu']:.0%}",
+            f"{est['duration_s']:.4e} s = {est['duration_days']:.1f} days",
+        )
+    stdout.print(table)
+    stdout.print(
+        "Training = 3 × forward (backward ≈ 2 × forward); the optimizer adds no meaningful FLOPs. "
+        "6N is the Kaplan approximation without the attention term."
+    )
+
+
+def memory_command(
+    scenario: Annotated[Path, typer.Argument(help="scenario YAML")],
+    overrides: SetOption = None,
+    json_out: JsonOption = False,
+) -> None:
+    """Per-GPU memory breakdown and whether it fits in usable HBM."""
+    _memory(scenario, overrides, json_out)
+
+
+@handle_errors
+def _memory(path: Path, overrides: list[str] | None, json_out: bool) -> None:
+    scenario = load_scenario(path, overrides)
+    result = memory.breakdown(scenario).as_dict()
+    if json_out:
+        print_json(result)
+        return
+    gpu = scenario.cluster.gpu_spec
+    table = Table(title=f"{scenario.name}: memory per GPU on {gpu.name} (dp={scenario.dp}, "
+                  f"ZeRO {scenario.parallel.effective_zero_stage}, {scenario.parallel.framework})")
+    table.add_column("component")
+    table.add_column("bytes", justify="right")
+    table.add_column("", justify="right")
+    for key, value in result.items():
+        if key.endswith("_bytes") and key not in ("total_bytes", "hbm_bytes", "headroom_bytes"):
+            table.add_row(key.removesuffix("_bytes"), f"{value:,.0f}", fmt_bytes(value))
+    table.add_row("[bold]total", f"{result['total_bytes']:,.0f}", fmt_bytes(result["total_bytes"]))
+    table.add_row("usable HBM", f"{result['hbm_bytes']:,.0f}", fmt_bytes(result["hbm_bytes"]))
+    stdout.print(table)
+    verdict = "[green]fits[/]" if result["fits"] else "[bold red]does not fit[/]"
+    stdout.print(f"{verdict}: headroom {fmt_bytes(result['headroom_bytes'])}")
+
+
+catalog_app = typer.Typer(help="List the catalogued GPUs and models.", no_args_is_help=True)
+
+
+@catalog_app.command("gpus")
+def catalog_gpus(json_out: JsonOption = False) -> None:
+    """GPUs with dense peaks, memory, bandwidths and power (datasheet values with sources)."""
+    specs = catalog.gpus()
+    if json_out:
+        print_json({name: spec.model_dump() for name, spec in specs.items()})
+        return
+    table = Table(title="GPU catalog (dense peaks; GeForce: FP32-accumulate rates)")
+    for col in ("name", "bf16/fp16 TFLOP/s", "fp8", "HBM", "HBM GB/s", "NVLink GB/s/dir", "PCIe", "TDP W", "conf."):
+        table.add_column(col, justify="left" if col == "name" else "right")
+    for spec in specs.values():
+        pk = spec.peak_tflops
+        table.add_row(
+            spec.name,
+            f"{pk.bf16 or pk.fp16 or 0:g}",
+            f"{pk.fp8:g}" if pk.fp8 else "-",
+            fmt_bytes(spec.hbm_usable_bytes),
+            f"{spec.hbm_bandwidth_GBps:g}",
+            f"{spec.nvlink_GBps_per_direction:g}",
+            f"Gen{spec.pcie_gen}",
+            f"{spec.tdp_W:g}",
+            spec.confidence,
+        )
+    stdout.print(table)
+
+
+@catalog_app.command("models")
+def catalog_models(json_out: JsonOption = False) -> None:
+    """Models with their shapes and dtsim's exact parameter count."""
+    table_data = {
+        name: {**model.model_dump(exclude_defaults=True), "n_params": params.count(model).total}
+        for name, model in catalog.models().items()
+    }
+    if json_out:
+        print_json(table_data)
+        return
+    table = Table(title="Model catalog")
+    for col in ("name", "layers", "hidden", "heads", "kv", "ffn", "mlp", "vocab", "tied", "params"):
+        table.add_column(col, justify="left" if col in ("name", "mlp") else "right")
+    for name, model in catalog.models().items():
+        table.add_row(
+            name,
+            str(model.n_layers),
+            str(model.hidden_size),
+            str(model.n_heads),
+            str(model.kv_heads),
+            str(model.ffn_hidden_size),
+            model.mlp,
+            str(model.vocab_size),
+            "yes" if model.tied_embeddings else "no",
+            fmt_count(table_data[name]["n_params"]),
+        )
+    stdout.print(table)

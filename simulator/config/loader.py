@@ -1,0 +1,163 @@
+"""Scenario loading: YAML file → raw dict → ``--set`` overrides → resolved references → ``Scenario``.
+
+References resolved here (so the validated Scenario is self-contained): ``model`` as a catalog name or
+``{hf_config: path}``; ``cluster.topology`` as a bundled name or a path; ``cluster.gpu`` as a catalog
+name, defaulting to the topology's GPU. Every failure becomes one ``InputError`` naming the dotted path.
+"""
+
+from __future__ import annotations
+
+import copy
+import difflib
+import types
+import typing
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from simulator import catalog
+from simulator.catalog.hf import model_dict_from_hf
+from simulator.config.overrides import apply_overrides
+from simulator.config.scenario import Scenario
+from simulator.config.topology import resolve_topology_path
+from simulator.errors import InputError
+
+
+def read_yaml(path: str | Path, field: str | None = None) -> Any:
+    """Parse a YAML file; a missing file or malformed YAML is an ``InputError``."""
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        raise InputError(f"file not found: {path}", field) from None
+    except OSError as exc:
+        raise InputError(f"cannot read {path}: {exc.strerror}", field) from None
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise InputError(f"malformed YAML in {path}{where}: {problem}", field) from None
+
+
+def _resolve_model(raw: Any, base_dir: Path) -> Any:
+    if isinstance(raw, str):
+        try:
+            return catalog.get_model(raw).model_dump(exclude_defaults=True)
+        except KeyError as exc:
+            raise InputError(exc.args[0], "model") from None
+    if isinstance(raw, dict) and "hf_config" in raw:
+        extra = set(raw) - {"hf_config", "name"}
+        if extra:
+            raise InputError(f"unknown key(s) beside hf_config: {', '.join(sorted(extra))}", "model")
+        path = Path(raw["hf_config"])
+        data = model_dict_from_hf(path if path.is_absolute() else base_dir / path)
+        if "name" in raw:
+            data["name"] = raw["name"]
+        return data
+    return raw
+
+
+def _resolve_gpu(raw: Any, field: str) -> Any:
+    if isinstance(raw, str):
+        try:
+            return catalog.get_gpu(raw).model_dump()
+        except KeyError as exc:
+            raise InputError(exc.args[0], field) from None
+    return raw
+
+
+def _resolve_cluster(raw: Any, base_dir: Path) -> Any:
+    if not isinstance(raw, dict):
+        return raw
+    out = dict(raw)
+    topo = out.get("topology")
+    if isinstance(topo, str):
+        try:
+            path = resolve_topology_path(topo, base_dir)
+        except FileNotFoundError as exc:
+            raise InputError(str(exc), "cluster.topology") from None
+        topo = read_yaml(path, "cluster.topology")
+        if not isinstance(topo, dict):
+            raise InputError(f"{path} does not hold a mapping", "cluster.topology")
+        out["topology"] = topo
+    if isinstance(topo, dict) and "gpu" in topo:
+        # The GPU defaults to the topology's; cluster.gpu overrides it (a100-40gb in a dgx-a100).
+        field = "cluster.gpu" if "gpu" in raw else "cluster.topology.gpu"
+        out["gpu"] = _resolve_gpu(out.get("gpu", topo["gpu"]), field)
+    return out
+
+
+def _section_model(loc: tuple) -> type[BaseModel] | None:
+    """The pydantic model that owns the key at ``loc`` (for listing valid keys)."""
+    model: type[BaseModel] = Scenario
+    for key in loc[:-1]:
+        field = model.model_fields.get(str(key))
+        if field is None:
+            return None
+        candidates = [field.annotation]
+        found = None
+        while candidates:
+            ann = candidates.pop()
+            if isinstance(ann, type) and issubclass(ann, BaseModel):
+                found = ann
+                break
+            if isinstance(ann, types.UnionType) or typing.get_origin(ann) is not None:
+                candidates.extend(typing.get_args(ann))
+        if found is None:
+            return None
+        model = found
+    return model
+
+
+def format_validation_error(exc: ValidationError) -> str:
+    """One line per problem: the dotted path and what to do about it."""
+    lines = []
+    for err in exc.errors():
+        loc = tuple(err["loc"])
+        path = ".".join(str(p) for p in loc)
+        if err["type"] == "extra_forbidden":
+            owner = _section_model(loc)
+            valid = sorted(owner.model_fields) if owner else []
+            close = difflib.get_close_matches(str(loc[-1]), valid, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            lines.append(f"{path}: unknown key{hint}; valid keys here: {', '.join(valid)}")
+        elif err["type"] == "missing":
+            lines.append(f"{path}: required key is missing")
+        else:
+            msg = err["msg"].removeprefix("Value error, ")
+            lines.append(f"{path}: {msg}" if path else msg)
+    return "\n".join(lines)
+
+
+def scenario_from_dict(raw: Any, base_dir: Path | None = None, overrides: list[str] | None = None) -> Scenario:
+    """Validate a raw scenario mapping (after applying overrides and resolving references)."""
+    if not isinstance(raw, dict):
+        raise InputError("a scenario must be a YAML mapping with model, cluster, training, ... sections")
+    base_dir = base_dir or Path.cwd()
+    raw = apply_overrides(copy.deepcopy(raw), overrides)
+    if "model" in raw:
+        raw["model"] = _resolve_model(raw["model"], base_dir)
+    if "cluster" in raw:
+        raw["cluster"] = _resolve_cluster(raw["cluster"], base_dir)
+    try:
+        return Scenario.model_validate(raw)
+    except ValidationError as exc:
+        raise InputError(format_validation_error(exc)) from None
+
+
+def load_raw(path: str | Path) -> dict:
+    """Read a scenario file as a raw dict (for sweeps and compare, which edit before validating)."""
+    raw = read_yaml(path)
+    if not isinstance(raw, dict):
+        raise InputError(f"{path} does not hold a YAML mapping")
+    return raw
+
+
+def load_scenario(path: str | Path, overrides: list[str] | None = None) -> Scenario:
+    """Load, override, resolve and validate a scenario file."""
+    path = Path(path)
+    return scenario_from_dict(load_raw(path), path.parent, overrides)

@@ -1,0 +1,78 @@
+"""Transformer architecture as a user or the model catalog writes it down."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, PositiveInt, model_validator
+
+from simulator.config.base import Frozen
+
+
+class ModelConfig(Frozen):
+    """A dense decoder-only transformer.
+
+    Attention is multi-head (``n_kv_heads == n_heads``), grouped-query or multi-query attention.
+    ``mlp`` is ``gelu`` (2 matrices, GPT style; ``relu`` counts the same) or ``swiglu`` (3 matrices,
+    LLaMA style). ``ffn_hidden_size`` is the width of one branch (11008 for Llama 2 7B).
+    """
+
+    name: str = "custom"
+    n_layers: PositiveInt
+    hidden_size: PositiveInt
+    n_heads: PositiveInt
+    n_kv_heads: PositiveInt | None = Field(None, description="defaults to n_heads (MHA)")
+    head_dim: PositiveInt | None = Field(None, description="defaults to hidden_size / n_heads")
+    ffn_hidden_size: PositiveInt
+    vocab_size: PositiveInt
+    mlp: Literal["gelu", "relu", "swiglu"] = "swiglu"
+    tied_embeddings: bool = False
+    norm: Literal["layernorm", "rmsnorm"] = "rmsnorm"
+    #: Biases on the attention and MLP linear layers (GPT-2/3, OPT, BLOOM, GPT-NeoX have them).
+    linear_bias: bool = False
+    #: QK-norm (OLMo 2): a norm over the full query width and one over the key width.
+    qk_norm: bool = False
+    #: Learned absolute position embeddings (GPT-2/3, OPT) add max_position_embeddings x hidden params.
+    position_embedding: Literal["rope", "learned", "alibi", "none"] = "rope"
+    max_position_embeddings: PositiveInt | None = None
+    #: Extra LayerNorm after the token embedding (BLOOM's word_embeddings_layernorm).
+    embedding_norm: bool = False
+    #: Published parameter count, when the source gives one (used only in reports, never as a result).
+    reported_params: float | None = None
+    source: str = ""
+
+    @model_validator(mode="after")
+    def _check_shapes(self) -> ModelConfig:
+        kv = self.kv_heads
+        if self.n_heads % kv:
+            raise ValueError(f"n_heads ({self.n_heads}) must be a multiple of n_kv_heads ({kv})")
+        if self.head_dim is None and self.hidden_size % self.n_heads:
+            raise ValueError(
+                f"hidden_size ({self.hidden_size}) is not divisible by n_heads ({self.n_heads}); set head_dim"
+            )
+        if self.position_embedding == "learned" and self.max_position_embeddings is None:
+            raise ValueError("position_embedding 'learned' needs max_position_embeddings")
+        return self
+
+    @property
+    def kv_heads(self) -> int:
+        return self.n_kv_heads or self.n_heads
+
+    @property
+    def d_head(self) -> int:
+        return self.head_dim or self.hidden_size // self.n_heads
+
+    @property
+    def q_dim(self) -> int:
+        """Width of the concatenated query heads, a·d_h (equals hidden_size unless head_dim is set)."""
+        return self.n_heads * self.d_head
+
+    @property
+    def kv_dim(self) -> int:
+        """Width of the concatenated key (or value) heads, g_kv·d_h."""
+        return self.kv_heads * self.d_head
+
+    @property
+    def mlp_matrices(self) -> int:
+        """2 for a GELU/ReLU MLP, 3 for SwiGLU (gate, up, down)."""
+        return 3 if self.mlp == "swiglu" else 2

@@ -1,0 +1,64 @@
+"""``--set dotted.path=value`` overrides, applied to the raw scenario dict before validation.
+
+Values are parsed as YAML scalars/flow collections (``4``, ``5e8``, ``true``, ``[1, 2]``, ``dgx-h100``),
+so an override gets exactly the checks the same value would get in the file.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import yaml
+
+from simulator.errors import InputError
+
+
+def parse_value(text: str) -> Any:
+    """Parse one override value as YAML; ``1e9`` and ``5.0e8`` become floats (YAML 1.1 would keep
+    ``1e9`` a string, which no user means)."""
+    try:
+        value = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise InputError(f"cannot parse value {text!r}: {exc}") from None
+    if isinstance(value, str):
+        try:
+            return float(value) if any(c in value for c in "eE.") else int(value)
+        except ValueError:
+            return value
+    return value
+
+
+def apply_override(raw: dict, assignment: str) -> dict:
+    """Return a copy of ``raw`` with ``a.b.c=value`` set (intermediate mappings are created)."""
+    if "=" not in assignment:
+        raise InputError(f"override {assignment!r} must look like dotted.path=value (e.g. parallel.tp=2)", "--set")
+    path, _, text = assignment.partition("=")
+    keys = [k for k in path.strip().split(".") if k]
+    if not keys:
+        raise InputError(f"override {assignment!r} has an empty path", "--set")
+    out = copy.deepcopy(raw)
+    node = out
+    for i, key in enumerate(keys[:-1]):
+        child = node.get(key)
+        if child is None or isinstance(child, str):
+            # A catalog reference (model: llama-3-8b) cannot take a nested override.
+            if isinstance(child, str):
+                raise InputError(
+                    f"{'.'.join(keys[: i + 1])} is {child!r}, not a mapping; "
+                    f"override the whole key or write it out as a mapping",
+                    "--set",
+                )
+            child = {}
+            node[key] = child
+        if not isinstance(child, dict):
+            raise InputError(f"{'.'.join(keys[: i + 1])} is not a mapping", "--set")
+        node = child
+    node[keys[-1]] = parse_value(text)
+    return out
+
+
+def apply_overrides(raw: dict, assignments: list[str] | None) -> dict:
+    for assignment in assignments or []:
+        raw = apply_override(raw, assignment)
+    return raw

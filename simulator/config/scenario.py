@@ -1,0 +1,287 @@
+"""The scenario: one study a user writes in YAML (model × cluster × training × parallelism × cost).
+
+Key names are API (later tools and users rely on them). Every section forbids unknown keys and is
+frozen. References (model name, topology name, GPU name) are resolved by ``simulator.config.loader``
+before validation, so a validated ``Scenario`` is self-contained.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar, Literal
+
+from pydantic import Field, NonNegativeFloat, PositiveFloat, PositiveInt, model_validator
+
+from simulator.config.base import Frozen
+from simulator.config.hardware import Dtype, GPUSpec
+from simulator.config.model import ModelConfig
+from simulator.config.topology import TopologyConfig
+
+Framework = Literal["deepspeed", "fsdp", "ddp"]
+Offload = Literal["none", "cpu", "nvme"]
+Recompute = Literal["none", "selective", "full"]
+
+
+class ClusterConfig(Frozen):
+    """Which machines: a node type (topology file), how many nodes, optionally another GPU."""
+
+    topology: TopologyConfig
+    nodes: PositiveInt = 1
+    #: Override the topology's GPU (e.g. a100-40gb in a dgx-a100 chassis).
+    gpu: GPUSpec | None = None
+    #: Use only this many GPUs (default: all GPUs of all nodes); must fill whole nodes unless < 1 node.
+    gpus: PositiveInt | None = None
+    network_fidelity: Literal["analytical", "flow"] = "analytical"
+    collective_algorithm: Literal["auto", "ring", "tree", "hierarchical", "nvls"] = "auto"
+
+    @property
+    def gpu_spec(self) -> GPUSpec:
+        """The GPU in use: the override if given, else the topology's (resolved by the loader)."""
+        assert self.gpu is not None, "loader resolves cluster.gpu"
+        return self.gpu
+
+    @property
+    def n_gpus(self) -> int:
+        return self.gpus or self.nodes * self.topology.gpus_per_node
+
+    @model_validator(mode="after")
+    def _check_gpus(self) -> ClusterConfig:
+        per_node = self.topology.gpus_per_node
+        total = self.nodes * per_node
+        if self.gpus is not None:
+            if self.gpus > total:
+                raise ValueError(
+                    f"cluster.gpus ({self.gpus}) exceeds nodes x gpus_per_node ({self.nodes} x {per_node} = {total})"
+                )
+            if self.gpus > per_node and self.gpus % per_node:
+                raise ValueError(
+                    f"cluster.gpus ({self.gpus}) must be a multiple of the node size ({per_node}) when it spans nodes"
+                )
+        return self
+
+
+class KernelConfig(Frozen):
+    """Kernel-level choices that change how many memory-bound passes a step makes."""
+
+    flash_attention: bool = True
+    fused_norm_residual: bool = True
+    fused_adam: bool = True
+
+
+class TrainingConfig(Frozen):
+    """Batch, sequence, precision, recomputation and the token budget of the run."""
+
+    seq_len: PositiveInt
+    micro_batch_size: PositiveInt = Field(description="sequences per GPU per micro-batch")
+    global_batch_size: PositiveInt = Field(description="sequences per optimizer step")
+    precision: Dtype = "bf16"
+    activation_checkpointing: Recompute = "none"
+    total_tokens: PositiveFloat | None = None
+    steps: PositiveInt | None = None
+    #: FLOP convention for attention in model-FLOP counts (MFU): "full" counts the whole s×s score
+    #: matrix (PaLM App. B, Megatron SC'21 Eq. 3); "causal" counts the unmasked half (Megatron-LM code,
+    #: FlashAttention benchmarks). Kernel time always uses causal work.
+    attention_flops: Literal["full", "causal"] = "full"
+    kernels: KernelConfig = KernelConfig()
+
+    @model_validator(mode="after")
+    def _check_budget(self) -> TrainingConfig:
+        if self.total_tokens is not None and self.steps is not None:
+            raise ValueError("give training.total_tokens or training.steps, not both")
+        return self
+
+
+class ParallelConfig(Frozen):
+    """Parallel layout and the communication semantics of one framework.
+
+    DeepSpeed keys follow DeepSpeed's names (elements, not bytes); DDP keys follow
+    ``torch.nn.parallel.DistributedDataParallel``; FSDP keys follow ``torch.distributed.fsdp``.
+    A key of another framework than ``framework`` is an error (it would be silently ignored there).
+    """
+
+    tp: PositiveInt = 1
+    pp: PositiveInt = 1
+    zero_stage: int = Field(0, ge=0, le=3)
+    framework: Framework = "deepspeed"
+    # --- DeepSpeed (deepspeed/runtime/zero/config.py defaults, DS 0.16.5) ---
+    reduce_bucket_size: PositiveFloat = 5e8
+    allgather_bucket_size: PositiveFloat = 5e8
+    overlap_comm: bool | None = Field(None, description="None = DeepSpeed default: True for stage 3, else False")
+    contiguous_gradients: bool = True
+    use_multi_rank_bucket_allreduce: bool = True
+    stage3_prefetch_bucket_size: PositiveFloat = 5e7
+    stage3_max_live_parameters: PositiveFloat = 1e9
+    stage3_param_persistence_threshold: NonNegativeFloat = 1e5
+    offload_optimizer: Offload = "none"
+    offload_param: Offload = "none"
+    communication_data_type: Literal["fp32", "fp16", "bf16"] | None = None
+    zero_quantized_weights: bool = False
+    zero_quantized_gradients: bool = False
+    zero_hpz_partition_size: PositiveInt = 1
+    onebit_adam: bool = False
+    deepspeed_config: str | None = None
+    # --- PyTorch DDP (torch/nn/parallel/distributed.py) ---
+    bucket_cap_mb: PositiveFloat = 25.0
+    first_bucket_mb: PositiveFloat = 1.0
+    no_sync: bool = True
+    comm_hook: Literal["none", "fp16", "bf16"] = "none"
+    # --- PyTorch FSDP (torch/distributed/fsdp/api.py) ---
+    sharding_strategy: Literal["full_shard", "shard_grad_op", "hybrid_shard", "no_shard"] = "full_shard"
+    backward_prefetch: Literal["backward_pre", "backward_post", "none"] = "backward_pre"
+    forward_prefetch: bool = False
+    limit_all_gathers: bool = True
+    reshard_after_forward: bool | None = None
+    param_dtype: Literal["fp32", "fp16", "bf16"] | None = None
+    reduce_dtype: Literal["fp32", "fp16", "bf16"] | None = None
+
+    _DEEPSPEED_ONLY: ClassVar[tuple[str, ...]] = (
+        "reduce_bucket_size",
+        "allgather_bucket_size",
+        "overlap_comm",
+        "contiguous_gradients",
+        "use_multi_rank_bucket_allreduce",
+        "stage3_prefetch_bucket_size",
+        "stage3_max_live_parameters",
+        "stage3_param_persistence_threshold",
+        "communication_data_type",
+        "zero_quantized_weights",
+        "zero_quantized_gradients",
+        "zero_hpz_partition_size",
+        "onebit_adam",
+        "deepspeed_config",
+    )
+    _DDP_ONLY: ClassVar[tuple[str, ...]] = ("bucket_cap_mb", "first_bucket_mb", "no_sync", "comm_hook")
+    _FSDP_ONLY: ClassVar[tuple[str, ...]] = (
+        "sharding_strategy",
+        "backward_prefetch",
+        "forward_prefetch",
+        "limit_all_gathers",
+        "reshard_after_forward",
+        "param_dtype",
+        "reduce_dtype",
+    )
+
+    @model_validator(mode="after")
+    def _check_framework_keys(self) -> ParallelConfig:
+        owners = {"deepspeed": self._DEEPSPEED_ONLY, "ddp": self._DDP_ONLY, "fsdp": self._FSDP_ONLY}
+        for framework, keys in owners.items():
+            if framework == self.framework:
+                continue
+            for key in sorted(set(keys) & self.model_fields_set):
+                raise ValueError(
+                    f"parallel.{key} is a {framework} option, but parallel.framework is {self.framework!r}; "
+                    f"remove it or set parallel.framework: {framework}"
+                )
+        if self.framework == "ddp" and self.zero_stage != 0:
+            raise ValueError("parallel.zero_stage must be 0 with framework ddp (DDP replicates everything)")
+        if self.framework == "fsdp" and "zero_stage" in self.model_fields_set:
+            expected = self.fsdp_zero_stage
+            if self.zero_stage != expected:
+                raise ValueError(
+                    f"parallel.zero_stage {self.zero_stage} contradicts sharding_strategy {self.sharding_strategy!r} "
+                    f"(which shards like ZeRO-{expected}); set parallel.sharding_strategy instead"
+                )
+        if self.offload_param != "none" and self.zero_stage != 3:
+            raise ValueError("parallel.offload_param needs zero_stage 3 (DeepSpeed offloads parameters only in stage 3)")
+        if self.offload_optimizer != "none" and self.framework == "deepspeed" and self.zero_stage == 0:
+            raise ValueError("parallel.offload_optimizer needs zero_stage 1, 2 or 3 (ZeRO-Offload)")
+        if self.framework == "ddp" and self.offload_optimizer != "none":
+            raise ValueError("parallel.offload_optimizer is not available with framework ddp; use deepspeed")
+        return self
+
+    @property
+    def fsdp_zero_stage(self) -> int:
+        """The ZeRO stage an FSDP sharding strategy corresponds to (FULL_SHARD ≈ 3, SHARD_GRAD_OP ≈ 2)."""
+        return {"full_shard": 3, "hybrid_shard": 3, "shard_grad_op": 2, "no_shard": 0}[self.sharding_strategy]
+
+    @property
+    def effective_zero_stage(self) -> int:
+        """What is sharded, as a ZeRO stage: params+grads+optimizer = 3 ... nothing = 0."""
+        return self.fsdp_zero_stage if self.framework == "fsdp" else self.zero_stage
+
+    @property
+    def effective_overlap_comm(self) -> bool:
+        """DeepSpeed's overlap_comm default: True for stage 3, False otherwise (config.py)."""
+        if self.overlap_comm is not None:
+            return self.overlap_comm
+        return self.zero_stage == 3
+
+
+class MemoryConfig(Frozen):
+    """Per-GPU memory the model states and activations do not account for."""
+
+    #: CUDA context with lazy module loading: ≈300–400 MB (pytorch issues #107667, #109888; formulas.md §2.6).
+    cuda_context_bytes: NonNegativeFloat = 4.0e8
+    #: Caching-allocator fragmentation as a fraction of the allocated peak (formulas.md §2.6: 5–15%).
+    fragmentation: float = Field(0.10, ge=0, le=1)
+    #: NCCL buffers per communicator: NCCL_BUFFSIZE 4 MiB × channels × peers × protocols
+    #: (formulas.md §2.5, magnitude U: "100s of MB").
+    nccl_buffers_bytes: NonNegativeFloat = 2.5e8
+
+
+class CostConfig(Frozen):
+    """Price of the capacity. None = the GPU catalog's dated on-demand snapshot."""
+
+    usd_per_gpu_hour: NonNegativeFloat | None = None
+
+
+class Scenario(Frozen):
+    """One complete study. See README "Scenario format" for every key."""
+
+    name: str = "scenario"
+    model: ModelConfig
+    cluster: ClusterConfig
+    training: TrainingConfig
+    parallel: ParallelConfig = ParallelConfig()
+    memory: MemoryConfig = MemoryConfig()
+    cost: CostConfig = CostConfig()
+
+    @property
+    def n_gpus(self) -> int:
+        return self.cluster.n_gpus
+
+    @property
+    def dp(self) -> int:
+        """Data-parallel degree: GPUs / (tp · pp)."""
+        return self.n_gpus // (self.parallel.tp * self.parallel.pp)
+
+    @property
+    def grad_accum_steps(self) -> int:
+        """Micro-batches per optimizer step per data-parallel rank: G = B_global / (b · dp)."""
+        return self.training.global_batch_size // (self.training.micro_batch_size * self.dp)
+
+    @property
+    def tokens_per_step(self) -> int:
+        return self.training.global_batch_size * self.training.seq_len
+
+    @model_validator(mode="after")
+    def _check_layout(self) -> Scenario:
+        p, t, m = self.parallel, self.training, self.model
+        n = self.n_gpus
+        if n % (p.tp * p.pp):
+            raise ValueError(
+                f"parallel: tp x pp = {p.tp} x {p.pp} = {p.tp * p.pp} does not divide the {n} GPUs; "
+                "dp = GPUs / (tp x pp) must be an integer"
+            )
+        if m.n_heads % p.tp or m.kv_heads % p.tp:
+            raise ValueError(
+                f"parallel.tp ({p.tp}) must divide n_heads ({m.n_heads}) and n_kv_heads ({m.kv_heads})"
+            )
+        if p.tp > self.cluster.topology.gpus_per_node and p.tp % self.cluster.topology.gpus_per_node:
+            raise ValueError(f"parallel.tp ({p.tp}) must divide or be a multiple of the node size")
+        if p.pp > m.n_layers:
+            raise ValueError(f"parallel.pp ({p.pp}) exceeds the number of layers ({m.n_layers})")
+        dp = self.dp
+        if t.global_batch_size % (t.micro_batch_size * dp):
+            raise ValueError(
+                f"training.global_batch_size ({t.global_batch_size}) must be a multiple of "
+                f"micro_batch_size x dp = {t.micro_batch_size} x {dp} = {t.micro_batch_size * dp}"
+            )
+        if m.position_embedding == "learned" and m.max_position_embeddings and t.seq_len > m.max_position_embeddings:
+            raise ValueError(
+                f"training.seq_len ({t.seq_len}) exceeds the model's max_position_embeddings ({m.max_position_embeddings})"
+            )
+        try:
+            self.cluster.gpu_spec.peak_flops(t.precision)
+        except ValueError as exc:
+            raise ValueError(f"training.precision: {exc}") from None
+        return self

@@ -1,0 +1,55 @@
+"""Interval arithmetic on sets of half-open time intervals [start, end), in seconds.
+
+Exposed communication is measured, not derived (ARCHITECTURE.md §1.3): the time a communication
+kind is on the link and no compute kernel runs is ``measure(union(comm) − union(compute))``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+Interval = tuple[float, float]
+
+
+def union(intervals: Iterable[Interval]) -> list[Interval]:
+    """Sorted, disjoint, merged intervals covering the same time as the input (empty ones dropped)."""
+    merged: list[list[float]] = []
+    for start, end in sorted(i for i in intervals if i[1] > i[0]):
+        if merged and start <= merged[-1][1]:
+            if end > merged[-1][1]:
+                merged[-1][1] = end
+        else:
+            merged.append([start, end])
+    return [(a, b) for a, b in merged]
+
+
+def measure(intervals: Iterable[Interval]) -> float:
+    """Total length of the union of the intervals, s."""
+    return sum(b - a for a, b in union(intervals))
+
+
+def subtract(a: Iterable[Interval], b: Iterable[Interval]) -> list[Interval]:
+    """The parts of union(a) not covered by union(b)."""
+    out: list[Interval] = []
+    cuts = union(b)
+    j = 0
+    for start, end in union(a):
+        cur = start
+        while j < len(cuts) and cuts[j][1] <= cur:
+            j += 1
+        k = j
+        while k < len(cuts) and cuts[k][0] < end:
+            if cuts[k][0] > cur:
+                out.append((cur, cuts[k][0]))
+            cur = max(cur, cuts[k][1])
+            if cur >= end:
+                break
+            k += 1
+        if cur < end:
+            out.append((cur, end))
+    return out
+
+
+def exposed(comm: Iterable[Interval], compute: Iterable[Interval]) -> float:
+    """Time during which ``comm`` runs and ``compute`` does not, s."""
+    return measure(subtract(comm, compute))

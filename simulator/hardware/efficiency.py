@@ -1,0 +1,41 @@
+"""Efficiency parameters of the compute model as data (``efficiency.yaml``), looked up per architecture."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields, replace
+from functools import lru_cache
+from importlib import resources
+
+import yaml
+
+from simulator.config.hardware import GPUSpec
+
+
+@dataclass(frozen=True)
+class Efficiency:
+    """See ``efficiency.yaml`` for each value's meaning and source. All fractions are in (0, 1]."""
+
+    gemm_fraction: float
+    gemm_half_dim: float
+    flash_attention_fraction: float
+    hbm_fraction: float
+    pcie_fraction: float
+    compute_slowdown_during_comm: float
+    cpu_adam_params_per_s_per_node: float
+
+
+@lru_cache(maxsize=1)
+def _table() -> dict[str, dict]:
+    return yaml.safe_load(resources.files(__package__).joinpath("efficiency.yaml").read_text())
+
+
+def for_gpu(gpu: GPUSpec) -> Efficiency:
+    """Defaults overlaid with the GPU architecture's entry; the catalog's MAMF fraction wins for GEMMs."""
+    table = _table()
+    values = dict(table["default"])
+    values.update(table.get(gpu.arch, {}))
+    names = {f.name for f in fields(Efficiency)}
+    eff = Efficiency(**{k: float(v) for k, v in values.items() if k in names})
+    if gpu.mamf_fraction is not None:
+        eff = replace(eff, gemm_fraction=gpu.mamf_fraction)
+    return eff

@@ -1,0 +1,169 @@
+"""The task IR: what one training step does on one representative rank, as plain frozen data.
+
+A ``StepGraph`` lists tasks **in the order the framework's CPU thread issues them**. Each task runs
+on one named stream; a stream executes its tasks strictly in that order (CUDA stream FIFO
+semantics), and ``deps`` are cross-stream events (``cudaStreamWaitEvent``). So "DDP launches
+buckets strictly in order" or "FSDP BACKWARD_PRE issues the next all-gather before the current
+reduce-scatter" is expressed by the order of the tasks, and "backward of layer i needs its gathered
+parameters" by a dependency. Nothing here knows hardware: durations come later from the compute
+model, the collective model and PCIe/CPU rates (``simulator.engine.costing``).
+
+Collective sizes follow nccl-tests: ``nbytes`` is the buffer for all_reduce/broadcast/reduce and
+the full concatenated size for all_gather/reduce_scatter (formulas.md §3.2).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+CommKind = Literal["param_allgather", "grad_reduce", "post_step_gather", "tp", "pp"]
+ComputeKind = Literal["forward", "backward", "recompute", "optimizer"]
+CollectiveOp = Literal["all_reduce", "reduce_scatter", "all_gather", "broadcast", "reduce", "all_to_all"]
+
+#: Stream names. One compute stream per GPU; one NCCL stream per process group (collectives of one
+#: group serialise on the GPU: formulas.md §4.3); PCIe copy engines per direction; the host CPU.
+COMPUTE = "compute"
+COMM = "comm"
+COMM_REPLICA = "comm_replica"
+D2H = "pcie_d2h"
+H2D = "pcie_h2d"
+CPU = "cpu"
+
+
+@dataclass(frozen=True, slots=True)
+class ComputeTask:
+    """Kernels on the GPU compute stream. ``ops`` are workload ``Op`` objects (FLOPs, bytes, shape)."""
+
+    id: int
+    name: str
+    kind: ComputeKind
+    ops: tuple[Any, ...]
+    stream: str = COMPUTE
+    deps: tuple[int, ...] = ()
+    micro_batch: int = -1
+    layer: int = -1
+
+
+@dataclass(frozen=True, slots=True)
+class CollectiveTask:
+    """``count`` back-to-back calls of one collective of ``nbytes`` each over mesh group ``group``.
+
+    ``group`` names a kind of group of the rank mesh ("dp", "dp_shard", "dp_replicate", "tp"); the
+    collective model evaluates it with every concurrent copy of that group placed on the cluster.
+    """
+
+    id: int
+    name: str
+    kind: CommKind
+    op: CollectiveOp
+    group: str
+    nbytes: float
+    count: int = 1
+    stream: str = COMM
+    deps: tuple[int, ...] = ()
+    micro_batch: int = -1
+    layer: int = -1
+
+
+@dataclass(frozen=True, slots=True)
+class CopyTask:
+    """A host↔device copy over PCIe (offload): ``direction`` is "d2h" or "h2d"."""
+
+    id: int
+    name: str
+    direction: Literal["d2h", "h2d"]
+    nbytes: float
+    stream: str
+    deps: tuple[int, ...] = ()
+    kind: str = "offload"
+    micro_batch: int = -1
+    layer: int = -1
+
+
+@dataclass(frozen=True, slots=True)
+class HostTask:
+    """Work on the host CPU: the optimizer step over ``n_params`` offloaded parameters (CPU Adam)."""
+
+    id: int
+    name: str
+    n_params: float
+    stream: str = CPU
+    deps: tuple[int, ...] = ()
+    kind: str = "optimizer"
+    micro_batch: int = -1
+    layer: int = -1
+
+
+Task = ComputeTask | CollectiveTask | CopyTask | HostTask
+
+
+@dataclass(frozen=True)
+class StepGraph:
+    """One optimizer step of one representative rank: tasks in CPU issue order plus metadata."""
+
+    tasks: tuple[Task, ...]
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def streams(self) -> dict[str, list[Task]]:
+        """Tasks per stream, in issue order."""
+        out: dict[str, list[Task]] = {}
+        for task in self.tasks:
+            out.setdefault(task.stream, []).append(task)
+        return out
+
+    def collectives(self) -> list[CollectiveTask]:
+        return [t for t in self.tasks if isinstance(t, CollectiveTask)]
+
+    def to_json(self) -> str:
+        """Dump for debugging; ops are shown by name only."""
+
+        def row(t: Task) -> dict[str, Any]:
+            d = asdict(t)
+            d["type"] = type(t).__name__
+            if "ops" in d:
+                d["ops"] = [getattr(op, "name", str(op)) for op in t.ops]  # type: ignore[union-attr]
+            return d
+
+        return json.dumps({"meta": self.meta, "tasks": [row(t) for t in self.tasks]}, indent=1, default=str)
+
+
+class GraphBuilder:
+    """Appends tasks in issue order and hands out ids; ``None`` deps are dropped (absent producer)."""
+
+    def __init__(self) -> None:
+        self._tasks: list[Task] = []
+
+    def _deps(self, deps: tuple[int | None, ...] | list[int | None]) -> tuple[int, ...]:
+        return tuple(sorted({d for d in deps if d is not None}))
+
+    def compute(self, name: str, kind: ComputeKind, ops: tuple, deps=(), **kw: Any) -> int:
+        tid = len(self._tasks)
+        self._tasks.append(ComputeTask(tid, name, kind, ops, deps=self._deps(deps), **kw))
+        return tid
+
+    def collective(self, name: str, kind: CommKind, op: CollectiveOp, group: str, nbytes: float,
+                   deps=(), **kw: Any) -> int | None:
+        """Append a collective; a zero-byte one is skipped and returns ``None``."""
+        if nbytes <= 0 or kw.get("count", 1) <= 0:
+            return None
+        tid = len(self._tasks)
+        self._tasks.append(CollectiveTask(tid, name, kind, op, group, float(nbytes), deps=self._deps(deps), **kw))
+        return tid
+
+    def copy(self, name: str, direction: Literal["d2h", "h2d"], nbytes: float, deps=(), **kw: Any) -> int | None:
+        if nbytes <= 0:
+            return None
+        tid = len(self._tasks)
+        stream = D2H if direction == "d2h" else H2D
+        self._tasks.append(CopyTask(tid, name, direction, float(nbytes), stream, deps=self._deps(deps), **kw))
+        return tid
+
+    def host(self, name: str, n_params: float, deps=(), **kw: Any) -> int:
+        tid = len(self._tasks)
+        self._tasks.append(HostTask(tid, name, float(n_params), deps=self._deps(deps), **kw))
+        return tid
+
+    def build(self, **meta: Any) -> StepGraph:
+        return StepGraph(tuple(self._tasks), dict(meta))

@@ -1,0 +1,135 @@
+"""Matrix-multiply FLOPs of a transformer: per block, logits, and a whole training step.
+
+A multiply-add counts as 2 FLOPs. Only matrix products are counted, as Megatron-LM does
+(``megatron/training/training.py::num_floating_point_operations``) and as the closed forms below
+assume: norms, softmax (≈ ``3·b·a·s²``, Chinchilla App. F), activations, biases and the embedding
+gather are memory-bound and left to ``simulator.workload.ops``.
+
+Attention convention (formulas.md §1.1): ``causal=False`` counts the whole ``s × s`` score matrix
+(Megatron-LM SC'21 Eq. 3, PaLM App. B, Chinchilla App. F); ``causal=True`` counts the unmasked half
+(current Megatron-LM code, FlashAttention benchmarks). Only the attention core (QKᵀ and ·V) changes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from simulator.config.model import ModelConfig
+
+Recompute = Literal["none", "selective", "full"]
+
+
+@dataclass(frozen=True)
+class LayerFlops:
+    """Forward FLOPs of one transformer block for ``b`` sequences of length ``s``.
+
+    q ``2·b·s·h·(a·d_h)``; kv ``2·2·b·s·h·(g_kv·d_h)``; scores (QKᵀ) ``2·b·s²·(a·d_h)·c``;
+    attn_v ``2·b·s²·(a·d_h)·c`` with ``c = 1/2`` causal else 1; out_proj ``2·b·s·(a·d_h)·h``;
+    mlp ``k_mlp·2·b·s·h·f`` (``k_mlp`` 2 GELU, 3 SwiGLU). Source: formulas.md §1.1/§1.4;
+    MHA + GELU-4h non-causal sums to ``24bsh² + 4bs²h`` (Narayanan et al. SC'21 Sec. 5.1).
+    """
+
+    q: float
+    kv: float
+    scores: float
+    attn_v: float
+    out_proj: float
+    mlp: float
+
+    @property
+    def attention_core(self) -> float:
+        """QKᵀ plus softmax·V: the part selective recomputation repeats and causal masking halves."""
+        return self.scores + self.attn_v
+
+    @property
+    def dense(self) -> float:
+        """FLOPs of the weight GEMMs (projections and MLP), ``2·b·s·(block weights)``."""
+        return self.q + self.kv + self.out_proj + self.mlp
+
+    @property
+    def total(self) -> float:
+        return self.dense + self.attention_core
+
+
+@dataclass(frozen=True)
+class StepFlops:
+    """FLOPs of one training step over ``tokens = b·s·n_micro`` tokens (all micro-batches, all layers).
+
+    ``model_flops`` = 3 × forward (forward + 2× backward: dgrad and wgrad; Kaplan et al. 2020 Sec. 2.1,
+    Megatron's ×3 in ``num_floating_point_operations``) with no recomputation: the numerator of MFU
+    (PaLM App. B). ``hardware_flops`` adds what recomputation re-executes: one more forward of every
+    block with ``full``, the attention core with ``selective`` (Korthikanti et al. 2022 Sec. 5); the
+    logits layer is never recomputed. The numerator of HFU.
+    """
+
+    tokens: int
+    causal: bool
+    recompute: Recompute
+    forward_flops: float
+    model_flops: float
+    hardware_flops: float
+
+    @property
+    def train_flops_per_token(self) -> float:
+        """Model (MFU) training FLOPs per token; ≈ ``6N`` plus the attention term."""
+        return self.model_flops / self.tokens
+
+    @property
+    def hardware_flops_per_token(self) -> float:
+        return self.hardware_flops / self.tokens
+
+    @property
+    def forward_flops_per_token(self) -> float:
+        return self.forward_flops / self.tokens
+
+
+def layer_forward(model: ModelConfig, b: int, s: int, causal: bool) -> LayerFlops:
+    """Forward FLOPs of one block; formulas in :class:`LayerFlops`."""
+    h, f = model.hidden_size, model.ffn_hidden_size
+    tokens = b * s
+    core = 2.0 * b * s * s * model.q_dim * (0.5 if causal else 1.0)
+    return LayerFlops(
+        q=2.0 * tokens * h * model.q_dim,
+        kv=2.0 * 2 * tokens * h * model.kv_dim,
+        scores=core,
+        attn_v=core,
+        out_proj=2.0 * tokens * model.q_dim * h,
+        mlp=2.0 * model.mlp_matrices * tokens * h * f,
+    )
+
+
+def logits_forward(model: ModelConfig, b: int, s: int) -> float:
+    """Output-projection FLOPs ``2·b·s·h·V`` (once per model, not per layer; formulas.md §1.1)."""
+    return 2.0 * b * s * model.hidden_size * model.vocab_size
+
+
+def step(
+    model: ModelConfig,
+    b: int,
+    s: int,
+    n_micro: int = 1,
+    causal: bool = False,
+    recompute: Recompute = "none",
+) -> StepFlops:
+    """FLOPs of one optimizer step of ``n_micro`` micro-batches of ``b`` sequences of length ``s``.
+
+    Per micro-batch: ``F = l·F_layer + F_logits``; ``model = 3F``;
+    ``hardware = 3F + l·F_layer`` (full) or ``3F + l·F_core`` (selective) or ``3F`` (none).
+    Non-causal, MHA, GELU-4h: ``model = 72·B·s·l·h²·(1 + s/6h + V/12lh)`` and full-recompute
+    ``hardware = 96·B·s·l·h²·(1 + s/6h + V/16lh)`` with ``B = b·n_micro`` (Narayanan et al. SC'21
+    Sec. 5.1 Eq. 3). Selective non-causal: ``72·B·s·l·h²·(1 + 2s/9h + V/12lh)`` (formulas.md §1.2).
+    """
+    lay = layer_forward(model, b, s, causal)
+    n_layers = model.n_layers
+    forward = n_layers * lay.total + logits_forward(model, b, s)
+    per_layer_extra = {"none": 0.0, "selective": lay.attention_core, "full": lay.total}[recompute]
+    extra = n_layers * per_layer_extra
+    return StepFlops(
+        tokens=b * s * n_micro,
+        causal=causal,
+        recompute=recompute,
+        forward_flops=n_micro * forward,
+        model_flops=n_micro * 3 * forward,
+        hardware_flops=n_micro * (3 * forward + extra),
+    )

@@ -1,0 +1,67 @@
+"""Hugging Face config.json import (no network, no transformers)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from simulator.catalog.hf import model_dict_from_hf
+from simulator.config.model import ModelConfig
+from simulator.errors import InputError
+
+# Keys as published in meta-llama/Meta-Llama-3-8B/config.json.
+LLAMA3_8B = {
+    "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_act": "silu",
+    "hidden_size": 4096, "intermediate_size": 14336, "num_attention_heads": 32, "num_hidden_layers": 32,
+    "num_key_value_heads": 8, "vocab_size": 128256, "tie_word_embeddings": False,
+    "max_position_embeddings": 8192, "rms_norm_eps": 1e-5,
+}
+# Keys as in openai-community/gpt2/config.json.
+GPT2 = {"model_type": "gpt2", "n_layer": 12, "n_embd": 768, "n_head": 12, "n_inner": None,
+        "n_positions": 1024, "vocab_size": 50257}
+# Keys as in mosaicml/mpt-7b/config.json.
+MPT7B = {"model_type": "mpt", "n_layers": 32, "d_model": 4096, "n_heads": 32, "expansion_ratio": 4,
+         "vocab_size": 50432, "max_seq_len": 2048, "no_bias": True, "attn_config": {"alibi": True}}
+
+
+def _load(tmp_path, cfg):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(cfg))
+    return ModelConfig.model_validate(model_dict_from_hf(path))
+
+
+def test_llama(tmp_path):
+    m = _load(tmp_path, LLAMA3_8B)
+    assert (m.n_layers, m.hidden_size, m.n_heads, m.kv_heads, m.ffn_hidden_size) == (32, 4096, 32, 8, 14336)
+    assert m.mlp == "swiglu" and not m.tied_embeddings and m.norm == "rmsnorm"
+
+
+def test_olmo2_has_qk_norm(tmp_path):
+    m = _load(tmp_path, {**LLAMA3_8B, "model_type": "olmo2", "num_key_value_heads": 32})
+    assert m.qk_norm
+
+
+def test_gpt2(tmp_path):
+    m = _load(tmp_path, GPT2)
+    assert m.ffn_hidden_size == 4 * 768 and m.tied_embeddings and m.position_embedding == "learned"
+    assert m.linear_bias and m.norm == "layernorm" and m.mlp == "gelu"
+
+
+def test_mpt(tmp_path):
+    m = _load(tmp_path, MPT7B)
+    assert m.ffn_hidden_size == 16384 and m.position_embedding == "alibi" and not m.linear_bias
+    assert m.tied_embeddings
+
+
+def test_errors(tmp_path):
+    with pytest.raises(InputError, match="model.hf_config: file not found"):
+        model_dict_from_hf(tmp_path / "nope.json")
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    with pytest.raises(InputError, match="cannot read"):
+        model_dict_from_hf(bad)
+    missing = tmp_path / "missing.json"
+    missing.write_text(json.dumps({"model_type": "llama", "hidden_size": 8}))
+    with pytest.raises(InputError, match="lacks key"):
+        model_dict_from_hf(missing)

@@ -1,0 +1,132 @@
+"""Scenario loading: resolution, overrides and every bad-input path gives one clear message."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from simulator.config.loader import load_scenario, scenario_from_dict
+from simulator.errors import InputError
+
+BASE = {
+    "name": "t",
+    "model": "llama-3-8b",
+    "cluster": {"topology": "dgx-h100", "nodes": 2},
+    "training": {"seq_len": 4096, "micro_batch_size": 2, "global_batch_size": 512},
+    "parallel": {"zero_stage": 3, "framework": "deepspeed"},
+}
+
+
+def _error(raw, overrides=None) -> str:
+    with pytest.raises(InputError) as info:
+        scenario_from_dict(raw, overrides=overrides)
+    return str(info.value)
+
+
+def test_bundled_scenario_resolves(olmo_scenario_path):
+    s = load_scenario(olmo_scenario_path)
+    assert s.model.name == "olmo-2-7b"
+    assert s.cluster.gpu_spec.name == "h100-sxm"
+    assert s.n_gpus == 8 and s.dp == 8
+    # G = global batch / (micro batch × dp) = 1024 / (2 × 8) = 64
+    assert s.grad_accum_steps == 64
+    assert s.tokens_per_step == 1024 * 4096
+
+
+def test_derived_dp_and_overrides():
+    s = scenario_from_dict(BASE, overrides=["parallel.tp=2", "training.global_batch_size=1024"])
+    assert s.n_gpus == 16 and s.dp == 8 and s.grad_accum_steps == 1024 // (2 * 8)
+
+
+def test_gpu_override_in_chassis():
+    s = scenario_from_dict(BASE, overrides=["cluster.topology=dgx-a100", "cluster.gpu=a100-40gb"])
+    assert s.cluster.gpu_spec.hbm_usable_bytes == 42_405_855_232
+
+
+def test_scenario_is_frozen():
+    s = scenario_from_dict(BASE)
+    with pytest.raises(Exception):  # noqa: B017 - pydantic raises ValidationError on frozen assignment
+        s.training.seq_len = 8  # type: ignore[misc]
+
+
+def test_misspelt_key_names_path_and_suggests():
+    msg = _error(BASE, overrides=["parallel.zero_stag=2"])
+    assert "parallel.zero_stag: unknown key" in msg and "'zero_stage'" in msg
+
+
+@pytest.mark.parametrize(
+    ("override", "expected"),
+    [
+        ("model=llama-9b", "model: unknown model 'llama-9b'"),
+        ("cluster.gpu=h100", "cluster.gpu: unknown GPU 'h100'"),
+        ("cluster.topology=dgx-h1000", "cluster.topology: unknown topology 'dgx-h1000'"),
+        ("parallel.reduce_bucket_size=0", "parallel.reduce_bucket_size"),
+        ("training.micro_batch_size=-1", "training.micro_batch_size"),
+        ("training.micro_batch_size=3", "must be a multiple of micro_batch_size x dp"),
+        ("parallel.tp=3", "does not divide"),
+        ("parallel.tp=16", "n_kv_heads"),
+        ("parallel.pp=64", "exceeds the number of layers"),
+        ("parallel.zero_stage=4", "parallel.zero_stage"),
+        ("training.precision=fp8", None),  # H100 has FP8: valid
+        ("cluster.gpus=12", "multiple of the node size"),
+        ("cluster.gpus=64", "exceeds nodes x gpus_per_node"),
+        ("parallel.offload_param=cpu", "offload_param needs zero_stage 3"),
+    ],
+)
+def test_bad_values(override, expected):
+    raw = dict(BASE)
+    if override == "parallel.offload_param=cpu":
+        raw = {**BASE, "parallel": {"zero_stage": 2}}
+    if expected is None:
+        scenario_from_dict(raw, overrides=[override])
+        return
+    assert expected in _error(raw, overrides=[override])
+
+
+def test_precision_the_gpu_lacks():
+    msg = _error(BASE, overrides=["cluster.topology=dgx-a100", "training.precision=fp8"])
+    assert "training.precision" in msg and "fp8" in msg
+
+
+def test_option_of_another_framework():
+    raw = {**BASE, "parallel": {"framework": "ddp", "reduce_bucket_size": 1e8}}
+    msg = _error(raw)
+    assert "parallel.reduce_bucket_size is a deepspeed option" in msg
+    raw = {**BASE, "parallel": {"framework": "ddp", "zero_stage": 2}}
+    assert "zero_stage must be 0 with framework ddp" in _error(raw)
+
+
+def test_missing_section():
+    raw = {k: v for k, v in BASE.items() if k != "training"}
+    assert "training: required key is missing" in _error(raw)
+
+
+def test_files(tmp_path):
+    with pytest.raises(InputError, match="file not found"):
+        load_scenario(tmp_path / "absent.yaml")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("model: [unclosed\n")
+    with pytest.raises(InputError, match="malformed YAML .* line"):
+        load_scenario(bad)
+    not_mapping = tmp_path / "list.yaml"
+    not_mapping.write_text("- 1\n- 2\n")
+    with pytest.raises(InputError, match="mapping"):
+        load_scenario(not_mapping)
+
+
+def test_model_mapping_and_hf_config_relative_to_scenario(tmp_path):
+    (tmp_path / "cfg.json").write_text(
+        '{"model_type": "llama", "num_hidden_layers": 2, "hidden_size": 256, "num_attention_heads": 4,'
+        ' "intermediate_size": 512, "vocab_size": 1000}'
+    )
+    raw = {**BASE, "model": {"hf_config": "cfg.json"}}
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    s = load_scenario(path)
+    assert s.model.n_layers == 2 and s.model.hidden_size == 256
+    inline = {**BASE, "model": {"n_layers": 2, "hidden_size": 256, "n_heads": 4, "ffn_hidden_size": 512,
+                                "vocab_size": 1000, "mlp": "gelu"}}
+    assert scenario_from_dict(inline).model.mlp == "gelu"
+    msg = _error({**BASE, "model": {"n_layers": 2, "hidden_size": 256, "n_heads": 3, "ffn_hidden_size": 512,
+                                    "vocab_size": 1000}})
+    assert "model" in msg and "n_heads" in msg
