@@ -43,9 +43,8 @@ def flops_summary(model: ModelConfig, seq_len: int, convention: Literal["full", 
     """
     counts = params.count(model)
     causal = convention == "causal"
-    layer = flops.layer_forward(model, 1, seq_len, causal=causal)
-    forward = model.n_layers * layer.total + flops.logits_forward(model, 1, seq_len)
-    recompute = model.n_layers * layer.total  # full recomputation: one more forward of every layer
+    plain = flops.step(model, 1, seq_len, causal=causal)
+    full = flops.step(model, 1, seq_len, causal=causal, recompute="full")
     return {
         "model": model.name,
         "seq_len": seq_len,
@@ -53,11 +52,11 @@ def flops_summary(model: ModelConfig, seq_len: int, convention: Literal["full", 
         "n_params": counts.total,
         "n_params_non_embedding": counts.non_embedding,
         "n_params_embedding": counts.embedding + counts.lm_head,
-        "forward_flops_per_token": forward / seq_len,
-        "train_flops_per_token": 3 * forward / seq_len,
-        "train_flops_per_token_full_recompute": (3 * forward + recompute) / seq_len,
-        "forward_flops_per_sequence": forward,
-        "train_flops_per_sequence": 3 * forward,
+        "forward_flops_per_token": plain.forward_flops_per_token,
+        "train_flops_per_token": plain.train_flops_per_token,
+        "train_flops_per_token_full_recompute": full.hardware_flops_per_token,
+        "forward_flops_per_sequence": plain.forward_flops,
+        "train_flops_per_sequence": plain.model_flops,
         "six_n_flops_per_token": 6 * counts.total,
     }
 

@@ -25,6 +25,10 @@ from simulator.config.topology import resolve_topology_path
 from simulator.errors import InputError
 
 
+#: Keys whose value is a name the loader resolves into a mapping.
+_REFERENCE_KEYS = ("model", "cluster.topology", "cluster.gpu")
+
+
 def read_yaml(path: str | Path, field: str | None = None) -> Any:
     """Parse a YAML file; a missing file or malformed YAML is an ``InputError``."""
     path = Path(path)
@@ -133,18 +137,30 @@ def format_validation_error(exc: ValidationError) -> str:
     return "\n".join(lines)
 
 
-def scenario_from_dict(raw: Any, base_dir: Path | None = None, overrides: list[str] | None = None) -> Scenario:
-    """Validate a raw scenario mapping (after applying overrides and resolving references)."""
+def prepare_raw(raw: Any, base_dir: Path | None = None, overrides: list[str] | None = None) -> dict:
+    """Apply overrides and resolve references; the result is ready for ``Scenario.model_validate``."""
     if not isinstance(raw, dict):
         raise InputError("a scenario must be a YAML mapping with model, cluster, training, ... sections")
     base_dir = base_dir or Path.cwd()
-    raw = apply_overrides(copy.deepcopy(raw), overrides)
+    # Overrides of a whole reference (model=..., cluster.topology=...) apply first; then references
+    # are resolved, so nested overrides (model.n_layers=2, cluster.topology.fabric.oversubscription=2)
+    # edit the resolved mapping even when the file names a catalog entry.
+    overrides = overrides or []
+    first = [o for o in overrides if o.partition("=")[0].strip() in _REFERENCE_KEYS]
+    rest = [o for o in overrides if o not in first]
+    raw = apply_overrides(copy.deepcopy(raw), first)
     if "model" in raw:
         raw["model"] = _resolve_model(raw["model"], base_dir)
     if "cluster" in raw:
         raw["cluster"] = _resolve_cluster(raw["cluster"], base_dir)
+    return apply_overrides(raw, rest)
+
+
+def scenario_from_dict(raw: Any, base_dir: Path | None = None, overrides: list[str] | None = None) -> Scenario:
+    """Validate a raw scenario mapping (after applying overrides and resolving references)."""
+    prepared = prepare_raw(raw, base_dir, overrides)
     try:
-        return Scenario.model_validate(raw)
+        return Scenario.model_validate(prepared)
     except ValidationError as exc:
         raise InputError(format_validation_error(exc)) from None
 

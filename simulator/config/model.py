@@ -37,6 +37,9 @@ class ModelConfig(Frozen):
     max_position_embeddings: PositiveInt | None = None
     #: Extra LayerNorm after the token embedding (BLOOM's word_embeddings_layernorm).
     embedding_norm: bool = False
+    #: Dropout probability in training (hidden and attention). Dropout stores 1-byte masks
+    #: (Korthikanti et al. 2022 Table 2 counts them); Llama/OLMo-style models train without it.
+    dropout: float = Field(0.0, ge=0, lt=1)
     #: Published parameter count, when the source gives one (used only in reports, never as a result).
     reported_params: float | None = None
     source: str = ""

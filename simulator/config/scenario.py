@@ -7,7 +7,7 @@ before validation, so a validated ``Scenario`` is self-contained.
 
 from __future__ import annotations
 
-from typing import ClassVar, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import Field, NonNegativeFloat, PositiveFloat, PositiveInt, model_validator
 
@@ -100,6 +100,8 @@ class ParallelConfig(Frozen):
 
     tp: PositiveInt = 1
     pp: PositiveInt = 1
+    #: Megatron sequence parallelism (Korthikanti et al. 2022): norm/dropout activations split by tp.
+    sequence_parallel: bool = False
     zero_stage: int = Field(0, ge=0, le=3)
     framework: Framework = "deepspeed"
     # --- DeepSpeed (deepspeed/runtime/zero/config.py defaults, DS 0.16.5) ---
@@ -123,6 +125,8 @@ class ParallelConfig(Frozen):
     bucket_cap_mb: PositiveFloat = 25.0
     first_bucket_mb: PositiveFloat = 1.0
     no_sync: bool = True
+    #: gradient_as_bucket_view=True makes gradients views into the buckets (saves one gradient copy).
+    gradient_as_bucket_view: bool = False
     comm_hook: Literal["none", "fp16", "bf16"] = "none"
     # --- PyTorch FSDP (torch/distributed/fsdp/api.py) ---
     sharding_strategy: Literal["full_shard", "shard_grad_op", "hybrid_shard", "no_shard"] = "full_shard"
@@ -149,7 +153,13 @@ class ParallelConfig(Frozen):
         "onebit_adam",
         "deepspeed_config",
     )
-    _DDP_ONLY: ClassVar[tuple[str, ...]] = ("bucket_cap_mb", "first_bucket_mb", "no_sync", "comm_hook")
+    _DDP_ONLY: ClassVar[tuple[str, ...]] = (
+        "bucket_cap_mb",
+        "first_bucket_mb",
+        "no_sync",
+        "gradient_as_bucket_view",
+        "comm_hook",
+    )
     _FSDP_ONLY: ClassVar[tuple[str, ...]] = (
         "sharding_strategy",
         "backward_prefetch",
@@ -218,10 +228,70 @@ class MemoryConfig(Frozen):
     nccl_buffers_bytes: NonNegativeFloat = 2.5e8
 
 
-class CostConfig(Frozen):
-    """Price of the capacity. None = the GPU catalog's dated on-demand snapshot."""
+class SpotConfig(Frozen):
+    """Preemptible capacity: cheaper, but each preemption costs a restart and lost work."""
 
+    #: Preemptions per node-hour (each one interrupts the whole job, like a failure).
+    preemptions_per_node_hour: NonNegativeFloat = 0.0
+    #: Fraction off the on-demand price (0.6 = pay 40%).
+    discount: float = Field(0.0, ge=0, lt=1)
+
+
+class CostConfig(Frozen):
+    """Price and power of the capacity."""
+
+    #: None = the GPU catalog's dated on-demand snapshot (``dtsim catalog gpus --json``).
     usd_per_gpu_hour: NonNegativeFloat | None = None
+    #: Power of everything in a node but the GPUs (CPUs, NICs, fans, PSU loss). Default derived from
+    #: DGX H100: 10.2 kW maximum system power (hardware.md §2, [S38], S) − 8 × 700 W GPU TDP = 4.6 kW.
+    node_overhead_W: NonNegativeFloat = 4600.0
+    #: GPU power when idle (waiting for communication) as a fraction of TDP (U: typical nvidia-smi
+    #: readings of idle-but-allocated datacenter GPUs are 20–30% of TDP).
+    gpu_idle_power_fraction: float = Field(0.3, ge=0, le=1)
+    spot: SpotConfig = SpotConfig()
+
+
+class CheckpointConfig(Frozen):
+    """How checkpoints are written (formulas.md §7)."""
+
+    enabled: bool = True
+    #: None = optimal (Daly 2006); otherwise a fixed interval between checkpoints, in seconds.
+    interval_s: PositiveFloat | None = None
+    #: Multiplies the full checkpoint size (incremental or compressed checkpoints < 1).
+    size_factor: float = Field(1.0, gt=0, le=1)
+    #: Aggregate storage write bandwidth. Default: Llama 3's Tectonic store sustains 2 TB/s
+    #: (hardware.md §6a, [S50], V).
+    storage_GBps: PositiveFloat = 2000.0
+    #: Write bandwidth one node achieves to storage. Default derived from the same system:
+    #: 2 TB/s over 2,048 nodes ≈ 1 GB/s per node (D).
+    per_node_write_GBps: PositiveFloat = 1.0
+    #: Asynchronous checkpointing: training stalls only for the snapshot to host memory (over PCIe);
+    #: the write to storage proceeds in the background.
+    asynchronous: bool = False
+
+
+class ReliabilityConfig(Frozen):
+    """Failures and restarts. Default rate: Llama 3 405B's 419 unexpected interruptions in 54 days on
+    16,384 H100s ⇒ per-GPU MTBF ≈ 50,700 h (hardware.md §6a, D from [S50])."""
+
+    enabled: bool = True
+    gpu_mtbf_hours: PositiveFloat = 50700.0
+    #: Node-level failures (host, NIC, switch) in addition to the per-GPU rate; None = none extra.
+    node_mtbf_hours: PositiveFloat | None = None
+    #: Time to detect, restart and reload after an interruption (Daly's examples use 10 min; Meta
+    #: reports ~10 min at ~100K GPUs, hardware.md §6c, S/U).
+    restart_s: NonNegativeFloat = 600.0
+    checkpoint: CheckpointConfig = CheckpointConfig()
+
+
+class SweepConfig(Frozen):
+    """A grid of overrides kept in the scenario file (``dtsim sweep`` reads it; other commands ignore it).
+
+    ``grid`` maps a dotted path to a list of values or a range ``start:stop:log|lin:count``.
+    """
+
+    grid: dict[str, list[Any] | str] = Field(default_factory=dict)
+    objective: Literal["step_time", "cost", "tokens_per_s", "wall_clock"] = "step_time"
 
 
 class Scenario(Frozen):
@@ -234,6 +304,8 @@ class Scenario(Frozen):
     parallel: ParallelConfig = ParallelConfig()
     memory: MemoryConfig = MemoryConfig()
     cost: CostConfig = CostConfig()
+    reliability: ReliabilityConfig = ReliabilityConfig()
+    sweep: SweepConfig | None = None
 
     @property
     def n_gpus(self) -> int:
@@ -257,6 +329,8 @@ class Scenario(Frozen):
     def _check_layout(self) -> Scenario:
         p, t, m = self.parallel, self.training, self.model
         n = self.n_gpus
+        if p.pp > m.n_layers:
+            raise ValueError(f"parallel.pp ({p.pp}) exceeds the number of layers ({m.n_layers})")
         if n % (p.tp * p.pp):
             raise ValueError(
                 f"parallel: tp x pp = {p.tp} x {p.pp} = {p.tp * p.pp} does not divide the {n} GPUs; "
@@ -268,13 +342,16 @@ class Scenario(Frozen):
             )
         if p.tp > self.cluster.topology.gpus_per_node and p.tp % self.cluster.topology.gpus_per_node:
             raise ValueError(f"parallel.tp ({p.tp}) must divide or be a multiple of the node size")
-        if p.pp > m.n_layers:
-            raise ValueError(f"parallel.pp ({p.pp}) exceeds the number of layers ({m.n_layers})")
         dp = self.dp
         if t.global_batch_size % (t.micro_batch_size * dp):
             raise ValueError(
                 f"training.global_batch_size ({t.global_batch_size}) must be a multiple of "
                 f"micro_batch_size x dp = {t.micro_batch_size} x {dp} = {t.micro_batch_size * dp}"
+            )
+        if t.total_tokens is not None and t.total_tokens < self.tokens_per_step:
+            raise ValueError(
+                f"training.total_tokens ({t.total_tokens:.3g}) is below one step "
+                f"(global_batch_size x seq_len = {self.tokens_per_step:,} tokens)"
             )
         if m.position_embedding == "learned" and m.max_position_embeddings and t.seq_len > m.max_position_embeddings:
             raise ValueError(

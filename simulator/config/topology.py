@@ -1,28 +1,116 @@
 """Cluster topology files (``topologies/*.yaml``): one node type and how nodes attach to the fabric.
 
 This module holds the schema and the file lookup; ``simulator.network`` turns a validated
-``TopologyConfig`` into a networkx graph.
+``TopologyConfig`` into a networkx graph. Bandwidths are per direction in decimal GB/s (NVLink,
+PCIe, Infinity Fabric) or Gb/s (NICs, as vendors label ports); latencies in microseconds. Pluggable
+parts (the intra-node fabric, the scale-out fabric) are discriminated unions on ``kind``.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Annotated, Literal
 
-from pydantic import PositiveInt
+import yaml
+from pydantic import Field, NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt, ValidationError
 
 from simulator.config.base import Frozen
+from simulator.errors import InputError
 
 #: The repository's bundled topology folder (``topologies/`` beside the package).
 BUNDLED_TOPOLOGY_DIR = Path(__file__).resolve().parents[2] / "topologies"
 
 
+class NVSwitchFabric(Frozen):
+    """GPUs joined by NVSwitch chips; every GPU has ``bandwidth_GBps_per_gpu`` per direction, spread
+    evenly over ``switches`` chips (DGX A100: 12 NVLink3 links, 2 to each of 6 switches)."""
+
+    kind: Literal["nvswitch"] = "nvswitch"
+    bandwidth_GBps_per_gpu: PositiveFloat
+    switches: PositiveInt = 1
+    latency_us: NonNegativeFloat = 0.7
+    #: NVLink SHARP (in-switch reduction, NVLink4+ switches): enables the ``nvls`` algorithm.
+    nvls: bool = False
+
+
+class FullMeshFabric(Frozen):
+    """Every GPU pair joined by a dedicated link of ``link_GBps`` per direction (AMD MI300X UBB)."""
+
+    kind: Literal["full_mesh"] = "full_mesh"
+    link_GBps: PositiveFloat
+    link: Literal["xgmi", "nvlink"] = "xgmi"
+    latency_us: NonNegativeFloat = 1.0
+
+
+class PCIeFabric(Frozen):
+    """No scale-up links: GPUs talk over the host PCIe tree (``host``). Without ``p2p`` every GPU-GPU
+    and GPU-NIC transfer is staged through host memory (it crosses the CPU)."""
+
+    kind: Literal["pcie"] = "pcie"
+    p2p: bool = False
+
+
+IntraNodeFabric = Annotated[NVSwitchFabric | FullMeshFabric | PCIeFabric, Field(discriminator="kind")]
+
+
+class HostConfig(Frozen):
+    """The PCIe tree of one node: GPUs and NICs hang off ``pcie_switches`` switches, which hang off
+    ``sockets`` CPU root complexes joined by a socket link (UPI / xGMI)."""
+
+    sockets: PositiveInt = 2
+    pcie_switches: PositiveInt = 4
+    gpu_link_GBps: PositiveFloat = Field(description="GPU <-> PCIe switch, per direction")
+    uplink_GBps: PositiveFloat = Field(description="PCIe switch <-> CPU root port, per direction")
+    socket_link_GBps: PositiveFloat = Field(40.0, description="CPU socket <-> socket, per direction")
+    latency_us: NonNegativeFloat = 1.0
+
+
+class NICConfig(Frozen):
+    """Compute NICs of one node; NIC ``r`` sits on the PCIe switch of GPU ``r * gpus / per_node``
+    and is rail ``r`` of a rail-optimised fabric."""
+
+    per_node: NonNegativeInt = 0
+    bandwidth_Gbps: PositiveFloat = 200.0
+    latency_us: NonNegativeFloat = 1.0
+
+
+class FatTreeFabric(Frozen):
+    """Two-level fat tree. Rail-optimised: NIC ``r`` of every node attaches to the leaf of rail ``r``
+    (DGX SuperPOD). Each leaf has ``switch_radix`` ports; its uplink capacity to the spines is its
+    attached downlink capacity divided by ``oversubscription`` (1 = non-blocking)."""
+
+    kind: Literal["fat_tree"] = "fat_tree"
+    rail_optimized: bool = True
+    oversubscription: float = Field(1.0, ge=1.0)
+    switch_radix: int = Field(64, ge=2)
+    switch_latency_us: NonNegativeFloat = 0.6
+
+
+class SingleSwitchFabric(Frozen):
+    """All NICs on one switch (small clusters)."""
+
+    kind: Literal["single_switch"] = "single_switch"
+    switch_latency_us: NonNegativeFloat = 0.6
+
+
+ScaleOutFabric = Annotated[FatTreeFabric | SingleSwitchFabric, Field(discriminator="kind")]
+
+
 class TopologyConfig(Frozen):
-    """One node type (GPU model, GPUs per node) and its fabric."""
+    """One node type (GPU model, GPUs per node, intra-node fabric, host, NICs) and its fabric."""
 
     name: str
     description: str = ""
     gpu: str
     gpus_per_node: PositiveInt
+    intra_node: IntraNodeFabric = PCIeFabric()
+    host: HostConfig = HostConfig(gpu_link_GBps=31.5, uplink_GBps=31.5)
+    nics: NICConfig = NICConfig()
+    fabric: ScaleOutFabric = SingleSwitchFabric()
+
+    @property
+    def nvls(self) -> bool:
+        return isinstance(self.intra_node, NVSwitchFabric) and self.intra_node.nvls
 
 
 def bundled_topology_names() -> list[str]:
@@ -51,3 +139,36 @@ def resolve_topology_path(ref: str, base_dir: Path | None = None) -> Path:
             return path
     names = ", ".join(bundled_topology_names()) or "(none bundled)"
     raise FileNotFoundError(f"unknown topology {ref!r}; bundled topologies: {names}; or give a path to a .yaml file")
+
+
+def _field_of(error: dict) -> str:
+    # Drop the discriminator tags pydantic inserts into the location (intra_node.nvswitch.x -> intra_node.x).
+    tags = {"nvswitch", "full_mesh", "pcie", "fat_tree", "single_switch"}
+    loc = [str(p) for i, p in enumerate(error["loc"]) if not (i > 0 and p in tags)]
+    if error["type"] == "union_tag_invalid":
+        loc.append("kind")
+    return ".".join(loc) or "(top level)"
+
+
+def parse_topology(data: dict, source: str = "topology") -> TopologyConfig:
+    """Validate a topology mapping; a schema error becomes ``InputError`` naming the first bad field."""
+    if not isinstance(data, dict):
+        raise InputError(f"{source}: expected a mapping at the top level, got {type(data).__name__}")
+    try:
+        return TopologyConfig.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        raise InputError(f"{first['msg']} (in {source})", field=_field_of(first)) from None
+
+
+def load_topology(ref: str, base_dir: Path | None = None) -> TopologyConfig:
+    """Read and validate a topology by bundled name or path; every failure is an ``InputError``."""
+    try:
+        path = resolve_topology_path(ref, base_dir)
+    except FileNotFoundError as exc:
+        raise InputError(str(exc), field="topology") from None
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        raise InputError(f"cannot parse {path}: {exc}", field="topology") from None
+    return parse_topology(data, str(path))

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from simulator.config.model import ModelConfig
+from simulator.config.scenario import Scenario
 
 Recompute = Literal["none", "selective", "full"]
 
@@ -132,4 +133,20 @@ def step(
         forward_flops=n_micro * forward,
         model_flops=n_micro * 3 * forward,
         hardware_flops=n_micro * (3 * forward + extra),
+    )
+
+
+def for_scenario(scenario: Scenario) -> StepFlops:
+    """:func:`step` for a scenario's whole optimizer step (all data-parallel ranks): micro-batches of
+    ``training.micro_batch_size`` sequences, ``global_batch_size / micro_batch_size`` of them, the
+    attention convention of ``training.attention_flops`` and the recompute mode of
+    ``training.activation_checkpointing``. Divide by the GPU count for per-GPU work."""
+    t = scenario.training
+    return step(
+        scenario.model,
+        t.micro_batch_size,
+        t.seq_len,
+        t.global_batch_size // t.micro_batch_size,
+        causal=t.attention_flops == "causal",
+        recompute=t.activation_checkpointing,
     )

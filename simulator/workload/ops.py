@@ -92,7 +92,9 @@ def gemm(name: str, m: int, n: int, k: int, precision_bytes: int, batch: int = 1
     )
 
 
-def memory_op(name: str, elements: float, passes: float, precision_bytes: int, flops_per_element: float) -> Op:
+def memory_op(
+    name: str, elements: float, passes: float, precision_bytes: int, flops_per_element: float
+) -> Op:
     """A bandwidth-bound elementwise kernel: ``passes·elements·precision_bytes`` bytes."""
     return Op(
         name=name,
@@ -201,7 +203,15 @@ def _backward(op: Op) -> list[Op]:
                 recompute=False,
             )
         ]
-    return [replace(op, name=f"{op.name}.bwd", flops=MEMORY_BWD * op.flops, bytes=MEMORY_BWD * op.bytes, recompute=False)]
+    return [
+        replace(
+            op,
+            name=f"{op.name}.bwd",
+            flops=MEMORY_BWD * op.flops,
+            bytes=MEMORY_BWD * op.bytes,
+            recompute=False,
+        )
+    ]
 
 
 def recompute_ops(fwd_ops: list[Op]) -> list[Op]:

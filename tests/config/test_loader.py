@@ -130,3 +130,8 @@ def test_model_mapping_and_hf_config_relative_to_scenario(tmp_path):
     msg = _error({**BASE, "model": {"n_layers": 2, "hidden_size": 256, "n_heads": 3, "ffn_hidden_size": 512,
                                     "vocab_size": 1000}})
     assert "model" in msg and "n_heads" in msg
+
+
+def test_nested_override_of_catalog_model_and_topology():
+    s = scenario_from_dict(BASE, overrides=["model.n_layers=2", "model=llama-2-7b"])
+    assert s.model.n_layers == 2 and s.model.vocab_size == 32000  # reference first, then the nested edit

@@ -1,0 +1,127 @@
+"""Composition root: ``simulate(scenario) -> StepReport``.
+
+Wires every layer in one readable function (ARCHITECTURE.md §1.8): the cluster graph and collective
+model (network), the compute model (hardware), the step graph (parallel), the executor (engine),
+the FLOP and memory accounting (workload), and the report. Nothing here keeps state between calls.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from simulator.collectives import CollectiveModel
+from simulator.config.scenario import Scenario
+from simulator.engine.costing import Costing
+from simulator.engine.executor import simulate as run_graph
+from simulator.engine.summary import summarize
+from simulator.errors import InputError
+from simulator.hardware.compute import RooflineComputeModel
+from simulator.hardware.efficiency import Efficiency, for_gpu
+from simulator.network import build_cluster
+from simulator.parallel.build import build_step_graph, context_for
+from simulator.parallel.volume import bytes_per_rank
+from simulator.report.step_report import StepReport
+from simulator.workload import flops, memory
+
+
+@dataclass(frozen=True)
+class WhatIf:
+    """Scale factors for sensitivity studies and monotonicity checks (1 = as catalogued)."""
+
+    flops_scale: float = 1.0
+    hbm_scale: float = 1.0
+    network_scale: float = 1.0
+
+
+class _ScaledCollectives:
+    """Divides every collective time by ``scale`` (more bandwidth and lower latency alike)."""
+
+    def __init__(self, inner: Any, scale: float) -> None:
+        self.inner, self.scale = inner, scale
+
+    def run(self, op: str, groups: Any, nbytes: float) -> Any:
+        res = self.inner.run(op, groups, nbytes)
+        return _Scaled(res.time_s / self.scale, getattr(res, "algorithm", ""), getattr(res, "busbw_GBps", 0.0))
+
+
+@dataclass(frozen=True)
+class _Scaled:
+    time_s: float
+    algorithm: str
+    busbw_GBps: float
+
+
+def _check_supported(scenario: Scenario) -> None:
+    p = scenario.parallel
+    if p.pp > 1:
+        raise InputError("pipeline parallelism (pp > 1) is not simulated yet; set parallel.pp: 1", "parallel.pp")
+
+
+def simulate(scenario: Scenario, *, efficiency: Efficiency | None = None, what_if: WhatIf = WhatIf(),
+             collective_model: Any = None, compute_model: Any = None) -> StepReport:
+    """Simulate one optimizer step of ``scenario`` on its representative rank.
+
+    ``collective_model`` / ``compute_model`` replace the network or compute layer (tests, studies).
+    """
+    _check_supported(scenario)
+    cl, tr, par = scenario.cluster, scenario.training, scenario.parallel
+    gpu = cl.gpu_spec
+    eff = efficiency or for_gpu(gpu)
+    cluster = build_cluster(cl.topology, _nodes(scenario), gpu)
+    collectives = collective_model or CollectiveModel(cluster, fidelity=cl.network_fidelity,
+                                                      algorithm=cl.collective_algorithm)
+    if what_if.network_scale != 1.0:
+        collectives = _ScaledCollectives(collectives, what_if.network_scale)
+    compute = compute_model or RooflineComputeModel(gpu, tr.precision, eff, flops_scale=what_if.flops_scale,
+                                                    hbm_scale=what_if.hbm_scale)
+    ctx = context_for(scenario, gpus_per_node=cluster.gpus_per_node)
+    graph = build_step_graph(ctx)
+    pcie = cluster.host_bandwidth_Bps_per_gpu * eff.pcie_fraction
+    costing = Costing(compute, collectives, ctx.mesh, pcie,
+                      eff.cpu_adam_params_per_s_per_node / cluster.gpus_per_node)
+    trace = run_graph(graph, costing.costs(graph), eff.compute_slowdown_during_comm)
+    summary = summarize(trace)
+    causal = tr.attention_flops == "causal"
+    step_flops = flops.step(scenario.model, tr.micro_batch_size, tr.seq_len,
+                            n_micro=scenario.grad_accum_steps * scenario.dp, causal=causal,
+                            recompute=tr.activation_checkpointing)
+    mem = memory.breakdown(scenario).as_dict()
+    breakdown = {k: summary[k] for k in ("forward_s", "backward_s", "recompute_s", "optimizer_s", "idle_s",
+                                         "compute_busy_s")}
+    breakdown["offload"] = summary["offload"]
+    breakdown["communication"] = summary["communication"]
+    layout = {
+        "framework": par.framework,
+        "zero_stage": par.effective_zero_stage,
+        "tp": par.tp, "pp": par.pp, "dp": scenario.dp,
+        "grad_accum_steps": scenario.grad_accum_steps,
+        "micro_batch_size": tr.micro_batch_size,
+        "gpu": gpu.name, "nodes": _nodes(scenario),
+        "tasks": len(graph.tasks),
+        **{k: v for k, v in graph.meta.items() if k in ("sharding_strategy", "prefetch_depth")},
+    }
+    return StepReport(
+        scenario=scenario.name,
+        step_time_s=summary["step_time_s"],
+        tokens_per_step=scenario.tokens_per_step,
+        n_gpus=scenario.n_gpus,
+        model_flops=step_flops.model_flops / par.tp / par.pp,
+        hardware_flops=step_flops.hardware_flops / par.tp / par.pp,
+        peak_flops_per_gpu=gpu.peak_flops(tr.precision),
+        breakdown=breakdown,
+        memory=mem,
+        bytes_per_rank=bytes_per_rank(graph, ctx.mesh),
+        layout=layout,
+        conventions={
+            "mfu": f"model FLOPs (3x forward, attention '{tr.attention_flops}') / (step time x GPUs x dense "
+                   f"{tr.precision} peak)",
+            "hfu": "as MFU, counting recomputed FLOPs",
+        },
+        trace=trace.spans,
+    )
+
+
+def _nodes(scenario: Scenario) -> int:
+    per_node = scenario.cluster.topology.gpus_per_node
+    return max(1, -(-scenario.n_gpus // per_node))

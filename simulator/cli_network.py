@@ -1,0 +1,168 @@
+"""CLI for the network layer: ``dtsim collective`` (an nccl-tests-like sweep) and ``dtsim topology show``.
+
+The lead's main app registers ``collective`` as a command and ``topology_app`` under ``topology``.
+Bad input raises ``simulator.errors.InputError`` (the main app turns it into exit code 2).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import networkx as nx
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from simulator.collectives import ALGORITHMS, FIDELITIES, OPS, CollectiveModel
+from simulator.config.topology import load_topology
+from simulator.errors import InputError
+from simulator.network import Cluster, build_cluster
+from simulator.units import parse_bytes
+
+topology_app = typer.Typer(help="Inspect cluster topologies (topologies/*.yaml).", no_args_is_help=True)
+
+
+def _bytes(text: str, option: str) -> int:
+    try:
+        return parse_bytes(text)
+    except ValueError as exc:
+        raise InputError(str(exc), field=option) from None
+
+
+def sweep_sizes(min_bytes: int, max_bytes: int, factor: int = 2) -> list[int]:
+    """nccl-tests' ``-b/-e/-f`` size sweep: min, min·f, … up to max (inclusive)."""
+    if min_bytes < 1 or max_bytes < min_bytes:
+        raise InputError(f"need 1 <= min-bytes <= max-bytes, got {min_bytes} and {max_bytes}", field="--min-bytes")
+    if factor < 2:
+        raise InputError(f"step factor must be >= 2, got {factor}", field="--step-factor")
+    out, s = [], min_bytes
+    while s <= max_bytes:
+        out.append(s)
+        s *= factor
+    return out
+
+
+def _cluster_for(topology: str, nodes: int, gpus: int | None) -> tuple[Cluster, int]:
+    topo = load_topology(topology)
+    if nodes < 1:
+        raise InputError(f"need at least one node, got {nodes}", field="--nodes")
+    per_node = topo.gpus_per_node
+    if gpus is not None:
+        if gpus < 1:
+            raise InputError(f"need at least one GPU, got {gpus}", field="--gpus")
+        if gpus > per_node and gpus % per_node:
+            raise InputError(f"{gpus} GPUs is not a multiple of the node size ({per_node})", field="--gpus")
+        nodes = max(nodes, math.ceil(gpus / per_node))
+    cluster = build_cluster(topo, nodes)
+    return cluster, gpus or cluster.n_gpus
+
+
+def collective(
+    topology: str = typer.Option(..., "--topology", "-t", help="bundled topology name or YAML path"),
+    nodes: int = typer.Option(1, "--nodes", "-N", help="number of nodes"),
+    op: str = typer.Option("all_reduce", "--op", help=f"one of: {', '.join(OPS)}"),
+    algo: str = typer.Option("auto", "--algo", help=f"one of: {', '.join(ALGORITHMS)}"),
+    fidelity: str = typer.Option("analytical", "--fidelity", help=f"one of: {', '.join(FIDELITIES)}"),
+    min_bytes: str = typer.Option("8", "--min-bytes", "-b", help="smallest size (8, 64K, 1M, 1GB)"),
+    max_bytes: str = typer.Option("8G", "--max-bytes", "-e", help="largest size"),
+    nbytes: str | None = typer.Option(None, "--bytes", help="a single size instead of a sweep"),
+    step_factor: int = typer.Option(2, "--step-factor", "-f", help="multiply the size by this each row"),
+    gpus: int | None = typer.Option(None, "--gpus", help="use the first N GPUs (default: all)"),
+    as_json: bool = typer.Option(False, "--json", help="print JSON instead of a table"),
+) -> None:
+    """Predict an nccl-tests run: time, algbw and busbw of one collective over a size sweep."""
+    cluster, n = _cluster_for(topology, nodes, gpus)
+    model = CollectiveModel(cluster, fidelity=fidelity, algorithm=algo)
+    if op not in OPS:
+        raise InputError(f"unknown collective {op!r}; valid: {', '.join(OPS)}", field="--op")
+    group = [0, n - 1] if op == "send_recv" else list(range(n))
+    if nbytes is not None:
+        sizes = [_bytes(nbytes, "--bytes")]
+    else:
+        sizes = sweep_sizes(_bytes(min_bytes, "--min-bytes"), _bytes(max_bytes, "--max-bytes"), step_factor)
+    rows = []
+    for size in sizes:
+        r = model.run(op, [group], size)
+        rows.append({"bytes": size, "time_s": r.time_s, "algbw_GBps": r.algbw_GBps, "busbw_GBps": r.busbw_GBps,
+                     "algorithm": r.algorithm, "protocol": r.protocol})
+    console = Console()
+    if as_json:
+        doc = {"topology": cluster.topology.name, "nodes": cluster.nodes, "gpus": n, "op": op,
+               "fidelity": fidelity, "rows": rows}
+        typer.echo(json.dumps(doc, indent=2))
+        return
+    table = Table(title=f"{op} on {n} GPUs: {cluster.topology.name} x {cluster.nodes} ({fidelity})")
+    for col in ("size (B)", "time (us)", "algbw (GB/s)", "busbw (GB/s)", "algorithm"):
+        table.add_column(col, justify="right" if col != "algorithm" else "left")
+    for row in rows:
+        table.add_row(str(row["bytes"]), f"{row['time_s'] * 1e6:.1f}", f"{row['algbw_GBps']:.2f}",
+                      f"{row['busbw_GBps']:.2f}", f"{row['algorithm']}/{row['protocol']}")
+    console.print(table)
+
+
+@topology_app.command("show")
+def show(
+    name: str = typer.Argument(..., help="bundled topology name or YAML path"),
+    nodes: int = typer.Option(1, "--nodes", "-N"),
+    as_json: bool = typer.Option(False, "--json"),
+    png: Path | None = typer.Option(None, "--png", help="draw the graph to this PNG (needs matplotlib)"),
+    graphml: Path | None = typer.Option(None, "--graphml", help="write the graph as GraphML"),
+) -> None:
+    """GPU count, link counts, per-GPU and bisection bandwidth of NAME on N nodes."""
+    cluster, _ = _cluster_for(name, nodes, None)
+    stats = cluster.stats()
+    if graphml is not None:
+        write_graphml(cluster, graphml)
+    if png is not None:
+        write_png(cluster, png)
+    if as_json:
+        typer.echo(json.dumps(stats, indent=2))
+        return
+    table = Table(title=f"{cluster.topology.name} x {nodes}: {cluster.topology.description}")
+    table.add_column("quantity")
+    table.add_column("value", justify="right")
+    for key, value in stats.items():
+        if isinstance(value, dict):
+            value = ", ".join(f"{k} {v}" for k, v in value.items())
+        elif isinstance(value, float):
+            value = f"{value:.1f}"
+        table.add_row(key, str(value))
+    Console().print(table)
+
+
+def write_graphml(cluster: Cluster, path: Path) -> None:
+    """GraphML with the graph's typed nodes and edge attributes (``None`` stored as -1)."""
+    g = nx.DiGraph()
+    g.add_nodes_from((n, {k: (-1 if v is None else v) for k, v in d.items()}) for n, d in cluster.graph.nodes(data=True))
+    g.add_edges_from(cluster.graph.edges(data=True))
+    nx.write_graphml(g, str(path))
+
+
+def write_png(cluster: Cluster, path: Path) -> None:
+    """Layered drawing (GPUs, switches, CPUs, NICs, leaves, spines); matplotlib imported here only."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError as exc:  # pragma: no cover - depends on the environment
+        raise InputError("drawing needs matplotlib: pip install 'dtsim[plot]'", field="--png") from exc
+    layer = {"gpu": 2, "nvswitch": 3, "pcie_switch": 1, "cpu": 0, "nic": 4, "leaf": 5, "spine": 6}
+    g = cluster.graph.to_undirected()
+    for _, d in g.nodes(data=True):
+        d["layer"] = layer[d["type"]]
+    pos = nx.multipartite_layout(g, subset_key="layer", align="horizontal")
+    colours = {"gpu": "tab:green", "nvswitch": "tab:purple", "pcie_switch": "tab:gray", "cpu": "tab:blue",
+               "nic": "tab:orange", "leaf": "tab:red", "spine": "tab:brown"}
+    fig, ax = plt.subplots(figsize=(12, 7))
+    nx.draw_networkx_edges(g, pos, ax=ax, alpha=0.2, width=0.5)
+    for kind, colour in colours.items():
+        nodes = [n for n, d in g.nodes(data=True) if d["type"] == kind]
+        nx.draw_networkx_nodes(g, pos, nodelist=nodes, node_color=colour, node_size=30, label=kind, ax=ax)
+    ax.legend(loc="upper right", fontsize=8)
+    ax.set_title(f"{cluster.topology.name} x {cluster.nodes}")
+    ax.axis("off")
+    fig.savefig(path, dpi=120, bbox_inches="tight")
+    plt.close(fig)

@@ -1,0 +1,80 @@
+"""Calibration constants of the collective model, each with its source.
+
+The model keeps NCCL's tuning structure (formulas.md §3.5, ``src/graph/tuning.cc`` 2.30.7): a
+collective's time for protocol ``p`` is ``base_p + Σ steps·step_latency_p[link] + β-time / fraction_p``
+and the fastest protocol wins. β-time comes from the graph with each link's line rate scaled by a
+per-link-class efficiency. Five numbers are fitted to measurements (marked *fit*); the rest are
+NCCL's own constants.
+
+Link efficiencies (effective / line rate, per direction):
+
+* NVLink: NCCL's per-link model bandwidth over the line rate per link (topo.h, formulas.md §3.5):
+  SM80 20/25 = 0.80, SM90 20.6/25 = 0.824, SM100 40.1/50 = 0.802. Gives 240 GB/s on A100 (measured
+  all-reduce plateau 230-232, collectives.yaml) and 370.8 GB/s on H100 (maintainer: "effective NVLink
+  bandwidth of 370GB/s", nccl-tests #212).
+* PCIe: NCCL models x16 as ``lanes·speed/80`` = 12/24/48 GB/s for Gen3/4/5 against 15.75/31.5/63 line
+  (topo.cc, hardware.md §0): 0.762.
+* Network: *fit*, 0.95 — maintainers see 24 GB/s per HDR 200 Gb/s NIC (25 line, 0.96) and 46-48 GB/s
+  per NDR 400 Gb/s NIC (50 line, 0.92-0.96) (collectives.yaml nccl-maintainer-*-per-nic).
+* Infinity Fabric (xGMI): *fit*, 0.70 — MI300X 8-GPU all-reduce busbw 312.9 GB/s over 448 GB/s
+  aggregate (hardware.md §4 [S2]); the 2-GPU figure (47.7 GB/s over one 64 GB/s link) checks it.
+* UPI / socket links: 1.0 (the YAML values are already NCCL's effective model values).
+
+Protocols (latencies in µs; NCCL values unless marked):
+
+* LL128: base 14.0, per step NVLink 1.9 / PCI 2.5 / NET 4.0 (tuning.cc Ring LL128); enabled only
+  over NVLink-class intra-node paths (NCCL enables LL128 only when the path is ≤ NVB). Bandwidth
+  fraction *fit* 0.46: the 1-8 MiB slope of the measured 8×A100 all-reduce (≈110 GB/s busbw) over
+  the 240 GB/s Simple plateau (collectives.yaml azure-nda100v4-allreduce-8gpu).
+* Simple: base 8.4; per step NET 19.6 = 14.0 × 1.4 (Ring/Simple NET and NCCL's multi-node
+  "plateau" factor). Per NVLink/PCI step *fit* 13.7 µs (NCCL's 3.4 µs is its launch-floor model; the
+  measured A100 curve reaches half its plateau only at ≈16 MiB, which needs ≈200 µs per 14-step
+  all-reduce — the Simple pipeline fill of 512 KiB chunk slots).
+* NVLS: base 0, NVLink step 25, NET 18 (tuning.cc); NVLS bandwidth efficiency Hopper 0.85,
+  Blackwell 0.74 (tuning.cc ``nvlsEfficiency``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+US = 1e-6
+
+
+@dataclass(frozen=True)
+class Protocol:
+    """One NCCL protocol: latency terms (s) and the fraction of link bandwidth it reaches."""
+
+    name: str
+    base_latency_s: float
+    step_latency_s: dict[str, float]  # keys: nvlink, pci, net
+    bandwidth_fraction: float
+    needs_nvlink: bool = False
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """All constants of the collective model (see module docstring for sources)."""
+
+    nvlink_efficiency_by_sm: dict[int, float] = field(default_factory=lambda: {70: 0.80, 80: 0.80, 90: 0.824, 100: 0.802})
+    nvlink_efficiency_default: float = 0.80
+    pcie_efficiency: float = 0.762
+    net_efficiency: float = 0.95
+    xgmi_efficiency: float = 0.70
+    upi_efficiency: float = 1.0
+    nvls_efficiency_by_arch: dict[str, float] = field(default_factory=lambda: {"hopper": 0.85, "blackwell": 0.74})
+    protocols: tuple[Protocol, ...] = (
+        Protocol("LL128", 14.0 * US, {"nvlink": 1.9 * US, "pci": 2.5 * US, "net": 4.0 * US}, 0.46, needs_nvlink=True),
+        Protocol("Simple", 8.4 * US, {"nvlink": 13.7 * US, "pci": 13.7 * US, "net": 19.6 * US}, 1.0),
+    )
+    nvls_protocol: Protocol = Protocol("Simple", 0.0, {"nvlink": 25.0 * US, "pci": 25.0 * US, "net": 18.0 * US}, 1.0)
+
+    def link_efficiency(self, link: str, sm: int | None) -> float:
+        if link == "nvlink":
+            return self.nvlink_efficiency_by_sm.get(sm or 0, self.nvlink_efficiency_default)
+        return {"pcie": self.pcie_efficiency, "net": self.net_efficiency, "xgmi": self.xgmi_efficiency,
+                "upi": self.upi_efficiency}[link]
+
+
+#: The default calibration (NCCL 2.30.7 structure, fitted where stated).
+DEFAULT_CALIBRATION = Calibration()

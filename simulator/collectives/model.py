@@ -1,0 +1,286 @@
+"""``CollectiveModel``: the time of one collective run at once by several groups, cached by shape.
+
+For each applicable algorithm the model builds phases of transfers (``algorithms``), evaluates each
+phase's β-time on the graph with the chosen fidelity (``analytical`` bottleneck or ``flow`` max–min
+fair sharing, ``simulator.network.fabric``) and adds NCCL-like latency and protocol terms
+(``constants``)::
+
+    T(algo, proto) = Σ_phases [ base_proto + steps_intra·lat_proto[intra] + steps_inter·lat_proto[net]
+                                + β_phase / fraction_proto ]
+
+``auto`` picks the fastest (algorithm, protocol) pair, as NCCL's tuner does (formulas.md §3.5). A
+forced algorithm that does not apply to the operation or the hardware (e.g. ``nvls`` without NVLink
+SHARP, ``tree`` for all-gather) falls back to ``auto``; ``CollectiveResult.algorithm`` names the
+algorithm actually used. Bus bandwidth follows nccl-tests (formulas.md §3.2).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from simulator.collectives import algorithms as alg
+from simulator.collectives.constants import DEFAULT_CALIBRATION, Calibration, Protocol
+from simulator.errors import InputError
+from simulator.network.cluster import Cluster
+from simulator.network.fabric import analytical_time, flow_time
+
+OPS = ("all_reduce", "reduce_scatter", "all_gather", "broadcast", "reduce", "all_to_all", "send_recv")
+ALGORITHMS = ("auto", "ring", "tree", "hierarchical", "nvls")
+FIDELITIES = ("analytical", "flow")
+
+
+def bus_factor(op: str, n: int) -> float:
+    """nccl-tests busbw / algbw factor (PERFORMANCE.md): AR 2(n−1)/n; RS, AG, all-to-all (n−1)/n; else 1."""
+    if op == "all_reduce":
+        return 2 * (n - 1) / n
+    if op in ("reduce_scatter", "all_gather", "all_to_all"):
+        return (n - 1) / n
+    return 1.0
+
+
+@dataclass(frozen=True)
+class CollectiveResult:
+    """Time of the slowest group, the algorithm and protocol used, nccl-tests bandwidths (GB/s =
+    1e9 B/s) and the bytes the busiest rank injects into the network."""
+
+    op: str
+    nbytes: float
+    group_size: int
+    time_s: float
+    algorithm: str
+    protocol: str
+    algbw_GBps: float
+    busbw_GBps: float
+    bytes_on_wire_per_rank: float
+
+
+class CollectiveModel:
+    """Collective times on one ``Cluster``; see the module docstring.
+
+    Parameters
+    ----------
+    cluster : the built cluster.
+    fidelity : ``analytical`` or ``flow``.
+    algorithm : ``auto``, ``ring``, ``tree``, ``hierarchical`` or ``nvls``.
+    calibration : constants (``DEFAULT_CALIBRATION``).
+    """
+
+    def __init__(self, cluster: Cluster, fidelity: str = "analytical", algorithm: str = "auto",
+                 calibration: Calibration = DEFAULT_CALIBRATION):
+        if fidelity not in FIDELITIES:
+            raise InputError(f"unknown fidelity {fidelity!r}; valid: {', '.join(FIDELITIES)}", field="fidelity")
+        if algorithm not in ALGORITHMS:
+            raise InputError(f"unknown algorithm {algorithm!r}; valid: {', '.join(ALGORITHMS)}", field="algorithm")
+        self.cluster = cluster
+        self.fidelity = fidelity
+        self.algorithm = algorithm
+        self.calibration = calibration
+        sm = cluster.gpu.sm
+        eff = np.array([calibration.link_efficiency(link, sm) for link in cluster.edge_link], dtype=np.float64)
+        self._capacity = cluster.edge_bandwidth_Bps * eff
+        nvls_eff = calibration.nvls_efficiency_by_arch.get(cluster.gpu.arch, 0.0)
+        self._capacity_nvls = self._capacity * nvls_eff if nvls_eff else self._capacity
+        self._nvls_hw = cluster.topology.nvls and nvls_eff > 0
+        self._cache: dict[tuple, CollectiveResult] = {}
+        self._exact: dict[tuple, CollectiveResult] = {}  # same query, skips normalisation
+        self._profile_cache: dict[tuple, list[_Profile]] = {}  # (op, shape) -> per-algorithm costs
+
+    # --- public API -----------------------------------------------------------------------------
+    def run(self, op: str, groups: Sequence[Sequence[int]], nbytes: float) -> CollectiveResult:
+        """Time of ``op`` on ``nbytes`` (nccl-tests convention) run at once by every group."""
+        if op not in OPS:
+            raise InputError(f"unknown collective {op!r}; valid: {', '.join(OPS)}", field="op")
+        if not nbytes >= 0:
+            raise InputError(f"message size must be >= 0 bytes, got {nbytes}", field="nbytes")
+        try:
+            exact = (op, tuple(map(tuple, groups)), float(nbytes))
+            hit = self._exact.get(exact)
+        except TypeError:
+            exact, hit = None, None
+        if hit is not None:
+            return hit
+        norm = self._normalise(op, groups)
+        n = len(norm[0]) if norm else 1
+        if n <= 1 or nbytes == 0:
+            return CollectiveResult(op, float(nbytes), n, 0.0, "none", "none", 0.0, 0.0, 0.0)
+        shape = self._shape_key(norm)
+        key = (op, shape, float(nbytes))
+        hit = self._cache.get(key)
+        if hit is None:
+            hit = self._evaluate(op, norm, shape, float(nbytes))
+            self._cache[key] = hit
+        if exact is not None:
+            self._exact[exact] = hit
+        return hit
+
+    def p2p_time(self, src_gpu: int, dst_gpu: int, nbytes: float) -> float:
+        """Seconds for one point-to-point transfer of ``nbytes`` (0 when ``src == dst``)."""
+        if src_gpu == dst_gpu:
+            self.cluster.check_gpu(src_gpu)
+            return 0.0
+        return self.run("send_recv", [[src_gpu, dst_gpu]], nbytes).time_s
+
+    def candidates(self, op: str, groups: Sequence[Sequence[int]]) -> list[str]:
+        """Algorithms that apply to ``op`` on these groups (``auto`` chooses among them)."""
+        if op == "all_to_all":
+            return ["direct"]
+        if op == "send_recv":
+            return ["p2p"]
+        first = list(groups[0])
+        nodes = alg.by_node(self.cluster, first)
+        out = ["ring"]
+        if op == "all_reduce":
+            out.append("tree")
+            equal = len({len(ms) for ms in nodes}) == 1
+            if len(nodes) > 1 and equal and len(nodes[0]) > 1:
+                out.append("hierarchical")
+        if self._nvls_hw and op in ("all_reduce", "reduce_scatter", "all_gather"):
+            if len(nodes) == 1 or (op == "all_reduce" and "hierarchical" in out):
+                out.append("nvls")
+        return out
+
+    def cache_size(self) -> int:
+        return len(self._cache)
+
+    # --- internals ------------------------------------------------------------------------------
+    def _normalise(self, op: str, groups: Sequence[Sequence[int]]) -> list[list[int]]:
+        if isinstance(groups, str) or not isinstance(groups, Sequence) or not groups:
+            raise InputError("groups must be a non-empty sequence of GPU index sequences", field="groups")
+        out = []
+        seen: set[int] = set()
+        for g in groups:
+            members = [self.cluster.check_gpu(int(x)) if isinstance(x, int | np.integer) else self.cluster.check_gpu(x)
+                       for x in g]
+            if op != "send_recv":
+                members = sorted(members)
+            if len(set(members)) != len(members):
+                raise InputError(f"a group lists the same GPU twice: {list(g)}", field="groups")
+            if seen & set(members):
+                raise InputError("groups of one query must not share GPUs", field="groups")
+            seen |= set(members)
+            out.append(members)
+        sizes = {len(g) for g in out}
+        if len(sizes) != 1:
+            raise InputError(f"all groups of one query must have the same size, got {sorted(sizes)}", field="groups")
+        if op == "send_recv" and sizes != {2}:
+            raise InputError("send_recv groups are [src, dst] pairs", field="groups")
+        return out
+
+    def _shape_key(self, groups: list[list[int]]) -> tuple:
+        """Groups up to the fabric's symmetry: machines relabelled by first appearance within their
+        leaf block, blocks relabelled by first appearance (with their size); local GPU index kept."""
+        c = self.cluster
+        per_block, g = c.layout.nodes_per_block, c.gpus_per_node
+        blocks: dict[int, int] = {}
+        nodes: dict[int, int] = {}
+        key = []
+        for members in groups:
+            row = []
+            for m in members:
+                k, i = divmod(m, g)
+                b = k // per_block
+                bl = blocks.setdefault(b, len(blocks))
+                nl = nodes.setdefault(k, len(nodes))
+                size = min(per_block, c.nodes - b * per_block)
+                row.append((bl, size, nl, i))
+            key.append(tuple(row))
+        return tuple(key)
+
+    def _plan(self, name: str, op: str, members: list[int], nbytes: float) -> list[alg.Phase]:
+        c = self.cluster
+        if name == "ring":
+            return alg.ring(c, op, members, nbytes)
+        if name == "tree":
+            return alg.tree(c, members, nbytes)
+        if name == "hierarchical":
+            return alg.hierarchical(c, members, nbytes)
+        if name == "nvls":
+            if len(alg.by_node(c, members)) == 1:
+                return alg.nvls(c, op, members, nbytes)
+            return alg.hierarchical(c, members, nbytes, intra="nvls")
+        if name == "direct":
+            return alg.all_to_all(c, members, nbytes)
+        return alg.send_recv(c, members, nbytes)
+
+    def _beta(self, phase: alg.Phase) -> float:
+        cap = self._capacity_nvls if phase.nvls else self._capacity
+        solve = analytical_time if self.fidelity == "analytical" else flow_time
+        return solve(phase.transfers, cap)
+
+    def _profiles(self, op: str, groups: list[list[int]], key: tuple) -> list[_Profile]:
+        """Per candidate algorithm: each phase's β-time per byte and latency terms, cached by shape.
+
+        Every transfer of every algorithm is proportional to S, and both fidelities are
+        scale-invariant (loads and max–min makespans grow linearly with the bytes), so one
+        evaluation at a reference size serves every message size.
+        """
+        hit = self._profile_cache.get(key)
+        if hit is not None:
+            return hit
+        names = self.candidates(op, groups)
+        if self.algorithm != "auto" and self.algorithm in names:
+            names = [self.algorithm]
+        out = []
+        for name in names:
+            phases: list[alg.Phase] = []
+            for members in groups:
+                plan = self._plan(name, op, members, _REF_BYTES)
+                if not phases:
+                    phases = plan
+                else:
+                    for mine, theirs in zip(phases, plan, strict=True):
+                        mine.merge(theirs)
+            rows = tuple(
+                _PhaseCost(self._beta(ph) / _REF_BYTES, ph.steps_intra, ph.steps_inter, ph.nvls, ph.route_latency_s)
+                for ph in phases
+            )
+            sent = sum(max(ph.sent.values(), default=0.0) for ph in phases) / _REF_BYTES
+            out.append(_Profile(name, rows, sent))
+        self._profile_cache[key] = out
+        return out
+
+    def _latency(self, proto: Protocol, ph: _PhaseCost) -> float:
+        intra = self.cluster.intra_link_class
+        return (proto.base_latency_s + ph.steps_intra * proto.step_latency_s[intra]
+                + ph.steps_inter * proto.step_latency_s["net"] + ph.route_latency_s)
+
+    def _evaluate(self, op: str, groups: list[list[int]], shape: tuple, nbytes: float) -> CollectiveResult:
+        cal = self.calibration
+        protocols = [p for p in cal.protocols if not p.needs_nvlink or self.cluster.intra_link_class == "nvlink"]
+        best: tuple[float, str, str, float] | None = None
+        for prof in self._profiles(op, groups, (op, shape)):
+            for proto in protocols:
+                t = 0.0
+                for ph in prof.phases:
+                    pr = cal.nvls_protocol if ph.nvls else proto
+                    t += self._latency(pr, ph) + ph.beta_s_per_byte * nbytes / pr.bandwidth_fraction
+                if best is None or t < best[0]:
+                    pname = "Simple" if all(ph.nvls for ph in prof.phases) else proto.name
+                    best = (t, prof.name, pname, prof.sent_per_byte * nbytes)
+        assert best is not None
+        t, name, proto_name, sent = best
+        n = len(groups[0])
+        algbw = nbytes / t / 1e9
+        return CollectiveResult(op, nbytes, n, t, name, proto_name, algbw, algbw * bus_factor(op, n), sent)
+
+
+_REF_BYTES = float(2**30)
+
+
+@dataclass(frozen=True)
+class _PhaseCost:
+    beta_s_per_byte: float
+    steps_intra: int
+    steps_inter: int
+    nvls: bool
+    route_latency_s: float
+
+
+@dataclass(frozen=True)
+class _Profile:
+    name: str
+    phases: tuple[_PhaseCost, ...]
+    sent_per_byte: float

@@ -1,0 +1,79 @@
+"""Resolve every task of a ``StepGraph`` to a duration: compute model, collective model, PCIe, CPU.
+
+Collectives are evaluated by the network layer for the real placed group together with every
+concurrent copy of it (``RankMesh.groups(kind)``), and cached by (operation, group kind, bytes), so
+the cost of a step grows with layers × micro-batches × buckets, not with the GPU count
+(ARCHITECTURE.md §1.4).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from simulator.engine.executor import TaskCost
+from simulator.parallel.ir import CollectiveTask, ComputeTask, CopyTask, HostTask, StepGraph
+from simulator.parallel.mesh import RankMesh
+
+
+class ComputeModel(Protocol):
+    def time(self, ops: tuple) -> float: ...
+
+
+class CollectiveModel(Protocol):
+    """``run(op, groups, nbytes)`` returns an object with ``time_s`` (and optionally ``algorithm``,
+    ``busbw_GBps``, ``bytes_on_wire_per_rank``)."""
+
+    def run(self, op: str, groups: Any, nbytes: float) -> Any: ...
+
+
+class Costing:
+    """Durations of tasks on one GPU. ``pcie_Bps`` per direction per GPU; ``cpu_adam_params_per_s``
+    is this GPU's share of the host's CPU-Adam rate."""
+
+    def __init__(self, compute: ComputeModel, collectives: CollectiveModel, mesh: RankMesh,
+                 pcie_Bps: float, cpu_adam_params_per_s: float) -> None:
+        self.compute = compute
+        self.collectives = collectives
+        self.mesh = mesh
+        self.pcie_Bps = pcie_Bps
+        self.cpu_adam = cpu_adam_params_per_s
+        self._groups: dict[str, list[list[int]]] = {}
+        self._coll: dict[tuple[str, str, float], tuple[float, dict[str, Any]]] = {}
+
+    def _collective(self, task: CollectiveTask) -> TaskCost:
+        key = (task.op, task.group, task.nbytes)
+        hit = self._coll.get(key)
+        if hit is None:
+            groups = self._groups.get(task.group)
+            if groups is None:
+                groups = self._groups[task.group] = self.mesh.groups(task.group)
+            res = self.collectives.run(task.op, groups, task.nbytes)
+            args = {
+                "op": task.op,
+                "group": task.group,
+                "group_size": len(groups[0]),
+                "concurrent_groups": len(groups),
+                "bytes": task.nbytes,
+                "algorithm": str(getattr(res, "algorithm", "")),
+                "busbw_GBps": float(getattr(res, "busbw_GBps", 0.0) or 0.0),
+                "bytes_on_wire_per_rank": float(getattr(res, "bytes_on_wire_per_rank", 0.0) or 0.0),
+            }
+            hit = self._coll[key] = (float(res.time_s), args)
+        time_s, args = hit
+        if task.count != 1:
+            args = {**args, "count": task.count}
+        return TaskCost(task.count * time_s, args)
+
+    def cost(self, task: Any) -> TaskCost:
+        if isinstance(task, ComputeTask):
+            return TaskCost(self.compute.time(task.ops))
+        if isinstance(task, CollectiveTask):
+            return self._collective(task)
+        if isinstance(task, CopyTask):
+            return TaskCost(task.nbytes / self.pcie_Bps, {"bytes": task.nbytes, "direction": task.direction})
+        if isinstance(task, HostTask):
+            return TaskCost(task.n_params / self.cpu_adam, {"params": task.n_params})
+        raise TypeError(f"unknown task type {type(task).__name__}")
+
+    def costs(self, graph: StepGraph) -> list[TaskCost]:
+        return [self.cost(t) for t in graph.tasks]

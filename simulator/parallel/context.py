@@ -1,0 +1,56 @@
+"""Inputs every graph builder shares, and the byte widths of what each framework communicates."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from simulator.parallel.mesh import RankMesh
+from simulator.parallel.work import StepWork
+from simulator.units import DTYPE_BYTES
+
+#: 1-bit Adam compression stage: 1-bit momentum instead of 16-bit values, 16x less volume than fp16
+#: (Tang et al. 2021; formulas.md §4.5). The warm-up stage (15-20 % of steps) is uncompressed; a
+#: step simulated here is a steady-state compression-stage step.
+ONEBIT_ADAM_BYTES = 2.0 / 16.0
+#: ZeRO++ qwZ: block-quantised INT8 weights in the forward all-gather (0.5x of 16-bit; formulas.md §4.4).
+QWZ_BYTES = 1.0
+#: ZeRO++ qgZ: INT4 gradients (0.25x of 16-bit) in a hierarchical all-to-all (formulas.md §4.4).
+QGZ_BYTES = 0.5
+
+
+@dataclass(frozen=True)
+class BuildContext:
+    """``parallel`` is a ``ParallelConfig``; ``precision`` the training dtype; ``n_micro`` = G."""
+
+    work: StepWork
+    mesh: RankMesh
+    parallel: Any
+    n_micro: int
+    precision: str
+
+    @property
+    def param_bytes(self) -> int:
+        """Bytes per working (compute) parameter: 16-bit under mixed precision, 4 for fp32/tf32."""
+        return 4 if self.precision in ("fp32", "tf32") else 2
+
+    @property
+    def ds_comm_bytes(self) -> float:
+        """DeepSpeed communication dtype: ``communication_data_type``, else fp16 if fp16, bf16 if
+        bf16 (fp8 trains with bf16 master copies), else fp32 (DS engine.py; formulas.md §4.2)."""
+        p = self.parallel
+        if p.onebit_adam:
+            return ONEBIT_ADAM_BYTES
+        if p.communication_data_type is not None:
+            return DTYPE_BYTES[p.communication_data_type]
+        return 2 if self.precision in ("fp16", "bf16", "fp8") else 4
+
+    def fsdp_dtype_bytes(self, which: str) -> int:
+        """FSDP MixedPrecision: ``param_dtype`` (gather) and ``reduce_dtype`` (defaults to param_dtype)."""
+        p = self.parallel
+        param = p.param_dtype
+        value = param if which == "param" else (p.reduce_dtype or param)
+        return DTYPE_BYTES[value] if value is not None else self.param_bytes
+
+    def size(self, group: str) -> int:
+        return self.mesh.size(group)

@@ -1,0 +1,187 @@
+"""DeepSpeed ZeRO stages 0-3 as graph builders (DS 0.16.5; formulas.md §4.2, §4.4, §5).
+
+What is communicated, when (per rank, φ = (n−1)/n, Ψ parameters, G micro-batches):
+
+* stage 0: at the accumulation boundary, after backward, bucketed all-reduce of all gradients
+  (``MEMORY_OPT_ALLREDUCE_SIZE`` = 5e8 elements), not overlapped with backward: ``2φΨ``;
+* stage 1: gradient reduction only in the boundary micro-batch's backward, then the optimizer on
+  Ψ/n and an all-gather of the updated 16-bit parameters: ``2φΨ + φΨ``;
+* stage 2: bucketed reduction in **every** micro-batch's backward, plus the post-step gather:
+  ``G·2φΨ + φΨ``. Stages 1-2 reduce each ``reduce_bucket_size`` bucket with a full all-reduce and keep
+  their slice (``use_multi_rank_bucket_allreduce=True``; no NCCL reduce-scatter in ZeRO-1/2); with it
+  False, one reduce per rank slice, modelled as a reduce-scatter of the bucket (``φ`` per element);
+* stage 3: every micro-batch all-gathers each module's parameters before forward and again before
+  backward (persistent small tensors excepted) and reduce-scatters gradients per bucket:
+  ``G·3φΨ``; no post-step gather.
+
+``overlap_comm`` (default True for stage 3, False otherwise) puts the reductions on a separate
+stream; when False they are issued inside the gradient hook on the compute stream (interleaved
+with, not overlapped with, backward). ZeRO++ qwZ/hpZ/qgZ and 1-bit Adam change byte widths or
+groups (``simulator.parallel.context``). Offload: ``simulator.parallel.offload``.
+"""
+
+from __future__ import annotations
+
+import math
+
+from simulator.parallel import offload
+from simulator.parallel.context import QGZ_BYTES, QWZ_BYTES, BuildContext
+from simulator.parallel.ir import COMM, COMPUTE, GraphBuilder, StepGraph
+from simulator.parallel.prefetch import Prefetcher
+from simulator.parallel.schedule import (
+    Hooks,
+    backward_order,
+    forward_order,
+    plan_buckets,
+    run_micro_batches,
+    unit_params,
+    unit_persistent,
+)
+
+#: deepspeed/runtime/engine.py: stage-0 all-reduce bucket, elements.
+MEMORY_OPT_ALLREDUCE_SIZE = 5e8
+
+
+class _Reducer:
+    """Bucketed gradient reduction shared by all stages."""
+
+    def __init__(self, ctx: BuildContext, op: str, cap: float, stream: str) -> None:
+        self.ctx = ctx
+        self.op = op
+        self.stream = stream
+        work = ctx.work
+        ready = [(u, unit_params(work, u)) for u in backward_order(work)]
+        self.by_unit: dict = {}
+        for bk in plan_buckets(ready, cap):
+            self.by_unit.setdefault(bk.ready_unit, []).append(bk)
+        p = ctx.parallel
+        self.elem_bytes = QGZ_BYTES if (p.zero_quantized_gradients and op == "reduce_scatter") else ctx.ds_comm_bytes
+        self.offloading = p.offload_optimizer != "none"
+        self.tail: list[int | None] = []
+
+    def reduce(self, b: GraphBuilder, g: int, unit, task: int) -> None:
+        n = self.ctx.size("dp")
+        for i, bk in enumerate(self.by_unit.get(unit, [])):
+            tid = b.collective(f"{self.op} grads@{unit}.{i} mb{g}", "grad_reduce", self.op, "dp",
+                               bk.elements * self.elem_bytes, count=bk.count, stream=self.stream,
+                               deps=(task,), micro_batch=g) if n > 1 else None
+            self.tail.append(tid)
+            if self.offloading:
+                # Each rank copies its own 1/n slice (16-bit values; DS upcasts on the host).
+                cp = offload.grads_down(b, f"{unit}.{i} mb{g}", bk.count * bk.elements / n * self.ctx.ds_comm_bytes,
+                                        tid if tid is not None else task, g)
+                self.tail.append(cp)
+
+
+class Zero012Hooks(Hooks):
+    def __init__(self, ctx: BuildContext) -> None:
+        p = ctx.parallel
+        self.ctx = ctx
+        self.stage = p.zero_stage
+        stream = COMM if p.effective_overlap_comm else COMPUTE
+        if self.stage == 0:
+            self.reducer = _Reducer(ctx, "all_reduce", MEMORY_OPT_ALLREDUCE_SIZE, COMM)
+        else:
+            op = "all_reduce" if p.use_multi_rank_bucket_allreduce else "reduce_scatter"
+            self.reducer = _Reducer(ctx, op, p.reduce_bucket_size, stream)
+        self._stage0_ready: list[int] = []
+
+    def post_backward(self, b: GraphBuilder, g: int, unit, task: int) -> None:
+        boundary = g == self.ctx.n_micro - 1
+        if self.stage == 2 or (self.stage == 1 and boundary):
+            self.reducer.reduce(b, g, unit, task)
+        elif self.stage == 0 and boundary:
+            # Stage 0 reduces after the whole backward: every bucket waits for the last gradient.
+            last_unit = backward_order(self.ctx.work)[-1]
+            if unit == last_unit:
+                for u in backward_order(self.ctx.work):
+                    self.reducer.reduce(b, g, u, task)
+
+
+class Zero3Hooks(Hooks):
+    def __init__(self, ctx: BuildContext) -> None:
+        p, work = ctx.parallel, ctx.work
+        self.ctx = ctx
+        self.n = ctx.size("dp")
+        stream = COMM if p.effective_overlap_comm else COMPUTE
+        self.reducer = _Reducer(ctx, "reduce_scatter", p.reduce_bucket_size, stream)
+        self.depth = self._depth(p, work)
+        self.pf: Prefetcher | None = None
+        self.g = 0
+
+    @staticmethod
+    def _depth(p, work) -> int:
+        """Units gathered ahead: ``stage3_prefetch_bucket_size`` / unit size (at least one unit when
+        prefetching at all), and at most what ``stage3_max_live_parameters`` leaves besides the unit
+        in use."""
+        unit = max(work.layer_params, 1.0)
+        if p.stage3_prefetch_bucket_size <= 0:
+            return 0
+        depth = max(1, math.floor(p.stage3_prefetch_bucket_size / unit))
+        live = max(0, math.floor(p.stage3_max_live_parameters / unit) - 1)
+        return min(depth, live)
+
+    def _gather_bytes(self, unit, backward: bool) -> float:
+        p = self.ctx.parallel
+        elems = unit_params(self.ctx.work, unit) - unit_persistent(self.ctx.work, unit)
+        width = QWZ_BYTES if p.zero_quantized_weights else self.ctx.param_bytes
+        return elems * width
+
+    def _issuer(self, g: int, backward: bool):
+        p = self.ctx.parallel
+        hpz = backward and p.zero_hpz_partition_size > 1
+        group = "dp_shard" if hpz else "dp"
+
+        def issue(b: GraphBuilder, unit, deps: list) -> int | None:
+            if self.ctx.size(group) == 1:
+                return None
+            nbytes = self._gather_bytes(unit, backward)
+            if p.offload_param != "none":
+                up = b.copy(f"param h2d {unit} mb{g}", "h2d", nbytes / self.n, deps=deps, micro_batch=g)
+                deps = [up]
+            phase = "bwd" if backward else "fwd"
+            return b.collective(f"allgather {phase} {unit} mb{g}", "param_allgather", "all_gather", group, nbytes,
+                                deps=deps, micro_batch=g)
+
+        return issue
+
+    def pre_forward(self, b: GraphBuilder, g: int, unit):
+        if unit == "E":
+            self.pf = Prefetcher(forward_order(self.ctx.work), self.depth, self._issuer(g, False))
+        assert self.pf is not None
+        return (self.pf.ensure(b, unit),)
+
+    def post_forward(self, b: GraphBuilder, g: int, unit, task: int) -> None:
+        assert self.pf is not None
+        self.pf.computed(unit, task)
+
+    def pre_backward(self, b: GraphBuilder, g: int, unit):
+        if unit == "H":
+            self.pf = Prefetcher(backward_order(self.ctx.work), self.depth, self._issuer(g, True))
+        assert self.pf is not None
+        return (self.pf.ensure(b, unit),)
+
+    def post_backward(self, b: GraphBuilder, g: int, unit, task: int) -> None:
+        assert self.pf is not None
+        self.pf.computed(unit, task)
+        self.reducer.reduce(b, g, unit, task)
+
+
+def build(ctx: BuildContext) -> StepGraph:
+    p, work = ctx.parallel, ctx.work
+    stage = p.zero_stage
+    n = ctx.size("dp")
+    b = GraphBuilder()
+    hooks: Zero012Hooks | Zero3Hooks = Zero3Hooks(ctx) if stage == 3 else Zero012Hooks(ctx)
+    run_micro_batches(b, work, ctx.n_micro, hooks)
+    local = work.total_params / n if stage >= 1 else work.total_params
+    tail = [t for t in hooks.reducer.tail if t is not None][-1:]
+    if p.offload_optimizer != "none":
+        done = offload.cpu_step(b, local, ctx.param_bytes, tail, params_on_host=p.offload_param != "none")
+    else:
+        done = b.compute("optimizer", "optimizer", work.optimizer(local), deps=tail)
+    if stage in (1, 2) and n > 1:
+        b.collective("allgather updated params", "post_step_gather", "all_gather", "dp",
+                     work.total_params * ctx.param_bytes, deps=(done,))
+    return b.build(framework="deepspeed", zero_stage=stage, n_micro=ctx.n_micro, local_params=local,
+                   prefetch_depth=getattr(hooks, "depth", None))

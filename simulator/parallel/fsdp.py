@@ -1,0 +1,142 @@
+"""PyTorch FSDP as a graph builder (torch/distributed/fsdp; formulas.md §4.3).
+
+FSDP units: one per transformer block plus the root (embedding, final norm, head). Per micro-batch
+(FSDP synchronises gradients every micro-batch unless the user wraps it in ``no_sync``):
+
+* FULL_SHARD: all-gather each unit before forward, reshard after forward (not the root, whose
+  parameters the backward needs at once), all-gather again before backward, reshard after, and
+  reduce-scatter its gradients: ``≈ G·3φΨ`` per rank (the root gathers once: ``2φ`` for its share);
+* SHARD_GRAD_OP: no reshard after forward, so no backward all-gather: ``G·2φΨ``;
+* HYBRID_SHARD: FULL_SHARD inside a node's shard group plus an all-reduce of each unit's gradient
+  shard across replicas, ``2·((R−1)/R)·Ψ/g``, on that group's own NCCL stream;
+* NO_SHARD: a DDP-like all-reduce of each unit's gradients.
+
+``backward_prefetch``: BACKWARD_PRE issues the next unit's gather before the current unit's gradient
+computation (ahead of its reduce-scatter on the shared NCCL stream); BACKWARD_POST issues it after
+the current gradient computation but before the reduce-scatter; None issues it when the next unit's
+backward begins (behind the reduce-scatter). ``limit_all_gathers`` allows two gathered units at a
+time (gather ``q`` waits for unit ``q−2`` to be freed); without it the CPU runs ahead unbounded.
+``forward_prefetch`` only changes the CPU issue order among forward gathers, which are alone on the
+stream, so it does not change the timeline here. Mixed precision: gathers in ``param_dtype``,
+reductions in ``reduce_dtype``.
+"""
+
+from __future__ import annotations
+
+from simulator.parallel import offload
+from simulator.parallel.context import BuildContext
+from simulator.parallel.ir import COMM, COMM_REPLICA, GraphBuilder, StepGraph
+from simulator.parallel.prefetch import Prefetcher
+from simulator.parallel.schedule import Hooks, run_micro_batches
+
+ROOT = "root"
+
+
+class FSDPHooks(Hooks):
+    def __init__(self, ctx: BuildContext) -> None:
+        p, work = ctx.parallel, ctx.work
+        self.ctx = ctx
+        self.strategy = p.sharding_strategy
+        self.hybrid = self.strategy == "hybrid_shard"
+        self.shard_group = "dp_shard" if self.hybrid else "dp"
+        self.n = ctx.size(self.shard_group)
+        default_reshard = self.strategy in ("full_shard", "hybrid_shard")
+        reshard = p.reshard_after_forward if p.reshard_after_forward is not None else default_reshard
+        self.sharded = self.strategy != "no_shard"
+        self.reshard = reshard and self.sharded
+        self.depth = 1 if p.limit_all_gathers else None
+        self.gather_b = ctx.fsdp_dtype_bytes("param")
+        self.reduce_b = ctx.fsdp_dtype_bytes("reduce")
+        self.root_params = work.embed_params + work.head_params
+        self.tail: list[int | None] = []
+        self.pf: Prefetcher | None = None
+
+    # -- gathers -------------------------------------------------------------------------------
+    def _params(self, unit) -> float:
+        return self.root_params if unit == ROOT else self.ctx.work.layer_params
+
+    def _issuer(self, g: int, phase: str):
+        def issue(b: GraphBuilder, unit, deps: list) -> int | None:
+            if not self.sharded or self.n == 1:
+                return None
+            nbytes = self._params(unit) * self.gather_b
+            return b.collective(f"allgather {phase} {unit} mb{g}", "param_allgather", "all_gather",
+                                self.shard_group, nbytes, deps=deps, micro_batch=g)
+
+        return issue
+
+    def pre_forward(self, b: GraphBuilder, g: int, unit):
+        if unit == "E":
+            order = [ROOT, *range(self.ctx.work.n_layers)]
+            self.pf = Prefetcher(order, self.depth, self._issuer(g, "fwd"))
+            return (self.pf.ensure(b, ROOT),)
+        if isinstance(unit, int):
+            assert self.pf is not None
+            return (self.pf.ensure(b, unit),)
+        return ()
+
+    def post_forward(self, b: GraphBuilder, g: int, unit, task: int) -> None:
+        if isinstance(unit, int) and self.pf is not None:
+            self.pf.computed(unit, task)
+
+    def pre_backward(self, b: GraphBuilder, g: int, unit):
+        if unit == "H":
+            # The root stays gathered; blocks were resharded after forward (FULL_SHARD/HYBRID).
+            self.pf = Prefetcher(list(range(self.ctx.work.n_layers - 1, -1, -1)), self.depth, self._issuer(g, "bwd"))
+            if self.reshard and self.ctx.parallel.backward_prefetch == "backward_pre":
+                self.pf.ensure(b, self.ctx.work.n_layers - 1, ahead=False)
+            return ()
+        if not isinstance(unit, int) or not self.reshard:
+            return ()
+        assert self.pf is not None
+        ahead = self.ctx.parallel.backward_prefetch == "backward_pre"
+        return (self.pf.ensure(b, unit, ahead=ahead),)
+
+    # -- reductions ----------------------------------------------------------------------------
+    def post_backward(self, b: GraphBuilder, g: int, unit, task: int) -> None:
+        if isinstance(unit, int) and self.reshard:
+            assert self.pf is not None
+            self.pf.computed(unit, task)
+            nxt = unit - 1
+            if self.ctx.parallel.backward_prefetch == "backward_post" and nxt >= 0:
+                self.pf.ensure(b, nxt, ahead=False)
+        if unit == "H":
+            return
+        target = ROOT if unit == "E" else unit
+        self._reduce(b, g, target, task)
+
+    def _reduce(self, b: GraphBuilder, g: int, unit, task: int) -> None:
+        ctx = self.ctx
+        nbytes = self._params(unit) * self.reduce_b
+        if not self.sharded:
+            tid = b.collective(f"allreduce grads {unit} mb{g}", "grad_reduce", "all_reduce", "dp", nbytes,
+                               deps=(task,), micro_batch=g) if ctx.size("dp") > 1 else None
+            self.tail.append(tid)
+            return
+        rs = b.collective(f"reducescatter grads {unit} mb{g}", "grad_reduce", "reduce_scatter", self.shard_group,
+                          nbytes, deps=(task,), micro_batch=g) if self.n > 1 else None
+        self.tail.append(rs)
+        last = rs if rs is not None else task
+        if self.hybrid and ctx.size("dp_replicate") > 1:
+            last = b.collective(f"allreduce replicas {unit} mb{g}", "grad_reduce", "all_reduce", "dp_replicate",
+                                nbytes / self.n, stream=COMM_REPLICA, deps=(last,), micro_batch=g)
+            self.tail.append(last)
+        if ctx.parallel.offload_optimizer != "none":
+            self.tail.append(offload.grads_down(b, f"{unit} mb{g}", self._params(unit) / self.n * self.reduce_b,
+                                                last, g))
+
+
+def build(ctx: BuildContext) -> StepGraph:
+    b = GraphBuilder()
+    hooks = FSDPHooks(ctx)
+    run_micro_batches(b, ctx.work, ctx.n_micro, hooks)
+    local = ctx.work.total_params / (hooks.n if hooks.sharded else 1)
+    tail = [t for t in hooks.tail if t is not None]
+    # Every stream's last reduction must be done (the replica all-reduces run on their own stream).
+    deps = [t for t in tail[-3:]]
+    if ctx.parallel.offload_optimizer != "none":
+        offload.cpu_step(b, local, ctx.param_bytes, deps, params_on_host=False)
+    else:
+        b.compute("optimizer", "optimizer", ctx.work.optimizer(local), deps=deps)
+    return b.build(framework="fsdp", sharding_strategy=hooks.strategy, n_micro=ctx.n_micro, local_params=local,
+                   stream_comm=COMM)

@@ -1,0 +1,135 @@
+"""The shared skeleton of one optimizer step on one rank, and gradient bucketing.
+
+``run_micro_batches`` issues, for every micro-batch, the forward of the units ``E, 0..L-1, H`` and
+then their backward in reverse (``H, L-1..0, E``), with the recomputation of a block (full
+checkpointing) right before its backward. A strategy plugs in through ``Hooks``: before a unit's
+compute it may issue collectives and return the task ids the compute must wait for; after it, it
+may issue reductions. This mirrors where frameworks hook in (FSDP pre/post-forward and
+pre/post-backward hooks, DeepSpeed module hooks, DDP autograd hooks).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Sequence
+from dataclasses import dataclass
+
+from simulator.parallel.ir import GraphBuilder
+from simulator.parallel.work import StepWork
+
+Unit = Hashable  # "E", "H" or a block index
+
+
+def forward_order(work: StepWork) -> list[Unit]:
+    return ["E", *range(work.n_layers), "H"]
+
+
+def backward_order(work: StepWork) -> list[Unit]:
+    """Gradient-ready order: the head first, the embedding last."""
+    return ["H", *range(work.n_layers - 1, -1, -1), "E"]
+
+
+def unit_params(work: StepWork, unit: Unit) -> float:
+    if unit == "E":
+        return work.embed_params
+    if unit == "H":
+        return work.head_params
+    return work.layer_params
+
+
+def unit_persistent(work: StepWork, unit: Unit) -> float:
+    if unit == "H":
+        return work.head_persistent
+    if unit == "E":
+        return 0.0
+    return work.layer_persistent
+
+
+class Hooks:
+    """No-op hooks (a purely local step). Strategies override what they need."""
+
+    def pre_forward(self, b: GraphBuilder, g: int, unit: Unit) -> Sequence[int | None]:
+        return ()
+
+    def post_forward(self, b: GraphBuilder, g: int, unit: Unit, task: int) -> None:
+        return None
+
+    def pre_backward(self, b: GraphBuilder, g: int, unit: Unit) -> Sequence[int | None]:
+        return ()
+
+    def post_backward(self, b: GraphBuilder, g: int, unit: Unit, task: int) -> None:
+        return None
+
+
+def _ops(work: StepWork, unit: Unit, phase: str) -> tuple:
+    table = {"E": (work.embed_fwd, work.embed_bwd), "H": (work.head_fwd, work.head_bwd)}
+    fwd, bwd = table.get(unit, (work.layer_fwd, work.layer_bwd))
+    return fwd if phase == "fwd" else bwd
+
+
+def run_micro_batches(b: GraphBuilder, work: StepWork, n_micro: int, hooks: Hooks) -> None:
+    """Issue forward + backward of ``n_micro`` micro-batches through ``hooks``."""
+    for g in range(n_micro):
+        for unit in forward_order(work):
+            deps = hooks.pre_forward(b, g, unit)
+            layer = unit if isinstance(unit, int) else -1
+            tid = b.compute(f"fwd {unit} mb{g}", "forward", _ops(work, unit, "fwd"), deps=deps,
+                            micro_batch=g, layer=layer)
+            hooks.post_forward(b, g, unit, tid)
+        for unit in backward_order(work):
+            deps = hooks.pre_backward(b, g, unit)
+            layer = unit if isinstance(unit, int) else -1
+            if isinstance(unit, int) and work.layer_recompute:
+                b.compute(f"recompute {unit} mb{g}", "recompute", work.layer_recompute, deps=deps,
+                          micro_batch=g, layer=layer)
+            tid = b.compute(f"bwd {unit} mb{g}", "backward", _ops(work, unit, "bwd"), deps=deps,
+                            micro_batch=g, layer=layer)
+            hooks.post_backward(b, g, unit, tid)
+
+
+@dataclass(frozen=True)
+class Bucket:
+    """``count`` consecutive buckets of ``elements`` each, all complete when ``ready_unit``'s grads are."""
+
+    ready_unit: Unit
+    elements: float
+    count: int = 1
+
+
+def plan_buckets(ready: Sequence[tuple[Unit, float]], cap: float, first_cap: float | None = None) -> list[Bucket]:
+    """Fill buckets with gradients in ready order; close a bucket once it holds ``cap`` elements.
+
+    The first bucket holds ``first_cap`` (DDP: 1 MiB; reducer.cpp ``compute_bucket_assignment_by_size``
+    with limits [first, cap]). Parameters are treated as divisible at this granularity (a real
+    bucket may exceed the cap by up to one tensor). Consecutive identical buckets that become ready
+    at the same unit are merged into one ``Bucket`` with ``count``.
+    """
+    if cap <= 0 or (first_cap is not None and first_cap <= 0):
+        raise ValueError("bucket sizes must be positive")
+    out: list[Bucket] = []
+
+    def emit(unit: Unit, n: float, count: int = 1) -> None:
+        if out and out[-1].ready_unit == unit and out[-1].elements == n:
+            out[-1] = Bucket(unit, n, out[-1].count + count)
+        else:
+            out.append(Bucket(unit, n, count))
+
+    limit = first_cap if first_cap is not None else cap
+    fill = 0.0
+    for unit, n in ready:
+        remaining = float(n)
+        while remaining > 0:
+            if fill == 0 and limit == cap and remaining >= cap:
+                whole = int(remaining // cap)
+                emit(unit, cap, whole)
+                remaining -= whole * cap
+                continue
+            take = min(remaining, limit - fill)
+            fill += take
+            remaining -= take
+            if fill >= limit:
+                emit(unit, fill)
+                fill, limit = 0.0, cap
+        last = unit
+    if fill > 0:
+        emit(last, fill)
+    return out

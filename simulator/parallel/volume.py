@@ -1,0 +1,29 @@
+"""Bytes each rank sends per step, by communication kind, from the graph alone (no timing).
+
+Ring-equivalent per-rank volume (formulas.md §3.1-3.2): all_reduce ``2·(n−1)/n·S``; all_gather and
+reduce_scatter ``(n−1)/n·S`` (S = full concatenated size); broadcast/reduce ``S``; all_to_all
+``(n−1)/n·S``. This is the quantity of the volume table in formulas.md §4.2.
+"""
+
+from __future__ import annotations
+
+from simulator.parallel.ir import StepGraph
+from simulator.parallel.mesh import RankMesh
+
+_FACTOR = {"all_reduce": 2.0, "all_gather": 1.0, "reduce_scatter": 1.0, "all_to_all": 1.0}
+
+
+def per_rank_factor(op: str, n: int) -> float:
+    if n <= 1:
+        return 0.0
+    if op in _FACTOR:
+        return _FACTOR[op] * (n - 1) / n
+    return 1.0
+
+
+def bytes_per_rank(graph: StepGraph, mesh: RankMesh) -> dict[str, float]:
+    """Per-rank bytes on the wire per step, keyed by communication kind."""
+    out: dict[str, float] = {}
+    for t in graph.collectives():
+        out[t.kind] = out.get(t.kind, 0.0) + t.count * t.nbytes * per_rank_factor(t.op, mesh.size(t.group))
+    return out

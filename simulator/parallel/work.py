@@ -1,0 +1,87 @@
+"""What the graph builders need to know about the model on one GPU: ops and parameter counts.
+
+``StepWork`` is plain data so unit tests can hand-build a 2-layer model with round numbers. Units
+of work ("units") are the modules a sharded framework gathers separately: the embedding ``E``, the
+transformer blocks ``0..L-1`` and the head ``H`` (final norm + output projection + loss).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from simulator.units import DTYPE_BYTES
+from simulator.workload import ops as wops
+from simulator.workload import params as wparams
+
+
+@dataclass(frozen=True)
+class StepWork:
+    """Per-micro-batch ops and per-unit parameter counts (elements) on one GPU.
+
+    ``*_persistent`` counts tensors below DeepSpeed's persistence threshold (norm weights, biases):
+    they stay replicated and are never gathered. ``optimizer`` maps a local parameter count to the
+    optimizer-step ops.
+    """
+
+    n_layers: int
+    layer_fwd: tuple[Any, ...]
+    layer_bwd: tuple[Any, ...]
+    layer_recompute: tuple[Any, ...]
+    embed_fwd: tuple[Any, ...]
+    embed_bwd: tuple[Any, ...]
+    head_fwd: tuple[Any, ...]
+    head_bwd: tuple[Any, ...]
+    layer_params: float
+    embed_params: float
+    head_params: float
+    optimizer: Callable[[float], tuple[Any, ...]]
+    layer_persistent: float = 0.0
+    head_persistent: float = 0.0
+
+    @property
+    def total_params(self) -> float:
+        return self.n_layers * self.layer_params + self.embed_params + self.head_params
+
+
+def _largest_tensor_below(threshold: float, sizes: list[int]) -> int:
+    return sum(s for s in sizes if s < threshold)
+
+
+def from_scenario(scenario: Any, persistence_threshold: float = 1e5) -> StepWork:
+    """Build ``StepWork`` for the scenario's model on one GPU (tp ranks split the blocks)."""
+    model, tr, par = scenario.model, scenario.training, scenario.parallel
+    b, s, tp = tr.micro_batch_size, tr.seq_len, par.tp
+    pb = DTYPE_BYTES["bf16" if tr.precision == "fp8" else tr.precision]
+    fwd = wops.layer_ops(model, b, s, tp, pb, tr.kernels, tr.activation_checkpointing)
+    bwd_all = wops.backward_ops(fwd)
+    recompute = tuple(op for op in bwd_all if op.name.startswith("recompute."))
+    bwd = tuple(op for op in bwd_all if not op.name.startswith("recompute."))
+    head_all = wops.head_ops(model, b, s, tp, pb)
+    n_embed = 2 if model.embedding_norm else 1
+    embed_fwd, head_fwd = head_all[:n_embed], head_all[n_embed:]
+    counts = wparams.count(model)
+    blk = wparams.layer(model)
+    norm_h = wparams.norm_params(model, model.hidden_size)
+    small = [norm_h, norm_h] if not model.qk_norm else [norm_h, norm_h, model.q_dim, model.kv_dim]
+    if model.linear_bias:
+        small += [model.q_dim + 2 * model.kv_dim, model.hidden_size, model.hidden_size,
+                  (model.mlp_matrices - 1) * model.ffn_hidden_size]
+    fused = tr.kernels.fused_adam
+    return StepWork(
+        n_layers=model.n_layers,
+        layer_fwd=tuple(fwd),
+        layer_bwd=bwd,
+        layer_recompute=recompute,
+        embed_fwd=tuple(embed_fwd),
+        embed_bwd=tuple(wops.backward_ops(list(embed_fwd))),
+        head_fwd=tuple(head_fwd),
+        head_bwd=tuple(wops.backward_ops(list(head_fwd))),
+        layer_params=float(wparams.layer_local(model, tp)),
+        embed_params=float((counts.embedding + counts.embedding_norm) / tp),
+        head_params=float(counts.lm_head / tp + counts.final_norm),
+        optimizer=lambda n: tuple(wops.optimizer_ops(n, fused)),
+        layer_persistent=float(min(_largest_tensor_below(persistence_threshold, small), blk.total)),
+        head_persistent=float(counts.final_norm if counts.final_norm < persistence_threshold else 0),
+    )

@@ -1,0 +1,141 @@
+"""Grid specifications: ``--grid dotted.path=v1,v2,...`` or ``--grid path=start:stop:log|lin:count``.
+
+A grid is an ordered mapping path → values; its points are the Cartesian product in the order the
+paths were given (the last path varies fastest), so the same grid always yields the same points.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import math
+import types
+import typing
+from typing import Any
+
+from pydantic import BaseModel
+
+from simulator.config.model import ModelConfig
+from simulator.config.overrides import parse_value
+from simulator.config.scenario import Scenario
+from simulator.errors import InputError
+
+Grid = dict[str, list[Any]]
+
+#: Keys whose value is a reference resolved by the loader (a name), not a nested section.
+_REFERENCE_PATHS = {"model", "cluster.topology", "cluster.gpu"}
+
+
+def _submodel(annotation: Any) -> type[BaseModel] | None:
+    pending = [annotation]
+    while pending:
+        ann = pending.pop()
+        if isinstance(ann, type) and issubclass(ann, BaseModel):
+            return ann
+        if isinstance(ann, types.UnionType) or typing.get_origin(ann) is not None:
+            pending.extend(typing.get_args(ann))
+    return None
+
+
+def valid_paths() -> list[str]:
+    """Every dotted path a grid may vary (leaf keys of the scenario schema, model shape included)."""
+    out: list[str] = []
+
+    def walk(model: type[BaseModel], prefix: str) -> None:
+        for name, field in model.model_fields.items():
+            path = f"{prefix}{name}"
+            if path == "sweep":
+                continue
+            if path == "model":
+                out.append(path)
+                walk(ModelConfig, "model.")
+                continue
+            sub = _submodel(field.annotation)
+            if path in _REFERENCE_PATHS or sub is None:
+                out.append(path)
+            else:
+                walk(sub, f"{path}.")
+
+    walk(Scenario, "")
+    return out
+
+
+def check_path(path: str) -> None:
+    """Refuse a dotted path the schema does not have, listing the valid ones."""
+    if path not in valid_paths():
+        raise InputError(f"unknown dotted path {path!r}; valid paths: {', '.join(valid_paths())}", "--grid")
+
+
+def parse_range(text: str) -> list[float]:
+    """``start:stop:log|lin:count`` → ``count`` values from start to stop inclusive.
+
+    Log ranges are geometric (``1e6:1e9:log:4`` → 1e6, 1e7, 1e8, 1e9); values are rounded to 12
+    significant digits so the same range prints the same numbers everywhere.
+    """
+    parts = text.split(":")
+    if len(parts) != 4 or parts[2] not in ("log", "lin"):
+        raise InputError(f"range {text!r} must look like start:stop:log|lin:count (e.g. 1e6:1e9:log:12)", "--grid")
+    try:
+        start, stop, count = float(parts[0]), float(parts[1]), int(parts[3])
+    except ValueError:
+        raise InputError(f"range {text!r}: start and stop must be numbers and count an integer", "--grid") from None
+    if count < 1:
+        raise InputError(f"range {text!r}: count must be at least 1", "--grid")
+    if parts[2] == "log" and (start <= 0 or stop <= 0):
+        raise InputError(f"range {text!r}: a log range needs positive start and stop", "--grid")
+    if count == 1:
+        return [start]
+    if parts[2] == "log":
+        a, b = math.log10(start), math.log10(stop)
+        values = [10 ** (a + (b - a) * i / (count - 1)) for i in range(count)]
+    else:
+        values = [start + (stop - start) * i / (count - 1) for i in range(count)]
+    return [float(f"{v:.12g}") for v in values]
+
+
+def parse_values(spec: str | list[Any]) -> list[Any]:
+    """A list as given, a range, or comma-separated YAML scalars."""
+    if isinstance(spec, list):
+        values = spec
+    elif spec.count(":") == 3 and spec.split(":")[2] in ("log", "lin"):
+        values = parse_range(spec)
+    else:
+        values = [parse_value(v.strip()) for v in spec.split(",") if v.strip() != ""]
+    return values
+
+
+def parse_grid(specs: list[str] | None, from_file: dict[str, Any] | None = None) -> Grid:
+    """Merge the scenario file's ``sweep.grid`` with ``--grid`` options (the options win per path)."""
+    grid: Grid = {}
+    for path, spec in (from_file or {}).items():
+        grid[path] = parse_values(spec)
+    for spec in specs or []:
+        if "=" not in spec:
+            raise InputError(f"grid {spec!r} must look like dotted.path=v1,v2,... or path=start:stop:log:count", "--grid")
+        path, _, values = spec.partition("=")
+        grid[path.strip()] = parse_values(values)
+    if not grid:
+        raise InputError("the grid is empty: give --grid dotted.path=v1,v2 or a sweep.grid section", "--grid")
+    for path, values in grid.items():
+        check_path(path)
+        if not values:
+            raise InputError(f"grid for {path!r} has no values", "--grid")
+    return grid
+
+
+def points(grid: Grid) -> list[dict[str, Any]]:
+    """The Cartesian product of the grid, in a fixed order."""
+    paths = list(grid)
+    return [dict(zip(paths, combo, strict=True)) for combo in itertools.product(*(grid[p] for p in paths))]
+
+
+def assignments(point: dict[str, Any]) -> list[str]:
+    """A point as ``--set`` strings (JSON spelling keeps types: 5e8 stays a number, true a bool)."""
+    return [f"{path}={json.dumps(value)}" for path, value in point.items()]
+
+
+def sweep_id(base_raw: dict, grid: Grid) -> str:
+    """A fingerprint of the base scenario and the grid; resuming into another sweep's file is refused."""
+    blob = json.dumps({"base": base_raw, "grid": grid}, sort_keys=True, default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]

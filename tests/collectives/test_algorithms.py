@@ -1,0 +1,176 @@
+"""Collective algorithms: byte conservation, small and odd group sizes, concurrency, caching, errors."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from simulator.collectives import CollectiveModel
+from simulator.collectives import algorithms as alg
+from simulator.errors import InputError
+from simulator.network import build_cluster, link_loads
+from simulator.units import GiB, MiB
+
+S = 256 * MiB
+
+
+@pytest.fixture(scope="module")
+def h100x2(topo):
+    return build_cluster(topo("dgx-h100"), 2)
+
+
+@pytest.fixture(scope="module")
+def a100x2(topo):
+    return build_cluster(topo("dgx-a100"), 2)
+
+
+@pytest.mark.parametrize("n", [2, 3, 5, 8, 12, 16])
+def test_ring_all_reduce_moves_2_n_minus_1_over_n_per_rank(h100x2, n):
+    cm = CollectiveModel(h100x2, algorithm="ring")
+    r = cm.run("all_reduce", [list(range(n))], S)
+    assert r.algorithm == "ring"
+    assert r.bytes_on_wire_per_rank == pytest.approx(2 * (n - 1) / n * S)
+    for ph in alg.ring(h100x2, "all_reduce", list(range(n)), S):
+        assert all(v == pytest.approx(2 * (n - 1) / n * S) for v in ph.sent.values())
+        assert len(ph.sent) == n
+
+
+@pytest.mark.parametrize("op", ["reduce_scatter", "all_gather"])
+@pytest.mark.parametrize("n", [2, 3, 8])
+def test_ring_rs_ag_move_n_minus_1_over_n(h100x2, op, n):
+    r = CollectiveModel(h100x2, algorithm="ring").run(op, [list(range(n))], S)
+    assert r.bytes_on_wire_per_rank == pytest.approx((n - 1) / n * S)
+
+
+def test_ring_all_reduce_loads_each_nvlink_port_with_its_volume(h100x2):
+    # One DGX H100: every GPU's NVLink egress (4 switch links together) carries 2(n-1)/n * S.
+    ph = alg.ring(h100x2, "all_reduce", list(range(8)), S)[0]
+    loads = link_loads(ph.transfers, h100x2.graph.number_of_edges())
+    for gpu in range(8):
+        ids = [d["id"] for _, v, d in h100x2.graph.out_edges(h100x2.gpu_ids[gpu], data=True) if d["link"] == "nvlink"]
+        assert loads[ids].sum() == pytest.approx(2 * 7 / 8 * S)
+
+
+def test_two_gpu_all_reduce_by_hand(h100x2):
+    # n = 2: each GPU sends S over NVLink; H100 effective NVLink = 450 GB/s * 20.6/25 (NCCL topo.h).
+    # time = Simple latency (8.4 + 2 steps * 13.7 us) + S / 370.8 GB/s.
+    r = CollectiveModel(h100x2, algorithm="ring").run("all_reduce", [[0, 1]], 1 * GiB)
+    expected = (8.4 + 2 * 13.7) * 1e-6 + GiB / (450e9 * 20.6 / 25)
+    assert r.time_s == pytest.approx(expected, rel=1e-6)
+    assert r.busbw_GBps == pytest.approx(GiB / expected / 1e9)  # factor 2(n-1)/n = 1
+
+
+def test_p2p_cross_node_by_hand(a100x2):
+    # GPU 0 -> GPU 8: the HDR NIC limits: 25 GB/s * 0.95 network efficiency = 23.75 GB/s.
+    t = CollectiveModel(a100x2).p2p_time(0, 8, GiB)
+    assert t == pytest.approx(GiB / 23.75e9, rel=0.01)
+    assert CollectiveModel(a100x2).p2p_time(3, 3, GiB) == 0.0
+
+
+def test_group_of_one_and_zero_bytes_cost_nothing(h100x2):
+    cm = CollectiveModel(h100x2)
+    assert cm.run("all_reduce", [[3]], GiB).time_s == 0.0
+    assert cm.run("all_reduce", [[0, 1, 2]], 0).time_s == 0.0
+
+
+@pytest.mark.parametrize("fidelity", ["analytical", "flow"])
+@pytest.mark.parametrize("op", ["all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "all_to_all"])
+@pytest.mark.parametrize("n", [2, 3, 6, 8])
+def test_every_op_runs_on_small_and_odd_groups(h100x2, fidelity, op, n):
+    r = CollectiveModel(h100x2, fidelity=fidelity).run(op, [list(range(n))], 64 * MiB)
+    assert r.time_s > 0 and np.isfinite(r.busbw_GBps)
+
+
+def test_rail_aligned_dp_groups_do_not_slow_each_other(a100x2):
+    # TP = 8 on 2 nodes: DP group j = {j, 8 + j} uses rail j only, so 8 concurrent groups take as long as one.
+    cm = CollectiveModel(a100x2, algorithm="ring")
+    one = cm.run("all_reduce", [[0, 8]], GiB).time_s
+    eight = cm.run("all_reduce", [[j, 8 + j] for j in range(8)], GiB).time_s
+    assert eight == pytest.approx(one, rel=1e-9)
+
+
+def test_dp_groups_sharing_one_nic_split_it(topo):
+    # 8x RTX 4090, no P2P, one NIC on PCIe switch 0 of each node; DP groups {j, 8 + j} run at once.
+    # Host staging makes traffic cross switch 0's uplink (Gen4 x16, 31.5 GB/s * 0.762 = 24.0 GB/s):
+    # upwards it carries what GPUs 0 and 1 send (2 S) plus everything arriving from the NIC (8 S) = 10 S,
+    # against 2 S for a single group -> 5x slower, limited by 10 S / 24.0 GB/s (the NIC carries 8 S / 23.75).
+    c = build_cluster(topo("pcie-rtx4090x8"), 2)
+    for fidelity in ("analytical", "flow"):
+        cm = CollectiveModel(c, fidelity=fidelity, algorithm="ring")
+        one = cm.run("all_reduce", [[0, 8]], GiB).time_s
+        eight = cm.run("all_reduce", [[j, 8 + j] for j in range(8)], GiB).time_s
+        assert eight / one == pytest.approx(5, rel=0.02)
+        assert eight == pytest.approx(10 * GiB / (31.5e9 * 0.762), rel=0.01)
+
+
+@pytest.mark.parametrize(
+    "groups",
+    [
+        [list(range(8))],  # one node ring: each GPU's NVLink ports carry only its own hop
+        [[j, 8 + j] for j in range(8)],  # rail-disjoint DP groups
+        [[0, 8]],
+    ],
+)
+def test_analytical_and_flow_agree_without_shared_links(h100x2, groups):
+    for algo in ("ring", "nvls", "hierarchical"):
+        a = CollectiveModel(h100x2, fidelity="analytical", algorithm=algo).run("all_reduce", groups, GiB)
+        f = CollectiveModel(h100x2, fidelity="flow", algorithm=algo).run("all_reduce", groups, GiB)
+        assert a.algorithm == f.algorithm
+        assert f.time_s == pytest.approx(a.time_s, rel=0.01)
+
+
+def test_auto_is_the_fastest_candidate(h100x2):
+    group = [list(range(16))]
+    auto = CollectiveModel(h100x2).run("all_reduce", group, GiB)
+    for algo in ("ring", "tree", "hierarchical", "nvls"):
+        forced = CollectiveModel(h100x2, algorithm=algo).run("all_reduce", group, GiB)
+        assert forced.algorithm == algo
+        assert auto.time_s <= forced.time_s * (1 + 1e-12)
+
+
+def test_inapplicable_forced_algorithm_falls_back(a100x2, h100x2):
+    r = CollectiveModel(a100x2, algorithm="nvls").run("all_reduce", [list(range(8))], GiB)
+    assert r.algorithm != "nvls"  # A100 has no NVLink SHARP
+    r = CollectiveModel(h100x2, algorithm="tree").run("all_gather", [list(range(8))], GiB)
+    assert r.algorithm in ("ring", "nvls")
+
+
+def test_time_grows_with_size(h100x2):
+    cm = CollectiveModel(h100x2)
+    times = [cm.run("all_reduce", [list(range(16))], s).time_s for s in (MiB, 16 * MiB, 256 * MiB, 4 * GiB)]
+    assert times == sorted(times)
+
+
+def test_results_are_cached_by_shape(h100x2):
+    cm = CollectiveModel(h100x2)
+    r1 = cm.run("all_reduce", [list(range(8))], GiB)
+    assert cm.run("all_reduce", [list(range(8))], GiB) is r1
+    assert cm.run("all_reduce", [list(range(8, 16))], GiB) is r1  # node 1 is node 0's mirror image
+    assert cm.cache_size() == 1
+    cm.run("all_reduce", [list(range(8))], 2 * GiB)
+    assert cm.cache_size() == 2
+
+
+@pytest.mark.parametrize(
+    "op, groups, nbytes, field",
+    [
+        ("all_reduce", [[0, 16]], GiB, "groups"),  # GPU 16 does not exist on 2 nodes
+        ("all_reduce", [[0, 0]], GiB, "groups"),
+        ("all_reduce", [[0, 1], [2, 3, 4]], GiB, "groups"),
+        ("all_reduce", [[0, 1], [1, 2]], GiB, "groups"),
+        ("send_recv", [[0, 1, 2]], GiB, "groups"),
+        ("all_reduce", [[0, 1]], -1, "nbytes"),
+        ("allreduce", [[0, 1]], GiB, "op"),
+    ],
+)
+def test_bad_queries_raise_input_error(h100x2, op, groups, nbytes, field):
+    with pytest.raises(InputError) as info:
+        CollectiveModel(h100x2).run(op, groups, nbytes)
+    assert info.value.field == field
+
+
+def test_bad_model_options_raise_input_error(h100x2):
+    with pytest.raises(InputError):
+        CollectiveModel(h100x2, fidelity="packet")
+    with pytest.raises(InputError):
+        CollectiveModel(h100x2, algorithm="butterfly")

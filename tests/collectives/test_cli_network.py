@@ -1,0 +1,82 @@
+"""The network CLI commands mounted on a local typer app."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from simulator.cli_network import collective, sweep_sizes, topology_app
+from simulator.errors import InputError
+
+app = typer.Typer()
+app.command()(collective)
+app.add_typer(topology_app, name="topology")
+runner = CliRunner()
+
+
+def test_collective_json_single_size():
+    res = runner.invoke(app, ["collective", "--topology", "dgx-h100", "--nodes", "2", "--op", "all_reduce",
+                              "--bytes", "1G", "--json"])
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.output)
+    assert doc["gpus"] == 16
+    (row,) = doc["rows"]
+    assert row["bytes"] == 2**30
+    assert set(row) >= {"bytes", "time_s", "algbw_GBps", "busbw_GBps", "algorithm"}
+    assert row["algbw_GBps"] == pytest.approx(row["bytes"] / row["time_s"] / 1e9)
+
+
+def test_collective_sweep_table():
+    res = runner.invoke(app, ["collective", "--topology", "dgx-a100", "--op", "all_gather", "--algo", "ring",
+                              "--fidelity", "flow", "--min-bytes", "1M", "--max-bytes", "8M"])
+    assert res.exit_code == 0, res.output
+    assert "busbw" in res.output and "ring" in res.output
+    assert "8388608" in res.output
+
+
+def test_sweep_sizes_like_nccl_tests():
+    assert sweep_sizes(8, 64) == [8, 16, 32, 64]
+    with pytest.raises(InputError):
+        sweep_sizes(64, 8)
+
+
+@pytest.mark.parametrize(
+    "args, field",
+    [
+        (["--topology", "dgx-z900"], "topology"),
+        (["--topology", "dgx-h100", "--gpus", "12"], "--gpus"),
+        (["--topology", "dgx-h100", "--bytes", "lots"], "--bytes"),
+        (["--topology", "dgx-h100", "--op", "allreduce"], "--op"),
+        (["--topology", "dgx-h100", "--algo", "magic"], "algorithm"),
+    ],
+)
+def test_collective_bad_input_raises_input_error(args, field):
+    res = runner.invoke(app, ["collective", *args, "--bytes", "1M"] if "--bytes" not in args else ["collective", *args])
+    assert isinstance(res.exception, InputError)
+    assert res.exception.field == field
+
+
+def test_topology_show_json_and_graphml(tmp_path):
+    out = tmp_path / "g.graphml"
+    res = runner.invoke(app, ["topology", "show", "dgx-h100", "--nodes", "2", "--json", "--graphml", str(out)])
+    assert res.exit_code == 0, res.output
+    stats = json.loads(res.output)
+    assert stats["gpus"] == 16 and stats["nic_GBps_per_gpu"] == 50.0
+    assert out.read_text().startswith("<?xml")
+
+
+def test_topology_show_table():
+    res = runner.invoke(app, ["topology", "show", "pcie-rtx4090x8"])
+    assert res.exit_code == 0, res.output
+    assert "bisection" in res.output
+
+
+def test_topology_show_png(tmp_path):
+    pytest.importorskip("matplotlib")
+    out = tmp_path / "g.png"
+    res = runner.invoke(app, ["topology", "show", "dgx-a100", "--png", str(out)])
+    assert res.exit_code == 0, res.output
+    assert out.stat().st_size > 1000

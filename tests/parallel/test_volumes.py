@@ -1,0 +1,107 @@
+"""Bytes per step per rank against the volume table of formulas.md §4.2.
+
+φ = (n−1)/n, Ψ parameters, G micro-batches; values in bytes = elements × dtype width.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.parallel.fakes import work
+from tests.parallel.helpers import ctx, volume
+
+N, G = 4, 3
+PSI_LAYER, L = 1.0e6, 4
+PSI = PSI_LAYER * L
+PHI = (N - 1) / N
+
+
+def _w():
+    return work(n_layers=L, layer_params=PSI_LAYER)
+
+
+def test_ddp_no_sync_moves_2phi_psi_fp32():
+    v = volume(ctx(N, G, w=_w(), framework="ddp"))
+    assert v == pytest.approx({"grad_reduce": 2 * PHI * PSI * 4})
+
+
+def test_ddp_without_no_sync_moves_G_times():
+    v = volume(ctx(N, G, w=_w(), framework="ddp", no_sync=False))
+    assert v["grad_reduce"] == pytest.approx(G * 2 * PHI * PSI * 4)
+
+
+def test_ddp_comm_hook_halves_bytes():
+    v = volume(ctx(N, G, w=_w(), framework="ddp", comm_hook="bf16"))
+    assert v["grad_reduce"] == pytest.approx(2 * PHI * PSI * 2)
+
+
+@pytest.mark.parametrize(
+    ("stage", "grad", "post"),
+    [
+        (0, 2 * PHI * PSI, 0.0),  # at the boundary
+        (1, 2 * PHI * PSI, PHI * PSI),  # boundary all-reduce buckets + post-step gather
+        (2, G * 2 * PHI * PSI, PHI * PSI),  # every micro-batch + post-step gather
+    ],
+)
+def test_deepspeed_stages_0_to_2(stage, grad, post):
+    v = volume(ctx(N, G, w=_w(), framework="deepspeed", zero_stage=stage))
+    assert v.get("grad_reduce", 0.0) == pytest.approx(grad * 2)  # bf16 communication
+    assert v.get("post_step_gather", 0.0) == pytest.approx(post * 2)
+    assert "param_allgather" not in v
+
+
+def test_deepspeed_stage3_moves_G_times_3phi_psi():
+    v = volume(ctx(N, G, w=_w(), framework="deepspeed", zero_stage=3))
+    total = sum(v.values())
+    assert total == pytest.approx(G * 3 * PHI * PSI * 2)
+    assert v["param_allgather"] == pytest.approx(G * 2 * PHI * PSI * 2)
+
+
+def test_deepspeed_stage3_persistent_params_are_not_gathered():
+    w = work(n_layers=L, layer_params=PSI_LAYER, persistent=1000.0)
+    v = volume(ctx(N, G, w=w, framework="deepspeed", zero_stage=3))
+    assert v["param_allgather"] == pytest.approx(G * 2 * PHI * (PSI - 1000.0 * L) * 2)
+    assert v["grad_reduce"] == pytest.approx(G * PHI * PSI * 2)
+
+
+def test_fsdp_full_shard_G_times_3phi_psi():
+    # Blocks: gather fwd + bwd, reduce-scatter: 3φ each. The root (embedding+head) stays gathered
+    # from forward to backward (FSDP never reshards the root after forward): 2φ for its share.
+    root = 5e5
+    w = work(n_layers=L, layer_params=PSI_LAYER, embed_params=root / 2, head_params=root / 2)
+    v = volume(ctx(N, G, w=w, framework="fsdp"))
+    assert sum(v.values()) == pytest.approx(G * (3 * PHI * PSI + 2 * PHI * root) * 2)
+
+
+def test_fsdp_shard_grad_op_G_times_2phi_psi():
+    v = volume(ctx(N, G, w=_w(), framework="fsdp", sharding_strategy="shard_grad_op"))
+    assert sum(v.values()) == pytest.approx(G * 2 * PHI * PSI * 2)
+
+
+def test_fsdp_hybrid_adds_replica_all_reduce():
+    # 16 GPUs, 8 per node: shard group g = 8, R = 2 replicas.
+    n, g, r = 16, 8, 2
+    v = volume(ctx(n, 1, w=_w(), framework="fsdp", sharding_strategy="hybrid_shard"))
+    phi_g = (g - 1) / g
+    expected = (3 * phi_g * PSI + 2 * ((r - 1) / r) * PSI / g) * 2
+    assert sum(v.values()) == pytest.approx(expected)
+
+
+def test_fsdp_reduce_dtype_fp32():
+    v = volume(ctx(N, 1, w=_w(), framework="fsdp", reduce_dtype="fp32"))
+    assert v["grad_reduce"] == pytest.approx(PHI * PSI * 4)
+    assert v["param_allgather"] == pytest.approx(2 * PHI * PSI * 2)
+
+
+@pytest.mark.parametrize(
+    "par",
+    [
+        {"framework": "ddp"},
+        {"framework": "deepspeed", "zero_stage": 1},
+        {"framework": "deepspeed", "zero_stage": 3},
+        {"framework": "fsdp"},
+        {"framework": "fsdp", "sharding_strategy": "hybrid_shard"},
+    ],
+)
+def test_degree_one_is_a_no_op(par):
+    assert volume(ctx(1, G, w=_w(), **par)) == {}

@@ -1,0 +1,90 @@
+"""Run duration, cost and goodput arithmetic, checked by hand."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from simulator.config.loader import scenario_from_dict
+from simulator.errors import InputError
+from simulator.runcost.plan import plan_run
+
+BASE = {
+    "model": "llama-3-8b",
+    "cluster": {"topology": "dgx-h100", "nodes": 1},
+    "training": {"seq_len": 4096, "micro_batch_size": 1, "global_batch_size": 256, "total_tokens": 1.0e10},
+    "parallel": {"zero_stage": 3},
+    "cost": {"usd_per_gpu_hour": 2.0},
+}
+
+
+def _scenario(*overrides):
+    return scenario_from_dict(BASE, overrides=list(overrides))
+
+
+def test_steps_duration_and_cost_by_hand():
+    s = _scenario("reliability.enabled=false", "reliability.checkpoint.enabled=false")
+    run = plan_run(s, step_time_s=5.0)
+    steps = math.ceil(1.0e10 / (256 * 4096))  # tokens / (global batch × seq len) = 9,537 steps
+    assert run.steps == steps == 9537
+    assert run.duration_s == pytest.approx(steps * 5.0)
+    assert run.goodput == 1.0 and run.wall_clock_s == run.duration_s
+    assert run.gpu_hours == pytest.approx(8 * steps * 5.0 / 3600)
+    assert run.cost_usd == pytest.approx(run.gpu_hours * 2.0)
+    assert run.usd_per_million_tokens == pytest.approx(run.cost_usd / (steps * 256 * 4096 / 1e6))
+
+
+def test_energy_by_hand():
+    s = _scenario("reliability.enabled=false", "reliability.checkpoint.enabled=false")
+    run = plan_run(s, step_time_s=5.0, busy_fraction=0.5)
+    # 8 × 700 W × (0.3 + 0.7 × 0.5) + 4,600 W node overhead
+    power = 8 * 700 * (0.3 + 0.7 * 0.5) + 4600
+    assert run.energy_kwh == pytest.approx(power * run.wall_clock_s / 3.6e6)
+
+
+def test_goodput_falls_with_failure_rate():
+    goodputs = [
+        plan_run(_scenario(f"reliability.gpu_mtbf_hours={mtbf}"), step_time_s=5.0).goodput
+        for mtbf in (1e6, 1e4, 1e2)
+    ]
+    assert 1.0 > goodputs[0] > goodputs[1] > goodputs[2] > 0
+
+
+def test_checkpoint_size_and_daly_interval():
+    s = _scenario()
+    run = plan_run(s, step_time_s=5.0)
+    assert run.checkpoint_bytes == pytest.approx(14 * 8_030_261_248)  # 2Ψ weights + 12Ψ Adam state
+    # ZeRO-3: the one node writes at 1 GB/s (default per-node bandwidth).
+    assert run.checkpoint_write_s == pytest.approx(14 * 8_030_261_248 / 1e9)
+    assert run.checkpoint_interval_s is not None and run.checkpoint_interval_s > run.checkpoint_write_s
+
+
+def test_async_checkpoint_stalls_less():
+    sync = plan_run(_scenario(), step_time_s=5.0)
+    asyn = plan_run(_scenario("reliability.checkpoint.asynchronous=true"), step_time_s=5.0)
+    assert asyn.checkpoint_stall_s < sync.checkpoint_stall_s
+    # Snapshot of each GPU's eighth over PCIe Gen5 (63 GB/s).
+    assert asyn.checkpoint_stall_s == pytest.approx(14 * 8_030_261_248 / 8 / 63e9)
+
+
+def test_spot_discount_and_catalog_price():
+    run = plan_run(_scenario("cost.spot.discount=0.5", "reliability.enabled=false"), step_time_s=5.0)
+    assert run.usd_per_gpu_hour == 1.0
+    catalog_price = plan_run(_scenario("cost.usd_per_gpu_hour=null"), step_time_s=5.0).usd_per_gpu_hour
+    assert catalog_price == 3.99  # the catalog's dated H100 SXM snapshot
+
+
+def test_bad_input():
+    with pytest.raises(InputError, match="longer than the whole run"):
+        plan_run(_scenario("reliability.checkpoint.interval_s=1e9"), step_time_s=5.0)
+    with pytest.raises(InputError, match="below one step"):
+        _scenario("training.total_tokens=1000")
+    with pytest.raises(InputError, match="cost.usd_per_gpu_hour"):
+        _scenario("cost.usd_per_gpu_hour=-1")
+    with pytest.raises(InputError, match="reliability.gpu_mtbf_hours"):
+        _scenario("reliability.gpu_mtbf_hours=0")
+
+
+def test_no_budget_means_no_run():
+    assert plan_run(_scenario("training.total_tokens=null"), step_time_s=5.0) is None

@@ -1,0 +1,128 @@
+"""Training FLOPs against Megatron-LM's closed forms, Kaplan's and PaLM's per-token counts."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from simulator.workload import flops, params
+
+B, S = 1536, 2048  # GPT-3's batch (sequences) and context
+L, H, V = 96, 12288, 51200
+
+
+def test_gpt3_megatron_eq3_no_recompute(gpt3_175b):
+    # Narayanan et al. SC'21 Sec. 5.1 Eq. 3: F = 72·B·s·l·h²·(1 + s/6h + V/12lh), non-causal counting.
+    expected = 72 * B * S * L * H**2 * (1 + S / (6 * H) + V / (12 * L * H))
+    got = flops.step(gpt3_175b, b=8, s=S, n_micro=B // 8, causal=False)
+    assert got.model_flops == pytest.approx(expected, rel=1e-12)
+    assert got.hardware_flops == got.model_flops
+
+
+def test_gpt3_megatron_full_recompute_is_hardware_flops(gpt3_175b):
+    # Same paper, with full activation recomputation: 96·B·s·l·h²·(1 + s/6h + V/16lh).
+    expected = 96 * B * S * L * H**2 * (1 + S / (6 * H) + V / (16 * L * H))
+    got = flops.step(gpt3_175b, b=B, s=S, causal=False, recompute="full")
+    assert got.hardware_flops == pytest.approx(expected, rel=1e-12)
+    assert got.model_flops == pytest.approx(
+        72 * B * S * L * H**2 * (1 + S / (6 * H) + V / (12 * L * H)), rel=1e-12
+    )
+
+
+def test_gpt3_selective_recompute(gpt3_175b):
+    # formulas.md §1.2 [D]: 3·(24bsh² + 4bs²h) + 4bs²h per layer ⇒ 72·B·s·l·h²·(1 + 2s/9h + V/12lh).
+    expected = 72 * B * S * L * H**2 * (1 + 2 * S / (9 * H) + V / (12 * L * H))
+    got = flops.step(gpt3_175b, b=B, s=S, causal=False, recompute="selective")
+    assert got.hardware_flops == pytest.approx(expected, rel=1e-12)
+
+
+def test_layer_terms_by_hand(gpt3_175b):
+    b, s, h = 2, 2048, H
+    lay = flops.layer_forward(gpt3_175b, b, s, causal=False)
+    # Megatron code comment: qkv 6Bsh², attention 2Bs²h, attention over value 2Bs²h, out-proj 2Bsh².
+    assert lay.q + lay.kv == 6 * b * s * h**2
+    assert lay.scores == lay.attn_v == 2 * b * s**2 * h
+    assert lay.out_proj == 2 * b * s * h**2
+    assert lay.mlp == 16 * b * s * h**2  # two matrices of h × 4h
+    assert lay.total == 24 * b * s * h**2 + 4 * b * s**2 * h
+    assert flops.logits_forward(gpt3_175b, b, s) == 2 * b * s * h * V
+
+
+def test_causal_halves_exactly_the_attention_core(gpt3_175b, llama3_8b):
+    for m in (gpt3_175b, llama3_8b):
+        full = flops.layer_forward(m, 3, 4096, causal=False)
+        causal = flops.layer_forward(m, 3, 4096, causal=True)
+        assert causal.dense == full.dense
+        assert causal.scores == full.scores / 2 and causal.attn_v == full.attn_v / 2
+        assert full.total - causal.total == full.attention_core / 2
+
+
+def test_swiglu_three_matrices_and_gqa(llama3_8b):
+    b, s, h, f = 1, 8192, 4096, 14336
+    lay = flops.layer_forward(llama3_8b, b, s, causal=True)
+    assert lay.mlp == 3 * 2 * b * s * h * f
+    assert lay.kv == 2 * 2 * b * s * h * (8 * 128)  # 8 KV heads of 128
+    assert lay.q == 2 * b * s * h * h
+
+
+def test_kaplan_per_token_with_causal_attention(gpt3_175b):
+    # Kaplan et al. 2020 Table 1 / formulas.md §1.3: training ≈ 6N + 6·n_layer·n_ctx·d_model per token,
+    # N the matrix parameters (12·l·h² plus the tied V·h head; the forward counts 2N + 2·l·n_ctx·d).
+    n_matmul = 12 * L * H**2 + V * H
+    got = flops.step(gpt3_175b, b=1, s=S, causal=True)
+    assert got.train_flops_per_token == pytest.approx(6 * n_matmul + 6 * L * S * H, rel=1e-12)
+
+
+def test_palm_per_token_non_causal(gpt3_175b):
+    # PaLM App. B: model FLOPs per token 6N + 12·L·H·Q·T (H·Q = d_model here).
+    n_matmul = 12 * L * H**2 + V * H
+    got = flops.step(gpt3_175b, b=1, s=S, causal=False)
+    assert got.train_flops_per_token == pytest.approx(6 * n_matmul + 12 * L * H * S, rel=1e-12)
+
+
+def test_six_n_approximation_for_large_models(gpt3_175b, new_model):
+    # 6N (Kaplan) is within a few percent for large models at their training context. Llama 3.1 405B
+    # (config.json of meta-llama/Llama-3.1-405B): 126 layers, h 16384, 128 heads, 8 KV heads, f 53248.
+    llama405 = new_model(
+        n_layers=126, hidden_size=16384, n_heads=128, n_kv_heads=8, ffn_hidden_size=53248, vocab_size=128256
+    )
+    for m, s in ((gpt3_175b, 2048), (llama405, 8192)):
+        six_n = 6 * params.count(m).total
+        per_token = flops.step(m, b=1, s=s, causal=True).train_flops_per_token
+        assert abs(per_token / six_n - 1) < 0.05, per_token / six_n
+
+
+@given(
+    b=st.integers(1, 8),
+    s=st.sampled_from([128, 1024, 4096]),
+    n_micro=st.integers(1, 16),
+    causal=st.booleans(),
+)
+def test_step_invariants(llama3_8b, b, s, n_micro, causal):
+    none, sel, full = (flops.step(llama3_8b, b, s, n_micro, causal, r) for r in ("none", "selective", "full"))
+    assert none.model_flops == sel.model_flops == full.model_flops == none.hardware_flops
+    assert none.hardware_flops < sel.hardware_flops < full.hardware_flops
+    one = flops.step(llama3_8b, 1, s, 1, causal)
+    assert math.isclose(none.model_flops, b * n_micro * one.model_flops, rel_tol=1e-12)
+    assert none.tokens == b * s * n_micro
+    # full recompute adds exactly one forward of the blocks (not of the logits): 4/3 at most
+    assert full.hardware_flops / full.model_flops < 4 / 3
+
+
+def test_for_scenario(new_scenario, shapes):
+    sc = new_scenario(
+        shapes["llama3_8b"],
+        training={
+            "seq_len": 4096,
+            "micro_batch_size": 2,
+            "global_batch_size": 64,
+            "attention_flops": "causal",
+        },
+    )
+    got = flops.for_scenario(sc)
+    m = sc.model
+    assert got == flops.step(m, 2, 4096, 32, causal=True, recompute="none")
+    assert got.tokens == sc.tokens_per_step

@@ -1,0 +1,187 @@
+"""Per-GPU memory against the ZeRO paper, Korthikanti et al. Table 2 and DeepSpeed's estimators."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from simulator.workload import memory, params
+
+GB = 1e9
+
+
+def test_zero_paper_7_5b_on_64_gpus():
+    # Rajbhandari et al. SC'20 Fig. 1: Ψ = 7.5B, N_d = 64, K = 12 ⇒ 120 / 31.4 / 16.6 / 1.9 GB.
+    got = [memory.zero_model_states(7.5e9, 64, stage).total_bytes for stage in range(4)]
+    assert got == [120e9, 30e9 + 90e9 / 64, 15e9 + 105e9 / 64, 120e9 / 64]
+    assert [round(x / GB, 1) for x in got] == [120.0, 31.4, 16.6, 1.9]
+
+
+def test_korthikanti_table2(gpt3_175b):
+    s, b, h, a, t = 2048, 1, 12288, 96, 8
+    sbh = s * b * h
+    core = 5 * a * s / h
+
+    def act(**kw):
+        return memory.layer_activation_bytes(gpt3_175b, b, s, flash_attention=False, dropout=True, **kw)
+
+    assert act() == pytest.approx(sbh * (34 + core), rel=1e-12)
+    assert act(tp=t) == pytest.approx(sbh * (10 + 24 / t + core / t), rel=1e-12)
+    assert act(tp=t, sequence_parallel=True) == pytest.approx(sbh / t * (34 + core), rel=1e-12)
+    assert act(tp=t, recompute="selective") == pytest.approx(sbh * (10 + 24 / t), rel=1e-12)
+    assert act(tp=t, sequence_parallel=True, recompute="selective") == pytest.approx(34 * sbh / t, rel=1e-12)
+    assert act(recompute="full") == 2 * sbh
+
+
+def test_flash_attention_variant(gpt3_175b):
+    s, b, h, a = 4096, 2, 12288, 96
+    sbh = s * b * h
+    # no s² terms; fp32 log-sum-exp per row per head instead
+    flash = memory.layer_activation_bytes(gpt3_175b, b, s, flash_attention=True, dropout=True)
+    assert flash == 34 * sbh + 4 * a * s * b
+    no_dropout = memory.layer_activation_bytes(gpt3_175b, b, s, flash_attention=True, dropout=False)
+    assert flash - no_dropout == 2 * sbh  # the two 1-byte residual dropout masks
+
+
+def test_swiglu_gqa_variant(llama3_8b):
+    s, b, h = 8192, 1, 4096
+    sbh = s * b * h
+    got = memory.layer_activation_bytes(llama3_8b, b, s, flash_attention=True)
+    # per sbh at 2 B: norm inputs 4, attention/MLP inputs 4, Q 2, K 0.5, V 0.5, out-proj input 2,
+    # gate + up outputs 2·2f/h, SwiGLU output 2f/h (f/h = 3.5); plus the fp32 LSE 4·a·s·b.
+    per_sbh = 4 + 4 + 2 + 0.5 + 0.5 + 2 + 4 * 3.5 + 2 * 3.5
+    assert got == per_sbh * sbh + 4 * 32 * s * b
+
+
+def test_scenario_activations_match_korthikanti_with_tp(new_scenario, shapes):
+    sc = new_scenario(
+        {**shapes["gpt3_175b"], "dropout": 0.1},  # Korthikanti's table counts dropout masks
+        training={"seq_len": 2048, "kernels": {"flash_attention": False}},
+        parallel={"tp": 8},
+    )
+    s, h, a, t = 2048, 12288, 96, 8
+    act = memory.activations(sc)
+    assert act.per_layer == pytest.approx(s * h * (10 + 24 / t + 5 * a * s / (h * t)), rel=1e-12)
+    assert act.layers == 96 * act.per_layer
+    assert act.in_flight == 1
+    # logits buffers: final-norm input and output 2·2·sbh, bf16 logits + fp32 log-probs 6·s·V/t
+    assert act.logits == 4 * s * h + 6 * s * 51200 / t
+    assert act.total_bytes == act.layers + act.embedding + act.logits
+
+
+def test_full_recompute_keeps_inputs_plus_one_layer(new_scenario, shapes):
+    base = dict(seq_len=4096, micro_batch_size=2)
+    full = memory.activations(
+        new_scenario(shapes["llama3_8b"], training={**base, "activation_checkpointing": "full"})
+    )
+    none = memory.activations(new_scenario(shapes["llama3_8b"], training=base))
+    sbh = 4096 * 2 * 4096
+    assert full.per_layer == 2 * sbh
+    assert full.recompute_transient == none.per_layer
+    assert full.total_bytes == 32 * 2 * sbh + none.per_layer + none.embedding + none.logits
+
+
+def test_pipeline_keeps_p_micro_batches_on_stage_one(new_scenario, shapes):
+    sc = new_scenario(shapes["llama3_8b"], parallel={"pp": 4}, training={"global_batch_size": 64})
+    act = memory.activations(sc)
+    assert act.in_flight == 4  # 1F1B: min(p, G) with G = 64 / (1 · 2)
+    assert act.layers == 4 * 8 * act.per_layer
+
+
+def test_offload_and_deepspeed_estimator(new_scenario, shapes):
+    # DeepSpeed estimate_zero2_model_states_mem_needs(cpu_offload=True): GPU = 2Ψ.
+    sc = new_scenario(shapes["llama3_8b"], parallel={"zero_stage": 2, "offload_optimizer": "cpu"})
+    psi = params.count(sc.model).total
+    st = memory.model_states(sc)
+    assert (st.params_bytes, st.grads_bytes, st.optimizer_bytes) == (2 * psi, 0, 0)
+    assert st.offloaded_bytes == 14 * psi / 8
+    z3 = new_scenario(
+        shapes["llama3_8b"], parallel={"zero_stage": 3, "offload_optimizer": "cpu", "offload_param": "cpu"}
+    )
+    assert memory.model_states(z3).total_bytes == 0
+
+
+def test_frameworks(new_scenario, shapes):
+    psi = 8_030_261_248
+    ddp = memory.model_states(new_scenario(shapes["llama3_8b"], parallel={"framework": "ddp"}))
+    assert ddp.total_bytes == 16 * psi  # fp32 params 4 + fp32 grads 4 + Adam m, v 8
+    assert (
+        memory.buffers(new_scenario(shapes["llama3_8b"], parallel={"framework": "ddp"})).communication
+        == 4 * psi
+    )
+    fsdp = memory.model_states(new_scenario(shapes["llama3_8b"], parallel={"framework": "fsdp"}))
+    assert fsdp.total_bytes == 16 * psi / 8
+
+
+def test_overlap_comm_doubles_the_ipg_buffer(new_scenario, shapes):
+    def comm(overlap):
+        sc = new_scenario(shapes["llama3_8b"], parallel={"zero_stage": 2, "overlap_comm": overlap})
+        return memory.buffers(sc).communication
+
+    assert comm(True) - comm(False) == 5e8 * 2  # one more reduce_bucket_size bf16 buffer
+
+
+def test_breakdown_sums_and_verdict(new_scenario, shapes):
+    sc = new_scenario(shapes["llama3_8b"], parallel={"zero_stage": 3})
+    bd = memory.breakdown(sc)
+    d = bd.as_dict()
+    for key in (
+        "params_bytes",
+        "grads_bytes",
+        "optimizer_bytes",
+        "activations_bytes",
+        "total_bytes",
+        "hbm_bytes",
+    ):
+        assert key in d
+    peak = max(bd.activations_bytes, bd.optimizer_step_bytes)
+    states = bd.params_bytes + bd.grads_bytes + bd.optimizer_bytes
+    assert bd.total_bytes == pytest.approx(
+        states + peak + bd.buffers_bytes + bd.cuda_context_bytes + bd.fragmentation_bytes, rel=1e-12
+    )
+    assert bd.fragmentation_bytes == pytest.approx(
+        0.10 * (states + peak + bd.buffers_bytes - 2.5e8), rel=1e-12
+    )
+    assert bd.hbm_bytes == sc.cluster.gpu_spec.hbm_usable_bytes
+    assert bd.fits == (bd.headroom_bytes >= 0) and bd.fits
+    assert not memory.breakdown(new_scenario(shapes["llama3_8b"], parallel={"zero_stage": 0})).fits
+
+
+@given(psi=st.floats(1e6, 1e12), dp=st.integers(1, 4096))
+def test_model_states_decrease_with_zero_stage(psi, dp):
+    totals = [memory.zero_model_states(psi, dp, stage).total_bytes for stage in range(4)]
+    assert all(a >= b for a, b in zip(totals, totals[1:], strict=False))
+    assert totals[0] == pytest.approx(16 * psi) and totals[3] == pytest.approx(16 * psi / dp)
+
+
+def test_scenario_memory_decreases_with_zero_stage(new_scenario, shapes):
+    totals = [
+        memory.breakdown(new_scenario(shapes["llama3_8b"], parallel={"zero_stage": z})) for z in range(4)
+    ]
+    states = [bd.params_bytes + bd.grads_bytes + bd.optimizer_bytes for bd in totals]
+    assert states == sorted(states, reverse=True)
+    assert [bd.total_bytes for bd in totals] == sorted((bd.total_bytes for bd in totals), reverse=True)
+
+
+def test_qk_norm_stores_its_inputs(new_model, shapes):
+    plain = new_model(**shapes["llama3_8b"])
+    qk = new_model(**shapes["llama3_8b"], qk_norm=True)
+    s, b = 4096, 1
+    diff = memory.layer_activation_bytes(qk, b, s) - memory.layer_activation_bytes(plain, b, s)
+    assert diff == 2 * s * b * (4096 + 1024)
+
+
+def test_deepspeed_buffers_by_hand(new_scenario, shapes):
+    psi, largest = 8_030_261_248, 128256 * 4096
+    z2 = memory.buffers(new_scenario(shapes["llama3_8b"], parallel={"zero_stage": 2}))
+    assert z2.communication == 2 * 5e8  # one bf16 ipg buffer (overlap_comm defaults to False below stage 3)
+    assert z2.optimizer_step == 4 * psi / 8  # fp32 gradient partition for the step
+    z3 = memory.buffers(new_scenario(shapes["llama3_8b"], parallel={"zero_stage": 3}))
+    assert z3.gathered_params == 2 * (largest + 5e7)  # largest module + stage3_prefetch_bucket_size
+    assert z3.communication == 2 * 5e8 + 2 * largest  # ipg buffer + the largest module's gradient
+    assert z3.optimizer_step == 4 * 1e9  # the 1.004e9-element partition, capped at one 1e9 sub-group
+    unfused = new_scenario(
+        shapes["llama3_8b"], parallel={"zero_stage": 2}, training={"kernels": {"fused_adam": False}}
+    )
+    assert memory.buffers(unfused).optimizer_step == 2 * 4 * psi / 8  # + foreach Adam's fp32 temporary

@@ -1,0 +1,115 @@
+"""Parameter counts against published totals and hand arithmetic."""
+
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from simulator.config.model import ModelConfig
+from simulator.workload import params
+
+
+def model(**fields) -> ModelConfig:
+    return ModelConfig.model_validate(fields)
+
+
+def test_llama3_8b_exact(llama3_8b):
+    c = params.count(llama3_8b)
+    assert c.total == 8_030_261_248  # safetensors total of meta-llama/Meta-Llama-3-8B
+    assert c.embedding == c.lm_head == 128256 * 4096
+    # per block: q, o 4096²; k, v 4096·1024; SwiGLU 3·4096·14336; two RMSNorms 2·4096
+    assert c.per_layer == 2 * 4096**2 + 2 * 4096 * 1024 + 3 * 4096 * 14336 + 2 * 4096
+    assert c.final_norm == 4096
+    assert c.non_embedding == 32 * c.per_layer + 4096
+    assert c.largest_layer == 128256 * 4096  # the embedding is the largest module
+
+
+def test_llama2_7b_exact():
+    m = model(
+        n_layers=32, hidden_size=4096, n_heads=32, ffn_hidden_size=11008, vocab_size=32000, mlp="swiglu"
+    )
+    assert params.count(m).total == 6_738_415_616  # meta-llama/Llama-2-7b-hf
+
+
+def test_gpt2_small_exact():
+    # GPT-2 124M (HF "gpt2"): biases, LayerNorm with bias, learned positions, tied head.
+    m = model(
+        n_layers=12,
+        hidden_size=768,
+        n_heads=12,
+        ffn_hidden_size=3072,
+        vocab_size=50257,
+        mlp="gelu",
+        norm="layernorm",
+        linear_bias=True,
+        tied_embeddings=True,
+        position_embedding="learned",
+        max_position_embeddings=1024,
+    )
+    c = params.count(m)
+    assert c.total == 124_439_808
+    assert c.embedding == 50257 * 768 + 1024 * 768
+    assert c.lm_head == 0
+    # attention 4h² + 4h biases; MLP 2·h·4h + 4h + h; two LayerNorms 2·2h
+    assert c.per_layer == (4 * 768**2 + 4 * 768) + (8 * 768**2 + 5 * 768) + 4 * 768
+
+
+def test_gpt3_175b_near_published(gpt3_175b):
+    # Brown et al. 2020 report 175.0B (rounded); the exact count of this shape is 174.6B.
+    assert abs(params.count(gpt3_175b).total / 175.0e9 - 1) < 0.003
+
+
+def test_swiglu_three_matrices_gqa_qk_norm_by_hand():
+    base = dict(n_layers=1, hidden_size=8, n_heads=4, n_kv_heads=2, ffn_hidden_size=16, vocab_size=10)
+    swiglu = params.layer(model(**base, mlp="swiglu"))
+    gelu = params.layer(model(**base, mlp="gelu"))
+    assert swiglu.mlp == 3 * 8 * 16 and gelu.mlp == 2 * 8 * 16
+    # d_h = 2: q 8·8, k and v 8·4 each, o 8·8
+    assert swiglu.attention == 64 + 2 * 32 + 64
+    qk = params.layer(model(**base, qk_norm=True))
+    assert qk.norms == 2 * 8 + 8 + 4  # RMSNorm over the query width and over the key width
+
+
+def test_embedding_norm_and_untied_head():
+    m = model(
+        n_layers=2,
+        hidden_size=8,
+        n_heads=2,
+        ffn_hidden_size=32,
+        vocab_size=10,
+        mlp="gelu",
+        norm="layernorm",
+        linear_bias=True,
+        embedding_norm=True,
+        position_embedding="alibi",
+    )
+    c = params.count(m)
+    assert c.embedding_norm == 16 and c.final_norm == 16
+    assert c.total == 80 + 80 + 2 * c.per_layer + 16 + 16
+
+
+def test_local_tensor_and_pipeline_split_by_hand():
+    m = model(n_layers=4, hidden_size=8, n_heads=4, ffn_hidden_size=16, vocab_size=10, mlp="gelu")
+    blk = params.layer(m)
+    assert blk.replicated == 16  # two RMSNorms; no biases
+    assert params.layer_local(m, 2) == (blk.total - 16) // 2 + 16
+    # tp = 2, pp = 2: 2 blocks + max(first: embedding/2, last: head/2 + final norm)
+    assert params.local(m, 2, 2) == 2 * params.layer_local(m, 2) + max(40, 40 + 8)
+    assert params.local(m) == params.count(m).total
+
+
+def test_tied_head_copy_on_last_stage():
+    m = model(n_layers=2, hidden_size=8, n_heads=2, ffn_hidden_size=16, vocab_size=100, tied_embeddings=True)
+    # Megatron keeps a copy of the word embedding on the last stage when p > 1.
+    assert params.local(m, 1, 2) == params.count(m).per_layer + 800 + 8
+
+
+@given(layers=st.integers(1, 64), tp=st.sampled_from([1, 2, 4, 8]))
+def test_monotone_in_layers_and_sum_identity(shapes, layers, tp):
+    for shape in shapes.values():
+        m1 = model(**{**shape, "n_layers": layers})
+        m2 = model(**{**shape, "n_layers": layers + 1})
+        c1, c2 = params.count(m1), params.count(m2)
+        assert c2.total - c1.total == c1.per_layer > 0
+        assert c1.non_embedding + c1.embedding + c1.lm_head == c1.total
+        assert params.local(m1, tp) <= params.local(m1, 1) == c1.total
