@@ -59,16 +59,17 @@ def _check_supported(scenario: Scenario) -> None:
 
 
 def simulate(scenario: Scenario, *, efficiency: Efficiency | None = None, what_if: WhatIf = WhatIf(),
-             collective_model: Any = None, compute_model: Any = None) -> StepReport:
+             collective_model: Any = None, compute_model: Any = None, cluster: Any = None) -> StepReport:
     """Simulate one optimizer step of ``scenario`` on its representative rank.
 
-    ``collective_model`` / ``compute_model`` replace the network or compute layer (tests, studies).
+    ``collective_model`` / ``compute_model`` replace the network or compute layer (tests, studies);
+    ``cluster`` reuses an already built cluster graph of the same topology and size (sweeps).
     """
     _check_supported(scenario)
     cl, tr, par = scenario.cluster, scenario.training, scenario.parallel
     gpu = cl.gpu_spec
     eff = efficiency or for_gpu(gpu)
-    cluster = build_cluster(cl.topology, _nodes(scenario), gpu)
+    cluster = cluster or build_cluster(cl.topology, _nodes(scenario), gpu)
     collectives = collective_model or CollectiveModel(cluster, fidelity=cl.network_fidelity,
                                                       algorithm=cl.collective_algorithm)
     if what_if.network_scale != 1.0:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import typer
 
+from simulator.cli_network import collective, topology_app
+from simulator.cli_sweep import sweep_command, tune_app
 from simulator.cli_workload import catalog_app, flops_command, memory_command
 
 app = typer.Typer(
@@ -15,6 +17,10 @@ app = typer.Typer(
 )
 app.command("flops")(flops_command)
 app.command("memory")(memory_command)
+app.command("sweep")(sweep_command)
+app.command("collective")(collective)
+app.add_typer(topology_app, name="topology")
+app.add_typer(tune_app, name="tune")
 app.add_typer(catalog_app, name="catalog")
 
 

@@ -73,10 +73,11 @@ def collective(
     as_json: bool = typer.Option(False, "--json", help="print JSON instead of a table"),
 ) -> None:
     """Predict an nccl-tests run: time, algbw and busbw of one collective over a size sweep."""
+    for value, valid, option in ((op, OPS, "--op"), (algo, ALGORITHMS, "--algo"), (fidelity, FIDELITIES, "--fidelity")):
+        if value not in valid:
+            raise InputError(f"unknown value {value!r}; valid: {', '.join(valid)}", field=option)
     cluster, n = _cluster_for(topology, nodes, gpus)
     model = CollectiveModel(cluster, fidelity=fidelity, algorithm=algo)
-    if op not in OPS:
-        raise InputError(f"unknown collective {op!r}; valid: {', '.join(OPS)}", field="--op")
     group = [0, n - 1] if op == "send_recv" else list(range(n))
     if nbytes is not None:
         sizes = [_bytes(nbytes, "--bytes")]

@@ -17,8 +17,8 @@ sequence) plus its NCCL latency step counts (formulas.md §3.5). Volumes per ran
   shards per local index → intra-node all-gather (formulas.md §3.4).
 * NVLS (NVLink SHARP, one node): all-reduce: each GPU sends ``S(p+1)/p`` to the switch and receives
   the same (``ld_reduce`` of every shard + multicast store of its own shard); reduce-scatter: up
-  ``S``, down ``S/p``; all-gather: up ``S/p``, down ``S``. Multi-node NVLS all-reduce is
-  hierarchical with NVLS inside nodes.
+  ``S``, down ``S/p``; all-gather: up ``S/p``, down ``S``. Multi-node NVLS all-reduce pipelines the
+  in-node NVLS all-reduce with inter-node rings on ``S/p`` shards (NCCL NVLSTree-like).
 """
 
 from __future__ import annotations
@@ -47,9 +47,11 @@ class Phase:
         self.transfers.append(Transfer(cluster.route(src, dst, rail), nbytes))
         self.sent[src] = self.sent.get(src, 0.0) + nbytes
 
-    def add_switch(self, cluster: Cluster, gpu: int, up_bytes: float, down_bytes: float) -> None:
-        self.transfers.append(Transfer(cluster.switch_route(gpu, True), up_bytes))
-        self.transfers.append(Transfer(cluster.switch_route(gpu, False), down_bytes))
+    def add_switch(self, cluster: Cluster, gpu: int, up_bytes: float, down_bytes: float, efficiency: float) -> None:
+        """NVLS traffic between ``gpu`` and its NVSwitch chips; NVLS reaches only ``efficiency`` of
+        the NVLink bandwidth, modelled as ``1/efficiency`` times the bytes on the wire."""
+        self.transfers.append(Transfer(cluster.switch_route(gpu, True), up_bytes / efficiency))
+        self.transfers.append(Transfer(cluster.switch_route(gpu, False), down_bytes / efficiency))
         self.sent[gpu] = self.sent.get(gpu, 0.0) + up_bytes
 
     def merge(self, other: Phase) -> None:
@@ -154,30 +156,38 @@ def tree(cluster: Cluster, members: list[int], nbytes: float) -> list[Phase]:
     return [ph]
 
 
-def nvls(cluster: Cluster, op: str, members: list[int], nbytes: float) -> list[Phase]:
-    """NVLS on one node (see module docstring for the volumes)."""
-    p = len(members)
+def nvls(cluster: Cluster, op: str, members: list[int], nbytes: float, efficiency: float) -> list[Phase]:
+    """NVLS (see module docstring for the volumes). On several nodes (all-reduce only), pipelined like
+    NCCL's NVLSTree: in-switch reduction and multicast inside each node run concurrently with an
+    inter-node ring all-reduce of each ``S/p`` shard among the GPUs of one local index."""
+    nodes = by_node(cluster, members)
+    p = len(nodes[0])
     up, down = {
         "all_reduce": (nbytes * (p + 1) / p, nbytes * (p + 1) / p),
         "reduce_scatter": (nbytes, nbytes / p),
         "all_gather": (nbytes / p, nbytes),
     }[op]
-    ph = Phase(steps_intra=1, nvls=True)
+    ph = Phase(steps_intra=1, steps_inter=2 * (len(nodes) - 1), nvls=True)
     for m in members:
-        ph.add_switch(cluster, m, up, down)
+        ph.add_switch(cluster, m, up, down, efficiency)
+    if len(nodes) > 1:
+        for j in range(p):
+            shard = ring(cluster, "all_reduce", [ms[j] for ms in nodes], nbytes / p)[0]
+            ph.transfers += shard.transfers
+            for k, v in shard.sent.items():
+                ph.sent[k] = ph.sent.get(k, 0.0) + v
     return [ph]
 
 
-def hierarchical(cluster: Cluster, members: list[int], nbytes: float, intra: str = "ring") -> list[Phase]:
-    """Intra-node reduce-scatter → inter-node all-reduce of ``S/p`` per local index → intra-node
-    all-gather; ``intra`` = ``ring`` or ``nvls`` for the two node-local phases."""
+def hierarchical(cluster: Cluster, members: list[int], nbytes: float) -> list[Phase]:
+    """Intra-node ring reduce-scatter → inter-node ring all-reduce of ``S/p`` per local index →
+    intra-node ring all-gather, in sequence (formulas.md §3.4)."""
     nodes = by_node(cluster, members)
     p = len(nodes[0])
     first, last, middle = Phase(), Phase(), Phase()
     for ms in nodes:
-        build = nvls if intra == "nvls" else ring
-        first.merge(build(cluster, "reduce_scatter", ms, nbytes)[0])
-        last.merge(build(cluster, "all_gather", ms, nbytes)[0])
+        first.merge(ring(cluster, "reduce_scatter", ms, nbytes)[0])
+        last.merge(ring(cluster, "all_gather", ms, nbytes)[0])
     for j in range(p):
         middle.merge(ring(cluster, "all_reduce", [ms[j] for ms in nodes], nbytes / p)[0])
     return [first, middle, last]

@@ -81,11 +81,11 @@ class CollectiveModel:
         sm = cluster.gpu.sm
         eff = np.array([calibration.link_efficiency(link, sm) for link in cluster.edge_link], dtype=np.float64)
         self._capacity = cluster.edge_bandwidth_Bps * eff
-        nvls_eff = calibration.nvls_efficiency_by_arch.get(cluster.gpu.arch, 0.0)
-        self._capacity_nvls = self._capacity * nvls_eff if nvls_eff else self._capacity
-        self._nvls_hw = cluster.topology.nvls and nvls_eff > 0
+        self._nvls_eff = calibration.nvls_efficiency_by_arch.get(cluster.gpu.arch, 0.0)
+        self._nvls_hw = cluster.topology.nvls and self._nvls_eff > 0
         self._cache: dict[tuple, CollectiveResult] = {}
-        self._exact: dict[tuple, CollectiveResult] = {}  # same query, skips normalisation
+        self._exact: dict[tuple, CollectiveResult] = {}  # same query as given, skips normalisation
+        self._groups_memo: dict[tuple, tuple] = {}  # groups as given -> (normalised, shape key)
         self._profile_cache: dict[tuple, list[_Profile]] = {}  # (op, shape) -> per-algorithm costs
 
     # --- public API -----------------------------------------------------------------------------
@@ -96,24 +96,29 @@ class CollectiveModel:
         if not nbytes >= 0:
             raise InputError(f"message size must be >= 0 bytes, got {nbytes}", field="nbytes")
         try:
-            exact = (op, tuple(map(tuple, groups)), float(nbytes))
-            hit = self._exact.get(exact)
+            as_given = (op, tuple(map(tuple, groups)))
+            hit = self._exact.get((as_given, float(nbytes)))
         except TypeError:
-            exact, hit = None, None
+            as_given, hit = None, None
         if hit is not None:
             return hit
-        norm = self._normalise(op, groups)
-        n = len(norm[0]) if norm else 1
+        known = self._groups_memo.get(as_given) if as_given is not None else None
+        if known is None:
+            norm = self._normalise(op, groups)
+            known = (norm, self._shape_key(norm))
+            if as_given is not None:
+                self._groups_memo[as_given] = known
+        norm, shape = known
+        n = len(norm[0])
         if n <= 1 or nbytes == 0:
             return CollectiveResult(op, float(nbytes), n, 0.0, "none", "none", 0.0, 0.0, 0.0)
-        shape = self._shape_key(norm)
         key = (op, shape, float(nbytes))
         hit = self._cache.get(key)
         if hit is None:
             hit = self._evaluate(op, norm, shape, float(nbytes))
             self._cache[key] = hit
-        if exact is not None:
-            self._exact[exact] = hit
+        if as_given is not None:
+            self._exact[as_given, float(nbytes)] = hit
         return hit
 
     def p2p_time(self, src_gpu: int, dst_gpu: int, nbytes: float) -> float:
@@ -198,17 +203,14 @@ class CollectiveModel:
         if name == "hierarchical":
             return alg.hierarchical(c, members, nbytes)
         if name == "nvls":
-            if len(alg.by_node(c, members)) == 1:
-                return alg.nvls(c, op, members, nbytes)
-            return alg.hierarchical(c, members, nbytes, intra="nvls")
+            return alg.nvls(c, op, members, nbytes, self._nvls_eff)
         if name == "direct":
             return alg.all_to_all(c, members, nbytes)
         return alg.send_recv(c, members, nbytes)
 
     def _beta(self, phase: alg.Phase) -> float:
-        cap = self._capacity_nvls if phase.nvls else self._capacity
         solve = analytical_time if self.fidelity == "analytical" else flow_time
-        return solve(phase.transfers, cap)
+        return solve(phase.transfers, self._capacity)
 
     def _profiles(self, op: str, groups: list[list[int]], key: tuple) -> list[_Profile]:
         """Per candidate algorithm: each phase's β-time per byte and latency terms, cached by shape.

@@ -24,7 +24,6 @@ from simulator.config.scenario import Scenario
 from simulator.config.topology import resolve_topology_path
 from simulator.errors import InputError
 
-
 #: Keys whose value is a name the loader resolves into a mapping.
 _REFERENCE_KEYS = ("model", "cluster.topology", "cluster.gpu")
 

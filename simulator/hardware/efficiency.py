@@ -16,6 +16,7 @@ class Efficiency:
     """See ``efficiency.yaml`` for each value's meaning and source. All fractions are in (0, 1]."""
 
     gemm_fraction: float
+    gemm_sustained_of_mamf: float
     gemm_half_dim: float
     flash_attention_fraction: float
     hbm_fraction: float
@@ -30,12 +31,15 @@ def _table() -> dict[str, dict]:
 
 
 def for_gpu(gpu: GPUSpec) -> Efficiency:
-    """Defaults overlaid with the GPU architecture's entry; the catalog's MAMF fraction wins for GEMMs."""
+    """Defaults overlaid with the GPU architecture's entry.
+
+    The GEMM fraction used by the compute model is ``MAMF × gemm_sustained_of_mamf``, MAMF from the
+    GPU catalog (or the planning default when the catalog has none).
+    """
     table = _table()
     values = dict(table["default"])
     values.update(table.get(gpu.arch, {}))
     names = {f.name for f in fields(Efficiency)}
     eff = Efficiency(**{k: float(v) for k, v in values.items() if k in names})
-    if gpu.mamf_fraction is not None:
-        eff = replace(eff, gemm_fraction=gpu.mamf_fraction)
-    return eff
+    best = gpu.mamf_fraction if gpu.mamf_fraction is not None else eff.gemm_fraction
+    return replace(eff, gemm_fraction=best * eff.gemm_sustained_of_mamf)

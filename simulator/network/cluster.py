@@ -25,7 +25,7 @@ from simulator.network.builder import (
     nic_rail_of_gpu,
     validate_graph,
 )
-from simulator.network.routing import Route, TemplateRoutes, concat, make_route
+from simulator.network.routing import Route, TemplateRoutes, make_route
 
 
 @dataclass(frozen=True, eq=False)
@@ -102,7 +102,10 @@ class Cluster:
                 rail = nic_rail_of_gpu(self.topology, j if self.has_p2p_scale_up else i)
             a = self._routes.gpu_nic(i, rail).shifted(ka * e)
             b = self._routes.nic_gpu(rail, j).shifted(kb * e)
-            out = concat(concat(a, self._net_route(ka, kb, rail)), b)
+            net = self._net_route(ka, kb, rail)
+            # the three parts use disjoint edges (node ka, fabric, node kb): plain concatenation
+            out = Route(np.concatenate((a.edges, net.edges, b.edges)), np.concatenate((a.weights, net.weights, b.weights)),
+                        a.latency_s + net.latency_s + b.latency_s)
         self._memo[key] = out
         return out
 

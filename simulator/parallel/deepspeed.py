@@ -11,8 +11,9 @@ What is communicated, when (per rank, φ = (n−1)/n, Ψ parameters, G micro-bat
   their slice (``use_multi_rank_bucket_allreduce=True``; no NCCL reduce-scatter in ZeRO-1/2); with it
   False, one reduce per rank slice, modelled as a reduce-scatter of the bucket (``φ`` per element);
 * stage 3: every micro-batch all-gathers each module's parameters before forward and again before
-  backward (persistent small tensors excepted) and reduce-scatters gradients per bucket:
-  ``G·3φΨ``; no post-step gather.
+  backward (persistent small tensors excepted; one all-gather per sub-module, so a block pays
+  several collective latencies) and reduce-scatters gradients per bucket: ``G·3φΨ``; no post-step
+  gather. Not modelled: ``stage3_max_reuse_distance`` (keeping parameters reused soon).
 
 ``overlap_comm`` (default True for stage 3, False otherwise) puts the reductions on a separate
 stream; when False they are issued inside the gradient hook on the compute stream (interleaved
@@ -140,8 +141,11 @@ class Zero3Hooks(Hooks):
                 up = b.copy(f"param h2d {unit} mb{g}", "h2d", nbytes / self.n, deps=deps, micro_batch=g)
                 deps = [up]
             phase = "bwd" if backward else "fwd"
-            return b.collective(f"allgather {phase} {unit} mb{g}", "param_allgather", "all_gather", group, nbytes,
-                                deps=deps, micro_batch=g)
+            # DeepSpeed fetches each sub-module (nn.Linear) with its own all-gather: a block costs
+            # ``layer_modules`` collectives (and their latencies), not one.
+            calls = self.ctx.work.layer_modules if isinstance(unit, int) else 1
+            return b.collective(f"allgather {phase} {unit} mb{g}", "param_allgather", "all_gather", group,
+                                nbytes / calls, count=calls, deps=deps, micro_batch=g)
 
         return issue
 

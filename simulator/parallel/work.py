@@ -39,6 +39,9 @@ class StepWork:
     optimizer: Callable[[float], tuple[Any, ...]]
     layer_persistent: float = 0.0
     head_persistent: float = 0.0
+    #: Sub-modules of a block that DeepSpeed ZeRO-3 gathers one by one (one all-gather each):
+    #: fused QKV, output projection and the MLP matrices (Megatron-style fused QKV).
+    layer_modules: int = 1
 
     @property
     def total_params(self) -> float:
@@ -84,4 +87,5 @@ def from_scenario(scenario: Any, persistence_threshold: float = 1e5) -> StepWork
         optimizer=lambda n: tuple(wops.optimizer_ops(n, fused)),
         layer_persistent=float(min(_largest_tensor_below(persistence_threshold, small), blk.total)),
         head_persistent=float(counts.final_norm if counts.final_norm < persistence_threshold else 0),
+        layer_modules=2 + model.mlp_matrices,
     )

@@ -98,7 +98,7 @@ def parse_values(spec: str | list[Any]) -> list[Any]:
     """A list as given, a range, or comma-separated YAML scalars."""
     if isinstance(spec, list):
         values = spec
-    elif spec.count(":") == 3 and spec.split(":")[2] in ("log", "lin"):
+    elif spec.count(":") == 3:
         values = parse_range(spec)
     else:
         values = [parse_value(v.strip()) for v in spec.split(",") if v.strip() != ""]

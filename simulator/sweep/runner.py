@@ -39,16 +39,21 @@ def _ray(tasks: list[tuple[int, dict[str, Any]]], base_raw: dict, base_dir: str,
         import ray
     except ImportError:
         raise InputError("the ray backend needs ray: pip install 'dtsim[ray]'", "--backend") from None
+    started = not ray.is_initialized()
+    if started:
+        try:
+            ray.init(address=address, include_dashboard=False, log_to_driver=False)
+        except Exception as exc:  # noqa: BLE001 - ray raises several types for an unreachable cluster
+            raise InputError(f"cannot reach the Ray cluster at {address!r}: {exc}", "--address") from None
     try:
-        if not ray.is_initialized():
-            ray.init(address=address, include_dashboard=False, log_to_driver=False, ignore_reinit_error=True)
-    except Exception as exc:  # noqa: BLE001 - ray raises several types for an unreachable cluster
-        raise InputError(f"cannot reach the Ray cluster at {address!r}: {exc}", "--address") from None
-    remote = ray.remote(evaluate_point)
-    pending = [remote.remote(base_raw, base_dir, i, a, extra) for i, a in tasks]
-    while pending:
-        ready, pending = ray.wait(pending, num_returns=1)
-        yield ray.get(ready[0])
+        remote = ray.remote(evaluate_point)
+        pending = [remote.remote(base_raw, base_dir, i, a, extra) for i, a in tasks]
+        while pending:
+            ready, pending = ray.wait(pending, num_returns=1)
+            yield ray.get(ready[0])
+    finally:
+        if started:  # leave no Ray instance behind that this call started
+            ray.shutdown()
 
 
 def run_sweep(

@@ -72,13 +72,15 @@ def _decode(path: Path) -> list[dict[str, Any]]:
 
 
 class ResultStore:
-    """The rows of one sweep, flushed atomically to ``path``."""
+    """The rows of one sweep, flushed atomically to ``path`` (kept in memory only when it is None)."""
 
-    def __init__(self, path: Path, sweep_id: str, resume: bool):
-        self.path = Path(path)
-        self.suffix = _check_format(self.path)
+    def __init__(self, path: Path | None, sweep_id: str, resume: bool = False):
+        self.path = Path(path) if path is not None else None
         self.sweep_id = sweep_id
         self.rows: dict[int, dict[str, Any]] = {}
+        if self.path is None:
+            return
+        self.suffix = _check_format(self.path)
         if self.path.exists():
             if not resume:
                 raise InputError(f"{self.path} exists; pass --resume to continue it or choose another --out", "--out")
@@ -106,6 +108,8 @@ class ResultStore:
 
     def flush(self) -> None:
         """Write all rows, sorted by point, atomically."""
+        if self.path is None:
+            return
         ordered = [self.rows[k] for k in sorted(self.rows)]
         data = _encode(ordered, self.suffix)
         folder = self.path.parent if str(self.path.parent) else Path(".")

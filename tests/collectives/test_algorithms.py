@@ -174,3 +174,30 @@ def test_bad_model_options_raise_input_error(h100x2):
         CollectiveModel(h100x2, fidelity="packet")
     with pytest.raises(InputError):
         CollectiveModel(h100x2, algorithm="butterfly")
+
+
+def test_broadcast_and_all_to_all_volumes(h100x2):
+    cm = CollectiveModel(h100x2)
+    # pipelined chain: every rank but the last forwards the whole buffer
+    assert cm.run("broadcast", [list(range(5))], S).bytes_on_wire_per_rank == pytest.approx(S)
+    # all-to-all: each rank sends S/n to each of the n-1 others
+    assert cm.run("all_to_all", [list(range(6))], S).bytes_on_wire_per_rank == pytest.approx(5 / 6 * S)
+    assert cm.run("all_to_all", [list(range(6))], S).busbw_GBps == pytest.approx(
+        cm.run("all_to_all", [list(range(6))], S).algbw_GBps * 5 / 6)
+
+
+def test_multi_node_nvls_is_hierarchical_with_nvls_inside(topo):
+    c = build_cluster(topo("dgx-h100"), 2)
+    r = CollectiveModel(c, algorithm="nvls").run("all_reduce", [list(range(16))], GiB)
+    h = CollectiveModel(c, algorithm="hierarchical").run("all_reduce", [list(range(16))], GiB)
+    assert r.algorithm == "nvls" and r.time_s < h.time_s
+
+
+def test_b200_nvls_scales_with_nvlink5(topo):
+    # NVLink5 doubles NVLink4's per-GPU bandwidth; NVLS efficiency drops 0.85 -> 0.74 (tuning.cc) and NCCL's
+    # per-link efficiency 0.824 -> 0.802: ratio 2 * (0.74 * 0.802) / (0.85 * 0.824) = 1.695 at large sizes.
+    h = build_cluster(topo("dgx-h100"), 1)
+    b = build_cluster(topo("dgx-b200"), 1)
+    rh = CollectiveModel(h).run("all_reduce", [list(range(8))], 64 * GiB)
+    rb = CollectiveModel(b).run("all_reduce", [list(range(8))], 64 * GiB)
+    assert rb.busbw_GBps / rh.busbw_GBps == pytest.approx(2 * 0.74 * 0.802 / (0.85 * 0.824), rel=0.01)

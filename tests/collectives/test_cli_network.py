@@ -50,7 +50,9 @@ def test_sweep_sizes_like_nccl_tests():
         (["--topology", "dgx-h100", "--gpus", "12"], "--gpus"),
         (["--topology", "dgx-h100", "--bytes", "lots"], "--bytes"),
         (["--topology", "dgx-h100", "--op", "allreduce"], "--op"),
-        (["--topology", "dgx-h100", "--algo", "magic"], "algorithm"),
+        (["--topology", "dgx-h100", "--algo", "magic"], "--algo"),
+        (["--topology", "dgx-h100", "--fidelity", "packet"], "--fidelity"),
+        (["--topology", "dgx-h100", "--nodes", "0"], "--nodes"),
     ],
 )
 def test_collective_bad_input_raises_input_error(args, field):

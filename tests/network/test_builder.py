@@ -140,3 +140,38 @@ def test_validate_graph_rejects_bad_elements(topo):
 def test_zero_nodes_is_an_input_error(topo):
     with pytest.raises(InputError):
         build_cluster(topo("dgx-a100"), 0)
+
+
+def test_full_mesh_has_a_direct_link_per_pair(topo):
+    c = build_cluster(topo("mi300x-8"), 1)
+    assert c.stats()["link_counts"]["xgmi"] == 8 * 7 // 2
+    r = c.route(0, 5)
+    assert len(r.edges) == 1 and c.path_bandwidth_Bps(0, 5) == pytest.approx(64e9)
+
+
+def test_non_rail_optimised_tree_puts_a_node_under_one_leaf(topo):
+    base = topo("dgx-h100")
+    fabric = base.fabric.model_copy(update={"rail_optimized": False, "switch_radix": 32})
+    c = build_cluster(base.model_copy(update={"fabric": fabric}), 4)
+    # 16 down ports per leaf hold 2 nodes of 8 NICs: 2 leaves; spines = 2 * 16 / 32 = 1
+    assert c.layout.nodes_per_block == 2 and c.stats()["leaves"] == 2 and c.stats()["spines"] == 1
+    fabric = base.fabric.model_copy(update={"rail_optimized": False, "switch_radix": 8})
+    with pytest.raises(InputError) as info:
+        build_cluster(base.model_copy(update={"fabric": fabric}), 2)
+    assert info.value.field == "fabric.switch_radix"
+
+
+def test_single_switch_joins_all_nics(topo):
+    c = build_cluster(topo("pcie-rtx4090x8"), 3)
+    assert c.stats()["leaves"] == 1 and c.stats()["spines"] == 0
+    # GPU 0 -> GPU 16: staged via host (Gen4 x16 31.5 GB/s) then the 200 Gb/s NIC (25 GB/s) limits
+    assert c.path_bandwidth_Bps(0, 16) == pytest.approx(25e9)
+
+
+def test_network_layer_does_not_import_simpy():
+    import subprocess
+    import sys
+
+    code = "import sys, simulator.network, simulator.collectives, simulator.cli_network; print('simpy' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "False"

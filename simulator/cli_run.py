@@ -1,0 +1,88 @@
+"""``dtsim run SCENARIO [--set k=v ...] [--json] [--trace trace.json] [--allow-oom] [--deepspeed ds.json]``.
+
+Exit codes: 0 ok; 2 bad input (message naming the field, nothing written); 3 the scenario does not
+fit in GPU memory (the report is printed with the reason) unless ``--allow-oom``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from pydantic import ValidationError
+
+from simulator.api import simulate
+from simulator.cli_common import handle_errors, print_json, stderr, stdout
+from simulator.config.deepspeed_import import apply_deepspeed_config
+from simulator.config.loader import format_validation_error, load_raw, prepare_raw
+from simulator.config.scenario import Scenario
+from simulator.errors import InputError
+from simulator.report.chrome_trace import write_chrome_trace
+from simulator.report.tables import render
+from simulator.units import fmt_bytes
+
+EXIT_OOM = 3
+
+SetOption = Annotated[
+    list[str] | None, typer.Option("--set", help="override a scenario key: dotted.path=value (repeatable)")
+]
+JsonOption = Annotated[bool, typer.Option("--json", help="print machine-readable JSON on stdout")]
+TraceOption = Annotated[Path | None, typer.Option("--trace", help="write a Chrome trace (Perfetto) of the step")]
+OomOption = Annotated[bool, typer.Option("--allow-oom", help="exit 0 even if the scenario does not fit in memory")]
+DsOption = Annotated[Path | None, typer.Option("--deepspeed", help="DeepSpeed JSON config to apply to the scenario")]
+
+
+def load_run_scenario(path: Path, overrides: list[str] | None, deepspeed: Path | None) -> tuple[Scenario, list[str]]:
+    """Scenario file → overrides → (DeepSpeed JSON) → validated Scenario, plus import warnings."""
+    raw = prepare_raw(load_raw(path), path.parent, overrides or [])
+    warnings: list[str] = []
+    ds_ref = deepspeed or (raw.get("parallel", {}) or {}).get("deepspeed_config")
+    if ds_ref:
+        ds_path = Path(ds_ref)
+        if deepspeed is None and not ds_path.is_absolute():
+            ds_path = path.parent / ds_path
+        raw, warnings = apply_deepspeed_config(raw, ds_path)
+    try:
+        return Scenario.model_validate(raw), warnings
+    except ValidationError as exc:
+        raise InputError(format_validation_error(exc)) from None
+
+
+def run_command(
+    scenario: Annotated[Path, typer.Argument(help="scenario YAML")],
+    overrides: SetOption = None,
+    json_out: JsonOption = False,
+    trace: TraceOption = None,
+    allow_oom: OomOption = False,
+    deepspeed: DsOption = None,
+) -> None:
+    """Simulate one optimizer step: step time, breakdown (exposed vs on-link comm), MFU, memory."""
+    code = _run(scenario, overrides, json_out, trace, allow_oom, deepspeed)
+    if code:
+        raise typer.Exit(code)
+
+
+@handle_errors
+def _run(path: Path, overrides, json_out: bool, trace: Path | None, allow_oom: bool, deepspeed: Path | None) -> int:
+    scenario, warnings = load_run_scenario(path, overrides, deepspeed)
+    for line in warnings:
+        stderr.print(f"[yellow]warning:[/] {line}", highlight=False, soft_wrap=True)
+    report = simulate(scenario)
+    if json_out:
+        print_json(report.to_dict())
+    else:
+        render(report, stdout)
+    if trace is not None:
+        write_chrome_trace(report.trace, trace, process_name=f"{scenario.name} rank 0")
+    if not report.fits:
+        mem = report.memory
+        stderr.print(
+            f"[bold red]does not fit:[/] {fmt_bytes(mem['total_bytes'])} per GPU needed, "
+            f"{fmt_bytes(mem['hbm_bytes'])} usable (short by {fmt_bytes(-mem['headroom_bytes'])}); "
+            "try a higher ZeRO stage, activation_checkpointing, a smaller micro_batch_size or offload"
+            + ("" if allow_oom else "; --allow-oom to accept"),
+            highlight=False, soft_wrap=True,
+        )
+        return 0 if allow_oom else EXIT_OOM
+    return 0

@@ -1,0 +1,189 @@
+"""``dtsim sweep``: a grid of what-ifs over a scenario, each a full simulation, with the best point,
+the wall-clock/cost Pareto front and optional charts."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+from rich.table import Table
+
+from simulator.cli_common import handle_errors, print_json, stdout
+from simulator.config.loader import load_raw, scenario_from_dict
+from simulator.errors import InputError
+from simulator.sweep.analysis import OBJECTIVES, best, pareto_front
+from simulator.sweep.grid import parse_grid, points, sweep_id
+from simulator.sweep.runner import run_sweep
+from simulator.sweep.store import ResultStore
+
+GridOption = Annotated[
+    list[str] | None,
+    typer.Option("--grid", help="dotted.path=v1,v2,... or dotted.path=start:stop:log|lin:count (repeatable)"),
+]
+
+
+def _progress(total: int, enabled: bool) -> Progress:
+    return Progress(
+        TextColumn("[bold]sweep"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.fields[rate]:.1f} points/s"),
+        TimeRemainingColumn(),
+        console=Console(stderr=True),
+        disable=not enabled,
+        transient=False,
+    )
+
+
+def sweep_command(
+    scenario: Annotated[Path, typer.Argument(help="base scenario YAML (may hold a sweep: section)")],
+    grid: GridOption = None,
+    out: Annotated[Path | None, typer.Option("--out", help="results file: .csv, .jsonl or .parquet")] = None,
+    workers: Annotated[int, typer.Option("--workers", min=1, help="local worker processes")] = 1,
+    backend: Annotated[str, typer.Option("--backend", help="local or ray")] = "local",
+    address: Annotated[str | None, typer.Option("--address", help="Ray cluster: auto or ray://host:port")] = None,
+    resume: Annotated[bool, typer.Option("--resume", help="skip points already in --out")] = False,
+    objective: Annotated[str | None, typer.Option("--objective", help="step_time, cost, tokens_per_s, wall_clock")] = None,
+    png: Annotated[Path | None, typer.Option("--png", help="write charts to this PNG")] = None,
+    json_out: Annotated[bool, typer.Option("--json", help="print the summary as JSON")] = False,
+) -> None:
+    """Simulate every point of a grid of overrides and report the best one and the Pareto front."""
+    _sweep(scenario, grid, out, workers, backend, address, resume, objective, png, json_out)
+
+
+@handle_errors
+def _sweep(path: Path, grid_specs, out, workers, backend, address, resume, objective, png, json_out) -> None:
+    base_raw = load_raw(path)
+    file_sweep = base_raw.get("sweep") or {}
+    if not isinstance(file_sweep, dict):
+        raise InputError("the sweep section must be a mapping with grid and objective", "sweep")
+    objective = objective or file_sweep.get("objective", "step_time")
+    if objective not in OBJECTIVES:
+        raise InputError(f"unknown objective {objective!r}; valid: {', '.join(OBJECTIVES)}", "--objective")
+    grid = parse_grid(grid_specs, file_sweep.get("grid"))
+    # The base scenario must itself be valid (a broken base would make every row invalid).
+    scenario_from_dict(base_raw, path.parent)
+    _check_grid_values(base_raw, path.parent, grid)
+    if resume and out is None:
+        raise InputError("--resume needs --out (the file to continue)", "--resume")
+    sid = sweep_id(base_raw, grid)
+    store = ResultStore(out, sid, resume)
+    total, already = len(points(grid)), len(store.done())
+    # Progress goes to stderr, and only to a terminal: quiet in --json mode and in pipes/CI logs.
+    with _progress(total, not json_out and sys.stderr.isatty()) as progress:
+        task = progress.add_task("sweep", total=total, completed=already, rate=0.0)
+        start, count = progress.get_time(), [0]
+
+        def tick(_row: dict) -> None:
+            count[0] += 1
+            progress.update(task, advance=1, rate=count[0] / max(progress.get_time() - start, 1e-9))
+
+        rows = run_sweep(base_raw, path.parent, grid, store, workers=workers, backend=backend, address=address,
+                         extra={"sweep_id": sid}, on_row=tick)
+    _report(rows, grid, objective, out, png, json_out)
+
+
+def _check_grid_values(base_raw: dict, base_dir: Path, grid: dict) -> None:
+    """A value of the wrong type or out of range for its key (a zero bucket, tp=two) is bad input,
+    not an infeasible point: refuse the sweep before it starts."""
+    for path, values in grid.items():
+        for value in values:
+            try:
+                scenario_from_dict(base_raw, base_dir, [f"{path}={json.dumps(value)}"])
+            except InputError as exc:
+                first = str(exc).splitlines()[0]
+                if first.startswith(path):
+                    raise InputError(f"grid value {value!r} is not valid: {first}", "--grid") from None
+
+
+def _report(rows: list[dict], grid: dict, objective: str, out: Path | None, png: Path | None, json_out: bool) -> None:
+    top = best(rows, objective)
+    front = pareto_front(rows)
+    counts = {s: sum(1 for r in rows if r["status"] == s) for s in ("ok", "infeasible", "invalid", "error")}
+    summary = {"points": len(rows), "status_counts": counts, "objective": objective, "best": top,
+               "pareto_front": front, "out": str(out) if out else None}
+    if png:
+        from simulator.sweep.charts import write_sweep_png
+
+        write_sweep_png(rows, grid, front, png)
+        summary["png"] = str(png)
+    if json_out:
+        print_json(summary)
+        return
+    stdout.print(f"{len(rows)} points: " + ", ".join(f"{n} {s}" for s, n in counts.items() if n))
+    if top is None:
+        stdout.print("[bold red]no feasible point[/]")
+    else:
+        table = Table(title=f"best point for {objective}")
+        table.add_column("key")
+        table.add_column("value", justify="right")
+        for key in [*grid, "step_time_s", "tokens_per_s", "mfu", "wall_clock_s", "cost_usd"]:
+            value = top.get(key)
+            table.add_row(key, f"{float(value):.4g}" if isinstance(value, float) else str(value))
+        stdout.print(table)
+    if front:
+        table = Table(title="Pareto front: expected wall-clock vs cost")
+        for col in [*grid, "wall_clock_days", "cost_usd"]:
+            table.add_column(col, justify="right")
+        for r in front:
+            table.add_row(*[str(r.get(k)) for k in grid], f"{float(r['wall_clock_s']) / 86400:.2f}",
+                          f"{float(r['cost_usd']):,.0f}")
+        stdout.print(table)
+    if out:
+        stdout.print(f"rows written to {out}")
+
+
+tune_app = typer.Typer(help="Find the settings that minimise simulated step time.", no_args_is_help=True)
+
+
+@tune_app.command("buckets")
+def tune_buckets(
+    scenario: Annotated[Path, typer.Argument(help="scenario YAML")],
+    overrides: Annotated[list[str] | None, typer.Option("--set", help="dotted.path=value (repeatable)")] = None,
+    json_out: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
+) -> None:
+    """Bucket size(s) that minimise step time for the scenario's framework, and the gain over its default."""
+    _tune(scenario, overrides or [], json_out)
+
+
+@handle_errors
+def _tune(path: Path, overrides: list[str], json_out: bool) -> None:
+    from simulator.api import simulate
+    from simulator.sweep.tune import tune
+
+    raw = load_raw(path)
+    base = scenario_from_dict(raw, path.parent, overrides)
+
+    def step_time(settings: dict[str, float]) -> float | None:
+        extra = [f"parallel.{k}={json.dumps(v)}" for k, v in settings.items()]
+        report = simulate(scenario_from_dict(raw, path.parent, [*overrides, *extra]))
+        return report.step_time_s if report.fits else None
+
+    result = tune(base, step_time)
+    data = {
+        "framework": base.parallel.framework,
+        "zero_stage": base.parallel.effective_zero_stage,
+        "keys": [f"parallel.{k}" for k in result.keys],
+        "default": {f"parallel.{k}": v for k, v in result.default.items()},
+        "default_step_time_s": result.default_step_time_s,
+        "best": {f"parallel.{k}": v for k, v in result.best.items()},
+        "best_step_time_s": result.best_step_time_s,
+        "gain": result.gain,
+        "points_tried": len(result.tried),
+    }
+    if json_out:
+        print_json(data)
+        return
+    table = Table(title=f"bucket tuning: {base.name} ({base.parallel.framework}, ZeRO {data['zero_stage']})")
+    for col in ("setting", "default", "best"):
+        table.add_column(col, justify="right")
+    for k in result.keys:
+        table.add_row(f"parallel.{k}", f"{result.default[k]:.4g}", f"{result.best[k]:.4g}")
+    table.add_row("step time (s)", f"{result.default_step_time_s:.4f}", f"{result.best_step_time_s:.4f}")
+    stdout.print(table)
+    stdout.print(f"gain over the default: {result.gain:.2%} of step time ({len(result.tried)} points simulated)")

@@ -1,0 +1,145 @@
+"""Import a DeepSpeed JSON config into a raw scenario dict (before validation).
+
+Read keys (DeepSpeed 0.16.5 names; formulas.md §4.2): ``zero_optimization.*`` (stage, bucket sizes,
+overlap_comm, contiguous_gradients, use_multi_rank_bucket_allreduce, stage3_* prefetch/live/
+persistence, offload_optimizer/offload_param ``device``, ZeRO++ switches),
+``train_micro_batch_size_per_gpu``, ``gradient_accumulation_steps``, ``train_batch_size``,
+``bf16``/``fp16`` ``enabled``, ``communication_data_type``. Every other key is listed in one
+warning, never silently ignored. DeepSpeed's ``train_batch_size = micro × accumulation × dp``.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from typing import Any
+
+from simulator.errors import InputError
+
+FIELD = "parallel.deepspeed_config"
+
+_ZERO_KEYS = {
+    "stage": "zero_stage",
+    "reduce_bucket_size": "reduce_bucket_size",
+    "allgather_bucket_size": "allgather_bucket_size",
+    "overlap_comm": "overlap_comm",
+    "contiguous_gradients": "contiguous_gradients",
+    "use_multi_rank_bucket_allreduce": "use_multi_rank_bucket_allreduce",
+    "stage3_prefetch_bucket_size": "stage3_prefetch_bucket_size",
+    "stage3_max_live_parameters": "stage3_max_live_parameters",
+    "stage3_param_persistence_threshold": "stage3_param_persistence_threshold",
+    "zero_quantized_weights": "zero_quantized_weights",
+    "zero_quantized_gradients": "zero_quantized_gradients",
+    "zero_hpz_partition_size": "zero_hpz_partition_size",
+}
+#: Keys read but with no effect on a simulated step (documented, so not warned about).
+_ZERO_NO_EFFECT = {"reduce_scatter", "allgather_partitions", "round_robin_gradients", "sub_group_size"}
+_DTYPES = {"fp16": "fp16", "float16": "fp16", "half": "fp16", "bf16": "bf16", "bfloat16": "bf16",
+           "fp32": "fp32", "float32": "fp32", "float": "fp32"}
+_TOP_READ = {"zero_optimization", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps",
+             "train_batch_size", "bf16", "fp16", "communication_data_type"}
+
+
+def _read(path: Path) -> dict:
+    try:
+        data = json.loads(Path(path).read_text())
+    except FileNotFoundError:
+        raise InputError(f"DeepSpeed config not found: {path}", FIELD) from None
+    except OSError as exc:
+        raise InputError(f"cannot read DeepSpeed config {path}: {exc.strerror}", FIELD) from None
+    except json.JSONDecodeError as exc:
+        raise InputError(f"{path} is not valid JSON (line {exc.lineno}: {exc.msg})", FIELD) from None
+    if not isinstance(data, dict):
+        raise InputError(f"{path} must hold a JSON object", FIELD)
+    return data
+
+
+def _gpus(raw: dict) -> int | None:
+    cluster = raw.get("cluster", {})
+    if cluster.get("gpus"):
+        return int(cluster["gpus"])
+    topo = cluster.get("topology")
+    if isinstance(topo, dict) and "gpus_per_node" in topo:
+        return int(cluster.get("nodes", 1)) * int(topo["gpus_per_node"])
+    return None
+
+
+def _offload_device(value: Any, key: str) -> str:
+    device = value.get("device", "none") if isinstance(value, dict) else value
+    device = "none" if device in (None, "none") else str(device)
+    if device not in ("none", "cpu", "nvme"):
+        raise InputError(f"zero_optimization.{key}.device must be none, cpu or nvme, got {device!r}", FIELD)
+    return device
+
+
+def apply_deepspeed_config(raw_scenario: dict, ds_json_path: str | Path) -> tuple[dict, list[str]]:
+    """Return a copy of ``raw_scenario`` with the DeepSpeed config applied, and warnings.
+
+    ``raw_scenario`` should have its references resolved (``loader.prepare_raw``) so the GPU count
+    is known when ``gradient_accumulation_steps`` must become a global batch.
+    """
+    ds = _read(Path(ds_json_path))
+    raw = copy.deepcopy(raw_scenario)
+    par = raw.setdefault("parallel", {})
+    tr = raw.setdefault("training", {})
+    par["framework"] = "deepspeed"
+    par["deepspeed_config"] = str(ds_json_path)
+    unmodelled: list[str] = []
+    auto: list[str] = []
+
+    zero = ds.get("zero_optimization", {}) or {}
+    if not isinstance(zero, dict):
+        raise InputError("zero_optimization must be a JSON object", FIELD)
+    for key, value in zero.items():
+        if value == "auto":
+            auto.append(f"zero_optimization.{key}")
+        elif key in _ZERO_KEYS:
+            par[_ZERO_KEYS[key]] = value
+        elif key in ("offload_optimizer", "offload_param"):
+            par[key] = _offload_device(value, key)
+        elif key not in _ZERO_NO_EFFECT:
+            unmodelled.append(f"zero_optimization.{key}")
+
+    if ds.get("bf16", {}).get("enabled") and ds.get("fp16", {}).get("enabled"):
+        raise InputError("both bf16 and fp16 are enabled in the DeepSpeed config; enable one", FIELD)
+    if ds.get("bf16", {}).get("enabled"):
+        tr["precision"] = "bf16"
+    elif ds.get("fp16", {}).get("enabled"):
+        tr["precision"] = "fp16"
+    if "communication_data_type" in ds:
+        value = str(ds["communication_data_type"]).lower()
+        if value not in _DTYPES:
+            raise InputError(f"communication_data_type {value!r} is not one of {sorted(set(_DTYPES))}", FIELD)
+        par["communication_data_type"] = _DTYPES[value]
+
+    micro = ds.get("train_micro_batch_size_per_gpu")
+    accum = ds.get("gradient_accumulation_steps")
+    total = ds.get("train_batch_size")
+    for name, value in (("train_micro_batch_size_per_gpu", micro), ("gradient_accumulation_steps", accum),
+                        ("train_batch_size", total)):
+        if value == "auto":
+            auto.append(name)
+    micro, accum, total = (None if v == "auto" else v for v in (micro, accum, total))
+    if micro is not None:
+        tr["micro_batch_size"] = int(micro)
+    gpus = _gpus(raw)
+    dp = gpus // (int(par.get("tp", 1)) * int(par.get("pp", 1))) if gpus else None
+    if total is not None:
+        tr["global_batch_size"] = int(total)
+        if micro is not None and accum is not None and dp and int(total) != int(micro) * int(accum) * dp:
+            raise InputError(
+                f"train_batch_size {total} != train_micro_batch_size_per_gpu x gradient_accumulation_steps x dp "
+                f"= {micro} x {accum} x {dp}", FIELD)
+    elif accum is not None:
+        if not dp:
+            raise InputError("gradient_accumulation_steps needs the GPU count; give train_batch_size instead", FIELD)
+        tr["global_batch_size"] = int(tr.get("micro_batch_size", 1)) * int(accum) * dp
+
+    unmodelled += sorted(k for k in ds if k not in _TOP_READ)
+    warnings = []
+    if unmodelled:
+        warnings.append(f"DeepSpeed config {ds_json_path}: keys not modelled by dtsim (ignored): {', '.join(unmodelled)}")
+    if auto:
+        warnings.append(f"DeepSpeed config {ds_json_path}: 'auto' values kept at scenario values: {', '.join(auto)}")
+    return raw, warnings

@@ -1,0 +1,67 @@
+"""Rich terminal rendering of a ``StepReport`` (the CLI prints it; no file I/O here)."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.table import Table
+
+from simulator.report.step_report import StepReport
+from simulator.units import fmt_bytes, fmt_seconds
+
+_COMM_LABELS = {
+    "param_allgather": "param all-gather",
+    "grad_reduce": "gradient reduce",
+    "post_step_gather": "post-step gather",
+    "tp": "tensor parallel",
+    "pp": "pipeline p2p",
+}
+
+
+def _pct(part: float, whole: float) -> str:
+    return f"{100 * part / whole:.1f}%" if whole > 0 else "-"
+
+
+def render(report: StepReport, console: Console) -> None:
+    lay, bd, step = report.layout, report.breakdown, report.step_time_s
+    console.print(
+        f"[bold]{report.scenario}[/]: {lay['framework']} ZeRO-{lay['zero_stage']} on {report.n_gpus} x {lay['gpu']} "
+        f"(dp={lay['dp']}, tp={lay['tp']}, pp={lay['pp']}, {lay['grad_accum_steps']} micro-batches of "
+        f"{lay['micro_batch_size']})"
+    )
+    summary = Table(show_header=False, box=None)
+    summary.add_row("step time", fmt_seconds(step))
+    summary.add_row("tokens/s", f"{report.tokens_per_s:,.0f}  ({report.tokens_per_s_per_gpu:,.0f} per GPU)")
+    summary.add_row("MFU / HFU", f"{100 * report.mfu:.1f}% / {100 * report.hfu:.1f}%")
+    console.print(summary)
+
+    t = Table(title="where the step goes (representative rank)")
+    t.add_column("component")
+    t.add_column("on link / busy", justify="right")
+    t.add_column("exposed", justify="right")
+    t.add_column("of step", justify="right")
+    for key in ("forward", "backward", "recompute", "optimizer"):
+        value = bd[f"{key}_s"]
+        t.add_row(key, fmt_seconds(value), "", _pct(value, step))
+    for kind, label in _COMM_LABELS.items():
+        c = bd["communication"][kind]
+        if c["on_link_s"] > 0:
+            t.add_row(label, fmt_seconds(c["on_link_s"]), fmt_seconds(c["exposed_s"]), _pct(c["exposed_s"], step))
+    off = bd["offload"]
+    if off["on_link_s"] > 0 or off["cpu_optimizer_s"] > 0:
+        t.add_row("offload (PCIe + CPU)", fmt_seconds(off["on_link_s"]), fmt_seconds(off["exposed_s"]),
+                  _pct(off["exposed_s"], step))
+    t.add_row("idle (GPU compute stream)", "", fmt_seconds(bd["idle_s"]), _pct(bd["idle_s"], step))
+    console.print(t)
+
+    mem = report.memory
+    m = Table(title="memory per GPU")
+    m.add_column("component")
+    m.add_column("size", justify="right")
+    for key, value in mem.items():
+        if key.endswith("_bytes") and key not in ("total_bytes", "hbm_bytes", "headroom_bytes") and value:
+            m.add_row(key.removesuffix("_bytes"), fmt_bytes(value))
+    m.add_row("[bold]total", fmt_bytes(mem["total_bytes"]))
+    m.add_row("usable HBM", fmt_bytes(mem["hbm_bytes"]))
+    console.print(m)
+    verdict = "[green]fits[/]" if report.fits else "[bold red]does not fit[/]"
+    console.print(f"{verdict}: headroom {fmt_bytes(mem['headroom_bytes'])}")

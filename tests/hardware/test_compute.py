@@ -1,0 +1,65 @@
+"""Compute model: roofline with shape-dependent GEMM efficiency, flash attention, HBM-bound ops."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from simulator.catalog import get_gpu
+from simulator.hardware.compute import RooflineComputeModel
+from simulator.hardware.efficiency import for_gpu
+from simulator.workload.ops import Op, gemm, memory_op
+
+H100 = get_gpu("h100-sxm")
+A100 = get_gpu("a100-80gb")
+
+
+def test_efficiency_is_mamf_times_sustained_fraction():
+    eff = for_gpu(A100)
+    assert eff.gemm_fraction == pytest.approx(0.869 * eff.gemm_sustained_of_mamf)
+    assert 0 < for_gpu(H100).flash_attention_fraction <= 1
+
+
+def test_large_gemm_lands_near_peak_times_efficiency():
+    model = RooflineComputeModel(H100, "bf16", for_gpu(H100))
+    op = gemm("big", 32768, 32768, 32768, 2)
+    achieved = op.flops / model.op_time(op)
+    target = 989.4e12 * for_gpu(H100).gemm_fraction
+    assert 0.98 * target < achieved <= target
+
+
+def test_small_gemm_is_less_efficient_than_large():
+    model = RooflineComputeModel(H100, "bf16", for_gpu(H100))
+    small, large = gemm("s", 256, 256, 256, 2), gemm("l", 8192, 8192, 8192, 2)
+    assert small.flops / model.op_time(small) < 0.5 * large.flops / model.op_time(large)
+
+
+def test_memory_op_is_bandwidth_bound():
+    eff = for_gpu(A100)
+    model = RooflineComputeModel(A100, "bf16", eff)
+    op = memory_op("norm", 1e9, 2, 2, 5.0)
+    assert model.op_time(op) == pytest.approx(4e9 / (2039e9 * eff.hbm_fraction), rel=1e-3)
+
+
+def test_attention_uses_flash_fraction_of_16bit_peak_under_fp8():
+    eff = for_gpu(H100)
+    model = RooflineComputeModel(H100, "fp8", eff)
+    op = Op("attention", "attention", 1e15, 1.0)
+    assert model.op_time(op) == pytest.approx(1e15 / (989.4e12 * eff.flash_attention_fraction), rel=1e-3)
+
+
+@pytest.mark.parametrize("scale", [1.5, 2.0, 10.0])
+def test_more_flops_or_bandwidth_is_never_slower(scale):
+    eff = for_gpu(H100)
+    ops = (gemm("a", 4096, 4096, 4096, 2), memory_op("m", 1e8, 3, 2, 1.0), Op("attn", "attention", 1e12, 1e8))
+    base = RooflineComputeModel(H100, "bf16", eff).time(ops)
+    assert RooflineComputeModel(H100, "bf16", eff, flops_scale=scale).time(ops) <= base
+    assert RooflineComputeModel(H100, "bf16", eff, hbm_scale=scale).time(ops) <= base
+    better = dataclasses.replace(eff, gemm_fraction=min(1.0, eff.gemm_fraction * scale))
+    assert RooflineComputeModel(H100, "bf16", better).time(ops) <= base
+
+
+def test_fp8_needs_a_gpu_with_fp8():
+    with pytest.raises(ValueError, match="fp8"):
+        RooflineComputeModel(A100, "fp8", for_gpu(A100))
