@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import typer
 
+from simulator.cli_compare import compare_command
 from simulator.cli_network import collective, topology_app
 from simulator.cli_sweep import sweep_command, tune_app
 from simulator.cli_workload import catalog_app, flops_command, memory_command
@@ -17,6 +18,7 @@ app = typer.Typer(
 )
 app.command("flops")(flops_command)
 app.command("memory")(memory_command)
+app.command("compare")(compare_command)
 app.command("sweep")(sweep_command)
 app.command("collective")(collective)
 app.add_typer(topology_app, name="topology")

@@ -306,6 +306,9 @@ class Scenario(Frozen):
     cost: CostConfig = CostConfig()
     reliability: ReliabilityConfig = ReliabilityConfig()
     sweep: SweepConfig | None = None
+    #: Variants for ``dtsim compare`` given in the file: each maps dotted paths to values and may
+    #: carry a ``label``; other commands ignore it.
+    compare: list[dict[str, Any]] | None = None
 
     @property
     def n_gpus(self) -> int:

@@ -201,7 +201,8 @@ def build_graph(topo: TopologyConfig, nodes: int) -> tuple[nx.DiGraph, NodeTempl
 
 
 def validate_graph(g: nx.DiGraph) -> None:
-    """Check node types, link classes and bandwidths; ``InputError`` naming the bad element."""
+    """Check node types, link classes, bandwidths and that every GPU reaches every other one (both
+    ways, via GPU 0); ``InputError`` naming the bad element."""
     for name, data in g.nodes(data=True):
         if data.get("type") not in NODE_TYPES:
             raise InputError(f"unknown node type {data.get('type')!r} at {name}; valid: {', '.join(NODE_TYPES)}", field="type")
@@ -213,3 +214,9 @@ def validate_graph(g: nx.DiGraph) -> None:
             raise InputError(f"bandwidth must be > 0 on {u}->{v}, got {bw}", field="bandwidth_Bps")
         if data.get("latency_s", 0) < 0:
             raise InputError(f"latency must be >= 0 on {u}->{v}", field="latency_s")
+    gpus = [n for n, d in g.nodes(data=True) if d["type"] == "gpu"]
+    if gpus:
+        reach = nx.descendants(g, gpus[0]) & nx.ancestors(g, gpus[0])
+        lost = [n for n in gpus[1:] if n not in reach]
+        if lost:
+            raise InputError(f"GPU {lost[0]} cannot reach (or be reached from) {gpus[0]}", field="gpu")

@@ -115,7 +115,10 @@ def plan_buckets(ready: Sequence[tuple[Unit, float]], cap: float, first_cap: flo
 
     limit = first_cap if first_cap is not None else cap
     fill = 0.0
+    last: Unit = None
     for unit, n in ready:
+        if n > 0:
+            last = unit
         remaining = float(n)
         while remaining > 0:
             if fill == 0 and limit == cap and remaining >= cap:
@@ -129,7 +132,6 @@ def plan_buckets(ready: Sequence[tuple[Unit, float]], cap: float, first_cap: flo
             if fill >= limit:
                 emit(unit, fill)
                 fill, limit = 0.0, cap
-        last = unit
     if fill > 0:
         emit(last, fill)
     return out

@@ -132,6 +132,10 @@ def test_validate_graph_rejects_bad_elements(topo):
     with pytest.raises(InputError, match="bandwidth"):
         validate_graph(g)
     g = c.graph.copy()
+    g.remove_edges_from([(u, v) for u, v in g.in_edges("n0/gpu5")])
+    with pytest.raises(InputError, match="n0/gpu5"):
+        validate_graph(g)
+    g = c.graph.copy()
     g.edges["n0/gpu0", "n0/nvsw0"]["link"] = "smoke_signals"
     with pytest.raises(InputError, match="link type"):
         validate_graph(g)

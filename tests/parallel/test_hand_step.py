@@ -25,6 +25,9 @@ def test_ddp_two_gpus_two_layers_by_hand():
     assert trace.end_s == pytest.approx(step, rel=1e-12)
     comm, compute = trace.intervals(category="comm"), trace.intervals(category="compute")
     assert exposed(comm, compute) == pytest.approx(b2, rel=1e-9)  # bucket 1 hides under bwd L0
+    spans = {s.name: s for s in trace.spans}
+    first = spans["allreduce grads@1.0 mb0"]
+    assert (first.start_s, first.end_s) == pytest.approx((4e-3, 4e-3 + b1))
 
 
 def test_zero3_two_gpus_two_layers_by_hand():

@@ -21,8 +21,10 @@ def _w(**kw):
 def test_plan_buckets_first_bucket_then_cap_and_merging():
     ready = [("H", 0.0), (1, 10.0), (0, 10.0), ("E", 5.0)]
     assert plan_buckets(ready, cap=4.0, first_cap=1.0) == [
-        Bucket(1, 1.0), Bucket(1, 4.0, 2), Bucket(0, 4.0, 2), Bucket("E", 4.0, 1), Bucket("E", 2.0)
+        Bucket(1, 1.0), Bucket(1, 4.0, 2), Bucket(0, 4.0, 2), Bucket("E", 4.0, 2)
     ]
+    # A partial last bucket is ready with the last unit that has gradients.
+    assert plan_buckets([(1, 3.0), ("E", 0.0)], cap=4.0)[-1] == Bucket(1, 3.0)
     with pytest.raises(ValueError):
         plan_buckets(ready, cap=0.0)
 
@@ -70,7 +72,8 @@ def test_overlap_comm_hides_reductions_behind_backward():
 def test_zero3_prefetch_hides_gathers_and_no_prefetch_exposes_them():
     slow = AlphaBeta(bw_Bps=5e9)  # gathers comparable to compute
     _, prefetch = run(ctx(4, 1, w=_w(), framework="deepspeed", zero_stage=3), net=slow)
-    _, none = run(ctx(4, 1, w=_w(), framework="deepspeed", zero_stage=3, stage3_prefetch_bucket_size=0), net=slow)
+    # max_live_parameters below two blocks leaves no room to gather ahead (prefetch depth 0).
+    _, none = run(ctx(4, 1, w=_w(), framework="deepspeed", zero_stage=3, stage3_max_live_parameters=1.5e6), net=slow)
     assert prefetch.end_s < none.end_s
 
 

@@ -1,0 +1,156 @@
+"""api.simulate, StepReport, `dtsim run` (exit codes, JSON keys, Chrome trace) on bundled scenarios."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from simulator.api import WhatIf, simulate
+from simulator.cli_run import run_command
+from simulator.config.loader import load_scenario
+
+ROOT = Path(__file__).resolve().parents[1]
+SCENARIOS = ROOT / "scenarios"
+MINE = [
+    "olmo-2-7b-dgx-a100-zero2.yaml",
+    "olmo-2-7b-dgx-a100-zero3.yaml",
+    "olmo-2-7b-dgx-h100-zero2.yaml",
+    "olmo-2-7b-dgx-h100-zero3.yaml",
+    "llama-3-8b-fsdp-8xdgx-h100.yaml",
+    "llama-2-70b-fsdp-full-recompute-16xdgx-a100.yaml",
+    "13b-zero3-cpu-offload-rtx4090.yaml",
+]
+# A small, fast variant for the CLI and invariant tests.
+FAST = ["training.global_batch_size=32", "training.seq_len=2048"]
+
+app = typer.Typer()
+app.command("run")(run_command)
+app.command("noop")(lambda: None)  # keeps "run" a sub-command, as in the main app
+runner = CliRunner()
+
+
+@pytest.fixture(scope="module")
+def small():
+    return load_scenario(SCENARIOS / "olmo-2-7b-dgx-h100-zero3.yaml", FAST)
+
+
+@pytest.mark.parametrize("name", MINE)
+def test_bundled_scenario_runs_and_fits(name):
+    report = simulate(load_scenario(SCENARIOS / name))
+    assert report.step_time_s > 0 and report.fits
+    assert 0.05 < report.mfu <= report.hfu < 1.0
+
+
+def test_report_numbers_are_consistent(small):
+    r = simulate(small)
+    d = r.to_dict()
+    assert d["tokens_per_s"] == pytest.approx(small.tokens_per_step / d["step_time_s"])
+    assert d["tokens_per_s_per_gpu"] == pytest.approx(d["tokens_per_s"] / 8)
+    bd = d["breakdown"]
+    for kind in ("param_allgather", "grad_reduce", "post_step_gather", "tp", "pp"):
+        comm = bd["communication"][kind]
+        assert 0 <= comm["exposed_s"] <= comm["on_link_s"] + 1e-12
+    busy = bd["forward_s"] + bd["backward_s"] + bd["recompute_s"] + bd["optimizer_s"]
+    assert busy <= d["step_time_s"] + 1e-9
+    assert {"total_bytes", "fits"} <= set(d["memory"])
+    # ZeRO-3, G micro-batches: G·3φΨ·2 bytes (formulas.md §4.2), minus persistent norms.
+    g, phi = small.grad_accum_steps, 7 / 8
+    psi = 7.30e9
+    assert sum(d["bytes_per_rank"].values()) == pytest.approx(g * 3 * phi * psi * 2, rel=0.01)
+
+
+def test_same_input_same_output_bit_for_bit(small):
+    a = json.dumps(simulate(small).to_dict(), sort_keys=True)
+    b = json.dumps(simulate(small).to_dict(), sort_keys=True)
+    assert a == b
+
+
+@pytest.mark.parametrize("what_if", [WhatIf(network_scale=2.0), WhatIf(flops_scale=2.0), WhatIf(hbm_scale=2.0)])
+def test_more_bandwidth_or_flops_never_slows_the_real_stack(small, what_if):
+    assert simulate(small, what_if=what_if).step_time_s <= simulate(small).step_time_s
+
+
+def test_pipeline_parallel_is_refused_with_a_message(small):
+    scenario = load_scenario(SCENARIOS / "olmo-2-7b-dgx-h100-zero3.yaml", [*FAST, "parallel.pp=2"])
+    with pytest.raises(ValueError, match="parallel.pp"):
+        simulate(scenario)
+
+
+# --- CLI -----------------------------------------------------------------------------------------
+def _run(*args: str):
+    return runner.invoke(app, ["run", *args])
+
+
+def test_cli_json_keys_and_trace(tmp_path):
+    trace = tmp_path / "trace.json"
+    res = _run(str(SCENARIOS / "olmo-2-7b-dgx-h100-zero3.yaml"), *sum((["--set", s] for s in FAST), []),
+               "--json", "--trace", str(trace))
+    assert res.exit_code == 0, res.output
+    data = json.loads(res.stdout)
+    assert {"step_time_s", "tokens_per_s", "tokens_per_s_per_gpu", "mfu", "hfu", "breakdown", "memory"} <= set(data)
+    assert {"forward_s", "backward_s", "recompute_s", "optimizer_s", "offload", "communication"} <= set(data["breakdown"])
+    events = json.loads(trace.read_text())["traceEvents"]
+    threads = {e["args"]["name"] for e in events if e.get("name") == "thread_name"}
+    assert {"compute", "comm"} <= threads
+    gathers = [e for e in events if e.get("ph") == "X" and e["cat"].endswith("param_allgather")]
+    assert gathers and {"bytes", "algorithm"} <= set(gathers[0]["args"])
+
+
+def test_cli_table_output():
+    res = _run(str(SCENARIOS / "olmo-2-7b-dgx-h100-zero3.yaml"), "--set", FAST[0], "--set", FAST[1])
+    assert res.exit_code == 0, res.output
+    assert "step time" in res.stdout and "param all-gather" in res.stdout
+
+
+def test_cli_oom_exits_3_unless_allowed():
+    args = [str(SCENARIOS / "olmo-2-7b-dgx-h100-zero3.yaml"), "--set", "training.micro_batch_size=16",
+            "--set", "training.global_batch_size=128", "--json"]
+    res = _run(*args)
+    assert res.exit_code == 3
+    assert "does not fit" in res.output
+    assert _run(*args, "--allow-oom").exit_code == 0
+
+
+@pytest.mark.parametrize(
+    ("override", "field"),
+    [
+        ("parallel.reduce_bucket_size=0", "reduce_bucket_size"),
+        ("training.global_batch_size=12", "global_batch_size"),
+        ("parallel.offload_param=cpu", "offload_param"),
+        ("parallel.bucket_cap_mb=25", "bucket_cap_mb"),
+    ],
+)
+def test_cli_bad_input_exits_2_and_writes_nothing(tmp_path, override, field):
+    trace = tmp_path / "t.json"
+    scenario = "olmo-2-7b-dgx-a100-zero2.yaml"
+    res = _run(str(SCENARIOS / scenario), "--set", override, "--trace", str(trace))
+    assert res.exit_code == 2, res.output
+    assert field in res.output
+    assert not trace.exists()
+
+
+def test_cli_unreadable_deepspeed_json_exits_2(tmp_path):
+    bad = tmp_path / "ds.json"
+    bad.write_text("{not json")
+    res = _run(str(SCENARIOS / "olmo-2-7b-dgx-a100-zero2.yaml"), "--deepspeed", str(bad))
+    assert res.exit_code == 2
+    assert "deepspeed_config" in res.output
+
+
+def test_cli_deepspeed_json_applies_and_warns(tmp_path):
+    ds = tmp_path / "ds.json"
+    ds.write_text(json.dumps({
+        "train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 4, "bf16": {"enabled": True},
+        "zero_optimization": {"stage": 3, "overlap_comm": True, "stage3_prefetch_bucket_size": 1e8},
+        "optimizer": {"type": "AdamW"}, "gradient_clipping": 1.0,
+    }))
+    res = _run(str(SCENARIOS / "olmo-2-7b-dgx-a100-zero2.yaml"), "--deepspeed", str(ds), "--json",
+               "--set", "training.seq_len=1024")
+    assert res.exit_code == 0, res.output
+    data = json.loads(res.stdout)
+    assert data["layout"]["zero_stage"] == 3 and data["layout"]["grad_accum_steps"] == 4
+    assert "gradient_clipping" in res.output and "optimizer" in res.output
