@@ -79,8 +79,9 @@ def simulate(scenario: Scenario, *, efficiency: Efficiency | None = None, what_i
     ctx = context_for(scenario, gpus_per_node=cluster.gpus_per_node)
     graph = build_step_graph(ctx)
     pcie = cluster.host_bandwidth_Bps_per_gpu * eff.pcie_fraction
-    costing = Costing(compute, collectives, ctx.mesh, pcie,
-                      eff.cpu_adam_params_per_s_per_node / cluster.gpus_per_node)
+    per_node = cluster.gpus_per_node
+    costing = Costing(compute, collectives, ctx.mesh, pcie, eff.cpu_adam_params_per_s_per_node / per_node,
+                      eff.nvme_Bps_per_node / per_node)
     trace = run_graph(graph, costing.costs(graph), eff.compute_slowdown_during_comm)
     summary = summarize(trace)
     causal = tr.attention_flops == "causal"
@@ -107,8 +108,8 @@ def simulate(scenario: Scenario, *, efficiency: Efficiency | None = None, what_i
         step_time_s=summary["step_time_s"],
         tokens_per_step=scenario.tokens_per_step,
         n_gpus=scenario.n_gpus,
-        model_flops=step_flops.model_flops / par.tp / par.pp,
-        hardware_flops=step_flops.hardware_flops / par.tp / par.pp,
+        model_flops=step_flops.model_flops,
+        hardware_flops=step_flops.hardware_flops,
         peak_flops_per_gpu=gpu.peak_flops(tr.precision),
         breakdown=breakdown,
         memory=mem,

@@ -1,7 +1,8 @@
 """CLI for the network layer: ``dtsim collective`` (an nccl-tests-like sweep) and ``dtsim topology show``.
 
-The lead's main app registers ``collective`` as a command and ``topology_app`` under ``topology``.
-Bad input raises ``simulator.errors.InputError`` (the main app turns it into exit code 2).
+The main app registers ``collective`` as a command and ``topology_app`` under ``topology``. Bad input
+raises ``simulator.errors.InputError``, which ``cli_common.handle_errors`` prints as one line with
+exit code 2.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from simulator.cli_common import handle_errors
 from simulator.collectives import ALGORITHMS, FIDELITIES, OPS, CollectiveModel
 from simulator.config.topology import load_topology
 from simulator.errors import InputError
@@ -73,6 +75,12 @@ def collective(
     as_json: bool = typer.Option(False, "--json", help="print JSON instead of a table"),
 ) -> None:
     """Predict an nccl-tests run: time, algbw and busbw of one collective over a size sweep."""
+    _collective(topology, nodes, op, algo, fidelity, min_bytes, max_bytes, nbytes, step_factor, gpus, as_json)
+
+
+@handle_errors
+def _collective(topology: str, nodes: int, op: str, algo: str, fidelity: str, min_bytes: str, max_bytes: str,
+                nbytes: str | None, step_factor: int, gpus: int | None, as_json: bool) -> None:
     for value, valid, option in ((op, OPS, "--op"), (algo, ALGORITHMS, "--algo"), (fidelity, FIDELITIES, "--fidelity")):
         if value not in valid:
             raise InputError(f"unknown value {value!r}; valid: {', '.join(valid)}", field=option)
@@ -112,6 +120,11 @@ def show(
     graphml: Path | None = typer.Option(None, "--graphml", help="write the graph as GraphML"),
 ) -> None:
     """GPU count, link counts, per-GPU and bisection bandwidth of NAME on N nodes."""
+    _show(name, nodes, as_json, png, graphml)
+
+
+@handle_errors
+def _show(name: str, nodes: int, as_json: bool, png: Path | None, graphml: Path | None) -> None:
     cluster, _ = _cluster_for(name, nodes, None)
     stats = cluster.stats()
     if graphml is not None:
@@ -151,9 +164,15 @@ def write_png(cluster: Cluster, path: Path) -> None:
     except ImportError as exc:  # pragma: no cover - depends on the environment
         raise InputError("drawing needs matplotlib: pip install 'dtsim[plot]'", field="--png") from exc
     layer = {"gpu": 2, "nvswitch": 3, "pcie_switch": 1, "cpu": 0, "nic": 4, "leaf": 5, "spine": 6}
-    g = cluster.graph.to_undirected()
-    for _, d in g.nodes(data=True):
-        d["layer"] = layer[d["type"]]
+    src = cluster.graph
+    g = nx.Graph()
+
+    def order(n: str) -> tuple:
+        d = src.nodes[n]
+        return (layer[d["type"]], d.get("node") if d.get("node") is not None else -1, d.get("block", 0), d["index"])
+
+    g.add_nodes_from((n, {**src.nodes[n], "layer": layer[src.nodes[n]["type"]]}) for n in sorted(src.nodes, key=order))
+    g.add_edges_from(src.edges())
     pos = nx.multipartite_layout(g, subset_key="layer", align="horizontal")
     colours = {"gpu": "tab:green", "nvswitch": "tab:purple", "pcie_switch": "tab:gray", "cpu": "tab:blue",
                "nic": "tab:orange", "leaf": "tab:red", "spine": "tab:brown"}

@@ -12,7 +12,6 @@ from typing import Annotated
 import typer
 from pydantic import ValidationError
 
-from simulator.api import simulate
 from simulator.cli_common import handle_errors, print_json, stderr, stdout
 from simulator.config.deepspeed_import import apply_deepspeed_config
 from simulator.config.loader import format_validation_error, load_raw, prepare_raw
@@ -20,7 +19,8 @@ from simulator.config.scenario import Scenario
 from simulator.errors import InputError
 from simulator.report.chrome_trace import write_chrome_trace
 from simulator.report.tables import render
-from simulator.units import fmt_bytes
+from simulator.study import evaluate
+from simulator.units import fmt_bytes, fmt_seconds
 
 EXIT_OOM = 3
 
@@ -68,11 +68,19 @@ def _run(path: Path, overrides, json_out: bool, trace: Path | None, allow_oom: b
     scenario, warnings = load_run_scenario(path, overrides, deepspeed)
     for line in warnings:
         stderr.print(f"[yellow]warning:[/] {line}", highlight=False, soft_wrap=True)
-    report = simulate(scenario)
+    evaluation = evaluate(scenario)
+    report, run = evaluation.step, evaluation.run
     if json_out:
-        print_json(report.to_dict())
+        print_json({**report.to_dict(), "run": run.as_dict() if run else None})
     else:
         render(report, stdout)
+        if run is not None:
+            stdout.print(
+                f"run: {run.steps:,} steps, {fmt_seconds(run.duration_s)} of training, "
+                f"{fmt_seconds(run.wall_clock_s)} wall clock (goodput {100 * run.goodput:.1f}%), "
+                f"{run.gpu_hours:,.0f} GPU-hours, ${run.cost_usd:,.0f}",
+                highlight=False, soft_wrap=True,
+            )
     if trace is not None:
         write_chrome_trace(report.trace, trace, process_name=f"{scenario.name} rank 0")
     if not report.fits:

@@ -154,3 +154,18 @@ def test_cli_deepspeed_json_applies_and_warns(tmp_path):
     data = json.loads(res.stdout)
     assert data["layout"]["zero_stage"] == 3 and data["layout"]["grad_accum_steps"] == 4
     assert "gradient_clipping" in res.output and "optimizer" in res.output
+
+
+def test_scenario_deepspeed_config_key_is_relative_to_the_scenario(tmp_path):
+    (tmp_path / "ds.json").write_text(json.dumps({"zero_optimization": {"stage": 1}, "train_batch_size": 64}))
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text(
+        "model: olmo-2-1b\ncluster: {topology: dgx-h100}\n"
+        "training: {seq_len: 1024, micro_batch_size: 2, global_batch_size: 16}\n"
+        "parallel: {framework: deepspeed, deepspeed_config: ds.json}\n"
+    )
+    res = _run(str(scenario), "--json")
+    assert res.exit_code == 0, res.output
+    data = json.loads(res.stdout)
+    assert data["layout"]["zero_stage"] == 1 and data["layout"]["grad_accum_steps"] == 4
+    assert data["bytes_per_rank"]["post_step_gather"] > 0

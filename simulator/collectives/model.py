@@ -129,13 +129,19 @@ class CollectiveModel:
         return self.run("send_recv", [[src_gpu, dst_gpu]], nbytes).time_s
 
     def candidates(self, op: str, groups: Sequence[Sequence[int]]) -> list[str]:
-        """Algorithms that apply to ``op`` on these groups (``auto`` chooses among them)."""
+        """Algorithms that apply to ``op`` on every one of these groups (``auto`` chooses among them)."""
         if op == "all_to_all":
             return ["direct"]
         if op == "send_recv":
             return ["p2p"]
-        first = list(groups[0])
-        nodes = alg.by_node(self.cluster, first)
+        out: list[str] | None = None
+        for group in groups:
+            mine = self._candidates_one(op, list(group))
+            out = mine if out is None else [a for a in out if a in mine]
+        return out or ["ring"]
+
+    def _candidates_one(self, op: str, members: list[int]) -> list[str]:
+        nodes = alg.by_node(self.cluster, members)
         out = ["ring"]
         if op == "all_reduce":
             out.append("tree")

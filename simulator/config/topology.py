@@ -43,11 +43,12 @@ class FullMeshFabric(Frozen):
 
 
 class PCIeFabric(Frozen):
-    """No scale-up links: GPUs talk over the host PCIe tree (``host``). Without ``p2p`` every GPU-GPU
-    and GPU-NIC transfer is staged through host memory (it crosses the CPU)."""
+    """No scale-up links: GPUs talk over the host PCIe tree (``host``). Without ``p2p`` (GeForce cards
+    with the stock driver, hardware.md §2 [S31]) every GPU-GPU and GPU-NIC transfer is staged through
+    host memory (it crosses the CPU)."""
 
     kind: Literal["pcie"] = "pcie"
-    p2p: bool = False
+    p2p: bool = True
 
 
 IntraNodeFabric = Annotated[NVSwitchFabric | FullMeshFabric | PCIeFabric, Field(discriminator="kind")]

@@ -28,15 +28,16 @@ class CollectiveModel(Protocol):
 
 class Costing:
     """Durations of tasks on one GPU. ``pcie_Bps`` per direction per GPU; ``cpu_adam_params_per_s``
-    is this GPU's share of the host's CPU-Adam rate."""
+    and ``nvme_Bps`` are this GPU's shares of the host's CPU-Adam rate and NVMe bandwidth."""
 
     def __init__(self, compute: ComputeModel, collectives: CollectiveModel, mesh: RankMesh,
-                 pcie_Bps: float, cpu_adam_params_per_s: float) -> None:
+                 pcie_Bps: float, cpu_adam_params_per_s: float, nvme_Bps: float = float("inf")) -> None:
         self.compute = compute
         self.collectives = collectives
         self.mesh = mesh
         self.pcie_Bps = pcie_Bps
         self.cpu_adam = cpu_adam_params_per_s
+        self.nvme_Bps = nvme_Bps
         self._groups: dict[str, list[list[int]]] = {}
         self._coll: dict[tuple[str, str, float], tuple[float, dict[str, Any]]] = {}
 
@@ -72,7 +73,9 @@ class Costing:
         if isinstance(task, CopyTask):
             return TaskCost(task.nbytes / self.pcie_Bps, {"bytes": task.nbytes, "direction": task.direction})
         if isinstance(task, HostTask):
-            return TaskCost(task.n_params / self.cpu_adam, {"params": task.n_params})
+            # CPU Adam is memory-bound on the host; NVMe streaming of the states overlaps with it.
+            t = max(task.n_params / self.cpu_adam, task.nvme_bytes / self.nvme_Bps)
+            return TaskCost(t, {"params": task.n_params, "nvme_bytes": task.nvme_bytes})
         raise TypeError(f"unknown task type {type(task).__name__}")
 
     def costs(self, graph: StepGraph) -> list[TaskCost]:

@@ -1,0 +1,1 @@
+"""Compute model: roofline op times per GPU and dtype (``compute``), efficiency data (``efficiency.yaml``)."""

@@ -23,6 +23,7 @@ class Efficiency:
     pcie_fraction: float
     compute_slowdown_during_comm: float
     cpu_adam_params_per_s_per_node: float
+    nvme_Bps_per_node: float
 
 
 @lru_cache(maxsize=1)

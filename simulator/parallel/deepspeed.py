@@ -181,7 +181,8 @@ def build(ctx: BuildContext) -> StepGraph:
     local = work.total_params / n if stage >= 1 else work.total_params
     tail = [t for t in hooks.reducer.tail if t is not None][-1:]
     if p.offload_optimizer != "none":
-        done = offload.cpu_step(b, local, ctx.param_bytes, tail, params_on_host=p.offload_param != "none")
+        done = offload.cpu_step(b, local, ctx.param_bytes, tail, params_on_host=p.offload_param != "none",
+                                nvme=p.offload_optimizer == "nvme")
     else:
         done = b.compute("optimizer", "optimizer", work.optimizer(local), deps=tail)
     if stage in (1, 2) and n > 1:

@@ -133,9 +133,10 @@ def build(ctx: BuildContext) -> StepGraph:
     local = ctx.work.total_params / (hooks.n if hooks.sharded else 1)
     tail = [t for t in hooks.tail if t is not None]
     # Every stream's last reduction must be done (the replica all-reduces run on their own stream).
-    deps = [t for t in tail[-3:]]
+    deps = list(tail[-3:])
     if ctx.parallel.offload_optimizer != "none":
-        offload.cpu_step(b, local, ctx.param_bytes, deps, params_on_host=False)
+        offload.cpu_step(b, local, ctx.param_bytes, deps, params_on_host=False,
+                         nvme=ctx.parallel.offload_optimizer == "nvme")
     else:
         b.compute("optimizer", "optimizer", ctx.work.optimizer(local), deps=deps)
     return b.build(framework="fsdp", sharding_strategy=hooks.strategy, n_micro=ctx.n_micro, local_params=local,

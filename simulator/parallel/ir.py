@@ -84,11 +84,13 @@ class CopyTask:
 
 @dataclass(frozen=True, slots=True)
 class HostTask:
-    """Work on the host CPU: the optimizer step over ``n_params`` offloaded parameters (CPU Adam)."""
+    """Work on the host CPU: the optimizer step over ``n_params`` offloaded parameters (CPU Adam),
+    streaming ``nvme_bytes`` of optimizer state from/to NVMe (ZeRO-Infinity) when offloaded there."""
 
     id: int
     name: str
     n_params: float
+    nvme_bytes: float = 0.0
     stream: str = CPU
     deps: tuple[int, ...] = ()
     kind: str = "optimizer"

@@ -17,10 +17,16 @@ def grads_down(b: GraphBuilder, name: str, nbytes: float, dep: int | None, g: in
     return b.copy(f"grad d2h {name}", "d2h", nbytes, deps=(dep,), micro_batch=g)
 
 
+#: Optimizer state streamed per parameter per step when it lives on NVMe: fp32 master weights,
+#: momentum and variance (12 B) read and written back (ZeRO-Infinity, formulas.md §5).
+NVME_BYTES_PER_PARAM = 24.0
+
+
 def cpu_step(b: GraphBuilder, n_local_params: float, param_bytes: float, deps: list[int | None],
-             params_on_host: bool) -> int | None:
+             params_on_host: bool, nvme: bool = False) -> int | None:
     """CPU Adam over this rank's ``n_local_params``, then the upload of the updated working params."""
-    host = b.host("cpu adam", n_local_params, deps=deps)
+    nvme_bytes = NVME_BYTES_PER_PARAM * n_local_params if nvme else 0.0
+    host = b.host("cpu adam", n_local_params, nvme_bytes=nvme_bytes, deps=deps)
     if params_on_host:
         return host
     return b.copy("params h2d", "h2d", n_local_params * param_bytes, deps=(host,))

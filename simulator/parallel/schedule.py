@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 
-from simulator.parallel.ir import GraphBuilder
+from simulator.parallel.ir import COMPUTE, GraphBuilder
 from simulator.parallel.work import StepWork
 
 Unit = Hashable  # "E", "H" or a block index
@@ -66,6 +66,13 @@ def _ops(work: StepWork, unit: Unit, phase: str) -> tuple:
     return fwd if phase == "fwd" else bwd
 
 
+def _tp(b: GraphBuilder, work: StepWork, name: str, after: int, g: int, layer: int) -> None:
+    """Megatron TP: two all-reduces of ``b·s·h`` per block and pass (after attention and after the
+    MLP), on the critical path: they run in the compute stream's order (Shoeybi et al. 2019)."""
+    b.collective(f"tp allreduce {name}", "tp", "all_reduce", "tp", work.tp_allreduce_bytes, count=2,
+                 stream=COMPUTE, deps=(after,), micro_batch=g, layer=layer)
+
+
 def run_micro_batches(b: GraphBuilder, work: StepWork, n_micro: int, hooks: Hooks) -> None:
     """Issue forward + backward of ``n_micro`` micro-batches through ``hooks``."""
     for g in range(n_micro):
@@ -74,15 +81,21 @@ def run_micro_batches(b: GraphBuilder, work: StepWork, n_micro: int, hooks: Hook
             layer = unit if isinstance(unit, int) else -1
             tid = b.compute(f"fwd {unit} mb{g}", "forward", _ops(work, unit, "fwd"), deps=deps,
                             micro_batch=g, layer=layer)
+            if isinstance(unit, int):
+                _tp(b, work, f"fwd {unit} mb{g}", tid, g, layer)
             hooks.post_forward(b, g, unit, tid)
         for unit in backward_order(work):
             deps = hooks.pre_backward(b, g, unit)
             layer = unit if isinstance(unit, int) else -1
             if isinstance(unit, int) and work.layer_recompute:
-                b.compute(f"recompute {unit} mb{g}", "recompute", work.layer_recompute, deps=deps,
-                          micro_batch=g, layer=layer)
+                rid = b.compute(f"recompute {unit} mb{g}", "recompute", work.layer_recompute, deps=deps,
+                                micro_batch=g, layer=layer)
+                if len(work.layer_recompute) == len(work.layer_fwd):  # full recompute re-runs the TP all-reduces
+                    _tp(b, work, f"recompute {unit} mb{g}", rid, g, layer)
             tid = b.compute(f"bwd {unit} mb{g}", "backward", _ops(work, unit, "bwd"), deps=deps,
                             micro_batch=g, layer=layer)
+            if isinstance(unit, int):
+                _tp(b, work, f"bwd {unit} mb{g}", tid, g, layer)
             hooks.post_backward(b, g, unit, tid)
 
 

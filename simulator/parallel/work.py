@@ -42,6 +42,9 @@ class StepWork:
     #: Sub-modules of a block that DeepSpeed ZeRO-3 gathers one by one (one all-gather each):
     #: fused QKV, output projection and the MLP matrices (Megatron-style fused QKV).
     layer_modules: int = 1
+    #: Megatron tensor parallelism: bytes of each of the 2 forward and 2 backward all-reduces of a
+    #: block (``b·s·h`` activations; formulas.md §6), 0 without TP.
+    tp_allreduce_bytes: float = 0.0
 
     @property
     def total_params(self) -> float:
@@ -88,4 +91,5 @@ def from_scenario(scenario: Any, persistence_threshold: float = 1e5) -> StepWork
         layer_persistent=float(min(_largest_tensor_below(persistence_threshold, small), blk.total)),
         head_persistent=float(counts.final_norm if counts.final_norm < persistence_threshold else 0),
         layer_modules=2 + model.mlp_matrices,
+        tp_allreduce_bytes=float(b * s * model.hidden_size * pb) if tp > 1 else 0.0,
     )

@@ -1,0 +1,1 @@
+"""StepReport (``step_report``), Chrome trace writer (``chrome_trace``), rich tables (``tables``)."""

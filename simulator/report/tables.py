@@ -41,6 +41,8 @@ def render(report: StepReport, console: Console) -> None:
     t.add_column("of step", justify="right")
     for key in ("forward", "backward", "recompute", "optimizer"):
         value = bd[f"{key}_s"]
+        if value == 0 and key == "recompute":
+            continue
         t.add_row(key, fmt_seconds(value), "", _pct(value, step))
     for kind, label in _COMM_LABELS.items():
         c = bd["communication"][kind]
@@ -50,7 +52,7 @@ def render(report: StepReport, console: Console) -> None:
     if off["on_link_s"] > 0 or off["cpu_optimizer_s"] > 0:
         t.add_row("offload (PCIe + CPU)", fmt_seconds(off["on_link_s"]), fmt_seconds(off["exposed_s"]),
                   _pct(off["exposed_s"], step))
-    t.add_row("idle (GPU compute stream)", "", fmt_seconds(bd["idle_s"]), _pct(bd["idle_s"], step))
+    t.add_row("compute stream idle", "", fmt_seconds(bd["idle_s"]), _pct(bd["idle_s"], step))
     console.print(t)
 
     mem = report.memory

@@ -201,3 +201,13 @@ def test_b200_nvls_scales_with_nvlink5(topo):
     rh = CollectiveModel(h).run("all_reduce", [list(range(8))], 64 * GiB)
     rb = CollectiveModel(b).run("all_reduce", [list(range(8))], 64 * GiB)
     assert rb.busbw_GBps / rh.busbw_GBps == pytest.approx(2 * 0.74 * 0.802 / (0.85 * 0.824), rel=0.01)
+
+
+def test_groups_of_different_layouts_in_one_query(h100x2):
+    # one group inside node 0, one split 2 + 2 over both nodes: only algorithms valid for both are tried
+    cm = CollectiveModel(h100x2)
+    groups = [[0, 1, 2, 3], [4, 5, 12, 13]]
+    assert "hierarchical" not in cm.candidates("all_reduce", groups)
+    r = cm.run("all_reduce", groups, GiB)
+    alone = cm.run("all_reduce", [[4, 5, 12, 13]], GiB)
+    assert r.time_s >= alone.time_s * (1 - 1e-9)

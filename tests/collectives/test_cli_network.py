@@ -55,10 +55,15 @@ def test_sweep_sizes_like_nccl_tests():
         (["--topology", "dgx-h100", "--nodes", "0"], "--nodes"),
     ],
 )
-def test_collective_bad_input_raises_input_error(args, field):
+def test_collective_bad_input_exits_2_naming_the_field(args, field):
     res = runner.invoke(app, ["collective", *args, "--bytes", "1M"] if "--bytes" not in args else ["collective", *args])
-    assert isinstance(res.exception, InputError)
-    assert res.exception.field == field
+    assert res.exit_code == 2
+    assert f"{field}:" in res.output and "Traceback" not in res.output
+
+
+def test_topology_show_bad_input_exits_2():
+    res = runner.invoke(app, ["topology", "show", "dgx-h100", "--nodes", "0"])
+    assert res.exit_code == 2 and "--nodes" in res.output
 
 
 def test_topology_show_json_and_graphml(tmp_path):

@@ -179,3 +179,11 @@ def test_network_layer_does_not_import_simpy():
     code = "import sys, simulator.network, simulator.collectives, simulator.cli_network; print('simpy' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"
+
+
+def test_pcie_p2p_stays_under_the_switch(topo):
+    base = topo("pcie-rtx4090x8")
+    c = build_cluster(base.model_copy(update={"intra_node": base.intra_node.model_copy(update={"p2p": True})}), 1)
+    names = {d["id"]: v for _, v, d in c.graph.edges(data=True)}
+    visited = {names[e] for e in c.route(0, 1).edges.tolist()}  # GPUs 0 and 1 share PCIe switch 0
+    assert visited == {"n0/pcie0", "n0/gpu1"}

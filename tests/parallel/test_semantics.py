@@ -171,3 +171,16 @@ def test_same_input_same_output(par):
     c = ctx(16, 2, w=_w(recompute=True), **par)
     a, b = run(c, slowdown=0.3)[1], run(c, slowdown=0.3)[1]
     assert a == b
+
+
+def test_nvme_offload_streams_optimizer_states():
+    from simulator.engine.costing import Costing
+    from simulator.engine.executor import TaskCost
+
+    n = 4
+    c = ctx(n, 1, w=_w(), framework="deepspeed", zero_stage=3, offload_optimizer="nvme")
+    graph = build_step_graph(c)
+    host = next(t for t in graph.tasks if isinstance(t, HostTask))
+    assert host.nvme_bytes == pytest.approx(24 * PSI_LAYER * L / n)
+    costing = Costing(SumCompute(), AlphaBeta(), c.mesh, pcie_Bps=10e9, cpu_adam_params_per_s=1e12, nvme_Bps=1e9)
+    assert costing.cost(host) == TaskCost(host.nvme_bytes / 1e9, {"params": host.n_params, "nvme_bytes": host.nvme_bytes})

@@ -105,3 +105,19 @@ def test_fsdp_reduce_dtype_fp32():
 )
 def test_degree_one_is_a_no_op(par):
     assert volume(ctx(1, G, w=_w(), **par)) == {}
+
+
+def test_tensor_parallel_all_reduces_per_block():
+    # Megatron TP (t = 2): 2 all-reduces of b·s·h in forward and 2 in backward per block and
+    # micro-batch, plus 2 more for the recomputed forward; ring volume 2·(t−1)/t each.
+    import dataclasses
+
+    from simulator.parallel.context import BuildContext
+    from simulator.parallel.mesh import RankMesh
+
+    act = 8.0e6
+    w = dataclasses.replace(work(n_layers=L, layer_params=PSI_LAYER, recompute=True), tp_allreduce_bytes=act)
+    c = ctx(N, G, w=w, framework="ddp")
+    c = BuildContext(w, RankMesh(tp=2, dp=N, pp=1, gpus_per_node=8), c.parallel, G, "bf16")
+    v = volume(c)
+    assert v["tp"] == pytest.approx(G * L * 6 * act * 2 * 0.5)

@@ -1,0 +1,39 @@
+"""StepWork from a real scenario: parameter counts and op lists agree with the workload layer."""
+
+from __future__ import annotations
+
+import pytest
+
+from simulator.config.loader import scenario_from_dict
+from simulator.parallel.build import context_for
+from simulator.parallel.work import from_scenario
+from simulator.workload import params
+
+
+def _scenario(**training):
+    return scenario_from_dict({
+        "model": "llama-3-8b",
+        "cluster": {"topology": "dgx-h100", "nodes": 1},
+        "training": {"seq_len": 2048, "micro_batch_size": 1, "global_batch_size": 16, **training},
+        "parallel": {"framework": "fsdp"},
+    })
+
+
+def test_total_params_match_the_workload_count():
+    s = _scenario()
+    work = from_scenario(s)
+    assert work.total_params == pytest.approx(params.count(s.model).total)
+    assert work.layer_persistent == 2 * 4096  # two RMSNorm weights per block stay replicated
+
+
+@pytest.mark.parametrize(("mode", "recompute_len"), [("none", 0), ("selective", 0), ("full", None)])
+def test_recompute_ops(mode, recompute_len):
+    work = from_scenario(_scenario(activation_checkpointing=mode))
+    expected = len(work.layer_fwd) if recompute_len is None else recompute_len
+    assert len(work.layer_recompute) == expected
+    assert not any(op.name.startswith("recompute.") for op in work.layer_bwd)
+
+
+def test_context_layout():
+    ctx = context_for(_scenario())
+    assert (ctx.mesh.dp, ctx.mesh.tp, ctx.n_micro) == (8, 1, 2)
