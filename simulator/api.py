@@ -15,12 +15,11 @@ from simulator.config.scenario import Scenario
 from simulator.engine.costing import Costing
 from simulator.engine.executor import simulate as run_graph
 from simulator.engine.summary import summarize
-from simulator.errors import InputError
 from simulator.hardware.compute import RooflineComputeModel
-from simulator.hardware.efficiency import Efficiency, for_gpu
+from simulator.hardware.efficiency import Efficiency, for_gpu, is_calibrated
 from simulator.network import build_cluster
-from simulator.parallel.build import build_step_graph, context_for
-from simulator.parallel.volume import bytes_per_rank
+from simulator.parallel.build import build_step_graph, check_pipeline, context_for
+from simulator.parallel.volume import bytes_per_rank, calls_per_rank
 from simulator.report.step_report import StepReport
 from simulator.workload import flops, memory
 
@@ -53,14 +52,24 @@ class _Scaled:
 
 
 def _check_supported(scenario: Scenario) -> None:
-    p = scenario.parallel
-    if p.pp > 1:
-        raise InputError("pipeline parallelism (pp > 1) is not simulated yet; set parallel.pp: 1", "parallel.pp")
+    check_pipeline(scenario.parallel)
+
+
+def _summaries(trace: Any) -> tuple[int, dict[str, Any], list[dict[str, float]]]:
+    """Summary of the bottleneck stage (most compute), with the global step time, and per-stage rows."""
+    end = trace.end_s
+    per = {d: summarize(trace.on_device(d)) for d in trace.devices}
+    for s in per.values():
+        s["step_time_s"] = end
+        s["idle_s"] = end - s["compute_busy_s"]
+    device = max(per, key=lambda d: (per[d]["compute_busy_s"], -d))
+    stages = [{"stage": d, "compute_busy_s": s["compute_busy_s"], "idle_s": s["idle_s"]} for d, s in per.items()]
+    return device, per[device], stages
 
 
 def simulate(scenario: Scenario, *, efficiency: Efficiency | None = None, what_if: WhatIf = WhatIf(),
              collective_model: Any = None, compute_model: Any = None, cluster: Any = None) -> StepReport:
-    """Simulate one optimizer step of ``scenario`` on its representative rank.
+    """Simulate one optimizer step of ``scenario`` on its representative ranks (one per pipeline stage).
 
     ``collective_model`` / ``compute_model`` replace the network or compute layer (tests, studies);
     ``cluster`` reuses an already built cluster graph of the same topology and size (sweeps).
@@ -83,7 +92,7 @@ def simulate(scenario: Scenario, *, efficiency: Efficiency | None = None, what_i
     costing = Costing(compute, collectives, ctx.mesh, pcie, eff.cpu_adam_params_per_s_per_node / per_node,
                       eff.nvme_Bps_per_node / per_node)
     trace = run_graph(graph, costing.costs(graph), eff.compute_slowdown_during_comm)
-    summary = summarize(trace)
+    device, summary, stages = _summaries(trace)
     causal = tr.attention_flops == "causal"
     step_flops = flops.step(scenario.model, tr.micro_batch_size, tr.seq_len,
                             n_micro=scenario.grad_accum_steps * scenario.dp, causal=causal,
@@ -93,6 +102,9 @@ def simulate(scenario: Scenario, *, efficiency: Efficiency | None = None, what_i
                                          "compute_busy_s")}
     breakdown["offload"] = summary["offload"]
     breakdown["communication"] = summary["communication"]
+    if par.pp > 1:
+        breakdown["stages"] = stages
+        breakdown["reported_stage"] = device
     layout = {
         "framework": par.framework,
         "zero_stage": par.effective_zero_stage,
@@ -101,7 +113,8 @@ def simulate(scenario: Scenario, *, efficiency: Efficiency | None = None, what_i
         "micro_batch_size": tr.micro_batch_size,
         "gpu": gpu.name, "nodes": _nodes(scenario),
         "tasks": len(graph.tasks),
-        **{k: v for k, v in graph.meta.items() if k in ("sharding_strategy", "prefetch_depth")},
+        **{k: v for k, v in graph.meta.items() if k in ("sharding_strategy", "prefetch_depth", "schedule",
+                                                          "stage_layers")},
     }
     return StepReport(
         scenario=scenario.name,
@@ -113,7 +126,7 @@ def simulate(scenario: Scenario, *, efficiency: Efficiency | None = None, what_i
         peak_flops_per_gpu=gpu.peak_flops(tr.precision),
         breakdown=breakdown,
         memory=mem,
-        bytes_per_rank=bytes_per_rank(graph, ctx.mesh),
+        bytes_per_rank=bytes_per_rank(graph, ctx.mesh, device),
         layout=layout,
         conventions={
             "mfu": f"model FLOPs (3x forward, attention '{tr.attention_flops}') / (step time x GPUs x dense "
@@ -121,7 +134,18 @@ def simulate(scenario: Scenario, *, efficiency: Efficiency | None = None, what_i
             "hfu": "as MFU, counting recomputed FLOPs",
         },
         trace=trace.spans,
+        warnings=_warnings(scenario, efficiency),
+        collective_calls=calls_per_rank(graph, device),
     )
+
+
+def _warnings(scenario: Scenario, efficiency: Efficiency | None) -> tuple[str, ...]:
+    gpu = scenario.cluster.gpu_spec
+    out = []
+    if efficiency is None and not is_calibrated(gpu):
+        out.append(f"compute efficiencies for {gpu.name} ({gpu.arch}) are uncalibrated defaults "
+                   "(validated architectures: ampere, hopper); treat step times as estimates")
+    return tuple(out)
 
 
 def _nodes(scenario: Scenario) -> int:

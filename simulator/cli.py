@@ -6,6 +6,7 @@ import typer
 
 from simulator.cli_compare import compare_command
 from simulator.cli_network import collective, topology_app
+from simulator.cli_run import run_command
 from simulator.cli_sweep import sweep_command, tune_app
 from simulator.cli_workload import catalog_app, flops_command, memory_command
 
@@ -16,6 +17,7 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
+app.command("run")(run_command)
 app.command("flops")(flops_command)
 app.command("memory")(memory_command)
 app.command("compare")(compare_command)

@@ -70,6 +70,8 @@ def _run(path: Path, overrides, json_out: bool, trace: Path | None, allow_oom: b
         stderr.print(f"[yellow]warning:[/] {line}", highlight=False, soft_wrap=True)
     evaluation = evaluate(scenario)
     report, run = evaluation.step, evaluation.run
+    for line in report.warnings:
+        stderr.print(f"[yellow]warning:[/] {line}", highlight=False, soft_wrap=True)
     if json_out:
         print_json({**report.to_dict(), "run": run.as_dict() if run else None})
     else:

@@ -61,6 +61,9 @@ def test_report_numbers_are_consistent(small):
     g, phi = small.grad_accum_steps, 7 / 8
     psi = 7.30e9
     assert sum(d["bytes_per_rank"].values()) == pytest.approx(g * 3 * phi * psi * 2, rel=0.01)
+    # One reduce-scatter bucket set per micro-batch; 34 units gathered twice (5 sub-modules a block).
+    assert set(d["collective_calls"]) == set(d["bytes_per_rank"])
+    assert d["collective_calls"]["param_allgather"] == g * 2 * (32 * 5 + 2)
 
 
 def test_same_input_same_output_bit_for_bit(small):
@@ -169,3 +172,15 @@ def test_scenario_deepspeed_config_key_is_relative_to_the_scenario(tmp_path):
     data = json.loads(res.stdout)
     assert data["layout"]["zero_stage"] == 1 and data["layout"]["grad_accum_steps"] == 4
     assert data["bytes_per_rank"]["post_step_gather"] > 0
+
+
+def test_pipeline_with_data_parallel_runs_and_reports_stages():
+    scenario = load_scenario(SCENARIOS / "olmo-2-7b-dgx-a100-zero2.yaml",
+                             [*FAST, "parallel.zero_stage=1", "parallel.pp=2", "parallel.tp=2"])
+    report = simulate(scenario)
+    d = report.to_dict()
+    assert [s["stage"] for s in d["breakdown"]["stages"]] == [0, 1]
+    assert d["bytes_per_rank"]["pp"] > 0 and d["bytes_per_rank"]["tp"] > 0
+    assert d["breakdown"]["communication"]["pp"]["on_link_s"] > 0
+    pids = {s.device for s in report.trace}
+    assert pids == {0, 1}

@@ -2,7 +2,8 @@
 
 Semantics (CUDA streams):
 
-* every stream runs its tasks strictly in issue order (FIFO), one at a time;
+* every stream of every representative GPU (one per pipeline stage) runs its tasks strictly in
+  issue order (FIFO), one at a time;
 * a task starts when it is at the head of its stream and every task in ``deps`` has finished;
 * a task's duration is given (``TaskCost.duration_s``) except on the compute stream while a
   collective runs on the same GPU: NCCL kernels occupy SMs and HBM bandwidth, so compute then
@@ -73,11 +74,12 @@ class Simulation:
 
     def run(self) -> Trace:
         env = simpy.Environment()
-        device = _Device(env)
+        devices: dict[int, _Device] = {}
         done = [env.event() for _ in self.graph.tasks]
         spans: list[Span] = []
-        for stream, tasks in self.graph.streams().items():
-            env.process(self._stream(env, device, stream, tasks, done, spans))
+        for (dev, stream), tasks in self.graph.streams().items():
+            state = devices.setdefault(dev, _Device(env))
+            env.process(self._stream(env, state, stream, tasks, done, spans))
         env.run()
         missing = [t for t, ev in zip(self.graph.tasks, done, strict=True) if not ev.processed]
         if missing:
@@ -104,7 +106,8 @@ class Simulation:
                 device.bump(-1)
             else:
                 yield env.timeout(cost.duration_s)
-            spans.append(Span(task.id, task.name, stream, _category(task), task.kind, start, env.now, cost.args))
+            spans.append(Span(task.id, task.name, stream, _category(task), task.kind, start, env.now, cost.args,
+                              task.device))
             done[task.id].succeed()
 
     def _slowed(self, env, device: _Device, work_s: float):

@@ -22,6 +22,7 @@ class Span:
     start_s: float
     end_s: float
     args: dict[str, Any] = field(default_factory=dict)
+    device: int = 0
 
     @property
     def duration_s(self) -> float:
@@ -37,6 +38,14 @@ class Trace:
     @property
     def end_s(self) -> float:
         return max((s.end_s for s in self.spans), default=0.0)
+
+    @property
+    def devices(self) -> list[int]:
+        return sorted({s.device for s in self.spans})
+
+    def on_device(self, device: int) -> Trace:
+        """The spans of one representative GPU (pipeline stage)."""
+        return Trace(tuple(s for s in self.spans if s.device == device))
 
     def intervals(self, *, category: str | None = None, kind: str | None = None) -> list[tuple[float, float]]:
         return [

@@ -44,3 +44,8 @@ def for_gpu(gpu: GPUSpec) -> Efficiency:
     eff = Efficiency(**{k: float(v) for k, v in values.items() if k in names})
     best = gpu.mamf_fraction if gpu.mamf_fraction is not None else eff.gemm_fraction
     return replace(eff, gemm_fraction=best * eff.gemm_sustained_of_mamf)
+
+
+def is_calibrated(gpu: GPUSpec) -> bool:
+    """True when ``efficiency.yaml`` has fitted values for the GPU's architecture (validation set)."""
+    return "gemm_sustained_of_mamf" in _table().get(gpu.arch, {})

@@ -4,22 +4,43 @@ from __future__ import annotations
 
 from typing import Any
 
-from simulator.parallel import ddp, deepspeed, fsdp
+from simulator.errors import InputError
+from simulator.parallel import ddp, deepspeed, fsdp, pipeline
 from simulator.parallel.context import BuildContext
-from simulator.parallel.ir import StepGraph
+from simulator.parallel.ir import GraphBuilder, StepGraph
 from simulator.parallel.mesh import RankMesh
+from simulator.parallel.schedule import run_micro_batches
 from simulator.parallel.work import StepWork
 from simulator.parallel.work import from_scenario as work_from_scenario
 
+_FRAMEWORKS = {
+    "ddp": (ddp.make_hooks, ddp.finish),
+    "deepspeed": (deepspeed.make_hooks, deepspeed.finish),
+    "fsdp": (fsdp.make_hooks, fsdp.finish),
+}
+
+
+def check_pipeline(parallel) -> None:
+    """Pipelines compose with DDP and ZeRO 0-1 only (DeepSpeed refuses ZeRO-2/3 with its pipeline engine)."""
+    if parallel.pp > 1 and (parallel.framework == "fsdp" or parallel.effective_zero_stage >= 2):
+        raise InputError(
+            f"pipeline parallelism (pp={parallel.pp}) is simulated with ddp or deepspeed zero_stage 0-1; "
+            f"got {parallel.framework} ZeRO-{parallel.effective_zero_stage}: set parallel.pp: 1 or zero_stage <= 1",
+            "parallel.pp",
+        )
+
 
 def build_step_graph(ctx: BuildContext) -> StepGraph:
-    """Dispatch on ``parallel.framework``: ``ddp``, ``deepspeed`` (stages 0-3) or ``fsdp``."""
-    framework = ctx.parallel.framework
-    if ctx.mesh.pp > 1 or ctx.mesh.tp > 1:
-        # Representative rank of stage 0 only; TP collectives and PP schedules are not built yet.
-        pass
-    builder = {"ddp": ddp.build, "deepspeed": deepspeed.build, "fsdp": fsdp.build}[framework]
-    return builder(ctx)
+    """Dispatch on ``parallel.framework``: ``ddp``, ``deepspeed`` (stages 0-3) or ``fsdp``; with
+    ``pp > 1`` every stage's representative runs a 1F1B pipeline schedule."""
+    make_hooks, finish = _FRAMEWORKS[ctx.parallel.framework]
+    if ctx.mesh.pp > 1:
+        check_pipeline(ctx.parallel)
+        return pipeline.build(ctx, make_hooks, finish)
+    b = GraphBuilder()
+    hooks = make_hooks(ctx)
+    run_micro_batches(b, ctx.work, ctx.n_micro, hooks)
+    return b.build(**finish(b, ctx, hooks))
 
 
 def mesh_for(scenario: Any, gpus_per_node: int) -> RankMesh:

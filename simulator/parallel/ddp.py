@@ -1,7 +1,7 @@
 """PyTorch DDP as a graph builder (torch/nn/parallel/distributed.py + c10d reducer; formulas.md §4.1).
 
-* Buckets in gradient-ready order, the first ``first_bucket_mb`` MiB, the rest ``bucket_cap_mb``
-  MiB; a bucket is all-reduced as soon as its last gradient is ready, and buckets are launched
+* Buckets in gradient-ready order (per block: the MLP's weights, then the attention's and the
+  norms'), the first ``first_bucket_mb`` MiB, the rest ``bucket_cap_mb`` MiB; a bucket is all-reduced as soon as its last gradient is ready, and buckets are launched
   strictly in order on the process group's NCCL stream (task order on one stream).
 * Gradients have the parameter dtype: fp32 under AMP (4 B), or 16-bit with an fp16/bf16
   compression comm hook.
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from simulator.parallel.context import BuildContext
 from simulator.parallel.ir import GraphBuilder, StepGraph
-from simulator.parallel.schedule import Hooks, backward_order, plan_buckets, run_micro_batches, unit_params
+from simulator.parallel.schedule import Hooks, plan_buckets, ready_order, run_micro_batches
 from simulator.units import MiB
 
 
@@ -23,7 +23,7 @@ class DDPHooks(Hooks):
         p, work = ctx.parallel, ctx.work
         self.ctx = ctx
         self.grad_bytes = 2 if p.comm_hook in ("fp16", "bf16") else 4
-        ready = [(u, unit_params(work, u)) for u in backward_order(work)]
+        ready = ready_order(work)
         buckets = plan_buckets(ready, p.bucket_cap_mb * MiB / self.grad_bytes, p.first_bucket_mb * MiB / self.grad_bytes)
         self.by_unit: dict = {}
         for bk in buckets:
@@ -33,19 +33,31 @@ class DDPHooks(Hooks):
     def _syncs(self, g: int) -> bool:
         return g == self.ctx.n_micro - 1 or not self.ctx.parallel.no_sync
 
-    def post_backward(self, b: GraphBuilder, g: int, unit, task: int) -> None:
+    def grads_ready(self, b: GraphBuilder, g: int, unit, task: int) -> None:
         if self.ctx.size("dp") == 1 or not self._syncs(g):
             return
         for i, bk in enumerate(self.by_unit.get(unit, [])):
-            tid = b.collective(f"allreduce grads@{unit}.{i} mb{g}", "grad_reduce", "all_reduce", "dp",
+            tid = b.collective(f"allreduce grads@{_label(unit)}.{i} mb{g}", "grad_reduce", "all_reduce", "dp",
                                bk.elements * self.grad_bytes, count=bk.count, deps=(task,), micro_batch=g)
             self.last = tid if tid is not None else self.last
+
+
+def _label(key) -> str:
+    return f"{key[0]}.{key[1]}" if isinstance(key, tuple) else str(key)
+
+
+make_hooks = DDPHooks
+
+
+def finish(b: GraphBuilder, ctx: BuildContext, hooks: DDPHooks) -> dict:
+    """The optimizer step (every rank updates all its parameters) after the last bucket."""
+    n = ctx.work.total_params
+    b.compute("optimizer", "optimizer", ctx.work.optimizer(n), deps=(hooks.last,))
+    return {"framework": "ddp", "n_micro": ctx.n_micro, "local_params": n}
 
 
 def build(ctx: BuildContext) -> StepGraph:
     b = GraphBuilder()
     hooks = DDPHooks(ctx)
     run_micro_batches(b, ctx.work, ctx.n_micro, hooks)
-    n = ctx.work.total_params
-    b.compute("optimizer", "optimizer", ctx.work.optimizer(n), deps=(hooks.last,))
-    return b.build(framework="ddp", n_micro=ctx.n_micro, local_params=n)
+    return b.build(**finish(b, ctx, hooks))

@@ -19,6 +19,12 @@ What is communicated, when (per rank, φ = (n−1)/n, Ψ parameters, G micro-bat
 stream; when False they are issued inside the gradient hook on the compute stream (interleaved
 with, not overlapped with, backward). ZeRO++ qwZ/hpZ/qgZ and 1-bit Adam change byte widths or
 groups (``simulator.parallel.context``). Offload: ``simulator.parallel.offload``.
+``contiguous_gradients`` changes memory only; ``allgather_bucket_size`` is unused because DeepSpeed
+gathers with ``all_gather_into_tensor`` (one call per parameter group) when it is available.
+
+Prefetch (stage 3): a module's gather may start once the module ``depth + 1`` places earlier has
+run, with ``depth = max(1, ⌊stage3_prefetch_bucket_size / block⌋)`` limited by
+``stage3_max_live_parameters`` (``simulator.parallel.prefetch``).
 """
 
 from __future__ import annotations
@@ -34,6 +40,7 @@ from simulator.parallel.schedule import (
     backward_order,
     forward_order,
     plan_buckets,
+    ready_order,
     run_micro_batches,
     unit_params,
     unit_persistent,
@@ -51,25 +58,29 @@ class _Reducer:
         self.op = op
         self.stream = stream
         work = ctx.work
-        ready = [(u, unit_params(work, u)) for u in backward_order(work)]
+        ready = ready_order(work)
+        self.keys = [k for k, _ in ready]
         self.by_unit: dict = {}
         for bk in plan_buckets(ready, cap):
             self.by_unit.setdefault(bk.ready_unit, []).append(bk)
         p = ctx.parallel
-        self.elem_bytes = QGZ_BYTES if (p.zero_quantized_gradients and op == "reduce_scatter") else ctx.ds_comm_bytes
+        # ZeRO++ qgZ replaces the stage-3 gradient reduce-scatter (INT4 all-to-all).
+        qgz = p.zero_quantized_gradients and p.zero_stage == 3
+        self.elem_bytes = QGZ_BYTES if qgz else ctx.ds_comm_bytes
         self.offloading = p.offload_optimizer != "none"
         self.tail: list[int | None] = []
 
     def reduce(self, b: GraphBuilder, g: int, unit, task: int) -> None:
         n = self.ctx.size("dp")
         for i, bk in enumerate(self.by_unit.get(unit, [])):
-            tid = b.collective(f"{self.op} grads@{unit}.{i} mb{g}", "grad_reduce", self.op, "dp",
+            label = f"{unit[0]}.{unit[1]}" if isinstance(unit, tuple) else unit
+            tid = b.collective(f"{self.op} grads@{label}.{i} mb{g}", "grad_reduce", self.op, "dp",
                                bk.elements * self.elem_bytes, count=bk.count, stream=self.stream,
                                deps=(task,), micro_batch=g) if n > 1 else None
             self.tail.append(tid)
             if self.offloading:
-                # Each rank copies its own 1/n slice (16-bit values; DS upcasts on the host).
-                cp = offload.grads_down(b, f"{unit}.{i} mb{g}", bk.count * bk.elements / n * self.ctx.ds_comm_bytes,
+                # Each rank copies its own 1/n slice in the working dtype (DS upcasts on the host).
+                cp = offload.grads_down(b, f"{label}.{i} mb{g}", bk.count * bk.elements / n * self.ctx.param_bytes,
                                         tid if tid is not None else task, g)
                 self.tail.append(cp)
 
@@ -85,18 +96,15 @@ class Zero012Hooks(Hooks):
         else:
             op = "all_reduce" if p.use_multi_rank_bucket_allreduce else "reduce_scatter"
             self.reducer = _Reducer(ctx, op, p.reduce_bucket_size, stream)
-        self._stage0_ready: list[int] = []
 
-    def post_backward(self, b: GraphBuilder, g: int, unit, task: int) -> None:
+    def grads_ready(self, b: GraphBuilder, g: int, unit, task: int) -> None:
         boundary = g == self.ctx.n_micro - 1
         if self.stage == 2 or (self.stage == 1 and boundary):
             self.reducer.reduce(b, g, unit, task)
-        elif self.stage == 0 and boundary:
+        elif self.stage == 0 and boundary and unit == self.reducer.keys[-1]:
             # Stage 0 reduces after the whole backward: every bucket waits for the last gradient.
-            last_unit = backward_order(self.ctx.work)[-1]
-            if unit == last_unit:
-                for u in backward_order(self.ctx.work):
-                    self.reducer.reduce(b, g, u, task)
+            for key in self.reducer.keys:
+                self.reducer.reduce(b, g, key, task)
 
 
 class Zero3Hooks(Hooks):
@@ -108,7 +116,6 @@ class Zero3Hooks(Hooks):
         self.reducer = _Reducer(ctx, "reduce_scatter", p.reduce_bucket_size, stream)
         self.depth = self._depth(p, work)
         self.pf: Prefetcher | None = None
-        self.g = 0
 
     @staticmethod
     def _depth(p, work) -> int:
@@ -165,19 +172,30 @@ class Zero3Hooks(Hooks):
         assert self.pf is not None
         return (self.pf.ensure(b, unit),)
 
+    def grads_ready(self, b: GraphBuilder, g: int, key, task: int) -> None:
+        self.reducer.reduce(b, g, key, task)
+
     def post_backward(self, b: GraphBuilder, g: int, unit, task: int) -> None:
         assert self.pf is not None
         self.pf.computed(unit, task)
-        self.reducer.reduce(b, g, unit, task)
+
+
+def make_hooks(ctx: BuildContext) -> Zero012Hooks | Zero3Hooks:
+    return Zero3Hooks(ctx) if ctx.parallel.zero_stage == 3 else Zero012Hooks(ctx)
 
 
 def build(ctx: BuildContext) -> StepGraph:
+    b = GraphBuilder()
+    hooks = make_hooks(ctx)
+    run_micro_batches(b, ctx.work, ctx.n_micro, hooks)
+    return b.build(**finish(b, ctx, hooks))
+
+
+def finish(b: GraphBuilder, ctx: BuildContext, hooks: Zero012Hooks | Zero3Hooks) -> dict:
+    """Optimizer step on the rank's partition (GPU or CPU offload), then the post-step gather."""
     p, work = ctx.parallel, ctx.work
     stage = p.zero_stage
     n = ctx.size("dp")
-    b = GraphBuilder()
-    hooks: Zero012Hooks | Zero3Hooks = Zero3Hooks(ctx) if stage == 3 else Zero012Hooks(ctx)
-    run_micro_batches(b, work, ctx.n_micro, hooks)
     local = work.total_params / n if stage >= 1 else work.total_params
     tail = [t for t in hooks.reducer.tail if t is not None][-1:]
     if p.offload_optimizer != "none":
@@ -188,5 +206,5 @@ def build(ctx: BuildContext) -> StepGraph:
     if stage in (1, 2) and n > 1:
         b.collective("allgather updated params", "post_step_gather", "all_gather", "dp",
                      work.total_params * ctx.param_bytes, deps=(done,))
-    return b.build(framework="deepspeed", zero_stage=stage, n_micro=ctx.n_micro, local_params=local,
-                   prefetch_depth=getattr(hooks, "depth", None))
+    return {"framework": "deepspeed", "zero_stage": stage, "n_micro": ctx.n_micro, "local_params": local,
+            "prefetch_depth": getattr(hooks, "depth", None)}

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from simulator.parallel import offload
 from simulator.parallel.context import BuildContext
-from simulator.parallel.ir import COMM, COMM_REPLICA, GraphBuilder, StepGraph
+from simulator.parallel.ir import COMM_REPLICA, GraphBuilder, StepGraph
 from simulator.parallel.prefetch import Prefetcher
 from simulator.parallel.schedule import Hooks, run_micro_batches
 
@@ -126,10 +126,18 @@ class FSDPHooks(Hooks):
                                                 last, g))
 
 
+make_hooks = FSDPHooks
+
+
 def build(ctx: BuildContext) -> StepGraph:
     b = GraphBuilder()
     hooks = FSDPHooks(ctx)
     run_micro_batches(b, ctx.work, ctx.n_micro, hooks)
+    return b.build(**finish(b, ctx, hooks))
+
+
+def finish(b: GraphBuilder, ctx: BuildContext, hooks: FSDPHooks) -> dict:
+    """Optimizer step on the local shard once every reduction stream has drained."""
     local = ctx.work.total_params / (hooks.n if hooks.sharded else 1)
     tail = [t for t in hooks.tail if t is not None]
     # Every stream's last reduction must be done (the replica all-reduces run on their own stream).
@@ -139,5 +147,4 @@ def build(ctx: BuildContext) -> StepGraph:
                          nvme=ctx.parallel.offload_optimizer == "nvme")
     else:
         b.compute("optimizer", "optimizer", ctx.work.optimizer(local), deps=deps)
-    return b.build(framework="fsdp", sharding_strategy=hooks.strategy, n_micro=ctx.n_micro, local_params=local,
-                   stream_comm=COMM)
+    return {"framework": "fsdp", "sharding_strategy": hooks.strategy, "n_micro": ctx.n_micro, "local_params": local}

@@ -8,6 +8,9 @@ reduce-scatter" is expressed by the order of the tasks, and "backward of layer i
 parameters" by a dependency. Nothing here knows hardware: durations come later from the compute
 model, the collective model and PCIe/CPU rates (``simulator.engine.costing``).
 
+``device`` names the representative GPU a task runs on: one per pipeline stage (0 without a
+pipeline); streams are per device.
+
 Collective sizes follow nccl-tests: ``nbytes`` is the buffer for all_reduce/broadcast/reduce and
 the full concatenated size for all_gather/reduce_scatter (formulas.md §3.2).
 """
@@ -27,6 +30,7 @@ CollectiveOp = Literal["all_reduce", "reduce_scatter", "all_gather", "broadcast"
 COMPUTE = "compute"
 COMM = "comm"
 COMM_REPLICA = "comm_replica"
+P2P = "p2p"
 D2H = "pcie_d2h"
 H2D = "pcie_h2d"
 CPU = "cpu"
@@ -44,6 +48,7 @@ class ComputeTask:
     deps: tuple[int, ...] = ()
     micro_batch: int = -1
     layer: int = -1
+    device: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,6 +70,7 @@ class CollectiveTask:
     deps: tuple[int, ...] = ()
     micro_batch: int = -1
     layer: int = -1
+    device: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,6 +86,7 @@ class CopyTask:
     kind: str = "offload"
     micro_batch: int = -1
     layer: int = -1
+    device: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,6 +103,7 @@ class HostTask:
     kind: str = "optimizer"
     micro_batch: int = -1
     layer: int = -1
+    device: int = 0
 
 
 Task = ComputeTask | CollectiveTask | CopyTask | HostTask
@@ -108,11 +116,11 @@ class StepGraph:
     tasks: tuple[Task, ...]
     meta: dict[str, Any] = field(default_factory=dict)
 
-    def streams(self) -> dict[str, list[Task]]:
-        """Tasks per stream, in issue order."""
-        out: dict[str, list[Task]] = {}
+    def streams(self) -> dict[tuple[int, str], list[Task]]:
+        """Tasks per (device, stream), in issue order. Device = pipeline stage's representative GPU."""
+        out: dict[tuple[int, str], list[Task]] = {}
         for task in self.tasks:
-            out.setdefault(task.stream, []).append(task)
+            out.setdefault((task.device, task.stream), []).append(task)
         return out
 
     def collectives(self) -> list[CollectiveTask]:
@@ -132,15 +140,20 @@ class StepGraph:
 
 
 class GraphBuilder:
-    """Appends tasks in issue order and hands out ids; ``None`` deps are dropped (absent producer)."""
+    """Appends tasks in issue order and hands out ids; ``None`` deps are dropped (absent producer).
+
+    ``device`` is the representative GPU (pipeline stage) new tasks go to unless given explicitly.
+    """
 
     def __init__(self) -> None:
         self._tasks: list[Task] = []
+        self.device = 0
 
     def _deps(self, deps: tuple[int | None, ...] | list[int | None]) -> tuple[int, ...]:
         return tuple(sorted({d for d in deps if d is not None}))
 
     def compute(self, name: str, kind: ComputeKind, ops: tuple, deps=(), **kw: Any) -> int:
+        kw.setdefault("device", self.device)
         tid = len(self._tasks)
         self._tasks.append(ComputeTask(tid, name, kind, ops, deps=self._deps(deps), **kw))
         return tid
@@ -150,6 +163,7 @@ class GraphBuilder:
         """Append a collective; a zero-byte one is skipped and returns ``None``."""
         if nbytes <= 0 or kw.get("count", 1) <= 0:
             return None
+        kw.setdefault("device", self.device)
         tid = len(self._tasks)
         self._tasks.append(CollectiveTask(tid, name, kind, op, group, float(nbytes), deps=self._deps(deps), **kw))
         return tid
@@ -157,12 +171,14 @@ class GraphBuilder:
     def copy(self, name: str, direction: Literal["d2h", "h2d"], nbytes: float, deps=(), **kw: Any) -> int | None:
         if nbytes <= 0:
             return None
+        kw.setdefault("device", self.device)
         tid = len(self._tasks)
         stream = D2H if direction == "d2h" else H2D
         self._tasks.append(CopyTask(tid, name, direction, float(nbytes), stream, deps=self._deps(deps), **kw))
         return tid
 
     def host(self, name: str, n_params: float, deps=(), **kw: Any) -> int:
+        kw.setdefault("device", self.device)
         tid = len(self._tasks)
         self._tasks.append(HostTask(tid, name, float(n_params), deps=self._deps(deps), **kw))
         return tid

@@ -9,7 +9,8 @@ Group kinds:
 * ``dp``: all data-parallel peers (ZeRO / FSDP FULL_SHARD / DDP);
 * ``dp_shard`` / ``dp_replicate``: HYBRID_SHARD splits DP into shard groups of ``shard_size``
   consecutive DP ranks (one node's worth) and replica groups across them (formulas.md §4.3);
-* ``tp``: tensor-parallel peers.
+* ``tp``: tensor-parallel peers;
+* ``pp_next``: [stage 0, stage 1] pairs of every DP/TP index (pipeline p2p; representative boundary).
 """
 
 from __future__ import annotations
@@ -55,6 +56,7 @@ class RankMesh:
             "pp": self.pp,
             "dp_shard": self.shard_size,
             "dp_replicate": self.dp // self.shard_size,
+            "pp_next": 2,
         }[kind]
 
     def groups(self, kind: str) -> list[list[int]]:
@@ -66,6 +68,10 @@ class RankMesh:
             return [[self.rank(t, d, p) for d in range(dp)] for p in range(pp) for t in range(tp)]
         if kind == "pp":
             return [[self.rank(t, d, p) for p in range(pp)] for d in range(dp) for t in range(tp)]
+        if kind == "pp_next":
+            # Boundary 0→1 of every DP/TP index; the other boundaries send at the same time on other
+            # GPUs (a query's groups must not share GPUs), so one boundary stands for all.
+            return [[self.rank(t, d, 0), self.rank(t, d, 1)] for d in range(dp) for t in range(tp)]
         g = self.shard_size
         if kind == "dp_shard":
             return [

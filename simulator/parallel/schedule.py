@@ -2,10 +2,12 @@
 
 ``run_micro_batches`` issues, for every micro-batch, the forward of the units ``E, 0..L-1, H`` and
 then their backward in reverse (``H, L-1..0, E``), with the recomputation of a block (full
-checkpointing) right before its backward. A strategy plugs in through ``Hooks``: before a unit's
-compute it may issue collectives and return the task ids the compute must wait for; after it, it
-may issue reductions. This mirrors where frameworks hook in (FSDP pre/post-forward and
-pre/post-backward hooks, DeepSpeed module hooks, DDP autograd hooks).
+checkpointing) right before its backward. A block's backward runs in pieces (MLP, then attention
+and norms) so gradients become ready in the order autograd produces them. A strategy plugs in
+through ``Hooks``: before a unit's compute it may issue collectives and return the task ids the
+compute must wait for; when gradients are ready (``grads_ready``) or a unit is done it may issue
+reductions. This mirrors where frameworks hook in (FSDP pre/post-forward and pre/post-backward
+hooks, DeepSpeed module and gradient hooks, DDP autograd hooks).
 """
 
 from __future__ import annotations
@@ -26,6 +28,23 @@ def forward_order(work: StepWork) -> list[Unit]:
 def backward_order(work: StepWork) -> list[Unit]:
     """Gradient-ready order: the head first, the embedding last."""
     return ["H", *range(work.n_layers - 1, -1, -1), "E"]
+
+
+def pieces(work: StepWork) -> tuple[tuple[str, tuple, float], ...]:
+    """A block's backward as (name, ops, parameters whose gradients are ready after it) pieces:
+    the MLP's weight gradients come out before the attention's. One piece when not split."""
+    return work.layer_bwd_pieces or (("", work.layer_bwd, work.layer_params),)
+
+
+def ready_order(work: StepWork) -> list[tuple[Unit, float]]:
+    """Gradient-ready keys with their parameter counts, in the order backward produces them:
+    ``H``, then per block (last first) its pieces, then ``E``. A key is a unit, or (block, piece)."""
+    out: list[tuple[Unit, float]] = [("H", work.head_params)]
+    for i in range(work.n_layers - 1, -1, -1):
+        for name, _, n in pieces(work):
+            out.append(((i, name) if name else i, n))
+    out.append(("E", work.embed_params))
+    return out
 
 
 def unit_params(work: StepWork, unit: Unit) -> float:
@@ -56,6 +75,10 @@ class Hooks:
     def pre_backward(self, b: GraphBuilder, g: int, unit: Unit) -> Sequence[int | None]:
         return ()
 
+    def grads_ready(self, b: GraphBuilder, g: int, key: Unit, task: int) -> None:
+        """Gradients of ``key`` (a unit or a (block, piece)) are complete when ``task`` ends."""
+        return None
+
     def post_backward(self, b: GraphBuilder, g: int, unit: Unit, task: int) -> None:
         return None
 
@@ -68,35 +91,63 @@ def _ops(work: StepWork, unit: Unit, phase: str) -> tuple:
 
 def _tp(b: GraphBuilder, work: StepWork, name: str, after: int, g: int, layer: int) -> None:
     """Megatron TP: two all-reduces of ``b·s·h`` per block and pass (after attention and after the
-    MLP), on the critical path: they run in the compute stream's order (Shoeybi et al. 2019)."""
+    MLP), on the critical path: they run in the compute stream's order (Shoeybi et al. 2019). With
+    sequence parallelism each is a reduce-scatter plus an all-gather of the same buffer."""
+    if work.sequence_parallel:
+        for op in ("reduce_scatter", "all_gather"):
+            b.collective(f"tp {op} {name}", "tp", op, "tp", work.tp_allreduce_bytes, count=2,
+                         stream=COMPUTE, deps=(after,), micro_batch=g, layer=layer)
+        return
     b.collective(f"tp allreduce {name}", "tp", "all_reduce", "tp", work.tp_allreduce_bytes, count=2,
                  stream=COMPUTE, deps=(after,), micro_batch=g, layer=layer)
 
 
-def run_micro_batches(b: GraphBuilder, work: StepWork, n_micro: int, hooks: Hooks) -> None:
-    """Issue forward + backward of ``n_micro`` micro-batches through ``hooks``."""
-    for g in range(n_micro):
-        for unit in forward_order(work):
-            deps = hooks.pre_forward(b, g, unit)
-            layer = unit if isinstance(unit, int) else -1
-            tid = b.compute(f"fwd {unit} mb{g}", "forward", _ops(work, unit, "fwd"), deps=deps,
+def forward_pass(b: GraphBuilder, work: StepWork, g: int, hooks: Hooks, after=()) -> int:
+    """Forward of micro-batch ``g`` through this rank's units; the first waits for ``after`` (a
+    pipeline receive). Returns the last compute task."""
+    tid = -1
+    for i, unit in enumerate(forward_order(work)):
+        deps = [*hooks.pre_forward(b, g, unit), *(after if i == 0 else ())]
+        layer = unit if isinstance(unit, int) else -1
+        tid = b.compute(f"fwd {unit} mb{g}", "forward", _ops(work, unit, "fwd"), deps=deps,
+                        micro_batch=g, layer=layer)
+        if isinstance(unit, int):
+            _tp(b, work, f"fwd {unit} mb{g}", tid, g, layer)
+        hooks.post_forward(b, g, unit, tid)
+    return tid
+
+
+def backward_pass(b: GraphBuilder, work: StepWork, g: int, hooks: Hooks, after=()) -> int:
+    """Backward of micro-batch ``g`` (recomputing each block first under full checkpointing)."""
+    tid = -1
+    for i, unit in enumerate(backward_order(work)):
+        deps = [*hooks.pre_backward(b, g, unit), *(after if i == 0 else ())]
+        layer = unit if isinstance(unit, int) else -1
+        if isinstance(unit, int) and work.layer_recompute:
+            rid = b.compute(f"recompute {unit} mb{g}", "recompute", work.layer_recompute, deps=deps,
                             micro_batch=g, layer=layer)
-            if isinstance(unit, int):
-                _tp(b, work, f"fwd {unit} mb{g}", tid, g, layer)
-            hooks.post_forward(b, g, unit, tid)
-        for unit in backward_order(work):
-            deps = hooks.pre_backward(b, g, unit)
-            layer = unit if isinstance(unit, int) else -1
-            if isinstance(unit, int) and work.layer_recompute:
-                rid = b.compute(f"recompute {unit} mb{g}", "recompute", work.layer_recompute, deps=deps,
-                                micro_batch=g, layer=layer)
-                if len(work.layer_recompute) == len(work.layer_fwd):  # full recompute re-runs the TP all-reduces
-                    _tp(b, work, f"recompute {unit} mb{g}", rid, g, layer)
+            if len(work.layer_recompute) == len(work.layer_fwd):  # full recompute re-runs the TP all-reduces
+                _tp(b, work, f"recompute {unit} mb{g}", rid, g, layer)
+        if isinstance(unit, int):
+            for name, ops, _ in pieces(work):
+                label = f"{unit}.{name}" if name else f"{unit}"
+                tid = b.compute(f"bwd {label} mb{g}", "backward", ops, deps=deps, micro_batch=g, layer=layer)
+                deps = ()
+                hooks.grads_ready(b, g, (unit, name) if name else unit, tid)
+            _tp(b, work, f"bwd {unit} mb{g}", tid, g, layer)
+        else:
             tid = b.compute(f"bwd {unit} mb{g}", "backward", _ops(work, unit, "bwd"), deps=deps,
                             micro_batch=g, layer=layer)
-            if isinstance(unit, int):
-                _tp(b, work, f"bwd {unit} mb{g}", tid, g, layer)
-            hooks.post_backward(b, g, unit, tid)
+            hooks.grads_ready(b, g, unit, tid)
+        hooks.post_backward(b, g, unit, tid)
+    return tid
+
+
+def run_micro_batches(b: GraphBuilder, work: StepWork, n_micro: int, hooks: Hooks) -> None:
+    """Issue forward + backward of ``n_micro`` micro-batches through ``hooks`` (no pipeline)."""
+    for g in range(n_micro):
+        forward_pass(b, work, g, hooks)
+        backward_pass(b, work, g, hooks)
 
 
 @dataclass(frozen=True)

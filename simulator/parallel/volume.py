@@ -21,9 +21,21 @@ def per_rank_factor(op: str, n: int) -> float:
     return 1.0
 
 
-def bytes_per_rank(graph: StepGraph, mesh: RankMesh) -> dict[str, float]:
-    """Per-rank bytes on the wire per step, keyed by communication kind."""
+def bytes_per_rank(graph: StepGraph, mesh: RankMesh, device: int | None = None) -> dict[str, float]:
+    """Per-rank bytes on the wire per step, keyed by communication kind (of one pipeline stage's
+    representative when ``device`` is given; with pp = 1 there is only device 0)."""
     out: dict[str, float] = {}
     for t in graph.collectives():
+        if device is not None and t.device != device:
+            continue
         out[t.kind] = out.get(t.kind, 0.0) + t.count * t.nbytes * per_rank_factor(t.op, mesh.size(t.group))
+    return out
+
+
+def calls_per_rank(graph: StepGraph, device: int | None = None) -> dict[str, int]:
+    """Collective calls per step by communication kind (each pays the collective's latency)."""
+    out: dict[str, int] = {}
+    for t in graph.collectives():
+        if device is None or t.device == device:
+            out[t.kind] = out.get(t.kind, 0) + t.count
     return out

@@ -45,6 +45,15 @@ class StepWork:
     #: Megatron tensor parallelism: bytes of each of the 2 forward and 2 backward all-reduces of a
     #: block (``b·s·h`` activations; formulas.md §6), 0 without TP.
     tp_allreduce_bytes: float = 0.0
+    #: Pipeline parallelism: bytes of one micro-batch's activations crossing a stage boundary
+    #: (``b·s·h`` elements; formulas.md §6), each way.
+    p2p_bytes: float = 0.0
+    #: Megatron sequence parallelism: each TP all-reduce becomes a reduce-scatter + all-gather of the
+    #: same buffer (same bytes; Korthikanti et al. 2022, formulas.md §6).
+    sequence_parallel: bool = False
+    #: A block's backward split where gradients become ready: ((name, ops, params), ...) in
+    #: execution order; empty = one piece (``layer_bwd``, ``layer_params``).
+    layer_bwd_pieces: tuple[tuple[str, tuple[Any, ...], float], ...] = ()
 
     @property
     def total_params(self) -> float:
@@ -75,6 +84,7 @@ def from_scenario(scenario: Any, persistence_threshold: float = 1e5) -> StepWork
         small += [model.q_dim + 2 * model.kv_dim, model.hidden_size, model.hidden_size,
                   (model.mlp_matrices - 1) * model.ffn_hidden_size]
     fused = tr.kernels.fused_adam
+    layer_local = float(wparams.layer_local(model, tp))
     return StepWork(
         n_layers=model.n_layers,
         layer_fwd=tuple(fwd),
@@ -84,7 +94,7 @@ def from_scenario(scenario: Any, persistence_threshold: float = 1e5) -> StepWork
         embed_bwd=tuple(wops.backward_ops(list(embed_fwd))),
         head_fwd=tuple(head_fwd),
         head_bwd=tuple(wops.backward_ops(list(head_fwd))),
-        layer_params=float(wparams.layer_local(model, tp)),
+        layer_params=layer_local,
         embed_params=float((counts.embedding + counts.embedding_norm) / tp),
         head_params=float(counts.lm_head / tp + counts.final_norm),
         optimizer=lambda n: tuple(wops.optimizer_ops(n, fused)),
@@ -92,4 +102,17 @@ def from_scenario(scenario: Any, persistence_threshold: float = 1e5) -> StepWork
         head_persistent=float(counts.final_norm if counts.final_norm < persistence_threshold else 0),
         layer_modules=2 + model.mlp_matrices,
         tp_allreduce_bytes=float(b * s * model.hidden_size * pb) if tp > 1 else 0.0,
+        p2p_bytes=float(b * s * model.hidden_size * pb) if par.pp > 1 else 0.0,
+        sequence_parallel=bool(getattr(par, "sequence_parallel", False)),
+        layer_bwd_pieces=_split_backward(bwd, blk, layer_local),
     )
+
+
+def _split_backward(bwd: tuple, blk: wparams.LayerParams, layer_local: float) -> tuple:
+    """Split a block's backward before the post-attention norm: the MLP piece yields the MLP's
+    weight gradients, the rest the attention's and the norms' (autograd runs the block in reverse)."""
+    cut = next((i for i, op in enumerate(bwd) if op.name.startswith("post_attn")), None)
+    if cut is None or cut == 0:
+        return ()
+    mlp = layer_local * blk.mlp / blk.total
+    return (("mlp", bwd[:cut], mlp), ("attn", bwd[cut:], layer_local - mlp))

@@ -11,23 +11,34 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-_STREAM_ORDER = ("compute", "comm", "comm_replica", "pcie_d2h", "pcie_h2d", "cpu")
+_STREAM_ORDER = ("compute", "comm", "comm_replica", "p2p", "pcie_d2h", "pcie_h2d", "cpu")
 
 
 def trace_events(spans: Iterable[Any], process_name: str = "rank 0") -> dict[str, Any]:
-    """Spans (objects with name, stream, category, kind, start_s, end_s, args) → trace JSON dict."""
+    """Spans (objects with name, stream, category, kind, start_s, end_s, args, device) → trace JSON.
+
+    One process per representative GPU (pipeline stage), one thread per stream.
+    """
     spans = list(spans)
     streams = sorted({s.stream for s in spans},
                      key=lambda s: (_STREAM_ORDER.index(s) if s in _STREAM_ORDER else len(_STREAM_ORDER), s))
     tid = {name: i for i, name in enumerate(streams)}
-    events: list[dict[str, Any]] = [{"ph": "M", "pid": 0, "tid": 0, "name": "process_name", "args": {"name": process_name}}]
-    for name, i in tid.items():
-        events.append({"ph": "M", "pid": 0, "tid": i, "name": "thread_name", "args": {"name": name}})
-        events.append({"ph": "M", "pid": 0, "tid": i, "name": "thread_sort_index", "args": {"sort_index": i}})
-    for s in sorted(spans, key=lambda s: (s.start_s, tid[s.stream])):
+    devices = sorted({getattr(s, "device", 0) for s in spans})
+    events: list[dict[str, Any]] = []
+    for dev in devices:
+        label = process_name if len(devices) == 1 else f"{process_name} stage {dev}"
+        events.append({"ph": "M", "pid": dev, "tid": 0, "name": "process_name", "args": {"name": label}})
+        used = sorted({tid[s.stream] for s in spans if getattr(s, "device", 0) == dev})
+        for name, i in tid.items():
+            if i not in used:
+                continue
+            events.append({"ph": "M", "pid": dev, "tid": i, "name": "thread_name", "args": {"name": name}})
+            events.append({"ph": "M", "pid": dev, "tid": i, "name": "thread_sort_index", "args": {"sort_index": i}})
+    for s in sorted(spans, key=lambda s: (s.start_s, getattr(s, "device", 0), tid[s.stream])):
         events.append({
-            "ph": "X", "pid": 0, "tid": tid[s.stream], "name": s.name, "cat": f"{s.category},{s.kind}",
-            "ts": s.start_s * 1e6, "dur": (s.end_s - s.start_s) * 1e6, "args": dict(s.args),
+            "ph": "X", "pid": getattr(s, "device", 0), "tid": tid[s.stream], "name": s.name,
+            "cat": f"{s.category},{s.kind}", "ts": s.start_s * 1e6, "dur": (s.end_s - s.start_s) * 1e6,
+            "args": dict(s.args),
         })
     return {"traceEvents": events, "displayTimeUnit": "ms"}
 

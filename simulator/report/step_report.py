@@ -33,6 +33,7 @@ class StepReport:
     conventions: dict[str, str]
     trace: tuple = field(default=(), repr=False, compare=False)
     warnings: tuple[str, ...] = ()
+    collective_calls: dict[str, int] = field(default_factory=dict)
 
     @property
     def tokens_per_s(self) -> float:
@@ -58,7 +59,8 @@ class StepReport:
         """JSON-ready: ``step_time_s``, ``tokens_per_s``, ``tokens_per_s_per_gpu``, ``mfu``, ``hfu``,
         ``breakdown`` (forward_s, backward_s, recompute_s, optimizer_s, offload{on_link_s, exposed_s},
         communication{kind: {on_link_s, exposed_s}}), ``memory`` (with ``total_bytes``, ``fits``),
-        ``bytes_per_rank`` (per communication kind), ``layout`` and ``conventions``."""
+        ``bytes_per_rank`` and ``collective_calls`` (per communication kind), ``layout`` and
+        ``conventions``."""
         return {
             "scenario": self.scenario,
             "step_time_s": self.step_time_s,
@@ -74,6 +76,7 @@ class StepReport:
             "breakdown": self.breakdown,
             "memory": self.memory,
             "bytes_per_rank": self.bytes_per_rank,
+            "collective_calls": self.collective_calls,
             "layout": self.layout,
             "conventions": self.conventions,
             "warnings": list(self.warnings),

@@ -65,3 +65,18 @@ def test_unreadable_file(tmp_path, content):
 def test_missing_file(tmp_path):
     with pytest.raises(InputError, match="not found"):
         apply_deepspeed_config(RAW, tmp_path / "nope.json")
+
+
+def test_auto_values_keep_scenario_values_and_warn(tmp_path):
+    path = _ds(tmp_path, {"train_micro_batch_size_per_gpu": "auto", "train_batch_size": "auto",
+                          "zero_optimization": {"stage": 3, "reduce_bucket_size": "auto"}})
+    raw, warnings = apply_deepspeed_config(RAW, path)
+    assert raw["training"]["micro_batch_size"] == 2 and raw["training"]["global_batch_size"] == 64
+    assert "reduce_bucket_size" not in raw["parallel"] and raw["parallel"]["zero_stage"] == 3
+    assert len(warnings) == 1 and "auto" in warnings[0]
+
+
+def test_offload_device_is_checked(tmp_path):
+    path = _ds(tmp_path, {"zero_optimization": {"stage": 3, "offload_param": {"device": "gpu"}}})
+    with pytest.raises(InputError, match="offload_param"):
+        apply_deepspeed_config(RAW, path)

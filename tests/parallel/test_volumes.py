@@ -121,3 +121,25 @@ def test_tensor_parallel_all_reduces_per_block():
     c = BuildContext(w, RankMesh(tp=2, dp=N, pp=1, gpus_per_node=8), c.parallel, G, "bf16")
     v = volume(c)
     assert v["tp"] == pytest.approx(G * L * 6 * act * 2 * 0.5)
+
+
+def test_sequence_parallel_keeps_tp_volume():
+    import dataclasses
+
+    from simulator.parallel.context import BuildContext
+    from simulator.parallel.mesh import RankMesh
+
+    w = dataclasses.replace(work(n_layers=L, layer_params=PSI_LAYER), tp_allreduce_bytes=8.0e6)
+    mesh = RankMesh(tp=4, dp=N, pp=1, gpus_per_node=8)
+    plain = volume(BuildContext(w, mesh, ctx(N, G, framework="ddp").parallel, G, "bf16"))
+    sp = volume(BuildContext(dataclasses.replace(w, sequence_parallel=True), mesh, ctx(N, G, framework="ddp").parallel,
+                             G, "bf16"))
+    assert sp["tp"] == pytest.approx(plain["tp"])
+
+
+def test_deepspeed_stage1_per_rank_reduce_moves_psi_plus_phi_psi():
+    # use_multi_rank_bucket_allreduce=False: one reduce per rank slice ≈ φΨ (formulas.md §4.2:
+    # "≈Ψ + φΨ with per-rank reduce"), plus the post-step gather φΨ.
+    v = volume(ctx(N, G, w=_w(), framework="deepspeed", zero_stage=1, use_multi_rank_bucket_allreduce=False))
+    assert v["grad_reduce"] == pytest.approx(PHI * PSI * 2)
+    assert v["post_step_gather"] == pytest.approx(PHI * PSI * 2)

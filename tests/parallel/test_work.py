@@ -37,3 +37,13 @@ def test_recompute_ops(mode, recompute_len):
 def test_context_layout():
     ctx = context_for(_scenario())
     assert (ctx.mesh.dp, ctx.mesh.tp, ctx.n_micro) == (8, 1, 2)
+
+
+def test_block_backward_is_split_where_gradients_become_ready():
+    work = from_scenario(_scenario())
+    (mlp_name, mlp_ops, mlp_params), (attn_name, attn_ops, attn_params) = work.layer_bwd_pieces
+    assert (mlp_name, attn_name) == ("mlp", "attn")
+    assert mlp_ops + attn_ops == work.layer_bwd
+    assert mlp_ops[0].name.startswith("mlp_down") and attn_ops[0].name.startswith("post_attn")
+    assert mlp_params + attn_params == pytest.approx(work.layer_params)
+    assert mlp_params == pytest.approx(3 * 4096 * 14336)  # SwiGLU gate, up, down
