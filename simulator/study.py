@@ -8,8 +8,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import math
+
 from simulator.api import simulate
+from simulator.collectives import CollectiveModel
 from simulator.config.scenario import Scenario
+from simulator.network import build_cluster
 from simulator.report.step_report import StepReport
 from simulator.runcost.plan import RunReport, plan_run
 
@@ -57,9 +61,35 @@ class Evaluation:
         )
 
 
-def evaluate(scenario: Scenario) -> Evaluation:
+class Reuse:
+    """Built clusters and collective models shared by the evaluations of one caller (a sweep chunk).
+
+    Points of a sweep often differ only in settings that leave the cluster alone (ZeRO stage, bucket
+    size, micro-batch); rebuilding its graph and re-planning its collectives for each point would
+    repeat identical work. The memo is an explicit object, so nothing is shared between callers.
+    """
+
+    def __init__(self) -> None:
+        self._models: dict[tuple, CollectiveModel] = {}
+
+    def collective_model(self, scenario: Scenario) -> CollectiveModel:
+        cl = scenario.cluster
+        nodes = math.ceil(scenario.n_gpus / cl.topology.gpus_per_node)
+        key = (cl.topology.model_dump_json(), nodes, cl.gpu_spec.name, cl.network_fidelity, cl.collective_algorithm)
+        if key not in self._models:
+            cluster = build_cluster(cl.topology, nodes, cl.gpu_spec)
+            self._models[key] = CollectiveModel(cluster, fidelity=cl.network_fidelity,
+                                                algorithm=cl.collective_algorithm)
+        return self._models[key]
+
+
+def evaluate(scenario: Scenario, reuse: Reuse | None = None) -> Evaluation:
     """Simulate one step, then plan the run from the simulated step time and utilisation."""
-    step = simulate(scenario)
+    if reuse is None:
+        step = simulate(scenario)
+    else:
+        model = reuse.collective_model(scenario)
+        step = simulate(scenario, cluster=model.cluster, collective_model=model)
     busy = min(1.0, step.breakdown["compute_busy_s"] / step.step_time_s)
     return Evaluation(scenario, step, plan_run(scenario, step.step_time_s, busy_fraction=busy))
 

@@ -100,8 +100,23 @@ class ParallelConfig(Frozen):
 
     tp: PositiveInt = 1
     pp: PositiveInt = 1
+    #: Context parallelism (Megatron-Core ``context_parallel_size``): the sequence split over ``cp``
+    #: ranks; dp = GPUs / (tp · cp · pp). Validated and placed; the step simulation refuses cp > 1.
+    cp: PositiveInt = 1
     #: Megatron sequence parallelism (Korthikanti et al. 2022): norm/dropout activations split by tp.
     sequence_parallel: bool = False
+    #: Megatron TP communication overlap (``--tp-comm-overlap``): TP collectives run on their own
+    #: stream behind the next block's GEMMs instead of on the critical path.
+    tp_comm_overlap: bool = False
+    #: Pipeline schedule: "1f1b" (PipeDream-Flush), "gpipe" (all forwards, then all backwards) or
+    #: "interleaved" (Megatron interleaved 1F1B over ``virtual_stages`` model chunks per GPU).
+    pipeline_schedule: Literal["1f1b", "gpipe", "interleaved"] = "1f1b"
+    #: Model chunks per pipeline stage for the interleaved schedule (Megatron
+    #: ``--num-layers-per-virtual-pipeline-stage`` = layers / (pp · virtual_stages)).
+    virtual_stages: PositiveInt = 1
+    #: Megatron distributed optimizer (``--use-distributed-optimizer``) with framework ddp: gradients
+    #: reduce-scattered, optimizer states sharded over DP, parameters all-gathered (ZeRO-1-like).
+    distributed_optimizer: bool = False
     zero_stage: int = Field(0, ge=0, le=3)
     framework: Framework = "deepspeed"
     # --- DeepSpeed (deepspeed/runtime/zero/config.py defaults, DS 0.16.5) ---
@@ -196,7 +211,24 @@ class ParallelConfig(Frozen):
             raise ValueError("parallel.offload_optimizer needs zero_stage 1, 2 or 3 (ZeRO-Offload)")
         if self.framework == "ddp" and self.offload_optimizer != "none":
             raise ValueError("parallel.offload_optimizer is not available with framework ddp; use deepspeed")
+        self._check_pipeline_keys()
         return self
+
+    def _check_pipeline_keys(self) -> None:
+        """Schedule, virtual stages and the distributed optimizer against each other (the checks that
+        need the model or the cluster are in ``simulator.parallel.checks``)."""
+        if self.virtual_stages > 1 and self.pipeline_schedule != "interleaved":
+            raise ValueError(
+                f"parallel.virtual_stages ({self.virtual_stages}) needs parallel.pipeline_schedule: interleaved "
+                f"(got {self.pipeline_schedule!r})"
+            )
+        if self.pipeline_schedule == "interleaved" and self.pp < 2:
+            raise ValueError("parallel.pipeline_schedule interleaved needs parallel.pp >= 2")
+        if self.distributed_optimizer and self.framework != "ddp":
+            raise ValueError(
+                "parallel.distributed_optimizer (Megatron) applies to framework ddp; with deepspeed use "
+                "zero_stage: 1, with fsdp a sharding_strategy"
+            )
 
     @property
     def fsdp_zero_stage(self) -> int:
@@ -205,8 +237,11 @@ class ParallelConfig(Frozen):
 
     @property
     def effective_zero_stage(self) -> int:
-        """What is sharded, as a ZeRO stage: params+grads+optimizer = 3 ... nothing = 0."""
-        return self.fsdp_zero_stage if self.framework == "fsdp" else self.zero_stage
+        """What is sharded, as a ZeRO stage: params+grads+optimizer = 3 ... nothing = 0. Megatron's
+        distributed optimizer shards the optimizer states like ZeRO-1."""
+        if self.framework == "fsdp":
+            return self.fsdp_zero_stage
+        return 1 if self.distributed_optimizer else self.zero_stage
 
     @property
     def effective_overlap_comm(self) -> bool:

@@ -31,6 +31,8 @@ COMPUTE = "compute"
 COMM = "comm"
 COMM_REPLICA = "comm_replica"
 P2P = "p2p"
+#: Megatron TP communication overlap: TP collectives off the compute stream.
+TP_COMM = "comm_tp"
 D2H = "pcie_d2h"
 H2D = "pcie_h2d"
 CPU = "cpu"

@@ -1,15 +1,21 @@
-"""Pipeline parallelism: one representative GPU per stage, a 1F1B schedule, p2p activations.
+"""Pipeline parallelism: one representative GPU per stage, GPipe / 1F1B / interleaved 1F1B.
 
-Blocks are split as evenly as possible over the ``pp`` stages (the first ``L mod pp`` stages take one
-more); the first stage also holds the embedding, the last the head. Each stage runs the
-non-interleaved 1F1B schedule (PipeDream-Flush / Megatron-LM, Narayanan et al. SC'21 §2.2): ``p−s−1``
-warm-up forwards, then one forward and one backward alternately, then the remaining backwards.
-Between stages a micro-batch's activations (forward) and their gradients (backward) travel as one
-``send_recv`` of ``b·s·h`` elements (formulas.md §6) on the sender's p2p stream; the receiver's
-pass waits for it. The bubble, ``(p−1)/m`` of the ideal time, comes out of the dependencies.
+The model is cut into ``p·v`` virtual stages (``v`` = ``parallel.virtual_stages``, 1 unless
+interleaved); virtual stage ``j`` runs on GPU stage ``j mod p`` (Megatron's chunk placement).
+Blocks are split as evenly as possible (the first ``L mod (p·v)`` virtual stages take one more);
+the first virtual stage also holds the embedding, the last the head (output layer and loss), so
+stages are uneven even when blocks divide. Each stage issues its items in the schedule's order
+(``simulator.parallel.pipeline_order``).
 
-Data parallelism composes per stage (each stage's DP group reduces its own gradients); ZeRO-2/3 and
-FSDP are refused with pipelines, as DeepSpeed does for ZeRO-2/3.
+Between virtual stages a micro-batch's activations (forward) and their gradients (backward) travel
+as one ``send_recv`` of ``b·s·h/t`` elements per rank (formulas.md §6; Megatron's scatter/gather
+optimisation sends each TP rank's ``1/t`` slice, SC'21 §4.1) on the sender's p2p stream, over the
+real links of that boundary (mesh group ``pp_next:s``); the receiver's pass waits for it. The
+bubble comes out of the dependencies.
+
+Data parallelism composes per stage (each stage's DP group reduces its own gradients, ``Ψ/(t·p)``
+per rank); with ``v > 1`` every model chunk reduces and steps its own parameters. ZeRO-2/3 and FSDP
+are refused with pipelines, as DeepSpeed does for ZeRO-2/3.
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 
+from simulator.parallel import pipeline_order
 from simulator.parallel.context import BuildContext
 from simulator.parallel.ir import P2P, GraphBuilder, StepGraph
 from simulator.parallel.schedule import Hooks, backward_pass, forward_pass
@@ -29,7 +36,7 @@ def stage_layers(n_layers: int, pp: int) -> list[int]:
 
 
 def stage_work(work: StepWork, stage: int, pp: int) -> StepWork:
-    """The part of ``work`` on pipeline stage ``stage`` (block indices are local to the stage)."""
+    """The part of ``work`` on (virtual) stage ``stage`` of ``pp`` (block indices local to it)."""
     first, last = stage == 0, stage == pp - 1
     return dataclasses.replace(
         work,
@@ -46,24 +53,21 @@ def stage_work(work: StepWork, stage: int, pp: int) -> StepWork:
 
 def one_f_one_b(stage: int, pp: int, n_micro: int) -> list[tuple[str, int]]:
     """The 1F1B order of stage ``stage``: ("F", g) and ("B", g) items."""
-    warmup = min(pp - stage - 1, n_micro)
-    order = [("F", g) for g in range(warmup)]
-    for i in range(n_micro - warmup):
-        order += [("F", warmup + i), ("B", i)]
-    order += [("B", g) for g in range(n_micro - warmup, n_micro)]
-    return order
+    return [(phase, g) for phase, g, _ in pipeline_order.one_f_one_b(stage, pp, n_micro)]
 
 
 def build(ctx: BuildContext, make_hooks: Callable[[BuildContext], Hooks],
           finish: Callable[[GraphBuilder, BuildContext, Hooks], dict]) -> StepGraph:
-    """All stages' tasks in one graph; stage ``s`` is device ``s``."""
+    """All stages' tasks in one graph; GPU stage ``s`` is device ``s``."""
     pp, m = ctx.mesh.pp, ctx.n_micro
-    ctxs = [dataclasses.replace(ctx, work=stage_work(ctx.work, s, pp)) for s in range(pp)]
+    schedule = ctx.parallel.pipeline_schedule
+    v = ctx.parallel.virtual_stages if schedule == "interleaved" else 1
+    n_virtual = pp * v
+    ctxs = [dataclasses.replace(ctx, work=stage_work(ctx.work, j, n_virtual)) for j in range(n_virtual)]
     hooks = [make_hooks(c) for c in ctxs]
-    orders = [one_f_one_b(s, pp, m) for s in range(pp)]
+    orders = [pipeline_order.order(schedule, s, pp, m, v) for s in range(pp)]
     pos = [0] * pp
-    sent_fwd: dict[tuple[int, int], int | None] = {}
-    sent_bwd: dict[tuple[int, int], int | None] = {}
+    sent: dict[tuple[str, int, int], int | None] = {}  # (phase, virtual stage, micro-batch) → send task
     act = ctx.work.p2p_bytes
     b = GraphBuilder()
     # Issue each stage's next item as soon as what it receives has been issued (CPU order per stage).
@@ -71,27 +75,35 @@ def build(ctx: BuildContext, make_hooks: Callable[[BuildContext], Hooks],
         progressed = False
         for s in range(pp):
             while pos[s] < len(orders[s]):
-                phase, g = orders[s][pos[s]]
-                source = (s - 1, g) if phase == "F" else (s + 1, g)
-                inbox = sent_fwd if phase == "F" else sent_bwd
-                has_source = 0 <= source[0] < pp
-                if has_source and source not in inbox:
+                phase, g, chunk = orders[s][pos[s]]
+                j = chunk * pp + s
+                src = j - 1 if phase == "F" else j + 1
+                has_source = 0 <= src < n_virtual
+                if has_source and (phase, src, g) not in sent:
                     break
-                after = (inbox[source],) if has_source else ()
+                after = (sent[(phase, src, g)],) if has_source else ()
+                after = tuple(x for x in after if x is not None)
                 b.device = s
                 if phase == "F":
-                    last = forward_pass(b, ctxs[s].work, g, hooks[s], after)
-                    sent_fwd[(s, g)] = (b.collective(f"send activations mb{g}", "pp", "send_recv", "pp_next", act,
-                                                     stream=P2P, deps=(last,), micro_batch=g) if s < pp - 1 else None)
+                    last = forward_pass(b, ctxs[j].work, g, hooks[j], after)
+                    dst, label = j + 1, "activations"
                 else:
-                    last = backward_pass(b, ctxs[s].work, g, hooks[s], after)
-                    sent_bwd[(s, g)] = (b.collective(f"send gradients mb{g}", "pp", "send_recv", "pp_next", act,
-                                                     stream=P2P, deps=(last,), micro_batch=g) if s > 0 else None)
+                    last = backward_pass(b, ctxs[j].work, g, hooks[j], after)
+                    dst, label = j - 1, "gradients"
+                task = None
+                if 0 <= dst < n_virtual:
+                    # The boundary between virtual stages j and dst is the link after GPU stage min(..).
+                    boundary = (min(j, dst)) % pp
+                    task = b.collective(f"send {label} v{j}->v{dst} mb{g}", "pp", "send_recv",
+                                        f"pp_next:{boundary}", act, stream=P2P, deps=(last,), micro_batch=g)
+                sent[(phase, j, g)] = task
                 pos[s] += 1
                 progressed = True
-        assert progressed, "1F1B schedule cannot make progress"
+        assert progressed, f"{schedule} schedule cannot make progress"
     meta: dict = {}
-    for s in range(pp):
-        b.device = s
-        meta = {**finish(b, ctxs[s], hooks[s]), **meta}
-    return b.build(**meta, pp=pp, schedule="1f1b", stage_layers=stage_layers(ctx.work.n_layers, pp))
+    for j in range(n_virtual):
+        b.device = j % pp
+        meta = {**finish(b, ctxs[j], hooks[j]), **meta}
+    layers = stage_layers(ctx.work.n_layers, n_virtual)
+    per_gpu = [sum(layers[c * pp + s] for c in range(v)) for s in range(pp)]
+    return b.build(**meta, pp=pp, schedule=schedule, virtual_stages=v, stage_layers=per_gpu)

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 
-from simulator.parallel.ir import COMPUTE, GraphBuilder
+from simulator.parallel.ir import COMPUTE, TP_COMM, GraphBuilder
 from simulator.parallel.work import StepWork
 
 Unit = Hashable  # "E", "H" or a block index
@@ -89,30 +89,60 @@ def _ops(work: StepWork, unit: Unit, phase: str) -> tuple:
     return fwd if phase == "fwd" else bwd
 
 
-def _tp(b: GraphBuilder, work: StepWork, name: str, after: int, g: int, layer: int) -> None:
+def _tp(b: GraphBuilder, work: StepWork, name: str, after: int, g: int, layer: int) -> list[int]:
     """Megatron TP: two all-reduces of ``b·s·h`` per block and pass (after attention and after the
     MLP), on the critical path: they run in the compute stream's order (Shoeybi et al. 2019). With
-    sequence parallelism each is a reduce-scatter plus an all-gather of the same buffer."""
-    if work.sequence_parallel:
-        for op in ("reduce_scatter", "all_gather"):
-            b.collective(f"tp {op} {name}", "tp", op, "tp", work.tp_allreduce_bytes, count=2,
-                         stream=COMPUTE, deps=(after,), micro_batch=g, layer=layer)
-        return
-    b.collective(f"tp allreduce {name}", "tp", "all_reduce", "tp", work.tp_allreduce_bytes, count=2,
-                 stream=COMPUTE, deps=(after,), micro_batch=g, layer=layer)
+    sequence parallelism each is a reduce-scatter plus an all-gather of the same buffer (Korthikanti
+    et al. 2022 §4.2.2). With ``tp_comm_overlap`` they run on their own stream (``TP_COMM``) and
+    the caller makes only a later unit wait for them. Returns the issued task ids."""
+    stream = TP_COMM if work.tp_comm_overlap else COMPUTE
+    ops = ("reduce_scatter", "all_gather") if work.sequence_parallel else ("all_reduce",)
+    out = []
+    for op in ops:
+        label = "allreduce" if op == "all_reduce" else op
+        tid = b.collective(f"tp {label} {name}", "tp", op, "tp", work.tp_allreduce_bytes, count=2,
+                           stream=stream, deps=(after,), micro_batch=g, layer=layer)
+        if tid is not None:
+            out.append(tid)
+    return out
+
+
+class _TPLag:
+    """Which overlapped TP collectives a unit's compute must wait for: those issued two units back
+    (the next unit's GEMMs hide them; Megatron's userbuffer overlap pipelines the chunks of the GEMM
+    that consumes the result, modelled here as one unit of slack), and all of them before the pass
+    ends. Without overlap the collectives sit on the compute stream and nothing is needed."""
+
+    def __init__(self, work: StepWork) -> None:
+        self.on = work.tp_comm_overlap
+        self.history: list[list[int]] = []
+
+    def push(self, ids: list[int]) -> None:
+        if self.on:
+            self.history.append(ids)
+
+    def wait(self, last: bool) -> list[int]:
+        if not self.on:
+            return []
+        keep = 0 if last else 1
+        due = self.history[:max(0, len(self.history) - keep)]
+        self.history = self.history[len(due):]
+        return [t for ids in due for t in ids]
 
 
 def forward_pass(b: GraphBuilder, work: StepWork, g: int, hooks: Hooks, after=()) -> int:
     """Forward of micro-batch ``g`` through this rank's units; the first waits for ``after`` (a
     pipeline receive). Returns the last compute task."""
     tid = -1
-    for i, unit in enumerate(forward_order(work)):
-        deps = [*hooks.pre_forward(b, g, unit), *(after if i == 0 else ())]
+    lag = _TPLag(work)
+    units = forward_order(work)
+    for i, unit in enumerate(units):
+        deps = [*hooks.pre_forward(b, g, unit), *(after if i == 0 else ()), *lag.wait(i == len(units) - 1)]
         layer = unit if isinstance(unit, int) else -1
         tid = b.compute(f"fwd {unit} mb{g}", "forward", _ops(work, unit, "fwd"), deps=deps,
                         micro_batch=g, layer=layer)
         if isinstance(unit, int):
-            _tp(b, work, f"fwd {unit} mb{g}", tid, g, layer)
+            lag.push(_tp(b, work, f"fwd {unit} mb{g}", tid, g, layer))
         hooks.post_forward(b, g, unit, tid)
     return tid
 
@@ -120,21 +150,25 @@ def forward_pass(b: GraphBuilder, work: StepWork, g: int, hooks: Hooks, after=()
 def backward_pass(b: GraphBuilder, work: StepWork, g: int, hooks: Hooks, after=()) -> int:
     """Backward of micro-batch ``g`` (recomputing each block first under full checkpointing)."""
     tid = -1
-    for i, unit in enumerate(backward_order(work)):
-        deps = [*hooks.pre_backward(b, g, unit), *(after if i == 0 else ())]
+    lag = _TPLag(work)
+    units = backward_order(work)
+    for i, unit in enumerate(units):
+        deps = [*hooks.pre_backward(b, g, unit), *(after if i == 0 else ()), *lag.wait(i == len(units) - 1)]
         layer = unit if isinstance(unit, int) else -1
         if isinstance(unit, int) and work.layer_recompute:
             rid = b.compute(f"recompute {unit} mb{g}", "recompute", work.layer_recompute, deps=deps,
                             micro_batch=g, layer=layer)
             if len(work.layer_recompute) == len(work.layer_fwd):  # full recompute re-runs the TP all-reduces
-                _tp(b, work, f"recompute {unit} mb{g}", rid, g, layer)
+                # The block's backward needs the recomputed outputs: wait even when overlapped.
+                ids = _tp(b, work, f"recompute {unit} mb{g}", rid, g, layer)
+                deps = ids if work.tp_comm_overlap else []
         if isinstance(unit, int):
             for name, ops, _ in pieces(work):
                 label = f"{unit}.{name}" if name else f"{unit}"
                 tid = b.compute(f"bwd {label} mb{g}", "backward", ops, deps=deps, micro_batch=g, layer=layer)
-                deps = ()
+                deps = []
                 hooks.grads_ready(b, g, (unit, name) if name else unit, tid)
-            _tp(b, work, f"bwd {unit} mb{g}", tid, g, layer)
+            lag.push(_tp(b, work, f"bwd {unit} mb{g}", tid, g, layer))
         else:
             tid = b.compute(f"bwd {unit} mb{g}", "backward", _ops(work, unit, "bwd"), deps=deps,
                             micro_batch=g, layer=layer)

@@ -45,12 +45,16 @@ class StepWork:
     #: Megatron tensor parallelism: bytes of each of the 2 forward and 2 backward all-reduces of a
     #: block (``b·s·h`` activations; formulas.md §6), 0 without TP.
     tp_allreduce_bytes: float = 0.0
-    #: Pipeline parallelism: bytes of one micro-batch's activations crossing a stage boundary
-    #: (``b·s·h`` elements; formulas.md §6), each way.
+    #: Pipeline parallelism: bytes one rank sends for one micro-batch's activations crossing a stage
+    #: boundary, each way: ``b·s·h/t`` elements (formulas.md §6; with TP each rank sends its 1/t slice
+    #: and the receiver all-gathers over NVLink, Megatron's scatter/gather, SC'21 §4.1).
     p2p_bytes: float = 0.0
     #: Megatron sequence parallelism: each TP all-reduce becomes a reduce-scatter + all-gather of the
     #: same buffer (same bytes; Korthikanti et al. 2022, formulas.md §6).
     sequence_parallel: bool = False
+    #: Megatron ``--tp-comm-overlap``: TP collectives on their own stream, hidden behind the next
+    #: unit's compute (``simulator.parallel.schedule``).
+    tp_comm_overlap: bool = False
     #: A block's backward split where gradients become ready: ((name, ops, params), ...) in
     #: execution order; empty = one piece (``layer_bwd``, ``layer_params``).
     layer_bwd_pieces: tuple[tuple[str, tuple[Any, ...], float], ...] = ()
@@ -102,8 +106,9 @@ def from_scenario(scenario: Any, persistence_threshold: float = 1e5) -> StepWork
         head_persistent=float(counts.final_norm if counts.final_norm < persistence_threshold else 0),
         layer_modules=2 + model.mlp_matrices,
         tp_allreduce_bytes=float(b * s * model.hidden_size * pb) if tp > 1 else 0.0,
-        p2p_bytes=float(b * s * model.hidden_size * pb) if par.pp > 1 else 0.0,
+        p2p_bytes=float(b * s * model.hidden_size * pb / tp) if par.pp > 1 else 0.0,
         sequence_parallel=bool(getattr(par, "sequence_parallel", False)),
+        tp_comm_overlap=bool(getattr(par, "tp_comm_overlap", False)),
         layer_bwd_pieces=_split_backward(bwd, blk, layer_local),
     )
 

@@ -11,11 +11,19 @@ from typing import Any
 from simulator.config.loader import scenario_from_dict
 from simulator.errors import InputError
 from simulator.sweep.grid import assignments
+from simulator.study import Reuse
 from simulator.sweep.summary import OUTPUT_KEYS, summarize
 
 
+def evaluate_chunk(base_raw: dict, base_dir: str, chunk: list[tuple[int, dict[str, Any]]],
+                   extra: dict[str, Any]) -> list[dict[str, Any]]:
+    """Evaluate several points with one ``Reuse`` memo (clusters and collective plans are shared)."""
+    reuse = Reuse()
+    return [evaluate_point(base_raw, base_dir, index, point, extra, reuse) for index, point in chunk]
+
+
 def evaluate_point(base_raw: dict, base_dir: str, index: int, point: dict[str, Any],
-                   extra: dict[str, Any]) -> dict[str, Any]:
+                   extra: dict[str, Any], reuse: Reuse | None = None) -> dict[str, Any]:
     """Row keys: ``point``, ``sweep_id``, each swept path, ``status`` (ok | infeasible | invalid |
     error), ``reason``, then ``OUTPUT_KEYS`` (None where not computed)."""
     row: dict[str, Any] = {"point": index, "sweep_id": extra.get("sweep_id", ""), **point}
@@ -25,7 +33,7 @@ def evaluate_point(base_raw: dict, base_dir: str, index: int, point: dict[str, A
     except InputError as exc:
         return {**row, "status": "invalid", "reason": str(exc), **empty}
     try:
-        outputs, reason = summarize(scenario)
+        outputs, reason = summarize(scenario, reuse)
     except InputError as exc:
         return {**row, "status": "invalid", "reason": str(exc), **empty}
     except Exception as exc:  # noqa: BLE001 - a sweep records a failing point and goes on

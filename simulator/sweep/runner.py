@@ -13,28 +13,40 @@ from pathlib import Path
 from typing import Any
 
 from simulator.errors import InputError
-from simulator.sweep.evaluate import evaluate_point
+from simulator.study import Reuse
+from simulator.sweep.evaluate import evaluate_chunk, evaluate_point
 from simulator.sweep.grid import Grid, points
 from simulator.sweep.store import ResultStore
 
 #: Seconds between atomic flushes while a sweep runs (the final flush always happens).
 FLUSH_EVERY_S = 1.0
+#: Points per task: a task shares one Reuse memo, so larger chunks reuse more; smaller ones balance
+#: the workers and report progress more often.
+CHUNK = 8
+
+Chunk = list[tuple[int, dict[str, Any]]]
 
 
-def _local(tasks: list[tuple[int, dict[str, Any]]], base_raw: dict, base_dir: str, workers: int,
-           extra: dict[str, Any]) -> Iterable[dict]:
+def _chunks(tasks: Chunk, size: int) -> list[Chunk]:
+    return [tasks[i : i + size] for i in range(0, len(tasks), size)]
+
+
+def _local(chunks: list[Chunk], base_raw: dict, base_dir: str, workers: int,
+           extra: dict[str, Any]) -> Iterable[list[dict]]:
     if workers <= 1:
-        for index, assign in tasks:
-            yield evaluate_point(base_raw, base_dir, index, assign, extra)
+        reuse = Reuse()  # one memo for the whole sweep; rows still stream out one by one
+        for chunk in chunks:
+            for index, point in chunk:
+                yield [evaluate_point(base_raw, base_dir, index, point, extra, reuse)]
         return
     with ProcessPoolExecutor(max_workers=workers) as pool:
-        futures = [pool.submit(evaluate_point, base_raw, base_dir, i, a, extra) for i, a in tasks]
+        futures = [pool.submit(evaluate_chunk, base_raw, base_dir, chunk, extra) for chunk in chunks]
         for future in as_completed(futures):
             yield future.result()
 
 
-def _ray(tasks: list[tuple[int, dict[str, Any]]], base_raw: dict, base_dir: str, address: str | None,
-         extra: dict[str, Any]) -> Iterable[dict]:
+def _ray(chunks: list[Chunk], base_raw: dict, base_dir: str, address: str | None,
+         extra: dict[str, Any]) -> Iterable[list[dict]]:
     try:
         import ray
     except ImportError:
@@ -46,8 +58,8 @@ def _ray(tasks: list[tuple[int, dict[str, Any]]], base_raw: dict, base_dir: str,
         except Exception as exc:  # noqa: BLE001 - ray raises several types for an unreachable cluster
             raise InputError(f"cannot reach the Ray cluster at {address!r}: {exc}", "--address") from None
     try:
-        remote = ray.remote(evaluate_point)
-        pending = [remote.remote(base_raw, base_dir, i, a, extra) for i, a in tasks]
+        remote = ray.remote(evaluate_chunk)
+        pending = [remote.remote(base_raw, base_dir, chunk, extra) for chunk in chunks]
         while pending:
             ready, pending = ray.wait(pending, num_returns=1)
             yield ray.get(ready[0])
@@ -72,18 +84,20 @@ def run_sweep(
     all_points = points(grid)
     done = store.done()
     tasks = [(i, p) for i, p in enumerate(all_points) if i not in done]
+    chunks = _chunks(tasks, CHUNK)
     extra = extra or {}
     if backend == "local":
-        stream = _local(tasks, base_raw, str(base_dir), workers, extra)
+        stream = _local(chunks, base_raw, str(base_dir), workers, extra)
     elif backend == "ray":
-        stream = _ray(tasks, base_raw, str(base_dir), address, extra)
+        stream = _ray(chunks, base_raw, str(base_dir), address, extra)
     else:
         raise InputError(f"unknown backend {backend!r}; valid: local, ray", "--backend")
     last = time.monotonic()
-    for row in stream:
-        store.add(row)
-        if on_row:
-            on_row(row)
+    for rows in stream:
+        for row in rows:
+            store.add(row)
+            if on_row:
+                on_row(row)
         if time.monotonic() - last >= FLUSH_EVERY_S:
             store.flush()
             last = time.monotonic()

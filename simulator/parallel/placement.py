@@ -1,0 +1,49 @@
+"""Human-readable placement of a rank mesh: which GPUs form each TP / CP / PP / DP group.
+
+TP groups that span nodes are flagged: their all-reduces, on the critical path of every block
+(formulas.md §6), then cross the scale-out network instead of NVLink (Narayanan et al. SC'21 §3.3:
+"tensor model parallelism ... within a multi-GPU server").
+"""
+
+from __future__ import annotations
+
+from simulator.parallel.mesh import RankMesh
+
+#: Print at most this many groups per kind (a 1,024-GPU mesh has 128 TP groups).
+MAX_GROUPS = 16
+
+
+def _fmt_group(mesh: RankMesh, group: list[int]) -> str:
+    nodes = sorted({mesh.node(g) for g in group})
+    where = f"node {nodes[0]}" if len(nodes) == 1 else "nodes " + ",".join(map(str, nodes))
+    return f"[{', '.join(map(str, group))}] ({where})"
+
+
+def placement_lines(mesh: RankMesh) -> list[str]:
+    """Lines describing the mesh: degrees, then each group kind's groups (GPU indices, nodes)."""
+    lines = [
+        f"mesh: tp={mesh.tp} cp={mesh.cp} dp={mesh.dp} pp={mesh.pp} on {mesh.n_gpus} GPUs "
+        f"({mesh.gpus_per_node} per node); rank = tp + tp*(cp + cp*(dp + dp*pp)), TP innermost"
+    ]
+    kinds = [("tp", mesh.tp), ("cp", mesh.cp), ("pp", mesh.pp), ("dp", mesh.dp)]
+    for kind, degree in kinds:
+        if degree == 1:
+            continue
+        groups = mesh.groups(kind)
+        lines.append(f"{kind.upper()} groups ({len(groups)} of {degree}):")
+        for group in groups[:MAX_GROUPS]:
+            lines.append(f"  {_fmt_group(mesh, group)}")
+        if len(groups) > MAX_GROUPS:
+            lines.append(f"  ... {len(groups) - MAX_GROUPS} more")
+    if mesh.pp > 1:
+        stages = [sorted(x for x in range(mesh.n_gpus) if (x // (mesh.tp * mesh.cp * mesh.dp)) == p)
+                  for p in range(mesh.pp)]
+        for p, gpus in enumerate(stages):
+            nodes = sorted({mesh.node(g) for g in gpus})
+            lines.append(f"stage {p}: GPUs {gpus[0]}-{gpus[-1]} (nodes {nodes[0]}-{nodes[-1]})")
+    crossing = mesh.spans_nodes("tp") if mesh.tp > 1 else []
+    if crossing:
+        lines.append(f"WARNING: {len(crossing)} of {len(mesh.groups('tp'))} TP groups span nodes "
+                     f"(tp={mesh.tp} > {mesh.gpus_per_node} GPUs per node): TP all-reduces cross the "
+                     "inter-node network")
+    return lines
