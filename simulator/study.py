@@ -6,9 +6,8 @@ their figures agree; ``flat_summary`` is the row those tables and files show.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import math
+from dataclasses import dataclass
 
 from simulator.api import simulate
 from simulator.collectives import CollectiveModel

@@ -10,8 +10,8 @@ from typing import Any
 
 from simulator.config.loader import scenario_from_dict
 from simulator.errors import InputError
-from simulator.sweep.grid import assignments
 from simulator.study import Reuse
+from simulator.sweep.grid import assignments
 from simulator.sweep.summary import OUTPUT_KEYS, summarize
 
 
