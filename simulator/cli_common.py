@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -45,6 +46,18 @@ def handle_errors(func: Callable[..., Any]) -> Callable[..., Any]:
     return wrapper
 
 
+def json_safe(data: Any) -> Any:
+    """Replace non-finite floats by None: JSON has no Infinity (a run that is not expected to finish
+    reports ``wall_clock_s: null``)."""
+    if isinstance(data, float):
+        return data if math.isfinite(data) else None
+    if isinstance(data, dict):
+        return {k: json_safe(v) for k, v in data.items()}
+    if isinstance(data, list | tuple):
+        return [json_safe(v) for v in data]
+    return data
+
+
 def print_json(data: Any) -> None:
     """Machine-readable output on stdout: sorted keys so the same input gives the same bytes."""
-    sys.stdout.write(json.dumps(data, indent=2, sort_keys=True, default=float) + "\n")
+    sys.stdout.write(json.dumps(json_safe(data), indent=2, sort_keys=True, default=float) + "\n")

@@ -58,8 +58,11 @@ def _variants(paths: list[Path], vary: list[str], overrides: list[str]) -> list[
             if "=" not in spec:
                 raise InputError(f"{spec!r} must look like dotted.path=v1,v2", "--vary")
             key, _, values = spec.partition("=")
-            check_path(key.strip())
-            axes.append([(key.strip(), v) for v in parse_values(values)])
+            check_path(key.strip(), "--vary")
+            parsed = parse_values(values)
+            if not parsed:
+                raise InputError(f"{spec!r} has no values", "--vary")
+            axes.append([(key.strip(), v) for v in parsed])
         combos = [list(c) for c in itertools.product(*axes)]
     elif raw.get("compare"):
         combos = []
@@ -68,7 +71,7 @@ def _variants(paths: list[Path], vary: list[str], overrides: list[str]) -> list[
                 raise InputError(f"variant {i} must be a mapping of dotted.path: value", "compare")
             settings = [(k, v) for k, v in variant.items() if k != "label"]
             for key, _ in settings:
-                check_path(key)
+                check_path(key, "compare")
             combos.append([("label", variant.get("label", ""))] + settings)
     else:
         raise InputError("one scenario needs --vary dotted.path=v1,v2 or a compare: section", "--vary")
@@ -81,12 +84,13 @@ def _variants(paths: list[Path], vary: list[str], overrides: list[str]) -> list[
 
 
 def rank(columns: list[dict]) -> list[int]:
-    """Order: configurations that fit first; then by cost (or step time without a budget), then
-    step time. A strictly faster and cheaper configuration therefore ranks ahead."""
+    """Order: configurations that fit first; then by cost when every configuration has a budget
+    (else by step time), then step time. A strictly faster and cheaper configuration ranks ahead."""
+    by_cost = all(c["cost_usd"] is not None for c in columns)
+
     def key(i: int) -> tuple:
         c = columns[i]
-        cost = c["cost_usd"] if c["cost_usd"] is not None else c["step_time_s"]
-        return (not c["fits"], cost, c["step_time_s"], i)
+        return (not c["fits"], c["cost_usd"] if by_cost else c["step_time_s"], c["step_time_s"], i)
 
     return sorted(range(len(columns)), key=key)
 

@@ -9,12 +9,14 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from pydantic import ValidationError
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
 from simulator.cli_common import handle_errors, print_json, stdout
-from simulator.config.loader import load_raw, scenario_from_dict
+from simulator.config.loader import load_raw, prepare_raw, scenario_from_dict
+from simulator.config.scenario import Scenario
 from simulator.errors import InputError
 from simulator.sweep.analysis import OBJECTIVES, best, pareto_front
 from simulator.sweep.grid import parse_grid, points, sweep_id
@@ -68,7 +70,7 @@ def _sweep(path: Path, grid_specs, out, workers, backend, address, resume, objec
     grid = parse_grid(grid_specs, file_sweep.get("grid"))
     # The base scenario must itself be valid (a broken base would make every row invalid).
     scenario_from_dict(base_raw, path.parent)
-    _check_grid_values(base_raw, path.parent, grid)
+    _check_grid_values(base_raw, path.parent, grid, [])
     if resume and out is None:
         raise InputError("--resume needs --out (the file to continue)", "--resume")
     sid = sweep_id(base_raw, grid)
@@ -88,17 +90,25 @@ def _sweep(path: Path, grid_specs, out, workers, backend, address, resume, objec
     _report(rows, grid, objective, out, png, json_out)
 
 
-def _check_grid_values(base_raw: dict, base_dir: Path, grid: dict) -> None:
-    """A value of the wrong type or out of range for its key (a zero bucket, tp=two) is bad input,
-    not an infeasible point: refuse the sweep before it starts."""
+def _check_grid_values(base_raw: dict, base_dir: Path, grid: dict, overrides: list[str]) -> None:
+    """A value of the wrong type or out of range for its own key (``zero_stage=a``, a zero bucket, an
+    unknown GPU name) is bad input: refuse the sweep before it starts. Whether values fit *together*
+    (batch divisibility, tp dividing the GPUs) is decided per point, and a bad combination is a row."""
     for path, values in grid.items():
+        loc = tuple(path.split("."))
         for value in values:
             try:
-                scenario_from_dict(base_raw, base_dir, [f"{path}={json.dumps(value)}"])
-            except InputError as exc:
-                first = str(exc).splitlines()[0]
-                if first.startswith(path):
-                    raise InputError(f"grid value {value!r} is not valid: {first}", "--grid") from None
+                raw = prepare_raw(base_raw, base_dir, [*overrides, f"{path}={json.dumps(value)}"])
+                Scenario.model_validate(raw)
+            except InputError as exc:  # a reference that does not resolve (unknown name, missing file)
+                raise InputError(f"grid value {value!r} is not valid: {exc}", "--grid") from None
+            except ValidationError as exc:
+                own = [e for e in exc.errors() if tuple(str(p) for p in e["loc"])[: len(loc)] == loc]
+                if own:
+                    raise InputError(
+                        f"grid value {value!r} is not valid for {path}: {own[0]['msg'].removeprefix('Value error, ')}",
+                        "--grid",
+                    ) from None
 
 
 def _report(rows: list[dict], grid: dict, objective: str, out: Path | None, png: Path | None, json_out: bool) -> None:

@@ -57,6 +57,11 @@ def _mpt(cfg: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+#: Families read with Llama-style key names. Their config classes default ``tie_word_embeddings``
+#: to False (LlamaConfig, MistralConfig, Olmo2Config, Qwen2Config, GPTNeoXConfig).
+LLAMA_LIKE = ("llama", "mistral", "olmo2", "qwen2", "gpt_neox")
+
+
 def _llama_like(cfg: dict[str, Any]) -> dict[str, Any]:
     model_type = cfg.get("model_type", "llama")
     act = cfg.get("hidden_act", cfg.get("hidden_activation", "silu"))
@@ -70,16 +75,13 @@ def _llama_like(cfg: dict[str, Any]) -> dict[str, Any]:
         "ffn_hidden_size": cfg.get("intermediate_size") or 4 * cfg["hidden_size"],
         "vocab_size": cfg["vocab_size"],
         "mlp": "swiglu" if act in ("silu", "swish") and not neox else ("relu" if act == "relu" else "gelu"),
-        "tied_embeddings": cfg.get("tie_word_embeddings", not neox and model_type != "llama"),
+        "tied_embeddings": bool(cfg.get("tie_word_embeddings", False)),
         "norm": "layernorm" if neox else "rmsnorm",
         "linear_bias": neox or bool(cfg.get("attention_bias", False)),
         "qk_norm": model_type == "olmo2",
         "position_embedding": "rope",
         "max_position_embeddings": cfg.get("max_position_embeddings"),
     }
-    # Llama's config class defaults tie_word_embeddings to False; honour an explicit value always.
-    if "tie_word_embeddings" in cfg:
-        out["tied_embeddings"] = bool(cfg["tie_word_embeddings"])
     return out
 
 
@@ -98,13 +100,16 @@ def model_dict_from_hf(path: Path) -> dict[str, Any]:
     if not isinstance(cfg, dict):
         raise InputError(f"{path} is not a JSON object", field)
     model_type = cfg.get("model_type", "")
+    readers: dict[str, Any] = {"gpt2": _gpt2, "mpt": _mpt, **dict.fromkeys(LLAMA_LIKE, _llama_like)}
+    if model_type not in readers:
+        # Guessing would be silently wrong (an OPT config read as Llama is off by 30%).
+        raise InputError(
+            f"{path}: model_type {model_type or '(missing)'!r} is not supported; supported: "
+            f"{', '.join(sorted(readers))}; or write the model as a mapping in the scenario",
+            field,
+        )
     try:
-        if model_type == "gpt2" or "n_embd" in cfg:
-            out = _gpt2(cfg)
-        elif model_type == "mpt" or "d_model" in cfg:
-            out = _mpt(cfg)
-        else:
-            out = _llama_like(cfg)
+        out = readers[model_type](cfg)
     except KeyError as exc:
         raise InputError(f"{path} lacks key {exc.args[0]!r} for model_type {model_type or 'unknown'!r}", field) from None
     out["name"] = cfg.get("_name_or_path") or Path(path).parent.name or "hf-model"

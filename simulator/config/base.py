@@ -6,6 +6,9 @@ from pydantic import BaseModel, ConfigDict
 
 
 class Frozen(BaseModel):
-    """A frozen pydantic model whose unknown keys are errors (a misspelt key never passes silently)."""
+    """A frozen pydantic model whose unknown keys are errors (a misspelt key never passes silently).
 
-    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True)
+    Infinite and NaN numbers are refused: no price, rate, size or budget is meaningfully infinite.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True, allow_inf_nan=False)

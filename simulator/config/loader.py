@@ -119,6 +119,13 @@ def _section_model(loc: tuple) -> type[BaseModel] | None:
 def format_validation_error(exc: ValidationError) -> str:
     """One line per problem: the dotted path and what to do about it."""
     lines = []
+    suggested: set[tuple] = set()
+    for err in exc.errors():
+        if err["type"] == "extra_forbidden":
+            owner = _section_model(tuple(err["loc"]))
+            close = difflib.get_close_matches(str(err["loc"][-1]), sorted(owner.model_fields) if owner else [], n=1)
+            if close:
+                suggested.add((*tuple(err["loc"])[:-1], close[0]))
     for err in exc.errors():
         loc = tuple(err["loc"])
         path = ".".join(str(p) for p in loc)
@@ -129,7 +136,8 @@ def format_validation_error(exc: ValidationError) -> str:
             hint = f" (did you mean {close[0]!r}?)" if close else ""
             lines.append(f"{path}: unknown key{hint}; valid keys here: {', '.join(valid)}")
         elif err["type"] == "missing":
-            lines.append(f"{path}: required key is missing")
+            if loc not in suggested:  # a misspelt key already points at it
+                lines.append(f"{path}: required key is missing")
         else:
             msg = err["msg"].removeprefix("Value error, ")
             lines.append(f"{path}: {msg}" if path else msg)
@@ -145,6 +153,9 @@ def prepare_raw(raw: Any, base_dir: Path | None = None, overrides: list[str] | N
     # are resolved, so nested overrides (model.n_layers=2, cluster.topology.fabric.oversubscription=2)
     # edit the resolved mapping even when the file names a catalog entry.
     overrides = overrides or []
+    for o in overrides:
+        if o.partition("=")[0].strip() == "cluster.topology.gpu":
+            raise InputError("to change the GPU of a topology set cluster.gpu=NAME", "--set cluster.topology.gpu")
     first = [o for o in overrides if o.partition("=")[0].strip() in _REFERENCE_KEYS]
     rest = [o for o in overrides if o not in first]
     raw = apply_overrides(copy.deepcopy(raw), first)

@@ -1,5 +1,7 @@
 """``--set dotted.path=value`` overrides, applied to the raw scenario dict before validation.
 
+``dotted.path=null`` removes the key (its default applies).
+
 Values are parsed as YAML scalars/flow collections (``4``, ``5e8``, ``true``, ``[1, 2]``, ``dgx-h100``),
 so an override gets exactly the checks the same value would get in the file.
 """
@@ -54,7 +56,13 @@ def apply_override(raw: dict, assignment: str) -> dict:
         if not isinstance(child, dict):
             raise InputError(f"{'.'.join(keys[: i + 1])} is not a mapping", "--set")
         node = child
-    node[keys[-1]] = parse_value(text)
+    value = parse_value(text)
+    if value is None:
+        # key=null removes the key, so its default applies (e.g. drop a DeepSpeed-only key before
+        # switching parallel.framework to ddp).
+        node.pop(keys[-1], None)
+    else:
+        node[keys[-1]] = value
     return out
 
 

@@ -185,6 +185,16 @@ class ParallelConfig(Frozen):
         "reduce_dtype",
     )
 
+    @model_validator(mode="before")
+    @classmethod
+    def _interleave_when_virtual(cls, data: Any) -> Any:
+        """Virtual stages imply the interleaved schedule (as in Megatron-LM) unless one is named."""
+        if isinstance(data, dict) and "pipeline_schedule" not in data:
+            v = data.get("virtual_stages", 1)
+            if isinstance(v, int) and not isinstance(v, bool) and v > 1:
+                return {**data, "pipeline_schedule": "interleaved"}
+        return data
+
     @model_validator(mode="after")
     def _check_framework_keys(self) -> ParallelConfig:
         owners = {"deepspeed": self._DEEPSPEED_ONLY, "ddp": self._DDP_ONLY, "fsdp": self._FSDP_ONLY}
@@ -277,9 +287,10 @@ class CostConfig(Frozen):
 
     #: None = the GPU catalog's dated on-demand snapshot (``dtsim catalog gpus --json``).
     usd_per_gpu_hour: NonNegativeFloat | None = None
-    #: Power of everything in a node but the GPUs (CPUs, NICs, fans, PSU loss). Default derived from
-    #: DGX H100: 10.2 kW maximum system power (hardware.md §2, [S38], S) − 8 × 700 W GPU TDP = 4.6 kW.
-    node_overhead_W: NonNegativeFloat = 4600.0
+    #: Power of everything in a node but the GPUs (CPUs, NICs, fans, PSU loss). None = 0.82 × the
+    #: node's GPU TDP, the DGX H100 ratio: (10.2 kW maximum system power − 8 × 700 W) / 5.6 kW
+    #: (hardware.md §2, [S38], S). A maximum-power ratio, so an upper estimate; set it for your nodes.
+    node_overhead_W: NonNegativeFloat | None = None
     #: GPU power when idle (waiting for communication) as a fraction of TDP (U: typical nvidia-smi
     #: readings of idle-but-allocated datacenter GPUs are 20–30% of TDP).
     gpu_idle_power_fraction: float = Field(0.3, ge=0, le=1)
@@ -297,9 +308,10 @@ class CheckpointConfig(Frozen):
     #: Aggregate storage write bandwidth. Default: Llama 3's Tectonic store sustains 2 TB/s
     #: (hardware.md §6a, [S50], V).
     storage_GBps: PositiveFloat = 2000.0
-    #: Write bandwidth one node achieves to storage. Default derived from the same system:
-    #: 2 TB/s over 2,048 nodes ≈ 1 GB/s per node (D).
-    per_node_write_GBps: PositiveFloat = 1.0
+    #: Write bandwidth one node achieves to storage (U): a DGX's storage NIC is one dual-port 200 Gb/s
+    #: ConnectX-6 (hardware.md §2, [S35]: 50 GB/s line rate); parallel file-system clients sustain a
+    #: fraction of it. Set it from your storage's measured per-client rate.
+    per_node_write_GBps: PositiveFloat = 5.0
     #: Asynchronous checkpointing: training stalls only for the snapshot to host memory (over PCIe);
     #: the write to storage proceeds in the background.
     asynchronous: bool = False

@@ -9,9 +9,17 @@ from simulator.config.scenario import Scenario
 from simulator.units import GB
 from simulator.workload import params
 
-#: Mixed-precision Adam checkpoint: fp32 master weights, momentum and variance (12 B/param) plus the
-#: 16-bit weights (2 B/param) — formulas.md §7 (D), the ZeRO paper's K = 12 plus 2Ψ.
-CHECKPOINT_BYTES_PER_PARAM = 14
+
+def checkpoint_bytes_per_param(scenario: Scenario) -> int:
+    """What a checkpoint holds per parameter: Adam's momentum and variance (8 B) and the fp32 weights
+    (4 B), plus a separate 16-bit copy of the weights when the framework keeps one.
+
+    DeepSpeed under fp16/bf16 keeps 16-bit weights beside the fp32 master copy: 2 + 12 = 14 B
+    (formulas.md §7, the ZeRO paper's K = 12 plus 2Ψ). DDP and FSDP under autocast keep fp32
+    parameters only (the 16-bit copies are transient): 4 + 8 = 12 B; so does any fp32/tf32 run.
+    """
+    mixed = scenario.training.precision in ("fp16", "bf16", "fp8")
+    return 14 if scenario.parallel.framework == "deepspeed" and mixed else 12
 
 
 @dataclass(frozen=True)
@@ -25,7 +33,7 @@ class CheckpointCost:
 
 
 def checkpoint_cost(scenario: Scenario) -> CheckpointCost:
-    """Size = 14·Ψ·size_factor. Who writes: with any ZeRO/FSDP sharding every data-parallel rank
+    """Size = bytes per parameter (``checkpoint_bytes_per_param``) · Ψ · size_factor. Who writes: with any ZeRO/FSDP sharding every data-parallel rank
     saves its own shard (DeepSpeed per-rank optimizer files, FSDP sharded state dicts), so all nodes
     write at once; without sharding (DDP, ZeRO-0) one data-parallel replica (its tp·pp ranks) writes.
 
@@ -34,7 +42,7 @@ def checkpoint_cost(scenario: Scenario) -> CheckpointCost:
     host memory over PCIe.
     """
     ck = scenario.reliability.checkpoint
-    size = CHECKPOINT_BYTES_PER_PARAM * params.count(scenario.model).total * ck.size_factor
+    size = checkpoint_bytes_per_param(scenario) * params.count(scenario.model).total * ck.size_factor
     per_node = scenario.cluster.topology.gpus_per_node
     n_nodes = math.ceil(scenario.n_gpus / per_node)
     model_parallel = scenario.parallel.tp * scenario.parallel.pp

@@ -12,6 +12,9 @@ from simulator.runcost.checkpoint import checkpoint_cost
 from simulator.runcost.reliability import daly_interval, expected_wall_clock, job_mtbf_s
 from simulator.units import HOUR_S
 
+#: Node power besides the GPUs per watt of GPU TDP: DGX H100 (10.2 kW − 8 × 700 W) / 5.6 kW ≈ 0.82.
+NODE_OVERHEAD_PER_GPU_TDP = (10200.0 - 8 * 700.0) / (8 * 700.0)
+
 
 @dataclass(frozen=True)
 class RunReport:
@@ -109,13 +112,16 @@ def plan_run(scenario: Scenario, step_time_s: float, busy_fraction: float = 1.0)
     tokens = steps * scenario.tokens_per_step
     gpu = scenario.cluster.gpu_spec
     power = n_gpus * gpu.tdp_W * (cost.gpu_idle_power_fraction + (1 - cost.gpu_idle_power_fraction) * busy_fraction)
-    power += n_nodes * cost.node_overhead_W
+    overhead = cost.node_overhead_W
+    if overhead is None:
+        overhead = NODE_OVERHEAD_PER_GPU_TDP * scenario.cluster.topology.gpus_per_node * gpu.tdp_W
+    power += n_nodes * overhead
     return RunReport(
         steps=steps,
         tokens=tokens,
         duration_s=solve_s,
         wall_clock_s=wall,
-        goodput=solve_s / wall if wall > 0 else 1.0,
+        goodput=solve_s / wall if wall > 0 else 1.0,  # 0 when the run is not expected to finish
         mtbf_s=mtbf,
         checkpoint_bytes=ck.size_bytes if rel.checkpoint.enabled else 0.0,
         checkpoint_write_s=ck.write_s if rel.checkpoint.enabled else 0.0,

@@ -45,6 +45,10 @@ def expected_wall_clock(solve_s: float, interval_s: float, delta: float, restart
     segments = solve_s / interval_s
     if math.isinf(mtbf):
         return segments * (interval_s + delta)
+    exponent = (restart_s + interval_s + delta) / mtbf
+    if exponent > 700.0:
+        # e^700 ≈ 1e304: a segment is hundreds of MTBFs long, so the run is not expected to finish.
+        return math.inf
     per_segment = mtbf * math.exp(restart_s / mtbf) * math.expm1((interval_s + delta) / mtbf)
     return per_segment * segments
 

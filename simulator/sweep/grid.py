@@ -6,6 +6,7 @@ paths were given (the last path varies fastest), so the same grid always yields 
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import itertools
 import json
@@ -61,10 +62,13 @@ def valid_paths() -> list[str]:
     return out
 
 
-def check_path(path: str) -> None:
-    """Refuse a dotted path the schema does not have, listing the valid ones."""
-    if path not in valid_paths():
-        raise InputError(f"unknown dotted path {path!r}; valid paths: {', '.join(valid_paths())}", "--grid")
+def check_path(path: str, field: str = "--grid") -> None:
+    """Refuse a dotted path the schema does not have: the closest match, then every valid one."""
+    valid = valid_paths()
+    if path not in valid:
+        close = difflib.get_close_matches(path, valid, n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise InputError(f"unknown dotted path {path!r}{hint}; valid paths: {', '.join(valid)}", field)
 
 
 def parse_range(text: str) -> list[float]:

@@ -12,6 +12,7 @@ import csv
 import io
 import json
 import os
+import re
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -60,12 +61,33 @@ def _encode(rows: list[dict[str, Any]], suffix: str) -> bytes:
     return sink.getvalue().to_pybytes()
 
 
+_INT = re.compile(r"^-?[0-9]+$")
+
+
+def _coerce(text: str) -> Any:
+    """A CSV cell back to the type it was written from: '' → None, True/False, int, float, else str.
+
+    Writing the coerced value again gives the same text (Python's float repr round-trips), so a
+    resumed CSV is byte-identical to an uninterrupted one.
+    """
+    if text == "":
+        return None
+    if text in ("True", "False"):
+        return text == "True"
+    if _INT.match(text):
+        return int(text)
+    try:
+        return float(text)
+    except ValueError:
+        return text
+
+
 def _decode(path: Path) -> list[dict[str, Any]]:
     if path.suffix == ".jsonl":
         return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
     if path.suffix == ".csv":
         with path.open(newline="") as fh:
-            return list(csv.DictReader(fh))
+            return [{k: _coerce(v) for k, v in row.items()} for row in csv.DictReader(fh)]
     import pyarrow.parquet as pq
 
     return pq.read_table(path).to_pylist()
@@ -91,6 +113,11 @@ class ResultStore:
             rows = _decode(self.path)
         except Exception as exc:  # noqa: BLE001 - any unreadable file is the user's to fix
             raise InputError(f"cannot read {self.path} to resume: {exc}", "--resume") from None
+        if not rows or any("point" not in row or "sweep_id" not in row for row in rows):
+            raise InputError(
+                f"{self.path} is not a dtsim sweep result (no point / sweep_id columns); refusing to overwrite it",
+                "--resume",
+            )
         for row in rows:
             if str(row.get("sweep_id")) != self.sweep_id:
                 raise InputError(

@@ -329,7 +329,9 @@ def buffers(scenario: Scenario) -> BufferBytes:
             gathered = half * live
             comm = half * min(psi, par.reduce_bucket_size) + half * largest
     elif par.framework == "ddp":
-        comm = 4 * psi  # fp32 gradients under AMP, copied into buckets
+        # fp32 gradients under AMP are copied into flat buckets of the same total size, unless
+        # gradient_as_bucket_view makes them views (PyTorch distributed.py docstring, formulas.md §2.5).
+        comm = 0.0 if par.gradient_as_bucket_view else 4 * psi
     else:
         mp = 4 if par.param_dtype == "fp32" else half
         rd = {"fp32": 4, "fp16": 2, "bf16": 2}.get(par.reduce_dtype or "", mp)

@@ -65,3 +65,18 @@ def test_errors(tmp_path):
     missing.write_text(json.dumps({"model_type": "llama", "hidden_size": 8}))
     with pytest.raises(InputError, match="lacks key"):
         model_dict_from_hf(missing)
+
+
+def test_unsupported_model_type_is_refused(tmp_path):
+    # An OPT config read with Llama's key names would be 30% off; refuse instead of guessing.
+    opt = {"model_type": "opt", "num_hidden_layers": 24, "hidden_size": 2048, "num_attention_heads": 32,
+           "ffn_dim": 8192, "vocab_size": 50272}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(opt))
+    with pytest.raises(InputError, match="model_type 'opt' is not supported; supported: .*llama"):
+        model_dict_from_hf(path)
+
+
+def test_tie_defaults_to_false_for_llama_family(tmp_path):
+    cfg = {k: v for k, v in LLAMA3_8B.items() if k != "tie_word_embeddings"}
+    assert not _load(tmp_path, {**cfg, "model_type": "mistral"}).tied_embeddings

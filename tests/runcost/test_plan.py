@@ -38,7 +38,7 @@ def test_steps_duration_and_cost_by_hand():
 def test_energy_by_hand():
     s = _scenario("reliability.enabled=false", "reliability.checkpoint.enabled=false")
     run = plan_run(s, step_time_s=5.0, busy_fraction=0.5)
-    # 8 × 700 W × (0.3 + 0.7 × 0.5) + 4,600 W node overhead
+    # 8 × 700 W × (0.3 + 0.7 × 0.5) + node overhead (10.2 kW − 5.6 kW) / 5.6 kW × 8 × 700 W = 4.6 kW
     power = 8 * 700 * (0.3 + 0.7 * 0.5) + 4600
     assert run.energy_kwh == pytest.approx(power * run.wall_clock_s / 3.6e6)
 
@@ -55,8 +55,11 @@ def test_checkpoint_size_and_daly_interval():
     s = _scenario()
     run = plan_run(s, step_time_s=5.0)
     assert run.checkpoint_bytes == pytest.approx(14 * 8_030_261_248)  # 2Ψ weights + 12Ψ Adam state
-    # ZeRO-3: the one node writes at 1 GB/s (default per-node bandwidth).
-    assert run.checkpoint_write_s == pytest.approx(14 * 8_030_261_248 / 1e9)
+    # ZeRO-3: the one node writes at the default 5 GB/s per node.
+    assert run.checkpoint_write_s == pytest.approx(14 * 8_030_261_248 / 5e9)
+    # FSDP keeps fp32 parameters only: 4 B weights + 8 B Adam state.
+    fsdp = plan_run(_scenario("parallel.framework=fsdp"), step_time_s=5.0)
+    assert fsdp.checkpoint_bytes == pytest.approx(12 * 8_030_261_248)
     assert run.checkpoint_interval_s is not None and run.checkpoint_interval_s > run.checkpoint_write_s
 
 
@@ -84,6 +87,12 @@ def test_bad_input():
         _scenario("cost.usd_per_gpu_hour=-1")
     with pytest.raises(InputError, match="reliability.gpu_mtbf_hours"):
         _scenario("reliability.gpu_mtbf_hours=0")
+
+
+def test_run_that_cannot_finish():
+    # An MTBF of 3.6 s per GPU: each segment is hundreds of job MTBFs long.
+    run = plan_run(_scenario("reliability.gpu_mtbf_hours=0.001"), step_time_s=5.0)
+    assert run.wall_clock_s == float("inf") and run.goodput == 0.0
 
 
 def test_no_budget_means_no_run():

@@ -140,3 +140,35 @@ def test_tune_cli(small_scenario):
     fsdp = runner.invoke(app, ["tune", "buckets", str(small_scenario), "--set", "parallel.framework=fsdp",
                                "--set", "parallel.zero_stage=3"])
     assert fsdp.exit_code == 2 and "no bucket size" in fsdp.output
+
+
+def test_values_valid_only_together_become_rows(small_scenario, tmp_path):
+    # global batch 24 is no multiple of micro-batch 2 × dp 8 — but it is with micro-batch 1... no:
+    # 24 = 3 × 8, so (1, 24) and (1, 32), (2, 32) are valid and (2, 24) is an invalid row.
+    summary = _sweep(str(small_scenario), "--grid", "training.micro_batch_size=1,2",
+                     "--grid", "training.global_batch_size=24,32")
+    assert summary["points"] == 4 and summary["status_counts"]["invalid"] == 1
+
+
+def test_csv_resume_keeps_types_and_refuses_foreign_files(small_scenario, tmp_path):
+    out = tmp_path / "r.csv"
+    first = _sweep(str(small_scenario), "--grid", "parallel.zero_stage=1,2", "--out", str(out))
+    again = _sweep(str(small_scenario), "--grid", "parallel.zero_stage=1,2", "--out", str(out), "--resume")
+    assert again["best"] == first["best"] and isinstance(again["best"]["fits"], bool)
+    foreign = tmp_path / "foreign.csv"
+    foreign.write_text("garbage\n")
+    result = runner.invoke(app, ["sweep", str(small_scenario), "--grid", "parallel.zero_stage=1",
+                                 "--out", str(foreign), "--resume"])
+    assert result.exit_code == 2 and "not a dtsim sweep result" in result.output
+    assert foreign.read_text() == "garbage\n"
+
+
+def test_missing_output_folder_is_refused_before_simulating(small_scenario, tmp_path):
+    result = runner.invoke(app, ["sweep", str(small_scenario), "--grid", "parallel.zero_stage=1",
+                                 "--out", str(tmp_path / "nodir" / "r.csv")])
+    assert result.exit_code == 2 and "does not exist" in result.output
+
+
+def test_set_applies_to_every_point(small_scenario):
+    summary = _sweep(str(small_scenario), "--grid", "parallel.zero_stage=1,2", "--set", "cluster.nodes=2")
+    assert summary["best"]["n_gpus"] == 16

@@ -185,3 +185,12 @@ def test_deepspeed_buffers_by_hand(new_scenario, shapes):
         shapes["llama3_8b"], parallel={"zero_stage": 2}, training={"kernels": {"fused_adam": False}}
     )
     assert memory.buffers(unfused).optimizer_step == 2 * 4 * psi / 8  # + foreach Adam's fp32 temporary
+
+
+def test_ddp_bucket_view_saves_one_gradient_copy(new_scenario, shapes):
+    # formulas.md §2.5: gradient_as_bucket_view=True saves memory equal to the total gradient size
+    # (fp32 gradients under AMP: 4 bytes per parameter).
+    copy = new_scenario(shapes["llama3_8b"], parallel={"framework": "ddp"})
+    view = new_scenario(shapes["llama3_8b"], parallel={"framework": "ddp", "gradient_as_bucket_view": True})
+    saved = memory.buffers(copy).communication - memory.buffers(view).communication
+    assert saved == 4 * 8_030_261_248
