@@ -18,8 +18,9 @@ from simulator.cli_common import handle_errors, print_json, stdout
 from simulator.config.loader import load_raw, prepare_raw, scenario_from_dict
 from simulator.config.scenario import Scenario
 from simulator.errors import InputError
+from simulator.parallel.layouts import enumerate_layouts
 from simulator.sweep.analysis import OBJECTIVES, best, pareto_front
-from simulator.sweep.grid import parse_grid, points, sweep_id
+from simulator.sweep.grid import combine, parse_grid, points, sweep_id
 from simulator.sweep.runner import run_sweep
 from simulator.sweep.store import ResultStore
 
@@ -52,30 +53,44 @@ def sweep_command(
     resume: Annotated[bool, typer.Option("--resume", help="skip points already in --out")] = False,
     objective: Annotated[str | None, typer.Option("--objective", help="step_time, cost, tokens_per_s, wall_clock")] = None,
     png: Annotated[Path | None, typer.Option("--png", help="write charts to this PNG")] = None,
+    layouts: Annotated[str | None, typer.Option("--layouts", help="auto: every valid (tp, pp, micro-batch, "
+                                                 "virtual stages) layout for the GPU count")] = None,
+    overrides: Annotated[list[str] | None, typer.Option("--set", help="dotted.path=value for every point")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="print the summary as JSON")] = False,
 ) -> None:
     """Simulate every point of a grid of overrides and report the best one and the Pareto front."""
-    _sweep(scenario, grid, out, workers, backend, address, resume, objective, png, json_out)
+    _sweep(scenario, grid, out, workers, backend, address, resume, objective, png, layouts, overrides or [],
+           json_out)
 
 
 @handle_errors
-def _sweep(path: Path, grid_specs, out, workers, backend, address, resume, objective, png, json_out) -> None:
-    base_raw = load_raw(path)
+def _sweep(path: Path, grid_specs, out, workers, backend, address, resume, objective, png, layouts, overrides,
+           json_out) -> None:
+    if out is not None and not out.parent.is_dir():
+        raise InputError(f"folder {out.parent} does not exist", "--out")
+    if png is not None and not png.parent.is_dir():
+        raise InputError(f"folder {png.parent} does not exist", "--png")
+    # --set edits the base (references resolved) before anything else; the fingerprint includes it.
+    base_raw = prepare_raw(load_raw(path), path.parent, overrides) if overrides else load_raw(path)
     file_sweep = base_raw.get("sweep") or {}
     if not isinstance(file_sweep, dict):
         raise InputError("the sweep section must be a mapping with grid and objective", "sweep")
     objective = objective or file_sweep.get("objective", "step_time")
     if objective not in OBJECTIVES:
         raise InputError(f"unknown objective {objective!r}; valid: {', '.join(OBJECTIVES)}", "--objective")
-    grid = parse_grid(grid_specs, file_sweep.get("grid"))
+    if layouts not in (None, "auto"):
+        raise InputError(f"unknown --layouts {layouts!r}; the only value is auto", "--layouts")
+    grid = parse_grid(grid_specs, file_sweep.get("grid"), allow_empty=layouts == "auto")
     # The base scenario must itself be valid (a broken base would make every row invalid).
-    scenario_from_dict(base_raw, path.parent)
+    base = scenario_from_dict(base_raw, path.parent)
     _check_grid_values(base_raw, path.parent, grid, [])
+    layout_points = enumerate_layouts(base) if layouts == "auto" else []
+    all_points = combine(points(grid), layout_points)
     if resume and out is None:
         raise InputError("--resume needs --out (the file to continue)", "--resume")
-    sid = sweep_id(base_raw, grid)
+    sid = sweep_id(base_raw, all_points)
     store = ResultStore(out, sid, resume)
-    total, already = len(points(grid)), len(store.done())
+    total, already = len(all_points), len(store.done())
     # Progress goes to stderr, and only to a terminal: quiet in --json mode and in pipes/CI logs.
     with _progress(total, not json_out and sys.stderr.isatty()) as progress:
         task = progress.add_task("sweep", total=total, completed=already, rate=0.0)
@@ -85,9 +100,11 @@ def _sweep(path: Path, grid_specs, out, workers, backend, address, resume, objec
             count[0] += 1
             progress.update(task, advance=1, rate=count[0] / max(progress.get_time() - start, 1e-9))
 
-        rows = run_sweep(base_raw, path.parent, grid, store, workers=workers, backend=backend, address=address,
-                         extra={"sweep_id": sid}, on_row=tick)
-    _report(rows, grid, objective, out, png, json_out)
+        rows = run_sweep(base_raw, path.parent, all_points, store, workers=workers, backend=backend,
+                         address=address, extra={"sweep_id": sid}, on_row=tick)
+    # What varied, for the tables and charts: the grid keys and the layout keys.
+    varied = {k: sorted({p[k] for p in layout_points}, key=str) for k in (layout_points[0] if layout_points else {})}
+    _report(rows, {**varied, **grid}, objective, out, png, json_out)
 
 
 def _check_grid_values(base_raw: dict, base_dir: Path, grid: dict, overrides: list[str]) -> None:

@@ -39,4 +39,5 @@ def evaluate_point(base_raw: dict, base_dir: str, index: int, point: dict[str, A
     except Exception as exc:  # noqa: BLE001 - a sweep records a failing point and goes on
         return {**row, "status": "error", "reason": f"{type(exc).__name__}: {exc}", **empty}
     status = "ok" if outputs["fits"] else "infeasible"
-    return {**row, "status": status, "reason": reason, **outputs}
+    # None, not "", when there is no reason: a CSV cell reads back "" as None.
+    return {**row, "status": status, "reason": reason or None, **outputs}

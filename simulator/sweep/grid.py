@@ -109,7 +109,7 @@ def parse_values(spec: str | list[Any]) -> list[Any]:
     return values
 
 
-def parse_grid(specs: list[str] | None, from_file: dict[str, Any] | None = None) -> Grid:
+def parse_grid(specs: list[str] | None, from_file: dict[str, Any] | None = None, allow_empty: bool = False) -> Grid:
     """Merge the scenario file's ``sweep.grid`` with ``--grid`` options (the options win per path)."""
     grid: Grid = {}
     for path, spec in (from_file or {}).items():
@@ -119,7 +119,7 @@ def parse_grid(specs: list[str] | None, from_file: dict[str, Any] | None = None)
             raise InputError(f"grid {spec!r} must look like dotted.path=v1,v2,... or path=start:stop:log:count", "--grid")
         path, _, values = spec.partition("=")
         grid[path.strip()] = parse_values(values)
-    if not grid:
+    if not grid and not allow_empty:
         raise InputError("the grid is empty: give --grid dotted.path=v1,v2 or a sweep.grid section", "--grid")
     for path, values in grid.items():
         check_path(path)
@@ -139,7 +139,14 @@ def assignments(point: dict[str, Any]) -> list[str]:
     return [f"{path}={json.dumps(value)}" for path, value in point.items()]
 
 
-def sweep_id(base_raw: dict, grid: Grid) -> str:
-    """A fingerprint of the base scenario and the grid; resuming into another sweep's file is refused."""
-    blob = json.dumps({"base": base_raw, "grid": grid}, sort_keys=True, default=str)
+def combine(grid_points: list[dict[str, Any]], layouts: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Every grid point with every layout (layouts vary fastest); a grid key wins over a layout key."""
+    if not layouts:
+        return grid_points
+    return [{**layout, **point} for point in grid_points for layout in layouts]
+
+
+def sweep_id(base_raw: dict, sweep_points: Grid | list[dict[str, Any]]) -> str:
+    """A fingerprint of the base scenario and the points; resuming into another sweep's file is refused."""
+    blob = json.dumps({"base": base_raw, "points": sweep_points}, sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]

@@ -71,7 +71,7 @@ def _ray(chunks: list[Chunk], base_raw: dict, base_dir: str, address: str | None
 def run_sweep(
     base_raw: dict,
     base_dir: Path,
-    grid: Grid,
+    all_points: Grid | list[dict[str, Any]],
     store: ResultStore,
     *,
     workers: int = 1,
@@ -80,8 +80,10 @@ def run_sweep(
     extra: dict[str, Any] | None = None,
     on_row: Callable[[dict], None] | None = None,
 ) -> list[dict]:
-    """Evaluate every point not already in ``store``; flush incrementally; return all rows in order."""
-    all_points = points(grid)
+    """Evaluate every point (a grid's product, or an explicit list of override dicts) not already in
+    ``store``; flush incrementally; return all rows in point order."""
+    if isinstance(all_points, dict):
+        all_points = points(all_points)
     done = store.done()
     tasks = [(i, p) for i, p in enumerate(all_points) if i not in done]
     chunks = _chunks(tasks, CHUNK)

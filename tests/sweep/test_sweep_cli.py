@@ -172,3 +172,10 @@ def test_missing_output_folder_is_refused_before_simulating(small_scenario, tmp_
 def test_set_applies_to_every_point(small_scenario):
     summary = _sweep(str(small_scenario), "--grid", "parallel.zero_stage=1,2", "--set", "cluster.nodes=2")
     assert summary["best"]["n_gpus"] == 16
+
+
+def test_layouts_auto_enumerates_and_ranks(small_scenario):
+    # 8 heads on 8 GPUs, global batch 64: tp ∈ {1, 2, 4, 8}, pp up to 4 layers; ZeRO-2 forbids pp > 1.
+    summary = _sweep(str(small_scenario), "--layouts", "auto", "--set", "parallel.zero_stage=1")
+    assert summary["points"] > 4 and summary["best"]["status"] == "ok"
+    assert {"parallel.tp", "parallel.pp"} <= set(summary["best"])
