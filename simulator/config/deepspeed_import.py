@@ -11,6 +11,7 @@ warning, never silently ignored. DeepSpeed's ``train_batch_size = micro × accum
 from __future__ import annotations
 
 import copy
+import difflib
 import json
 from pathlib import Path
 from typing import Any
@@ -138,6 +139,14 @@ def apply_deepspeed_config(raw_scenario: dict, ds_json_path: str | Path) -> tupl
 
     unmodelled += sorted(k for k in ds if k not in _TOP_READ)
     warnings = []
+    # A key one typo away from a key dtsim reads is most likely misspelt: say so first.
+    known = [f"zero_optimization.{k}" for k in (*_ZERO_KEYS, *_ZERO_NO_EFFECT, "offload_optimizer", "offload_param")]
+    known += sorted(_TOP_READ)
+    for key in list(unmodelled):
+        close = difflib.get_close_matches(key, known, n=1, cutoff=0.85)
+        if close:
+            unmodelled.remove(key)
+            warnings.append(f"DeepSpeed config {ds_json_path}: unknown key {key!r} (did you mean {close[0]!r}?)")
     if unmodelled:
         warnings.append(f"DeepSpeed config {ds_json_path}: keys not modelled by dtsim (ignored): {', '.join(unmodelled)}")
     if auto:
