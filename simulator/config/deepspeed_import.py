@@ -139,14 +139,16 @@ def apply_deepspeed_config(raw_scenario: dict, ds_json_path: str | Path) -> tupl
 
     unmodelled += sorted(k for k in ds if k not in _TOP_READ)
     warnings = []
-    # A key one typo away from a key dtsim reads is most likely misspelt: say so first.
-    known = [f"zero_optimization.{k}" for k in (*_ZERO_KEYS, *_ZERO_NO_EFFECT, "offload_optimizer", "offload_param")]
-    known += sorted(_TOP_READ)
+    # A key one typo away from a key dtsim reads is most likely misspelt: say so first. Compare
+    # within a section (zero_optimization.* with its own keys) so a shared prefix does not count.
+    zero_known = [*_ZERO_KEYS, *_ZERO_NO_EFFECT, "offload_optimizer", "offload_param"]
     for key in list(unmodelled):
-        close = difflib.get_close_matches(key, known, n=1, cutoff=0.85)
+        section, _, leaf = key.rpartition(".")
+        close = difflib.get_close_matches(leaf, zero_known if section else sorted(_TOP_READ), n=1, cutoff=0.85)
         if close:
             unmodelled.remove(key)
-            warnings.append(f"DeepSpeed config {ds_json_path}: unknown key {key!r} (did you mean {close[0]!r}?)")
+            suggestion = f"{section}.{close[0]}" if section else close[0]
+            warnings.append(f"DeepSpeed config {ds_json_path}: unknown key {key!r} (did you mean {suggestion!r}?)")
     if unmodelled:
         warnings.append(f"DeepSpeed config {ds_json_path}: keys not modelled by dtsim (ignored): {', '.join(unmodelled)}")
     if auto:

@@ -80,3 +80,9 @@ def test_offload_device_is_checked(tmp_path):
     path = _ds(tmp_path, {"zero_optimization": {"stage": 3, "offload_param": {"device": "gpu"}}})
     with pytest.raises(InputError, match="offload_param"):
         apply_deepspeed_config(RAW, path)
+
+
+def test_misspelt_key_is_named(tmp_path):
+    path = _ds(tmp_path, {"zero_optimization": {"stage": 2, "reduce_bucket_sizee": 5e8}})
+    _, warnings = apply_deepspeed_config(RAW, path)
+    assert any("did you mean 'zero_optimization.reduce_bucket_size'" in w for w in warnings)
