@@ -12,6 +12,12 @@ fair sharing, ``simulator.network.fabric``) and adds NCCL-like latency and proto
 forced algorithm that does not apply to the operation or the hardware (e.g. ``nvls`` without NVLink
 SHARP, ``tree`` for all-gather) falls back to ``auto``; ``CollectiveResult.algorithm`` names the
 algorithm actually used. Bus bandwidth follows nccl-tests (formulas.md §3.2).
+
+Speed (docs/network.md, "Scaling"): alike groups are planned together (``batched``), phases are
+arrays of hops whose analytical loads are summed through the node template (``network.loads``),
+and both fidelities run on compact edge ids where a leaf's ``S`` spine uplinks are one pseudo-edge
+(``network.edges``). All three are exact: ``tests/collectives/test_fast_path.py`` compares them with
+per-group plans on real routes.
 """
 
 from __future__ import annotations
@@ -22,10 +28,15 @@ from dataclasses import dataclass
 import numpy as np
 
 from simulator.collectives import algorithms as alg
+from simulator.collectives import batched
+from simulator.collectives.batched import group_tensor
 from simulator.collectives.constants import DEFAULT_CALIBRATION, Calibration, Protocol
+from simulator.collectives.groups import normalise_groups, shape_key
 from simulator.errors import InputError
+from simulator.network.builder import LINK_CLASSES
 from simulator.network.cluster import Cluster
-from simulator.network.fabric import analytical_time, flow_time
+from simulator.network.fabric import flow_time
+from simulator.network.loads import HopLoads
 
 OPS = ("all_reduce", "reduce_scatter", "all_gather", "broadcast", "reduce", "all_to_all", "send_recv")
 ALGORITHMS = ("auto", "ring", "tree", "hierarchical", "nvls")
@@ -79,14 +90,17 @@ class CollectiveModel:
         self.algorithm = algorithm
         self.calibration = calibration
         sm = cluster.gpu.sm
-        eff = np.array([calibration.link_efficiency(link, sm) for link in cluster.edge_link], dtype=np.float64)
-        self._capacity = cluster.edge_bandwidth_Bps * eff
+        # effective capacity per compact edge id (real edges, then the leaves' spine pseudo-edges)
+        eff_by_class = np.array([calibration.link_efficiency(link, sm) for link in LINK_CLASSES])
+        self._capacity = cluster.edges.compact_capacity_Bps(eff_by_class)
+        self._hop_loads = HopLoads(cluster)
         self._nvls_eff = calibration.nvls_efficiency_by_arch.get(cluster.gpu.arch, 0.0)
         self._nvls_hw = cluster.topology.nvls and self._nvls_eff > 0
         self._cache: dict[tuple, CollectiveResult] = {}
         self._exact: dict[tuple, CollectiveResult] = {}  # same query as given, skips normalisation
         self._groups_memo: dict[tuple, tuple] = {}  # groups as given -> (normalised, shape key)
         self._profile_cache: dict[tuple, list[_Profile]] = {}  # (op, shape) -> per-algorithm costs
+        self._plan_cache: dict[tuple, _Profile] = {}  # (algorithm, planned op, shape) -> costs
 
     # --- public API -----------------------------------------------------------------------------
     def run(self, op: str, groups: Sequence[Sequence[int]], nbytes: float) -> CollectiveResult:
@@ -104,8 +118,8 @@ class CollectiveModel:
             return hit
         known = self._groups_memo.get(as_given) if as_given is not None else None
         if known is None:
-            norm = self._normalise(op, groups)
-            known = (norm, self._shape_key(norm))
+            norm = normalise_groups(self.cluster, op, groups)
+            known = (norm, shape_key(self.cluster, norm))
             if as_given is not None:
                 self._groups_memo[as_given] = known
         norm, shape = known
@@ -134,6 +148,9 @@ class CollectiveModel:
             return ["direct"]
         if op == "send_recv":
             return ["p2p"]
+        tensor = group_tensor(self.cluster, [sorted(g) for g in groups])
+        if tensor is not None:  # all groups alike: N nodes x p members
+            return self._candidates_shape(op, tensor.shape[1], tensor.shape[2])
         out: list[str] | None = None
         for group in groups:
             mine = self._candidates_one(op, list(group))
@@ -142,14 +159,18 @@ class CollectiveModel:
 
     def _candidates_one(self, op: str, members: list[int]) -> list[str]:
         nodes = alg.by_node(self.cluster, members)
+        equal = len({len(ms) for ms in nodes}) == 1
+        return self._candidates_shape(op, len(nodes), len(nodes[0]) if equal else 0)
+
+    def _candidates_shape(self, op: str, n_nodes: int, per_node: int) -> list[str]:
+        """Candidates for a group on ``n_nodes`` machines with ``per_node`` members on each (0: unequal)."""
         out = ["ring"]
         if op == "all_reduce":
             out.append("tree")
-            equal = len({len(ms) for ms in nodes}) == 1
-            if len(nodes) > 1 and equal and len(nodes[0]) > 1:
+            if n_nodes > 1 and per_node > 1:
                 out.append("hierarchical")
         if self._nvls_hw and op in ("all_reduce", "reduce_scatter", "all_gather"):
-            if len(nodes) == 1 or (op == "all_reduce" and "hierarchical" in out):
+            if n_nodes == 1 or (op == "all_reduce" and "hierarchical" in out):
                 out.append("nvls")
         return out
 
@@ -157,49 +178,6 @@ class CollectiveModel:
         return len(self._cache)
 
     # --- internals ------------------------------------------------------------------------------
-    def _normalise(self, op: str, groups: Sequence[Sequence[int]]) -> list[list[int]]:
-        if isinstance(groups, str) or not isinstance(groups, Sequence) or not groups:
-            raise InputError("groups must be a non-empty sequence of GPU index sequences", field="groups")
-        out = []
-        seen: set[int] = set()
-        for g in groups:
-            members = [self.cluster.check_gpu(int(x)) if isinstance(x, int | np.integer) else self.cluster.check_gpu(x)
-                       for x in g]
-            if op != "send_recv":
-                members = sorted(members)
-            if len(set(members)) != len(members):
-                raise InputError(f"a group lists the same GPU twice: {list(g)}", field="groups")
-            if seen & set(members):
-                raise InputError("groups of one query must not share GPUs", field="groups")
-            seen |= set(members)
-            out.append(members)
-        sizes = {len(g) for g in out}
-        if len(sizes) != 1:
-            raise InputError(f"all groups of one query must have the same size, got {sorted(sizes)}", field="groups")
-        if op == "send_recv" and sizes != {2}:
-            raise InputError("send_recv groups are [src, dst] pairs", field="groups")
-        return out
-
-    def _shape_key(self, groups: list[list[int]]) -> tuple:
-        """Groups up to the fabric's symmetry: machines relabelled by first appearance within their
-        leaf block, blocks relabelled by first appearance (with their size); local GPU index kept."""
-        c = self.cluster
-        per_block, g = c.layout.nodes_per_block, c.gpus_per_node
-        blocks: dict[int, int] = {}
-        nodes: dict[int, int] = {}
-        key = []
-        for members in groups:
-            row = []
-            for m in members:
-                k, i = divmod(m, g)
-                b = k // per_block
-                bl = blocks.setdefault(b, len(blocks))
-                nl = nodes.setdefault(k, len(nodes))
-                size = min(per_block, c.nodes - b * per_block)
-                row.append((bl, size, nl, i))
-            key.append(tuple(row))
-        return tuple(key)
-
     def _plan(self, name: str, op: str, members: list[int], nbytes: float) -> list[alg.Phase]:
         c = self.cluster
         if name == "ring":
@@ -215,8 +193,13 @@ class CollectiveModel:
         return alg.send_recv(c, members, nbytes)
 
     def _beta(self, phase: alg.Phase) -> float:
-        solve = analytical_time if self.fidelity == "analytical" else flow_time
-        return solve(phase.transfers, self._capacity)
+        """β-time of a phase (s): bottleneck load / capacity (analytical, vectorised over hops,
+        ``network.loads``) or the max–min fair makespan (flow), both on compact edge ids."""
+        if self.fidelity == "analytical":
+            src, dst, b, rail = phase.hop_arrays()
+            gpu, up, down, _ = phase.switch_arrays()
+            return self._hop_loads.bottleneck(src, dst, b, rail, (gpu, up, down), self._capacity)
+        return flow_time(phase.compact_transfers(), self._capacity)
 
     def _profiles(self, op: str, groups: list[list[int]], key: tuple) -> list[_Profile]:
         """Per candidate algorithm: each phase's β-time per byte and latency terms, cached by shape.
@@ -231,23 +214,35 @@ class CollectiveModel:
         names = self.candidates(op, groups)
         if self.algorithm != "auto" and self.algorithm in names:
             names = [self.algorithm]
-        out = []
-        for name in names:
-            phases: list[alg.Phase] = []
-            for members in groups:
-                plan = self._plan(name, op, members, _REF_BYTES)
-                if not phases:
-                    phases = plan
-                else:
-                    for mine, theirs in zip(phases, plan, strict=True):
-                        mine.merge(theirs)
-            rows = tuple(
-                _PhaseCost(self._beta(ph) / _REF_BYTES, ph.steps_intra, ph.steps_inter, ph.nvls, ph.route_latency_s)
-                for ph in phases
-            )
-            sent = sum(max(ph.sent.values(), default=0.0) for ph in phases) / _REF_BYTES
-            out.append(_Profile(name, rows, sent))
+        out = [self._profile(name, op, groups, key[1]) for name in names]
         self._profile_cache[key] = out
+        return out
+
+    def _profile(self, name: str, op: str, groups: list[list[int]], shape: tuple) -> _Profile:
+        # A ring reduce-scatter and all-gather move the same (n-1)/n·S per hop with the same step
+        # counts, so they share one plan (ZeRO-3 asks for both on every group).
+        planned = "all_gather" if name == "ring" and op == "reduce_scatter" else op
+        hit = self._plan_cache.get((name, planned, shape))
+        if hit is not None:
+            return hit
+        # alike groups (N nodes x p members each) are planned together with array slicing
+        tensor = group_tensor(self.cluster, groups) if name in _BATCHED else None
+        phases: list[alg.Phase] = []
+        if tensor is not None:
+            phases = batched.plan(self.cluster, name, planned, tensor, _REF_BYTES, self._nvls_eff)
+        for members in groups if tensor is None else ():
+            plan = self._plan(name, planned, members, _REF_BYTES)
+            if not phases:
+                phases = plan
+            else:
+                for mine, theirs in zip(phases, plan, strict=True):
+                    mine.merge(theirs)
+        rows = tuple(
+            _PhaseCost(self._beta(ph) / _REF_BYTES, ph.steps_intra, ph.steps_inter, ph.nvls, ph.route_latency_s)
+            for ph in phases
+        )
+        sent = sum(ph.max_sent() for ph in phases) / _REF_BYTES
+        out = self._plan_cache[name, planned, shape] = _Profile(name, rows, sent)
         return out
 
     def _latency(self, proto: Protocol, ph: _PhaseCost) -> float:
@@ -276,6 +271,7 @@ class CollectiveModel:
 
 
 _REF_BYTES = float(2**30)
+_BATCHED = ("ring", "tree", "hierarchical", "nvls")
 
 
 @dataclass(frozen=True)

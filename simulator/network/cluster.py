@@ -1,14 +1,16 @@
-"""``Cluster``: the built graph plus GPU indexing, routing and summary figures.
+"""``Cluster``: a built cluster — GPU indexing, routing, per-edge arrays and summary figures.
 
 GPU ``k·g + i`` (global rank order, node-major) is local GPU ``i`` of machine ``k``; its graph node
-is ``n{k}/gpu{i}``.
+is ``n{k}/gpu{i}``. Edges are described by ``edges.edge_table`` (template + fabric sizes, ids by
+arithmetic); the per-edge arrays and the networkx graph (``Cluster.graph``: drawing, GraphML
+export, max-flow on one node) are built only when asked for, so 16,384 GPUs build in milliseconds.
 """
 
 from __future__ import annotations
 
 import math
 from collections import Counter
-from dataclasses import dataclass, field
+from functools import cached_property
 
 import networkx as nx
 import numpy as np
@@ -18,33 +20,62 @@ from simulator.config.hardware import GPUSpec
 from simulator.config.topology import PCIeFabric, TopologyConfig
 from simulator.errors import InputError
 from simulator.network.builder import (
+    LINK_CLASSES,
     FabricLayout,
     NodeTemplate,
     build_graph,
+    fabric_layout,
     gpu_switch,
     nic_rail_of_gpu,
+    node_template,
     validate_graph,
 )
+from simulator.network.edges import EdgeTable, edge_table
 from simulator.network.routing import Route, TemplateRoutes, make_route
 
 
-@dataclass(frozen=True, eq=False)
 class Cluster:
-    """A built cluster. Treat as immutable; the route memo is an internal cache."""
+    """A built cluster. Treat as immutable; route memos are internal caches.
 
-    topology: TopologyConfig
-    gpu: GPUSpec
-    nodes: int
-    graph: nx.DiGraph
-    template: NodeTemplate
-    layout: FabricLayout
-    gpu_ids: tuple[str, ...]
-    edge_bandwidth_Bps: np.ndarray
-    edge_latency_s: np.ndarray
-    edge_link: np.ndarray  # link class name per edge id (object array)
-    _routes: TemplateRoutes = field(repr=False)
-    _fabric_ids: dict[tuple[str, str], int] = field(repr=False)
-    _memo: dict = field(default_factory=dict, repr=False)
+    Attributes: ``topology``, ``gpu``, ``nodes``, ``template`` (one node's graph in local names),
+    ``layout`` (fat-tree sizing), ``edges`` (``EdgeTable``); built on first use: ``graph``,
+    ``gpu_ids``, ``edge_bandwidth_Bps``, ``edge_latency_s``, ``edge_link``.
+    """
+
+    def __init__(self, topology: TopologyConfig, gpu: GPUSpec, nodes: int, template: NodeTemplate,
+                 layout: FabricLayout, edges: EdgeTable):
+        self.topology = topology
+        self.gpu = gpu
+        self.nodes = nodes
+        self.template = template
+        self.layout = layout
+        self.edges = edges
+        self._routes = TemplateRoutes(topology, template)
+        self._memo: dict[tuple, Route] = {}
+
+    # --- lazily built views ---------------------------------------------------------------------
+    @cached_property
+    def graph(self) -> nx.DiGraph:
+        """The full networkx graph (built on first use; its edge ``id`` equals the array index)."""
+        return build_graph(self.topology, self.nodes)[0]
+
+    @cached_property
+    def gpu_ids(self) -> tuple[str, ...]:
+        return tuple(f"n{k}/gpu{i}" for k in range(self.nodes) for i in range(self.gpus_per_node))
+
+    @property
+    def edge_bandwidth_Bps(self) -> np.ndarray:
+        """Line rate per edge id (B/s, per direction)."""
+        return self.edges.bandwidth_Bps
+
+    @property
+    def edge_latency_s(self) -> np.ndarray:
+        return self.edges.latency_s
+
+    @cached_property
+    def edge_link(self) -> np.ndarray:
+        """Link class name per edge id (object array)."""
+        return np.array(LINK_CLASSES, dtype=object)[self.edges.link_code]
 
     # --- indexing -----------------------------------------------------------------------------
     @property
@@ -53,7 +84,7 @@ class Cluster:
 
     @property
     def n_gpus(self) -> int:
-        return len(self.gpu_ids)
+        return self.nodes * self.gpus_per_node
 
     @property
     def edges_per_node(self) -> int:
@@ -83,12 +114,21 @@ class Cluster:
         """``nvlink`` (NVLink / xGMI scale-up) or ``pci`` for NCCL's per-step latency tables."""
         return "pci" if isinstance(self.topology.intra_node, PCIeFabric) else "nvlink"
 
+    @property
+    def template_routes(self) -> TemplateRoutes:
+        return self._routes
+
     # --- routing ------------------------------------------------------------------------------
-    def route(self, src: int, dst: int, rail: int | None = None) -> Route:
+    def default_rail(self, src_local: int, dst_local: int) -> int:
+        """Rail of a cross-node transfer: the destination GPU's with PXN, else the source's."""
+        return nic_rail_of_gpu(self.topology, dst_local if self.has_p2p_scale_up else src_local)
+
+    def route(self, src: int, dst: int, rail: int | None = None, compact: bool = False) -> Route:
         """Route of a GPU→GPU transfer. Cross-node transfers leave through NIC ``rail`` (default:
         the destination GPU's rail when PXN is possible, else the source's) and arrive on the same
-        rail (rail-optimised fabrics never mix rails, formulas.md §3.6)."""
-        key = (src, dst, rail)
+        rail (rail-optimised fabrics never mix rails, formulas.md §3.6). ``compact`` replaces the
+        ``2S`` leaf↔spine edges by the leaves' two pseudo-edges (``edges`` module; compact ids)."""
+        key = (src, dst, rail, compact)
         hit = self._memo.get(key)
         if hit is not None:
             return hit
@@ -99,27 +139,30 @@ class Cluster:
             out = self._routes.gpu_gpu(i, j).shifted(ka * e) if i != j else make_route({}, 0.0)
         else:
             if rail is None:
-                rail = nic_rail_of_gpu(self.topology, j if self.has_p2p_scale_up else i)
+                rail = self.default_rail(i, j)
             a = self._routes.gpu_nic(i, rail).shifted(ka * e)
             b = self._routes.nic_gpu(rail, j).shifted(kb * e)
-            net = self._net_route(ka, kb, rail)
+            net = self._net_route(ka, kb, rail, compact)
             # the three parts use disjoint edges (node ka, fabric, node kb): plain concatenation
             out = Route(np.concatenate((a.edges, net.edges, b.edges)), np.concatenate((a.weights, net.weights, b.weights)),
                         a.latency_s + net.latency_s + b.latency_s)
         self._memo[key] = out
         return out
 
-    def _net_route(self, ka: int, kb: int, rail: int) -> Route:
-        nic_a, nic_b = f"n{ka}/nic{rail}", f"n{kb}/nic{rail}"
-        leaf_a, leaf_b = self.layout.leaf_name(ka, rail), self.layout.leaf_name(kb, rail)
-        ids = self._fabric_ids
-        w = {ids[nic_a, leaf_a]: 1.0, ids[leaf_b, nic_b]: 1.0}
+    def _net_route(self, ka: int, kb: int, rail: int, compact: bool) -> Route:
+        t = self.edges
+        la, lb = t.leaf(ka, rail), t.leaf(kb, rail)
+        w = {t.nic_up(ka, rail): 1.0, t.nic_down(kb, rail): 1.0}
         hops = 1
-        if leaf_a != leaf_b:
-            s = self.layout.spines
-            for k in range(s):
-                w[ids[leaf_a, f"spine{k}"]] = 1.0 / s
-                w[ids[f"spine{k}", leaf_b]] = 1.0 / s
+        if la != lb:
+            s = t.spines
+            if compact:
+                w[t.first_aggregate + 2 * la] = 1.0
+                w[t.first_aggregate + 2 * lb + 1] = 1.0
+            else:
+                for k in range(s):
+                    w[t.spine_up(la, k)] = 1.0 / s
+                    w[t.spine_down(lb, k)] = 1.0 / s
             hops = 3
         return make_route(w, hops * self.topology.fabric.switch_latency_us * 1e-6)
 
@@ -143,11 +186,23 @@ class Cluster:
         return min(host.gpu_link_GBps, host.uplink_GBps / max(sharing.values())) * 1e9
 
     def stats(self) -> dict:
-        """GPU count, node and link counts by type, per-GPU and bisection bandwidth (GB/s, per direction)."""
-        node_types = Counter(d["type"] for _, d in self.graph.nodes(data=True))
-        links = Counter(d["link"] for _, _, d in self.graph.edges(data=True))
-        g0 = self.gpu_ids[0]
-        scale_up = sum(d["bandwidth_Bps"] for _, v, d in self.graph.out_edges(g0, data=True) if d["link"] != "pcie")
+        """GPU count, node and link counts by type, per-GPU and bisection bandwidth (GB/s, per direction).
+
+        Counted from the template and the fabric sizes (no graph needed)."""
+        t = self.edges
+        node_types: Counter = Counter()
+        for _, kind, _ in self.template.nodes:
+            node_types[kind] += self.nodes
+        if t.has_fabric:
+            node_types["leaf"] += t.leaves
+            if t.spines:
+                node_types["spine"] += t.spines
+        links: Counter = Counter()
+        for *_, link in self.template.edges:
+            links[link] += self.nodes
+        if t.n_edges > t.first_nic:
+            links["net"] += t.n_edges - t.first_nic
+        scale_up = sum(bw for u, _, bw, _, link in self.template.edges if u == "gpu0" and link != "pcie")
         topo = self.topology
         return {
             "topology": topo.name,
@@ -156,7 +211,7 @@ class Cluster:
             "gpu": self.gpu.name,
             "node_counts": dict(node_types),
             "link_counts": {k: v // 2 for k, v in links.items()},
-            "directed_edges": self.graph.number_of_edges(),
+            "directed_edges": t.n_edges,
             "scale_up_GBps_per_gpu": scale_up / 1e9,
             "nic_GBps_per_gpu": topo.nics.per_node * topo.nics.bandwidth_Gbps / 8 / topo.gpus_per_node,
             "host_GBps_per_gpu": self.host_bandwidth_Bps_per_gpu / 1e9,
@@ -188,6 +243,19 @@ class Cluster:
         return (self.nodes // 2) * nic / o
 
 
+def _validate(topo: TopologyConfig, nodes: int, template: NodeTemplate, table: EdgeTable) -> None:
+    """``validate_graph`` on one node's template (every node is a copy), then the fabric: positive
+    line rates and, with several nodes, a NIC that GPU 0 reaches and is reached from."""
+    tg = template.graph()
+    validate_graph(tg)
+    if table.has_fabric and not (table.nic_Bps > 0 and np.all(table.leaf_uplink_Bps > 0)):
+        raise InputError("NIC and leaf uplink bandwidths must be > 0", field="bandwidth_Bps")
+    if nodes > 1:
+        reach = nx.descendants(tg, "gpu0") & nx.ancestors(tg, "gpu0")
+        if not any(f"nic{r}" in reach for r in range(topo.nics.per_node)):
+            raise InputError("GPU 0 reaches no NIC: GPUs on different nodes are unreachable", field="nics")
+
+
 def build_cluster(topology: TopologyConfig, nodes: int, gpu: GPUSpec | None = None) -> Cluster:
     """Build ``nodes`` machines of ``topology`` and their fabric (pure; no I/O).
 
@@ -199,31 +267,14 @@ def build_cluster(topology: TopologyConfig, nodes: int, gpu: GPUSpec | None = No
             gpu = get_gpu(topology.gpu)
         except KeyError as exc:
             raise InputError(str(exc.args[0]), field="gpu") from None
-    graph, template, layout = build_graph(topology, nodes)
-    validate_graph(graph)
-    n_e = graph.number_of_edges()
-    bw = np.empty(n_e)
-    lat = np.empty(n_e)
-    link = np.empty(n_e, dtype=object)
-    fabric_ids: dict[tuple[str, str], int] = {}
-    first_fabric = nodes * len(template.edges)
-    for u, v, d in graph.edges(data=True):
-        j = d["id"]
-        bw[j], lat[j], link[j] = d["bandwidth_Bps"], d["latency_s"], d["link"]
-        if j >= first_fabric:
-            fabric_ids[u, v] = j
-    gpu_ids = tuple(f"n{k}/gpu{i}" for k in range(nodes) for i in range(topology.gpus_per_node))
-    return Cluster(
-        topology=topology,
-        gpu=gpu,
-        nodes=nodes,
-        graph=graph,
-        template=template,
-        layout=layout,
-        gpu_ids=gpu_ids,
-        edge_bandwidth_Bps=bw,
-        edge_latency_s=lat,
-        edge_link=link,
-        _routes=TemplateRoutes(topology, template),
-        _fabric_ids=fabric_ids,
-    )
+    if nodes < 1:
+        raise InputError(f"need at least one node, got {nodes}", field="nodes")
+    if nodes > 1 and topology.nics.per_node == 0:
+        raise InputError(
+            f"{nodes} nodes but no NICs: GPUs on different nodes are unreachable", field="nics.per_node"
+        )
+    template = node_template(topology)
+    layout = fabric_layout(topology, nodes)
+    table = edge_table(topology, nodes, template, layout)
+    _validate(topology, nodes, template, table)
+    return Cluster(topology, gpu, nodes, template, layout, table)

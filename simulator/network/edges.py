@@ -22,6 +22,7 @@ carries 2 fabric-core entries instead of ``2S``.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
@@ -34,33 +35,40 @@ NET = LINK_CLASSES.index("net")
 
 @dataclass(frozen=True)
 class EdgeTable:
-    """Per-edge line rate (B/s), latency (s) and link-class code, in id order; fabric id arithmetic."""
+    """Edges described by the node template and the fabric sizes; per-edge arrays in id order
+    (line rate B/s, latency s, link-class code) are built on first use."""
 
     nodes: int
-    per_node: int  # E, template edges per node
     nics: int
     leaves: int
     spines: int
     rails: int
     nodes_per_block: int
     has_fabric: bool
-    bandwidth_Bps: np.ndarray
-    latency_s: np.ndarray
-    link_code: np.ndarray  # int8 index into LINK_CLASSES
+    template_bandwidth_Bps: np.ndarray
+    template_latency_s: np.ndarray
+    template_link_code: np.ndarray  # int8 index into LINK_CLASSES
+    nic_Bps: float
+    switch_latency_s: float
     leaf_uplink_Bps: np.ndarray  # per leaf: attached NIC capacity / oversubscription (all spines together)
 
     # --- id arithmetic ------------------------------------------------------------------------
+    @property
+    def per_node(self) -> int:
+        """``E``, template edges per node."""
+        return len(self.template_bandwidth_Bps)
+
     @property
     def first_nic(self) -> int:
         return self.nodes * self.per_node
 
     @property
     def first_spine(self) -> int:
-        return self.first_nic + 2 * self.nodes * self.nics
+        return self.first_nic + (2 * self.nodes * self.nics if self.has_fabric else 0)
 
     @property
     def n_edges(self) -> int:
-        return len(self.bandwidth_Bps)
+        return self.first_spine + 2 * self.leaves * self.spines
 
     @property
     def first_aggregate(self) -> int:
@@ -87,53 +95,68 @@ class EdgeTable:
     def spine_down(self, leaf: int, spine: int) -> int:
         return self.first_spine + 2 * (spine * self.leaves + leaf) + 1
 
-    def compact_bandwidth_Bps(self) -> np.ndarray:
-        """Line rates over compact ids: the real edges, then ``up(l)``, ``down(l)`` per leaf."""
-        if not self.spines:
-            return self.bandwidth_Bps
-        agg = np.repeat(self.leaf_uplink_Bps, 2)
-        return np.concatenate((self.bandwidth_Bps, agg))
+    # --- arrays -------------------------------------------------------------------------------
+    def _fill(self, out: np.ndarray, per_node: np.ndarray, nic: float, spine: np.ndarray | float | None) -> np.ndarray:
+        """Write the node block (template tiled), the NIC block and, unless ``None``, the spine block."""
+        out[: self.first_nic].reshape(self.nodes, self.per_node)[:] = per_node
+        out[self.first_nic:self.first_spine] = nic
+        if spine is not None and self.spines:
+            out[self.first_spine:self.n_edges].reshape(self.spines, 2 * self.leaves)[:] = spine
+        return out
 
-    def compact_link_code(self) -> np.ndarray:
-        extra = np.full(self.n_compact - self.n_edges, NET, dtype=np.int8)
-        return np.concatenate((self.link_code, extra))
+    def _spine_Bps(self) -> np.ndarray:
+        """Line rate of one leaf↔spine edge, per spine in id order: ``(up, down)`` for every leaf."""
+        return np.repeat(self.leaf_uplink_Bps / self.spines, 2)
+
+    @cached_property
+    def bandwidth_Bps(self) -> np.ndarray:
+        return self._fill(np.empty(self.n_edges), self.template_bandwidth_Bps, self.nic_Bps,
+                          self._spine_Bps() if self.spines else None)
+
+    @cached_property
+    def latency_s(self) -> np.ndarray:
+        return self._fill(np.empty(self.n_edges), self.template_latency_s, self.switch_latency_s / 2,
+                          self.switch_latency_s / 2)
+
+    @cached_property
+    def link_code(self) -> np.ndarray:
+        return self._fill(np.empty(self.n_edges, dtype=np.int8), self.template_link_code, NET, NET)
+
+    def compact_bandwidth_Bps(self) -> np.ndarray:
+        """Line rates per compact id (``compact_capacity_Bps`` at efficiency 1)."""
+        return self.compact_capacity_Bps(np.ones(len(LINK_CLASSES)))
+
+    def compact_capacity_Bps(self, efficiency_by_class: np.ndarray) -> np.ndarray:
+        """Effective capacity (line rate × efficiency of its link class) per compact id: real edges,
+        then ``up(l)``, ``down(l)`` per leaf. The real leaf↔spine edges, which compact routes never
+        use, are left at 0 (untouched zero pages: building this costs no pass over them)."""
+        out = np.zeros(self.n_compact)
+        net = efficiency_by_class[NET]
+        self._fill(out, self.template_bandwidth_Bps * efficiency_by_class[self.template_link_code],
+                   self.nic_Bps * net, None)
+        if self.spines:
+            out[self.first_aggregate:] = np.repeat(self.leaf_uplink_Bps, 2) * net
+        return out
 
 
 def edge_table(topo: TopologyConfig, nodes: int, template: NodeTemplate, layout: FabricLayout) -> EdgeTable:
-    """All edges of ``nodes`` machines of ``topo`` in ``build_graph``'s id order (see module doc)."""
-    t_bw = np.array([e[2] for e in template.edges], dtype=np.float64)
-    t_lat = np.array([e[3] for e in template.edges], dtype=np.float64)
-    t_link = np.array([LINK_CLASSES.index(e[4]) for e in template.edges], dtype=np.int8)
+    """The edges of ``nodes`` machines of ``topo`` in ``build_graph``'s id order (see module doc)."""
     nics = topo.nics.per_node
     has_fabric = nodes > 1 or nics > 0
-    parts_bw, parts_lat, parts_link = [np.tile(t_bw, nodes)], [np.tile(t_lat, nodes)], [np.tile(t_link, nodes)]
     rails = layout.rails
     leaves = layout.blocks * rails if has_fabric else 0
-    spines = layout.spines if has_fabric else 0
-    uplink = np.zeros(leaves)
-    if has_fabric:
-        nic_bw = topo.nics.bandwidth_Gbps * 1e9 / 8
-        sw_lat = topo.fabric.switch_latency_us * US
-        n_nic = 2 * nodes * nics
-        parts_bw.append(np.full(n_nic, nic_bw))
-        parts_lat.append(np.full(n_nic, sw_lat / 2))
-        parts_link.append(np.full(n_nic, NET, dtype=np.int8))
-        # NICs attached to each leaf: rail-optimised leaves take one NIC per node of their block,
-        # otherwise a leaf takes every NIC of its nodes; the last block may be partial.
-        in_block = np.minimum(layout.nodes_per_block, nodes - np.arange(layout.blocks) * layout.nodes_per_block)
-        per_node_on_leaf = nics // rails
-        attached = np.repeat(in_block * per_node_on_leaf, rails) * nic_bw
-        o = topo.fabric.oversubscription if isinstance(topo.fabric, FatTreeFabric) else 1.0
-        uplink = attached / o
-        if spines:
-            per_edge = np.repeat(uplink / spines, 2)  # (leaf→spine, spine→leaf) per leaf
-            n_sp = 2 * leaves * spines
-            parts_bw.append(np.tile(per_edge, spines))
-            parts_lat.append(np.full(n_sp, sw_lat / 2))
-            parts_link.append(np.full(n_sp, NET, dtype=np.int8))
+    nic_bw = topo.nics.bandwidth_Gbps * 1e9 / 8
+    # NICs attached to each leaf: rail-optimised leaves take one NIC per node of their block,
+    # otherwise a leaf takes every NIC of its nodes; the last block may be partial.
+    in_block = np.minimum(layout.nodes_per_block, nodes - np.arange(layout.blocks) * layout.nodes_per_block)
+    attached = np.repeat(in_block * (nics // rails), rails) * nic_bw if has_fabric else np.zeros(0)
+    o = topo.fabric.oversubscription if isinstance(topo.fabric, FatTreeFabric) else 1.0
     return EdgeTable(
-        nodes=nodes, per_node=len(template.edges), nics=nics, leaves=leaves, spines=spines, rails=rails,
+        nodes=nodes, nics=nics, leaves=leaves, spines=layout.spines if has_fabric else 0, rails=rails,
         nodes_per_block=layout.nodes_per_block, has_fabric=has_fabric,
-        bandwidth_Bps=np.concatenate(parts_bw), latency_s=np.concatenate(parts_lat),
-        link_code=np.concatenate(parts_link), leaf_uplink_Bps=uplink,
+        template_bandwidth_Bps=np.array([e[2] for e in template.edges], dtype=np.float64),
+        template_latency_s=np.array([e[3] for e in template.edges], dtype=np.float64),
+        template_link_code=np.array([LINK_CLASSES.index(e[4]) for e in template.edges], dtype=np.int8),
+        nic_Bps=nic_bw, switch_latency_s=topo.fabric.switch_latency_us * US,
+        leaf_uplink_Bps=attached / o,
     )
