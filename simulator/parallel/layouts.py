@@ -1,0 +1,68 @@
+"""Enumerate the valid parallel layouts of a scenario's GPU count (``dtsim sweep --layouts auto``).
+
+A layout is (tp, pp, dp, micro-batch size, pipeline schedule, virtual stages), returned as dotted
+override paths so the sweep applies it to the raw scenario before validation. Rules, each one a
+reason a framework would refuse the layout or a placement practitioners avoid:
+
+* ``tp`` divides the GPUs of a node (TP stays inside the NVLink domain: Narayanan et al. SC'21
+  §3.3 takeaway #1) and divides the attention and KV heads (Megatron splits heads);
+* ``pp`` divides ``GPUs / tp`` and is at most the number of layers; ``dp = GPUs / (tp · pp)``;
+* the micro-batch ``b`` divides ``global_batch / dp`` (so ``G = global_batch / (b · dp)`` is an
+  integer);
+* ``pp > 1``: the 1F1B schedule, plus interleaved 1F1B with every ``v > 1`` that divides the layers
+  per stage when ``G`` is divisible by ``pp`` (Megatron-LM's interleaving condition);
+* DeepSpeed ZeRO-2/3 excludes ``pp > 1`` (DeepSpeed's pipeline engine refuses it), and DeepSpeed
+  pipelines are 1F1B only (no interleaving);
+* context parallelism stays at the scenario's value (layouts with cp are not enumerated).
+
+Ranking is the sweep's: it simulates each layout and orders by its objective. The list here is
+ordered by (tp, pp, micro-batch, v), deterministic for resumable sweeps.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+#: Micro-batch sizes tried when the caller gives none (Megatron's published runs use 1-8).
+DEFAULT_MICRO_BATCHES = (1, 2, 4, 8)
+#: Largest number of virtual stages tried (each one more p2p transfer per micro-batch and chunk).
+DEFAULT_MAX_VIRTUAL = 8
+
+
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def enumerate_layouts(scenario: Any, micro_batch_sizes: tuple[int, ...] | None = None,
+                      max_virtual_stages: int = DEFAULT_MAX_VIRTUAL) -> list[dict[str, Any]]:
+    """Valid layouts of ``scenario`` (a validated ``Scenario``) as dotted-path override dicts with
+    keys ``parallel.tp``, ``parallel.pp``, ``training.micro_batch_size``,
+    ``parallel.pipeline_schedule`` and ``parallel.virtual_stages``."""
+    model, tr, par = scenario.model, scenario.training, scenario.parallel
+    n = scenario.n_gpus
+    per_node = scenario.cluster.topology.gpus_per_node
+    cp = par.cp
+    bs = micro_batch_sizes or DEFAULT_MICRO_BATCHES
+    no_pipeline = par.framework == "deepspeed" and par.zero_stage >= 2
+    out: list[dict[str, Any]] = []
+    for tp in _divisors(min(per_node, n)):
+        if per_node % tp or model.n_heads % tp or model.kv_heads % tp or n % (tp * cp):
+            continue
+        for pp in _divisors(n // (tp * cp)):
+            if pp > model.n_layers or (pp > 1 and no_pipeline):
+                continue
+            dp = n // (tp * cp * pp)
+            for b in sorted(set(bs)):
+                # The schema counts cp ranks as data parallel in its batch check: B % (b·dp·cp) == 0.
+                if tr.global_batch_size % (b * dp * cp):
+                    continue
+                n_micro = tr.global_batch_size // (b * dp)
+                base = {"parallel.tp": tp, "parallel.pp": pp, "training.micro_batch_size": b}
+                out.append({**base, "parallel.pipeline_schedule": "1f1b", "parallel.virtual_stages": 1})
+                if pp == 1 or model.n_layers % pp or n_micro % pp or par.framework == "deepspeed":
+                    continue
+                per_stage = model.n_layers // pp
+                for v in _divisors(per_stage):
+                    if 1 < v <= max_virtual_stages:
+                        out.append({**base, "parallel.pipeline_schedule": "interleaved", "parallel.virtual_stages": v})
+    return out
