@@ -1,22 +1,14 @@
-"""Load the validation set and simulate one row (shared by the tests and benchmarks/validate)."""
+"""Helpers shared by the validation tests: the bundled suite (``simulator/validation/runs.yaml``).
+
+The conversion logic (run → scenario) lives in ``simulator.validation.suite``; this module only
+selects the runs the tests use.
+"""
 
 from __future__ import annotations
 
-from pathlib import Path
-
-import yaml
-
-from simulator.api import simulate
-from simulator.config.loader import scenario_from_dict
-from simulator.report.step_report import StepReport
-
-DATA = Path(__file__).with_name("published_runs.yaml")
+from simulator.validation.suite import Run, load_runs
 
 
-def rows() -> list[dict]:
-    return yaml.safe_load(DATA.read_text())["runs"]
-
-
-def simulate_row(row: dict) -> StepReport:
-    raw = {"name": row["id"], **row["scenario"]}
-    return simulate(scenario_from_dict(raw, overrides=row.get("set", [])))
+def pure_dp_runs() -> list[Run]:
+    """Expressible pure data-parallel runs (FSDP / ZeRO / DDP without tensor or pipeline parallelism)."""
+    return [r for r in load_runs() if r.parallelism == "pure_dp" and r.expressible]

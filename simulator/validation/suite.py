@@ -1,0 +1,118 @@
+"""The bundled validation suite (``runs.yaml``): published runs in scenario form, and simulating one.
+
+``runs.yaml`` holds all 72 entries of the calibration set (shared/reference/published_runs.yaml,
+schema_version 1), each with its source, the measured figures, the source's FLOP convention and
+either a dtsim scenario or the reason none can be written (``not_expressible``). Converting a run is
+``scenario_from_dict({"name": id, **scenario}, overrides=set)``: the same path a scenario file takes,
+so ``--set`` style overrides get the same validation.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from importlib import resources
+from typing import Any
+
+import yaml
+
+from simulator.api import simulate
+from simulator.config.loader import scenario_from_dict
+from simulator.config.scenario import Scenario
+from simulator.errors import InputError
+from simulator.hardware.efficiency import Efficiency
+from simulator.report.step_report import StepReport
+
+
+@dataclass(frozen=True)
+class Run:
+    """One published run. ``measured`` keys: ``tokens_per_s_per_gpu`` (always, when expressible),
+    optionally ``tflops_per_gpu``, ``mfu``, ``hfu``, ``iteration_time_s`` as the source reports them."""
+
+    id: str
+    source: str
+    gpu: str
+    framework: str
+    parallelism: str
+    measured: dict[str, float]
+    flops_convention: str | None = None
+    flops_per_token: float | None = None
+    peak_flops_per_gpu: float | None = None
+    scenario: dict[str, Any] | None = None
+    overrides: tuple[str, ...] = ()
+    assumed: str | None = None
+    not_expressible: str | None = None
+    split: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+
+    @property
+    def expressible(self) -> bool:
+        return self.scenario is not None
+
+    @property
+    def measured_tokens_per_s_per_gpu(self) -> float:
+        return float(self.measured["tokens_per_s_per_gpu"])
+
+
+def load_runs(text: str | None = None) -> tuple[Run, ...]:
+    """All runs of the bundled ``runs.yaml`` (or of ``text``, same format), in file order."""
+    if text is None:
+        text = resources.files(__package__).joinpath("runs.yaml").read_text()
+    out = []
+    known = {f for f in Run.__dataclass_fields__ if f not in ("overrides", "extra")}
+    for raw in yaml.safe_load(text)["runs"]:
+        kwargs = {k: v for k, v in raw.items() if k in known}
+        extra = {k: v for k, v in raw.items() if k not in known and k != "set"}
+        out.append(Run(overrides=tuple(raw.get("set") or ()), extra=extra, **kwargs))
+    return tuple(out)
+
+
+def select(runs: Iterable[Run], only: str | None = None) -> list[Run]:
+    """Runs whose id matches the glob ``only`` (comma-separated globs allowed); all when ``None``."""
+    runs = list(runs)
+    if not only:
+        return runs
+    patterns = [p.strip() for p in only.split(",") if p.strip()]
+    return [r for r in runs if any(fnmatch.fnmatchcase(r.id, p) for p in patterns)]
+
+
+def scenario_for(run: Run) -> Scenario:
+    """The validated scenario of an expressible run (raises ``InputError`` on a schema mismatch)."""
+    if run.scenario is None:
+        raise InputError(f"{run.id}: not expressible: {run.not_expressible}")
+    return scenario_from_dict({"name": run.id, **run.scenario}, overrides=list(run.overrides))
+
+
+def simulate_run(run: Run, efficiency: Efficiency | None = None) -> StepReport:
+    """Simulate one run (``efficiency`` replaces the catalogued compute efficiencies, for fitting)."""
+    return simulate(scenario_for(run), efficiency=efficiency)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """A run's result: ``report`` when simulated, else ``skipped`` with the reason."""
+
+    run: Run
+    report: StepReport | None = None
+    skipped: str | None = None
+
+    @property
+    def predicted_tokens_per_s_per_gpu(self) -> float:
+        assert self.report is not None
+        return self.report.tokens_per_s_per_gpu
+
+    @property
+    def error(self) -> float:
+        """Signed relative error of throughput: predicted / measured − 1 (positive = dtsim too fast)."""
+        return self.predicted_tokens_per_s_per_gpu / self.run.measured_tokens_per_s_per_gpu - 1.0
+
+
+def try_run(run: Run, efficiency: Efficiency | None = None) -> Outcome:
+    """Simulate, or record why not: not expressible, or refused by dtsim (``InputError``)."""
+    if not run.expressible:
+        return Outcome(run, skipped=f"not expressible: {run.not_expressible}")
+    try:
+        return Outcome(run, report=simulate_run(run, efficiency))
+    except InputError as exc:
+        return Outcome(run, skipped=f"refused by dtsim: {exc}")

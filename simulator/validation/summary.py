@@ -1,0 +1,89 @@
+"""Rows and summaries of a validation pass: measured vs predicted, signed error, MAPE by group.
+
+Error convention: ``error = predicted / measured − 1`` of throughput (tokens/s per GPU); positive
+means dtsim predicts a faster step than measured. TFLOP/s and MFU are converted from the predicted
+tokens/s with the *source's* FLOP convention (``flops_per_token`` of the run: the source's reported
+TFLOP/s divided by its tokens/s, e.g. Megatron SC'21 Eq. 3 including the recompute forward) and the
+source's peak (``peak_flops_per_gpu``), so they compare like with like; their relative error equals
+the throughput error. MAPE = mean of ``|error|``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from simulator.validation.suite import Outcome
+
+#: Labels of the parallelism kinds.
+KINDS = {"pure_dp": "pure DP", "tp_pp": "TP/PP"}
+
+
+def row(outcome: Outcome) -> dict[str, Any]:
+    """One JSON-ready row: ids and groups, measured and predicted figures, ``error`` or ``skipped``."""
+    run = outcome.run
+    out: dict[str, Any] = {"id": run.id, "gpu": run.gpu, "framework": run.framework,
+                           "parallelism": KINDS.get(run.parallelism, run.parallelism), "split": run.split,
+                           "source": run.source, "flops_convention": run.flops_convention}
+    if outcome.report is None:
+        out["skipped"] = outcome.skipped
+        return out
+    pred_tok = outcome.predicted_tokens_per_s_per_gpu
+    out.update(measured_tokens_per_s_per_gpu=run.measured_tokens_per_s_per_gpu,
+               predicted_tokens_per_s_per_gpu=pred_tok, error=outcome.error,
+               predicted_step_time_s=outcome.report.step_time_s)
+    if run.flops_per_token:
+        pred_tflops = pred_tok * run.flops_per_token / 1e12
+        out["predicted_tflops_per_gpu"] = pred_tflops
+        if "tflops_per_gpu" in run.measured:
+            out["measured_tflops_per_gpu"] = run.measured["tflops_per_gpu"]
+        if run.peak_flops_per_gpu and "mfu" in run.measured:
+            out["measured_mfu"] = run.measured["mfu"]
+            out["predicted_mfu"] = pred_tflops * 1e12 / run.peak_flops_per_gpu
+    return out
+
+
+def headline(r: dict[str, Any]) -> tuple[str, float, float]:
+    """(metric, measured, predicted) in the source's own terms: TFLOP/s if it reports them, else MFU,
+    else tokens/s per GPU."""
+    if "measured_tflops_per_gpu" in r:
+        return "TFLOP/s", r["measured_tflops_per_gpu"], r["predicted_tflops_per_gpu"]
+    if "measured_mfu" in r:
+        return "MFU", r["measured_mfu"], r["predicted_mfu"]
+    return "tokens/s", r["measured_tokens_per_s_per_gpu"], r["predicted_tokens_per_s_per_gpu"]
+
+
+def mape(rows: Iterable[dict[str, Any]]) -> float | None:
+    errs = [abs(r["error"]) for r in rows if "error" in r]
+    return sum(errs) / len(errs) if errs else None
+
+
+def _by(rows: Sequence[dict[str, Any]], key: str) -> dict[str, dict[str, Any]]:
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for r in rows:
+        if "error" in r:
+            groups.setdefault(str(r[key]), []).append(r)
+    return {k: {"n": len(v), "mape": mape(v)} for k, v in sorted(groups.items())}
+
+
+def summarize(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Counts, MAPE overall / pure-DP / held-out (``split: test``), by GPU, framework and
+    parallelism kind, the worst five runs, and the skipped runs with their reasons."""
+    done = [r for r in rows if "error" in r]
+    pure = [r for r in done if r["parallelism"] == KINDS["pure_dp"]]
+    held = [r for r in pure if r["split"] == "test"]
+    worst = sorted(done, key=lambda r: -abs(r["error"]))[:5]
+    return {
+        "runs": len(rows), "simulated": len(done), "skipped": len(rows) - len(done),
+        "mape": mape(done),
+        "max_abs_error": max((abs(r["error"]) for r in done), default=None),
+        "pure_dp": {"n": len(pure), "mape": mape(pure),
+                    "max_abs_error": max((abs(r["error"]) for r in pure), default=None)},
+        "held_out_pure_dp": {"n": len(held), "mape": mape(held),
+                             "max_abs_error": max((abs(r["error"]) for r in held), default=None)},
+        "by_gpu": _by(done, "gpu"),
+        "by_framework": _by(done, "framework"),
+        "by_parallelism": _by(done, "parallelism"),
+        "worst": [{"id": r["id"], "error": r["error"]} for r in worst],
+        "skipped_runs": [{"id": r["id"], "reason": r["skipped"]} for r in rows if "skipped" in r],
+    }

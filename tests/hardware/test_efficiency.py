@@ -1,0 +1,40 @@
+"""Efficiency catalog: the fitted block is what ``for_gpu`` returns, inside the physical bounds."""
+
+from __future__ import annotations
+
+from importlib import resources
+
+import pytest
+import yaml
+
+from simulator.catalog import get_gpu
+from simulator.hardware.efficiency import for_gpu, is_calibrated
+from simulator.validation.calibration import BOUNDS, PARAMS, STEP
+
+
+def _table() -> dict:
+    return yaml.safe_load(resources.files("simulator.hardware").joinpath("efficiency.yaml").read_text())
+
+
+@pytest.mark.parametrize(("gpu", "arch"), [("a100-80gb", "ampere"), ("h100-sxm", "hopper")])
+def test_for_gpu_applies_the_fitted_values(gpu, arch):
+    spec, fitted = get_gpu(gpu), _table()[arch]
+    eff = for_gpu(spec)
+    assert is_calibrated(spec)
+    assert eff.gemm_fraction == pytest.approx(spec.mamf_fraction * fitted["gemm_sustained_of_mamf"])
+    for name in PARAMS[1:]:
+        assert getattr(eff, name) == fitted[name]
+
+
+@pytest.mark.parametrize("arch", ["ampere", "hopper"])
+def test_fitted_values_lie_inside_the_physical_bounds(arch):
+    fitted = _table()[arch]
+    for name in PARAMS:
+        lo, hi = BOUNDS[name]
+        assert lo * STEP - 1e-9 <= fitted[name] <= hi * STEP + 1e-9, name
+
+
+def test_uncalibrated_architecture_uses_defaults():
+    spec = get_gpu("v100")
+    assert not is_calibrated(spec)
+    assert for_gpu(spec).compute_slowdown_during_comm == _table()["default"]["compute_slowdown_during_comm"]

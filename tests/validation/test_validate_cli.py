@@ -1,0 +1,85 @@
+"""``dtsim validate`` end to end on a local typer app (the lead registers it in simulator/cli.py).
+
+Runs the pure data-parallel part of the suite (a few seconds); the full suite, with the large
+pipeline runs, is ``dtsim validate`` by hand (minutes).
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from simulator.cli_validate import validate_command
+
+pytestmark = pytest.mark.validation
+
+app = typer.Typer()
+app.command("validate")(validate_command)
+
+
+@app.command("version")
+def _version() -> None:  # a second command keeps typer from collapsing the app into one command
+    """unused"""
+
+
+runner = CliRunner()
+
+#: Issue-7 target: pure data-parallel FSDP / ZeRO runs, MAPE on the held-out part of the calibration set.
+HELD_OUT_TARGET = 0.10
+
+
+@pytest.fixture(scope="module")
+def pure_dp() -> dict:
+    result = runner.invoke(app, ["validate", "--kind", "pure_dp", "--json"])
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)
+
+
+def test_json_rows_and_summary(pure_dp):
+    rows, summary = pure_dp["rows"], pure_dp["summary"]
+    assert summary["runs"] == 33 == len(rows)
+    assert summary["simulated"] + summary["skipped"] == 33
+    assert {s["id"] for s in summary["skipped_runs"]} >= {"olmo-core-13b-h100-bf16", "fsdp-paper-gpt175b-bs1"}
+    for r in rows:
+        if "error" in r:
+            assert r["error"] == pytest.approx(r["predicted_tokens_per_s_per_gpu"] / r["measured_tokens_per_s_per_gpu"] - 1)
+    assert set(summary["by_framework"]) <= {"FSDP", "DeepSpeed", "Megatron"}
+    assert len(summary["worst"]) == 5
+
+
+def test_tflops_converted_with_the_sources_convention(pure_dp):
+    row = next(r for r in pure_dp["rows"] if r["id"] == "megatron-sc21-t1-1.7B")
+    assert row["predicted_tflops_per_gpu"] / row["measured_tflops_per_gpu"] - 1 == pytest.approx(row["error"], rel=1e-3)
+
+
+def test_pure_dp_held_out_mape_meets_the_target(pure_dp):
+    held = pure_dp["summary"]["held_out_pure_dp"]
+    assert held["n"] >= 8
+    assert held["mape"] <= HELD_OUT_TARGET, f"held-out pure-DP MAPE {held['mape']:.1%}"
+
+
+def test_max_mape_exit_code_and_writers(tmp_path):
+    md, png = tmp_path / "v.md", tmp_path / "v.png"
+    result = runner.invoke(app, ["validate", "--only", "llmfoundry-mpt7b-*", "--max-mape", "0.001",
+                                 "--markdown", str(md), "--png", str(png)])
+    assert result.exit_code == 1
+    assert "exceeds --max-mape" in result.output
+    assert "| llmfoundry-mpt7b-h100-8gpu-seq2048 |" in md.read_text()
+    assert png.read_bytes()[:4] == b"\x89PNG"
+    ok = runner.invoke(app, ["validate", "--only", "llmfoundry-mpt7b-*", "--max-mape", "1000"])
+    assert ok.exit_code == 0, ok.output
+
+
+def test_bad_input_exits_2():
+    assert runner.invoke(app, ["validate", "--only", "no-such-run"]).exit_code == 2
+    assert runner.invoke(app, ["validate", "--kind", "3d"]).exit_code == 2
+
+
+def test_unexpressible_runs_are_listed_as_skipped():
+    result = runner.invoke(app, ["validate", "--only", "mlperf-*", "--json"])
+    out = json.loads(result.stdout)
+    assert out["summary"]["simulated"] == 0 and out["summary"]["skipped"] == 2
+    assert all(s["reason"].startswith("not expressible") for s in out["summary"]["skipped_runs"])
