@@ -8,6 +8,7 @@ from simulator.cli_compare import compare_command
 from simulator.cli_network import collective, topology_app
 from simulator.cli_run import run_command
 from simulator.cli_sweep import sweep_command, tune_app
+from simulator.cli_validate import validate_command
 from simulator.cli_workload import catalog_app, flops_command, memory_command
 
 app = typer.Typer(
@@ -23,6 +24,7 @@ app.command("memory")(memory_command)
 app.command("compare")(compare_command)
 app.command("sweep")(sweep_command)
 app.command("collective")(collective)
+app.command("validate")(validate_command)
 app.add_typer(topology_app, name="topology")
 app.add_typer(tune_app, name="tune")
 app.add_typer(catalog_app, name="catalog")
