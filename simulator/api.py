@@ -14,11 +14,14 @@ from simulator.collectives import CollectiveModel
 from simulator.config.scenario import Scenario
 from simulator.engine.costing import Costing
 from simulator.engine.executor import simulate as run_graph
-from simulator.engine.summary import summarize
+from simulator.engine.summary import pass_window, stage_row, summarize
+from simulator.engine.trace import Trace
 from simulator.hardware.compute import RooflineComputeModel
 from simulator.hardware.efficiency import Efficiency, for_gpu, is_calibrated
 from simulator.network import build_cluster
-from simulator.parallel.build import build_step_graph, check_pipeline, context_for
+from simulator.parallel.build import build_step_graph, context_for
+from simulator.parallel.checks import check_supported
+from simulator.parallel.stage_memory import apply_to_breakdown, stage_activations
 from simulator.parallel.volume import bytes_per_rank, calls_per_rank
 from simulator.report.step_report import StepReport
 from simulator.workload import flops, memory
@@ -51,20 +54,27 @@ class _Scaled:
     busbw_GBps: float
 
 
-def _check_supported(scenario: Scenario) -> None:
-    check_pipeline(scenario.parallel)
-
-
 def _summaries(trace: Any) -> tuple[int, dict[str, Any], list[dict[str, float]]]:
-    """Summary of the bottleneck stage (most compute), with the global step time, and per-stage rows."""
+    """Summary of the bottleneck stage (most compute), with the global step time, and per-stage rows
+    (busy, idle, pipeline bubble and exposed communication per stage). Spans are grouped by device
+    once; only the bottleneck stage gets the full summary (long pipelines have 10⁵ spans)."""
     end = trace.end_s
-    per = {d: summarize(trace.on_device(d)) for d in trace.devices}
-    for s in per.values():
-        s["step_time_s"] = end
-        s["idle_s"] = end - s["compute_busy_s"]
-    device = max(per, key=lambda d: (per[d]["compute_busy_s"], -d))
-    stages = [{"stage": d, "compute_busy_s": s["compute_busy_s"], "idle_s": s["idle_s"]} for d, s in per.items()]
-    return device, per[device], stages
+    by_dev: dict[int, list] = {}
+    for span in trace.spans:
+        by_dev.setdefault(span.device, []).append(span)
+    if len(by_dev) <= 1:
+        summary = summarize(trace)
+        summary["bubble_s"] = 0.0
+        return (next(iter(by_dev), 0), summary, [])
+    window = pass_window(trace)
+    rows = {d: stage_row(spans, window) for d, spans in by_dev.items()}
+    device = max(rows, key=lambda d: (rows[d]["compute_busy_s"], -d))
+    summary = summarize(Trace(tuple(by_dev[device])))
+    summary["step_time_s"] = end
+    summary["idle_s"] = end - summary["compute_busy_s"]
+    summary["bubble_s"] = rows[device]["bubble_s"]
+    stages = [{"stage": d, **row, "idle_s": end - row["compute_busy_s"]} for d, row in sorted(rows.items())]
+    return device, summary, stages
 
 
 def simulate(scenario: Scenario, *, efficiency: Efficiency | None = None, what_if: WhatIf = WhatIf(),
@@ -74,7 +84,7 @@ def simulate(scenario: Scenario, *, efficiency: Efficiency | None = None, what_i
     ``collective_model`` / ``compute_model`` replace the network or compute layer (tests, studies);
     ``cluster`` reuses an already built cluster graph of the same topology and size (sweeps).
     """
-    _check_supported(scenario)
+    check_supported(scenario)
     cl, tr, par = scenario.cluster, scenario.training, scenario.parallel
     gpu = cl.gpu_spec
     eff = efficiency or for_gpu(gpu)
@@ -98,23 +108,27 @@ def simulate(scenario: Scenario, *, efficiency: Efficiency | None = None, what_i
                             n_micro=scenario.grad_accum_steps * scenario.dp, causal=causal,
                             recompute=tr.activation_checkpointing)
     mem = memory.breakdown(scenario).as_dict()
+    if par.pp > 1 or par.cp > 1 or (par.sequence_parallel and par.tp > 1):
+        mem = apply_to_breakdown(mem, stage_activations(scenario), scenario.memory.fragmentation)
     breakdown = {k: summary[k] for k in ("forward_s", "backward_s", "recompute_s", "optimizer_s", "idle_s",
-                                         "compute_busy_s")}
+                                         "compute_busy_s", "bubble_s")}
     breakdown["offload"] = summary["offload"]
     breakdown["communication"] = summary["communication"]
+    breakdown["by_dimension"] = summary["by_dimension"]
     if par.pp > 1:
         breakdown["stages"] = stages
         breakdown["reported_stage"] = device
     layout = {
         "framework": par.framework,
         "zero_stage": par.effective_zero_stage,
-        "tp": par.tp, "pp": par.pp, "dp": scenario.dp,
-        "grad_accum_steps": scenario.grad_accum_steps,
+        "tp": par.tp, "pp": par.pp, "dp": ctx.mesh.dp, "cp": par.cp,
+        "sequence_parallel": par.sequence_parallel, "distributed_optimizer": par.distributed_optimizer,
+        "grad_accum_steps": ctx.n_micro,
         "micro_batch_size": tr.micro_batch_size,
         "gpu": gpu.name, "nodes": _nodes(scenario),
         "tasks": len(graph.tasks),
         **{k: v for k, v in graph.meta.items() if k in ("sharding_strategy", "prefetch_depth", "schedule",
-                                                          "stage_layers")},
+                                                          "stage_layers", "virtual_stages")},
     }
     return StepReport(
         scenario=scenario.name,
@@ -134,14 +148,17 @@ def simulate(scenario: Scenario, *, efficiency: Efficiency | None = None, what_i
             "hfu": "as MFU, counting recomputed FLOPs",
         },
         trace=trace.spans,
-        warnings=_warnings(scenario, efficiency),
+        warnings=_warnings(scenario, efficiency, ctx.mesh),
         collective_calls=calls_per_rank(graph, device),
     )
 
 
-def _warnings(scenario: Scenario, efficiency: Efficiency | None) -> tuple[str, ...]:
+def _warnings(scenario: Scenario, efficiency: Efficiency | None, mesh: Any = None) -> tuple[str, ...]:
     gpu = scenario.cluster.gpu_spec
     out = []
+    if mesh is not None and mesh.tp > mesh.gpus_per_node:
+        out.append(f"parallel.tp={mesh.tp} exceeds the {mesh.gpus_per_node} GPUs of a node: TP groups span nodes and "
+                   "their per-block collectives cross the inter-node network (dtsim run --show-placement)")
     if efficiency is None and not is_calibrated(gpu):
         out.append(f"compute efficiencies for {gpu.name} ({gpu.arch}) are uncalibrated defaults "
                    "(validated architectures: ampere, hopper); treat step times as estimates")

@@ -1,4 +1,5 @@
-"""``dtsim run SCENARIO [--set k=v ...] [--json] [--trace trace.json] [--allow-oom] [--deepspeed ds.json]``.
+"""``dtsim run SCENARIO [--set k=v ...] [--json] [--trace trace.json] [--allow-oom] [--deepspeed ds.json]
+[--show-placement]``.
 
 Exit codes: 0 ok; 2 bad input (message naming the field, nothing written); 3 the scenario does not
 fit in GPU memory (the report is printed with the reason) unless ``--allow-oom``.
@@ -17,6 +18,9 @@ from simulator.config.deepspeed_import import apply_deepspeed_config
 from simulator.config.loader import format_validation_error, load_raw, prepare_raw
 from simulator.config.scenario import Scenario
 from simulator.errors import InputError
+from simulator.parallel.build import mesh_for
+from simulator.parallel.checks import check_layout
+from simulator.parallel.placement import placement_lines
 from simulator.report.chrome_trace import write_chrome_trace
 from simulator.report.tables import render
 from simulator.study import evaluate
@@ -30,6 +34,8 @@ SetOption = Annotated[
 JsonOption = Annotated[bool, typer.Option("--json", help="print machine-readable JSON on stdout")]
 TraceOption = Annotated[Path | None, typer.Option("--trace", help="write a Chrome trace (Perfetto) of the step")]
 OomOption = Annotated[bool, typer.Option("--allow-oom", help="exit 0 even if the scenario does not fit in memory")]
+PlacementOption = Annotated[bool, typer.Option(
+    "--show-placement", help="print which GPUs form each TP / CP / PP / DP group (stderr with --json)")]
 DsOption = Annotated[Path | None, typer.Option("--deepspeed", help="DeepSpeed JSON config to apply to the scenario")]
 
 
@@ -56,16 +62,23 @@ def run_command(
     trace: TraceOption = None,
     allow_oom: OomOption = False,
     deepspeed: DsOption = None,
+    show_placement: PlacementOption = False,
 ) -> None:
     """Simulate one optimizer step: step time, breakdown (exposed vs on-link comm), MFU, memory."""
-    code = _run(scenario, overrides, json_out, trace, allow_oom, deepspeed)
+    code = _run(scenario, overrides, json_out, trace, allow_oom, deepspeed, show_placement)
     if code:
         raise typer.Exit(code)
 
 
 @handle_errors
-def _run(path: Path, overrides, json_out: bool, trace: Path | None, allow_oom: bool, deepspeed: Path | None) -> int:
+def _run(path: Path, overrides, json_out: bool, trace: Path | None, allow_oom: bool, deepspeed: Path | None,
+         show_placement: bool = False) -> int:
     scenario, warnings = load_run_scenario(path, overrides, deepspeed)
+    if show_placement:
+        check_layout(scenario)
+        out = stderr if json_out else stdout
+        for line in placement_lines(mesh_for(scenario, scenario.cluster.topology.gpus_per_node)):
+            out.print(line, highlight=False, soft_wrap=True, markup=False)
     for line in warnings:
         stderr.print(f"[yellow]warning:[/] {line}", highlight=False, soft_wrap=True)
     evaluation = evaluate(scenario)

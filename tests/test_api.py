@@ -184,3 +184,20 @@ def test_pipeline_with_data_parallel_runs_and_reports_stages():
     assert d["breakdown"]["communication"]["pp"]["on_link_s"] > 0
     pids = {s.device for s in report.trace}
     assert pids == {0, 1}
+
+
+def test_cli_pipeline_trace_has_a_track_per_stage_and_dimension_split(tmp_path):
+    trace = tmp_path / "trace.json"
+    megatron = ROOT / "tests" / "parallel" / "ddp-olmo-8xh100.yaml"  # framework ddp (Megatron-style)
+    res = _run(str(megatron), "--set", "parallel.pp=4", "--set", "parallel.tp=2", "--set", "parallel.virtual_stages=2",
+               "--set", "parallel.distributed_optimizer=true", "--json", "--trace", str(trace))
+    assert res.exit_code == 0, res.output
+    data = json.loads(res.stdout)
+    bd = data["breakdown"]
+    assert set(bd["by_dimension"]) == {"tp", "cp", "pp", "dp"} and bd["bubble_s"] > 0
+    assert [s["stage"] for s in bd["stages"]] == [0, 1, 2, 3]
+    assert data["layout"]["schedule"] == "interleaved" and data["layout"]["virtual_stages"] == 2
+    assert len(data["memory"]["stages"]) == 4
+    events = json.loads(trace.read_text())["traceEvents"]
+    names = {e["args"]["name"] for e in events if e.get("name") == "process_name"}
+    assert {f"{data['scenario']} rank 0 stage {s}" for s in range(4)} <= names

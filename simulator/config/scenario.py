@@ -100,13 +100,16 @@ class ParallelConfig(Frozen):
 
     tp: PositiveInt = 1
     pp: PositiveInt = 1
-    #: Context parallelism (Megatron-Core ``context_parallel_size``): the sequence split over ``cp``
-    #: ranks; dp = GPUs / (tp · cp · pp). Validated and placed; the step simulation refuses cp > 1.
+    #: Context parallelism (Megatron-Core ``context_parallel_size``, ring attention): the sequence
+    #: split over ``cp`` ranks; the batch splits over dp = GPUs / (tp · cp · pp), gradients reduce
+    #: over dp · cp. ``training.global_batch_size`` must still be a multiple of
+    #: ``micro_batch_size · GPUs / (tp · pp)`` (this schema's batch check counts cp ranks as dp).
     cp: PositiveInt = 1
     #: Megatron sequence parallelism (Korthikanti et al. 2022): norm/dropout activations split by tp.
     sequence_parallel: bool = False
-    #: Megatron TP communication overlap (``--tp-comm-overlap``): TP collectives run on their own
-    #: stream behind the next block's GEMMs instead of on the critical path.
+    #: Megatron TP communication overlap (``--tp-comm-overlap``) / PyTorch async-TP: TP collectives
+    #: run on their own stream, chunk-pipelined with the GEMM next to them (forward) and alongside
+    #: the weight-gradient GEMMs (backward). No effect with tp = 1.
     tp_comm_overlap: bool = False
     #: Pipeline schedule: "1f1b" (PipeDream-Flush), "gpipe" (all forwards, then all backwards) or
     #: "interleaved" (Megatron interleaved 1F1B over ``virtual_stages`` model chunks per GPU).

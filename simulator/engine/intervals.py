@@ -28,12 +28,13 @@ def measure(intervals: Iterable[Interval]) -> float:
     return sum(b - a for a, b in union(intervals))
 
 
-def subtract(a: Iterable[Interval], b: Iterable[Interval]) -> list[Interval]:
-    """The parts of union(a) not covered by union(b)."""
+def subtract(a: Iterable[Interval], b: Iterable[Interval], merged: bool = False) -> list[Interval]:
+    """The parts of union(a) not covered by union(b); ``merged=True`` says both are already unions
+    (sorted and disjoint), which skips re-merging them."""
     out: list[Interval] = []
-    cuts = union(b)
+    cuts = list(b) if merged else union(b)
     j = 0
-    for start, end in union(a):
+    for start, end in (a if merged else union(a)):
         cur = start
         while j < len(cuts) and cuts[j][1] <= cur:
             j += 1

@@ -4,38 +4,90 @@
 * each communication kind: ``on_link_s`` = time at least one of its collectives runs (union of its
   spans) and ``exposed_s`` = the part of that time when no compute kernel runs
   (``measure(union(kind) − union(compute))``);
-* offload: PCIe copies on link, and copies + CPU optimizer exposed (the GPU idles meanwhile).
+* offload: PCIe copies on link, and copies + CPU optimizer exposed (the GPU idles meanwhile);
+* ``by_dimension``: the same two numbers per parallel dimension: ``tp`` (tensor-parallel
+  collectives), ``cp`` (context-parallel K/V ring), ``pp`` (pipeline p2p) and ``dp`` (gradient
+  reduction, parameter gathers);
+* ``bubble_s`` (pipelines, :func:`stage_row`): from the first to the last forward/backward kernel of
+  any stage, the time this stage runs neither a forward, backward or recompute kernel nor one of
+  their tensor-parallel collectives (those belong to the pass and are reported as TP
+  communication). With uniform stages and free communication it equals ``(p−1)/m`` of the ideal
+  compute time (Narayanan et al. SC'21 §2.2), but here it is measured on the simulated spans.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from simulator.engine.intervals import exposed, measure, union
+from simulator.engine.intervals import exposed, measure, subtract, union
 from simulator.engine.trace import Trace
 
 COMPUTE_KINDS = ("forward", "backward", "recompute", "optimizer")
-COMM_KINDS = ("param_allgather", "grad_reduce", "post_step_gather", "tp", "pp")
+COMM_KINDS = ("param_allgather", "grad_reduce", "post_step_gather", "tp", "pp", "cp")
+DIMENSIONS = {"tp": ("tp",), "cp": ("cp",), "pp": ("pp",), "dp": ("param_allgather", "grad_reduce", "post_step_gather")}
+PASS_KINDS = ("forward", "backward", "recompute")
 
 
 def summarize(trace: Trace) -> dict[str, Any]:
-    """Plain-dict summary of one step's trace (seconds)."""
-    compute_iv = union(trace.intervals(category="compute"))
+    """Plain-dict summary of one step's trace (seconds).
+
+    One pass over the spans groups them by (category, kind); the compute union is built once and
+    every exposed-time query subtracts from it (O(spans · log spans), which matters for sweeps of
+    long pipelines)."""
+    by: dict[tuple[str, str], list[tuple[float, float]]] = {}
+    busy: dict[tuple[str, str], float] = {}
+    for s in trace.spans:
+        key = (s.category, s.kind)
+        by.setdefault(key, []).append((s.start_s, s.end_s))
+        busy[key] = busy.get(key, 0.0) + (s.end_s - s.start_s)
+
+    def cat(category: str, kinds: tuple[str, ...] | None = None) -> list[tuple[float, float]]:
+        return [iv for (c, k), ivs in by.items() if c == category and (kinds is None or k in kinds) for iv in ivs]
+
+    compute_iv = union(cat("compute"))
+
+    def split(iv: list[tuple[float, float]]) -> dict[str, float]:
+        merged = union(iv)
+        return {"on_link_s": measure(merged), "exposed_s": measure(subtract(merged, compute_iv, merged=True))}
+
     out: dict[str, Any] = {"step_time_s": trace.end_s, "compute_busy_s": measure(compute_iv)}
     for kind in COMPUTE_KINDS:
-        out[f"{kind}_s"] = sum(s.duration_s for s in trace.spans if s.category == "compute" and s.kind == kind)
-    out["cpu_optimizer_s"] = sum(s.duration_s for s in trace.spans if s.category == "host")
+        out[f"{kind}_s"] = busy.get(("compute", kind), 0.0)
+    out["cpu_optimizer_s"] = sum(v for (c, _), v in busy.items() if c == "host")
     out["optimizer_s"] += out["cpu_optimizer_s"]
-    comm: dict[str, dict[str, float]] = {}
-    for kind in COMM_KINDS:
-        iv = trace.intervals(category="comm", kind=kind)
-        comm[kind] = {"on_link_s": measure(iv), "exposed_s": exposed(iv, compute_iv)}
-    all_comm = trace.intervals(category="comm")
-    comm["total"] = {"on_link_s": measure(all_comm), "exposed_s": exposed(all_comm, compute_iv)}
+    comm: dict[str, dict[str, float]] = {kind: split(by.get(("comm", kind), [])) for kind in COMM_KINDS}
+    comm["total"] = split(cat("comm"))
     out["communication"] = comm
-    copies = trace.intervals(category="copy")
-    host = trace.intervals(category="host")
+    out["by_dimension"] = {dim: split(cat("comm", kinds)) for dim, kinds in DIMENSIONS.items()}
+    copies = cat("copy")
+    host = cat("host")
     out["offload"] = {"on_link_s": measure(copies), "exposed_s": exposed(copies + host, compute_iv),
                       "cpu_optimizer_s": out["cpu_optimizer_s"]}
     out["idle_s"] = out["step_time_s"] - out["compute_busy_s"]
     return out
+
+
+def pass_window(trace: Trace) -> tuple[float, float]:
+    """[first start, last end] of forward/backward/recompute kernels over all devices (the pipeline
+    from its first forward to its flush), s."""
+    iv = [(s.start_s, s.end_s) for s in trace.spans if s.category == "compute" and s.kind in PASS_KINDS]
+    if not iv:
+        return 0.0, 0.0
+    return min(a for a, _ in iv), max(b for _, b in iv)
+
+
+def stage_row(spans: list, window: tuple[float, float]) -> dict[str, float]:
+    """One pipeline stage's ``compute_busy_s``, ``bubble_s`` (the ``window`` minus the union of its
+    pass kernels and TP collectives) and ``exposed_comm_s``, from that stage's spans."""
+    compute = union([(s.start_s, s.end_s) for s in spans if s.category == "compute"])
+    passes = union([(s.start_s, s.end_s) for s in spans
+                    if (s.category == "compute" and s.kind in PASS_KINDS) or s.kind == "tp"])
+    comm = union([(s.start_s, s.end_s) for s in spans if s.category == "comm"])
+    return {"compute_busy_s": measure(compute), "bubble_s": (window[1] - window[0]) - measure(passes),
+            "exposed_comm_s": measure(subtract(comm, compute, merged=True))}
+
+
+def bubble(trace: Trace, device: int, window: tuple[float, float]) -> float:
+    """Pipeline bubble of ``device``: the window minus the union of its pass kernels and TP
+    collectives, s."""
+    return stage_row([s for s in trace.spans if s.device == device], window)["bubble_s"]

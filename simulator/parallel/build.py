@@ -21,18 +21,20 @@ _FRAMEWORKS = {
 
 
 def check_pipeline(parallel) -> None:
-    """Pipelines compose with DDP and ZeRO 0-1 only (DeepSpeed refuses ZeRO-2/3 with its pipeline engine)."""
-    if parallel.pp > 1 and (parallel.framework == "fsdp" or parallel.effective_zero_stage >= 2):
+    """Pipelines compose with DDP (optionally Megatron's distributed optimizer), DeepSpeed ZeRO 0-1
+    and FSDP (torchtitan); DeepSpeed's pipeline engine refuses ZeRO-2/3, and so does this."""
+    if parallel.pp > 1 and parallel.framework == "deepspeed" and parallel.zero_stage >= 2:
         raise InputError(
-            f"pipeline parallelism (pp={parallel.pp}) is simulated with ddp or deepspeed zero_stage 0-1; "
-            f"got {parallel.framework} ZeRO-{parallel.effective_zero_stage}: set parallel.pp: 1 or zero_stage <= 1",
+            f"pipeline parallelism (pp={parallel.pp}) with deepspeed needs zero_stage 0 or 1 (DeepSpeed's "
+            f"pipeline engine refuses ZeRO-{parallel.zero_stage}); set parallel.pp: 1, zero_stage <= 1, or use "
+            "framework fsdp (torchtitan 3D)",
             "parallel.pp",
         )
 
 
 def build_step_graph(ctx: BuildContext) -> StepGraph:
     """Dispatch on ``parallel.framework``: ``ddp``, ``deepspeed`` (stages 0-3) or ``fsdp``; with
-    ``pp > 1`` every stage's representative runs a 1F1B pipeline schedule."""
+    ``pp > 1`` every stage's representative runs the pipeline schedule (``parallel.pipeline_schedule``)."""
     make_hooks, finish = _FRAMEWORKS[ctx.parallel.framework]
     if ctx.mesh.pp > 1:
         check_pipeline(ctx.parallel)
@@ -45,7 +47,8 @@ def build_step_graph(ctx: BuildContext) -> StepGraph:
 
 def mesh_for(scenario: Any, gpus_per_node: int) -> RankMesh:
     p = scenario.parallel
-    return RankMesh(tp=p.tp, dp=scenario.dp, pp=p.pp, gpus_per_node=gpus_per_node)
+    cp = getattr(p, "cp", 1)
+    return RankMesh(tp=p.tp, dp=scenario.n_gpus // (p.tp * cp * p.pp), pp=p.pp, gpus_per_node=gpus_per_node, cp=cp)
 
 
 def context_for(scenario: Any, work: StepWork | None = None, gpus_per_node: int | None = None) -> BuildContext:
@@ -54,4 +57,10 @@ def context_for(scenario: Any, work: StepWork | None = None, gpus_per_node: int 
     p = scenario.parallel
     work = work or work_from_scenario(scenario, p.stage3_param_persistence_threshold)
     return BuildContext(work=work, mesh=mesh_for(scenario, per_node), parallel=p,
-                        n_micro=scenario.grad_accum_steps, precision=scenario.training.precision)
+                        n_micro=n_micro(scenario), precision=scenario.training.precision)
+
+
+def n_micro(scenario: Any) -> int:
+    """Micro-batches per step per rank: ``B / (b · dp)`` with ``dp = GPUs / (tp·cp·pp)`` (the cp ranks
+    of a group share its sequences; ``Scenario.grad_accum_steps`` counts cp as data parallel)."""
+    return scenario.grad_accum_steps * getattr(scenario.parallel, "cp", 1)

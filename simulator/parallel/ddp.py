@@ -8,6 +8,11 @@
 * ``no_sync`` over the first G−1 micro-batches: only the last backward all-reduces, so a step moves
   ``2φΨ`` per rank instead of ``G·2φΨ`` (φ = (n−1)/n).
 * The optimizer (every rank updates all Ψ) waits for the last bucket.
+
+Megatron's distributed optimizer (``parallel.distributed_optimizer``; Megatron-LM
+``distrib_optimizer.py``, formulas.md §4.2 ZeRO-1 row): each bucket is reduce-scattered instead of
+all-reduced (``φ·S``), each rank steps its ``Ψ/n`` shard, then the updated 16-bit parameters are
+all-gathered (``φ·Ψ·2 B``): ``φΨ·4 + φΨ·2`` bytes per rank with fp32 gradients.
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ class DDPHooks(Hooks):
         for bk in buckets:
             self.by_unit.setdefault(bk.ready_unit, []).append(bk)
         self.last: int | None = None
+        self.op = "reduce_scatter" if p.distributed_optimizer else "all_reduce"
 
     def _syncs(self, g: int) -> bool:
         return g == self.ctx.n_micro - 1 or not self.ctx.parallel.no_sync
@@ -37,7 +43,8 @@ class DDPHooks(Hooks):
         if self.ctx.size("dp") == 1 or not self._syncs(g):
             return
         for i, bk in enumerate(self.by_unit.get(unit, [])):
-            tid = b.collective(f"allreduce grads@{_label(unit)}.{i} mb{g}", "grad_reduce", "all_reduce", "dp",
+            label = "allreduce" if self.op == "all_reduce" else "reducescatter"
+            tid = b.collective(f"{label} grads@{_label(unit)}.{i} mb{g}", "grad_reduce", self.op, "dp",
                                bk.elements * self.grad_bytes, count=bk.count, deps=(task,), micro_batch=g)
             self.last = tid if tid is not None else self.last
 
@@ -50,8 +57,15 @@ make_hooks = DDPHooks
 
 
 def finish(b: GraphBuilder, ctx: BuildContext, hooks: DDPHooks) -> dict:
-    """The optimizer step (every rank updates all its parameters) after the last bucket."""
+    """The optimizer step after the last bucket: on all local parameters, or on the ``1/dp`` shard
+    followed by the parameter all-gather under the distributed optimizer."""
     n = ctx.work.total_params
+    dp = ctx.size("dp")
+    if ctx.parallel.distributed_optimizer and dp > 1:
+        done = b.compute("optimizer", "optimizer", ctx.work.optimizer(n / dp), deps=(hooks.last,))
+        b.collective("allgather updated params", "post_step_gather", "all_gather", "dp", n * ctx.param_bytes,
+                     deps=(done,))
+        return {"framework": "ddp", "distributed_optimizer": True, "n_micro": ctx.n_micro, "local_params": n / dp}
     b.compute("optimizer", "optimizer", ctx.work.optimizer(n), deps=(hooks.last,))
     return {"framework": "ddp", "n_micro": ctx.n_micro, "local_params": n}
 

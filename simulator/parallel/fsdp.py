@@ -40,7 +40,12 @@ class FSDPHooks(Hooks):
         self.hybrid = self.strategy == "hybrid_shard"
         self.shard_group = "dp_shard" if self.hybrid else "dp"
         self.n = ctx.size(self.shard_group)
-        default_reshard = self.strategy in ("full_shard", "hybrid_shard")
+        # With a pipeline, torchtitan keeps the parameters unsharded from the first micro-batch's
+        # forward to the last backward (reshard_after_forward policy "default" = False under PP) and
+        # torch.distributed.pipelining syncs gradients only in the last backward
+        # (``set_requires_gradient_sync(last_backward)``, stage.py ``backward_maybe_with_nosync``).
+        self.pipelined = ctx.mesh.pp > 1
+        default_reshard = self.strategy in ("full_shard", "hybrid_shard") and not self.pipelined
         reshard = p.reshard_after_forward if p.reshard_after_forward is not None else default_reshard
         self.sharded = self.strategy != "no_shard"
         self.reshard = reshard and self.sharded
@@ -59,6 +64,8 @@ class FSDPHooks(Hooks):
         def issue(b: GraphBuilder, unit, deps: list) -> int | None:
             if not self.sharded or self.n == 1:
                 return None
+            if self.pipelined and not self.reshard and g != 0:
+                return None  # still gathered since micro-batch 0
             nbytes = self._params(unit) * self.gather_b
             return b.collective(f"allgather {phase} {unit} mb{g}", "param_allgather", "all_gather",
                                 self.shard_group, nbytes, deps=deps, micro_batch=g)
@@ -101,6 +108,8 @@ class FSDPHooks(Hooks):
             if self.ctx.parallel.backward_prefetch == "backward_post" and nxt >= 0:
                 self.pf.ensure(b, nxt, ahead=False)
         if unit == "H":
+            return
+        if self.pipelined and g != self.ctx.n_micro - 1:
             return
         target = ROOT if unit == "E" else unit
         self._reduce(b, g, target, task)

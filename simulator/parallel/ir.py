@@ -21,7 +21,7 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
-CommKind = Literal["param_allgather", "grad_reduce", "post_step_gather", "tp", "pp"]
+CommKind = Literal["param_allgather", "grad_reduce", "post_step_gather", "tp", "pp", "cp"]
 ComputeKind = Literal["forward", "backward", "recompute", "optimizer"]
 CollectiveOp = Literal["all_reduce", "reduce_scatter", "all_gather", "broadcast", "reduce", "all_to_all"]
 
@@ -152,6 +152,8 @@ class GraphBuilder:
         self.device = 0
 
     def _deps(self, deps: tuple[int | None, ...] | list[int | None]) -> tuple[int, ...]:
+        if len(deps) <= 1:  # the common case: no set or sort (long pipelines issue 10⁵-10⁶ tasks)
+            return tuple(d for d in deps if d is not None)
         return tuple(sorted({d for d in deps if d is not None}))
 
     def compute(self, name: str, kind: ComputeKind, ops: tuple, deps=(), **kw: Any) -> int:

@@ -8,7 +8,9 @@ the same time.
 
 Group kinds:
 
-* ``dp``: all data-parallel peers (ZeRO / FSDP FULL_SHARD / DDP);
+* ``dp``: the gradient-reduction peers (ZeRO / FSDP FULL_SHARD / DDP): the data-parallel ranks and,
+  with context parallelism, their cp ranks too (Megatron ``with_context_parallel=True``; torchtitan
+  shards over ``dp_shard_cp``), so ``size("dp") = dp·cp`` while ``RankMesh.dp`` splits the batch;
 * ``dp_shard`` / ``dp_replicate``: HYBRID_SHARD splits DP into shard groups of ``shard_size``
   consecutive DP ranks (one node's worth) and replica groups across them (formulas.md §4.3);
 * ``tp``: tensor-parallel peers; ``cp``: context-parallel peers; ``pp``: a whole pipeline;
@@ -61,7 +63,7 @@ class RankMesh:
         if kind.startswith("pp_next"):
             return 2
         return {
-            "dp": self.dp,
+            "dp": self.dp * self.cp,
             "tp": self.tp,
             "cp": self.cp,
             "pp": self.pp,
@@ -82,7 +84,7 @@ class RankMesh:
         if kind == "cp":
             return [[r(t, d, p, c) for c in range(cp)] for p in range(pp) for d in range(dp) for t in range(tp)]
         if kind == "dp":
-            return [[r(t, d, p, c) for d in range(dp)] for p in range(pp) for c in range(cp) for t in range(tp)]
+            return [[r(t, d, p, c) for d in range(dp) for c in range(cp)] for p in range(pp) for t in range(tp)]
         if kind == "pp":
             return [[r(t, d, p, c) for p in range(pp)] for d in range(dp) for c in range(cp) for t in range(tp)]
         if kind.startswith("pp_next"):

@@ -14,8 +14,15 @@ real links of that boundary (mesh group ``pp_next:s``); the receiver's pass wait
 bubble comes out of the dependencies.
 
 Data parallelism composes per stage (each stage's DP group reduces its own gradients, ``Ψ/(t·p)``
-per rank); with ``v > 1`` every model chunk reduces and steps its own parameters. ZeRO-2/3 and FSDP
-are refused with pipelines, as DeepSpeed does for ZeRO-2/3.
+per rank); with ``v > 1`` every model chunk reduces and steps its own parameters. DeepSpeed's
+pipeline engine reduces gradients after the schedule (``ReduceGrads`` follows the last
+``BackwardPass``/``SendGrad`` in ``TrainSchedule``), so its gradient hooks of the last micro-batch
+are replayed after that pass's send (``_AfterSend``): a reduction issued on the compute stream
+must not hold back the gradient the previous stage waits for. DDP/Megatron and FSDP reduce on
+their communication streams, which never block the send. FSDP under a pipeline follows torchtitan:
+parameters gathered in micro-batch 0 stay unsharded, gradients are reduce-scattered in the last
+backward (``simulator.parallel.fsdp``). DeepSpeed ZeRO-2/3 is refused with pipelines, as DeepSpeed
+does.
 """
 
 from __future__ import annotations
@@ -56,6 +63,38 @@ def one_f_one_b(stage: int, pp: int, n_micro: int) -> list[tuple[str, int]]:
     return [(phase, g) for phase, g, _ in pipeline_order.one_f_one_b(stage, pp, n_micro)]
 
 
+class _AfterSend(Hooks):
+    """Wraps a stage's hooks; ``grads_ready`` of micro-batch ``last`` is recorded, and ``flush``
+    replays it once the pass's p2p send has been issued."""
+
+    def __init__(self, inner: Hooks, last: int) -> None:
+        self.inner, self.last = inner, last
+        self.pending: list[tuple] = []
+
+    def pre_forward(self, b, g, unit):
+        return self.inner.pre_forward(b, g, unit)
+
+    def post_forward(self, b, g, unit, task):
+        return self.inner.post_forward(b, g, unit, task)
+
+    def pre_backward(self, b, g, unit):
+        return self.inner.pre_backward(b, g, unit)
+
+    def post_backward(self, b, g, unit, task):
+        return self.inner.post_backward(b, g, unit, task)
+
+    def grads_ready(self, b, g, key, task):
+        if g == self.last:
+            self.pending.append((g, key, task))
+        else:
+            self.inner.grads_ready(b, g, key, task)
+
+    def flush(self, b: GraphBuilder) -> None:
+        for g, key, task in self.pending:
+            self.inner.grads_ready(b, g, key, task)
+        self.pending.clear()
+
+
 def build(ctx: BuildContext, make_hooks: Callable[[BuildContext], Hooks],
           finish: Callable[[GraphBuilder, BuildContext, Hooks], dict]) -> StepGraph:
     """All stages' tasks in one graph; GPU stage ``s`` is device ``s``."""
@@ -65,6 +104,8 @@ def build(ctx: BuildContext, make_hooks: Callable[[BuildContext], Hooks],
     n_virtual = pp * v
     ctxs = [dataclasses.replace(ctx, work=stage_work(ctx.work, j, n_virtual)) for j in range(n_virtual)]
     hooks = [make_hooks(c) for c in ctxs]
+    if ctx.parallel.framework == "deepspeed":
+        hooks = [_AfterSend(h, m - 1) for h in hooks]
     orders = [pipeline_order.order(schedule, s, pp, m, v) for s in range(pp)]
     pos = [0] * pp
     sent: dict[tuple[str, int, int], int | None] = {}  # (phase, virtual stage, micro-batch) → send task
@@ -97,13 +138,16 @@ def build(ctx: BuildContext, make_hooks: Callable[[BuildContext], Hooks],
                     task = b.collective(f"send {label} v{j}->v{dst} mb{g}", "pp", "send_recv",
                                         f"pp_next:{boundary}", act, stream=P2P, deps=(last,), micro_batch=g)
                 sent[(phase, j, g)] = task
+                if isinstance(hooks[j], _AfterSend):
+                    hooks[j].flush(b)
                 pos[s] += 1
                 progressed = True
         assert progressed, f"{schedule} schedule cannot make progress"
     meta: dict = {}
     for j in range(n_virtual):
         b.device = j % pp
-        meta = {**finish(b, ctxs[j], hooks[j]), **meta}
+        inner = hooks[j].inner if isinstance(hooks[j], _AfterSend) else hooks[j]
+        meta = {**finish(b, ctxs[j], inner), **meta}
     layers = stage_layers(ctx.work.n_layers, n_virtual)
     per_gpu = [sum(layers[c * pp + s] for c in range(v)) for s in range(pp)]
     return b.build(**meta, pp=pp, schedule=schedule, virtual_stages=v, stage_layers=per_gpu)

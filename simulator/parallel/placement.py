@@ -25,12 +25,13 @@ def placement_lines(mesh: RankMesh) -> list[str]:
         f"mesh: tp={mesh.tp} cp={mesh.cp} dp={mesh.dp} pp={mesh.pp} on {mesh.n_gpus} GPUs "
         f"({mesh.gpus_per_node} per node); rank = tp + tp*(cp + cp*(dp + dp*pp)), TP innermost"
     ]
-    kinds = [("tp", mesh.tp), ("cp", mesh.cp), ("pp", mesh.pp), ("dp", mesh.dp)]
+    kinds = [("tp", mesh.tp), ("cp", mesh.cp), ("pp", mesh.pp), ("dp", mesh.dp * mesh.cp)]
     for kind, degree in kinds:
         if degree == 1:
             continue
         groups = mesh.groups(kind)
-        lines.append(f"{kind.upper()} groups ({len(groups)} of {degree}):")
+        label = "DP x CP (gradient reduction)" if kind == "dp" and mesh.cp > 1 else kind.upper()
+        lines.append(f"{label} groups ({len(groups)} of {degree}):")
         for group in groups[:MAX_GROUPS]:
             lines.append(f"  {_fmt_group(mesh, group)}")
         if len(groups) > MAX_GROUPS:
@@ -44,6 +45,6 @@ def placement_lines(mesh: RankMesh) -> list[str]:
     crossing = mesh.spans_nodes("tp") if mesh.tp > 1 else []
     if crossing:
         lines.append(f"WARNING: {len(crossing)} of {len(mesh.groups('tp'))} TP groups span nodes "
-                     f"(tp={mesh.tp} > {mesh.gpus_per_node} GPUs per node): TP all-reduces cross the "
-                     "inter-node network")
+                     f"(tp={mesh.tp}, {mesh.gpus_per_node} GPUs per node): their collectives, on the critical "
+                     "path of every block, cross the inter-node network")
     return lines

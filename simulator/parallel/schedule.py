@@ -15,7 +15,8 @@ from __future__ import annotations
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 
-from simulator.parallel.ir import COMPUTE, TP_COMM, GraphBuilder
+from simulator.parallel import context_parallel, tp_overlap
+from simulator.parallel.ir import COMPUTE, GraphBuilder
 from simulator.parallel.work import StepWork
 
 Unit = Hashable  # "E", "H" or a block index
@@ -93,85 +94,93 @@ def _tp(b: GraphBuilder, work: StepWork, name: str, after: int, g: int, layer: i
     """Megatron TP: two all-reduces of ``b·s·h`` per block and pass (after attention and after the
     MLP), on the critical path: they run in the compute stream's order (Shoeybi et al. 2019). With
     sequence parallelism each is a reduce-scatter plus an all-gather of the same buffer (Korthikanti
-    et al. 2022 §4.2.2). With ``tp_comm_overlap`` they run on their own stream (``TP_COMM``) and
-    the caller makes only a later unit wait for them. Returns the issued task ids."""
-    stream = TP_COMM if work.tp_comm_overlap else COMPUTE
+    et al. 2022 §4.2.2). Overlapped TP (``tp_comm_overlap``) is ``simulator.parallel.tp_overlap``.
+    Returns the issued task ids."""
     ops = ("reduce_scatter", "all_gather") if work.sequence_parallel else ("all_reduce",)
     out = []
     for op in ops:
         label = "allreduce" if op == "all_reduce" else op
         tid = b.collective(f"tp {label} {name}", "tp", op, "tp", work.tp_allreduce_bytes, count=2,
-                           stream=stream, deps=(after,), micro_batch=g, layer=layer)
+                           stream=COMPUTE, deps=(after,), micro_batch=g, layer=layer)
         if tid is not None:
             out.append(tid)
     return out
 
 
-class _TPLag:
-    """Which overlapped TP collectives a unit's compute must wait for: those issued two units back
-    (the next unit's GEMMs hide them; Megatron's userbuffer overlap pipelines the chunks of the GEMM
-    that consumes the result, modelled here as one unit of slack), and all of them before the pass
-    ends. Without overlap the collectives sit on the compute stream and nothing is needed."""
-
-    def __init__(self, work: StepWork) -> None:
-        self.on = work.tp_comm_overlap
-        self.history: list[list[int]] = []
-
-    def push(self, ids: list[int]) -> None:
-        if self.on:
-            self.history.append(ids)
-
-    def wait(self, last: bool) -> list[int]:
-        if not self.on:
-            return []
-        keep = 0 if last else 1
-        due = self.history[:max(0, len(self.history) - keep)]
-        self.history = self.history[len(due):]
-        return [t for ids in due for t in ids]
+def _overlapped(work: StepWork) -> bool:
+    return work.tp_comm_overlap and work.tp_allreduce_bytes > 0
 
 
 def forward_pass(b: GraphBuilder, work: StepWork, g: int, hooks: Hooks, after=()) -> int:
     """Forward of micro-batch ``g`` through this rank's units; the first waits for ``after`` (a
     pipeline receive). Returns the last compute task."""
     tid = -1
-    lag = _TPLag(work)
-    units = forward_order(work)
-    for i, unit in enumerate(units):
-        deps = [*hooks.pre_forward(b, g, unit), *(after if i == 0 else ()), *lag.wait(i == len(units) - 1)]
+    pending: list[int] = []  # overlapped TP collectives the next unit needs
+    for i, unit in enumerate(forward_order(work)):
+        deps = [*hooks.pre_forward(b, g, unit), *(after if i == 0 else ()), *pending]
+        pending = []
         layer = unit if isinstance(unit, int) else -1
-        tid = b.compute(f"fwd {unit} mb{g}", "forward", _ops(work, unit, "fwd"), deps=deps,
-                        micro_batch=g, layer=layer)
-        if isinstance(unit, int):
-            lag.push(_tp(b, work, f"fwd {unit} mb{g}", tid, g, layer))
+        name = f"fwd {unit} mb{g}"
+        if isinstance(unit, int) and _overlapped(work):
+            tid, pending = tp_overlap.forward_block(b, work, work.layer_fwd, "forward", name, deps, g, layer)
+        elif isinstance(unit, int) and work.cp_kv_bytes > 0:
+            tid = context_parallel.forward_block(b, work, work.layer_fwd, "forward", name, deps, g, layer)
+            _tp(b, work, name, tid, g, layer)
+        else:
+            tid = b.compute(name, "forward", _ops(work, unit, "fwd"), deps=deps, micro_batch=g, layer=layer)
+            if isinstance(unit, int):
+                _tp(b, work, name, tid, g, layer)
         hooks.post_forward(b, g, unit, tid)
     return tid
+
+
+def _backward_block(b: GraphBuilder, work: StepWork, unit: int, g: int, hooks: Hooks, deps: list) -> tuple[int, list]:
+    """Recompute (full checkpointing) and the backward pieces of one block; returns the last compute
+    task and the overlapped TP collectives the next unit must wait for."""
+    overlap = _overlapped(work)
+    name = f"recompute {unit} mb{g}"
+    if work.layer_recompute:
+        full = len(work.layer_recompute) == len(work.layer_fwd)  # full recompute re-runs the TP collectives
+        if overlap and full:
+            _, deps = tp_overlap.forward_block(b, work, work.layer_recompute, "recompute", name, deps, g, unit)
+        else:
+            if work.cp_kv_bytes > 0:
+                rid = context_parallel.forward_block(b, work, work.layer_recompute, "recompute", name, deps, g, unit)
+            else:
+                rid = b.compute(name, "recompute", work.layer_recompute, deps=deps, micro_batch=g, layer=unit)
+            if full:
+                _tp(b, work, name, rid, g, unit)
+            deps = []
+    parts = pieces(work)
+    tid = -1
+    for piece, ops, _ in parts:
+        label = f"{unit}.{piece}" if piece else f"{unit}"
+        if overlap:
+            count = max(1, 2 // len(parts))
+            tid, deps = tp_overlap.backward_piece(b, work, ops, f"bwd {label} mb{g}", deps, g, unit, count)
+        elif work.cp_kv_bytes > 0:
+            tid = context_parallel.backward_piece(b, work, ops, f"bwd {label} mb{g}", deps, g, unit)
+            deps = []
+        else:
+            tid = b.compute(f"bwd {label} mb{g}", "backward", ops, deps=deps, micro_batch=g, layer=unit)
+            deps = []
+        hooks.grads_ready(b, g, (unit, piece) if piece else unit, tid)
+    if not overlap:
+        _tp(b, work, f"bwd {unit} mb{g}", tid, g, unit)
+    return tid, list(deps)
 
 
 def backward_pass(b: GraphBuilder, work: StepWork, g: int, hooks: Hooks, after=()) -> int:
     """Backward of micro-batch ``g`` (recomputing each block first under full checkpointing)."""
     tid = -1
-    lag = _TPLag(work)
-    units = backward_order(work)
-    for i, unit in enumerate(units):
-        deps = [*hooks.pre_backward(b, g, unit), *(after if i == 0 else ()), *lag.wait(i == len(units) - 1)]
-        layer = unit if isinstance(unit, int) else -1
-        if isinstance(unit, int) and work.layer_recompute:
-            rid = b.compute(f"recompute {unit} mb{g}", "recompute", work.layer_recompute, deps=deps,
-                            micro_batch=g, layer=layer)
-            if len(work.layer_recompute) == len(work.layer_fwd):  # full recompute re-runs the TP all-reduces
-                # The block's backward needs the recomputed outputs: wait even when overlapped.
-                ids = _tp(b, work, f"recompute {unit} mb{g}", rid, g, layer)
-                deps = ids if work.tp_comm_overlap else []
+    pending: list[int] = []
+    for i, unit in enumerate(backward_order(work)):
+        deps = [*hooks.pre_backward(b, g, unit), *(after if i == 0 else ()), *pending]
+        pending = []
         if isinstance(unit, int):
-            for name, ops, _ in pieces(work):
-                label = f"{unit}.{name}" if name else f"{unit}"
-                tid = b.compute(f"bwd {label} mb{g}", "backward", ops, deps=deps, micro_batch=g, layer=layer)
-                deps = []
-                hooks.grads_ready(b, g, (unit, name) if name else unit, tid)
-            lag.push(_tp(b, work, f"bwd {unit} mb{g}", tid, g, layer))
+            tid, pending = _backward_block(b, work, unit, g, hooks, deps)
         else:
-            tid = b.compute(f"bwd {unit} mb{g}", "backward", _ops(work, unit, "bwd"), deps=deps,
-                            micro_batch=g, layer=layer)
+            tid = b.compute(f"bwd {unit} mb{g}", "backward", _ops(work, unit, "bwd"), deps=deps, micro_batch=g)
             hooks.grads_ready(b, g, unit, tid)
         hooks.post_backward(b, g, unit, tid)
     return tid

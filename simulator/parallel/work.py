@@ -7,6 +7,7 @@ transformer blocks ``0..L-1`` and the head ``H`` (final norm + output projection
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -52,9 +53,15 @@ class StepWork:
     #: Megatron sequence parallelism: each TP all-reduce becomes a reduce-scatter + all-gather of the
     #: same buffer (same bytes; Korthikanti et al. 2022, formulas.md §6).
     sequence_parallel: bool = False
-    #: Megatron ``--tp-comm-overlap``: TP collectives on their own stream, hidden behind the next
-    #: unit's compute (``simulator.parallel.schedule``).
+    #: Megatron ``--tp-comm-overlap`` / PyTorch async-TP: TP collectives on their own stream,
+    #: overlapped with the GEMMs next to them (``simulator.parallel.tp_overlap``).
     tp_comm_overlap: bool = False
+    #: Tensor-parallel degree (chunks of an overlapped TP collective).
+    tp_degree: int = 1
+    #: Context parallelism: bytes of the sequence's K and V on one TP rank, ``2·b·s·kv_dim/t``
+    #: elements, exchanged around the CP ring per block and pass (``simulator.parallel.context_parallel``);
+    #: 0 without CP.
+    cp_kv_bytes: float = 0.0
     #: A block's backward split where gradients become ready: ((name, ops, params), ...) in
     #: execution order; empty = one piece (``layer_bwd``, ``layer_params``).
     layer_bwd_pieces: tuple[tuple[str, tuple[Any, ...], float], ...] = ()
@@ -71,9 +78,12 @@ def _largest_tensor_below(threshold: float, sizes: list[int]) -> int:
 def from_scenario(scenario: Any, persistence_threshold: float = 1e5) -> StepWork:
     """Build ``StepWork`` for the scenario's model on one GPU (tp ranks split the blocks)."""
     model, tr, par = scenario.model, scenario.training, scenario.parallel
-    b, s, tp = tr.micro_batch_size, tr.seq_len, par.tp
+    cp = getattr(par, "cp", 1)
+    # With context parallelism a rank holds s/cp tokens of each sequence; its attention core does
+    # 1/cp of the full causal work, i.e. cp × that of an s/cp-token sequence.
+    b, s, tp = tr.micro_batch_size, tr.seq_len // cp, par.tp
     pb = DTYPE_BYTES["bf16" if tr.precision == "fp8" else tr.precision]
-    fwd = wops.layer_ops(model, b, s, tp, pb, tr.kernels, tr.activation_checkpointing)
+    fwd = [_scale_attention(op, cp) for op in wops.layer_ops(model, b, s, tp, pb, tr.kernels, tr.activation_checkpointing)]
     bwd_all = wops.backward_ops(fwd)
     recompute = tuple(op for op in bwd_all if op.name.startswith("recompute."))
     bwd = tuple(op for op in bwd_all if not op.name.startswith("recompute."))
@@ -108,9 +118,17 @@ def from_scenario(scenario: Any, persistence_threshold: float = 1e5) -> StepWork
         tp_allreduce_bytes=float(b * s * model.hidden_size * pb) if tp > 1 else 0.0,
         p2p_bytes=float(b * s * model.hidden_size * pb / tp) if par.pp > 1 else 0.0,
         sequence_parallel=bool(getattr(par, "sequence_parallel", False)),
-        tp_comm_overlap=bool(getattr(par, "tp_comm_overlap", False)),
+        tp_comm_overlap=bool(getattr(par, "tp_comm_overlap", False)) and tp > 1,
+        tp_degree=tp,
+        cp_kv_bytes=float(2 * b * tr.seq_len * model.kv_dim / tp * pb) if cp > 1 else 0.0,
         layer_bwd_pieces=_split_backward(bwd, blk, layer_local),
     )
+
+
+def _scale_attention(op: Any, cp: int) -> Any:
+    if cp == 1 or getattr(op, "kind", "") != "attention":
+        return op
+    return dataclasses.replace(op, flops=op.flops * cp, bytes=op.bytes * cp)
 
 
 def _split_backward(bwd: tuple, blk: wparams.LayerParams, layer_local: float) -> tuple:

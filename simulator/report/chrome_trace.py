@@ -11,7 +11,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-_STREAM_ORDER = ("compute", "comm", "comm_replica", "p2p", "pcie_d2h", "pcie_h2d", "cpu")
+_STREAM_ORDER = ("compute", "comm_tp", "comm_cp", "comm", "comm_replica", "p2p", "pcie_d2h", "pcie_h2d", "cpu")
 
 
 def trace_events(spans: Iterable[Any], process_name: str = "rank 0") -> dict[str, Any]:

@@ -14,6 +14,7 @@ _COMM_LABELS = {
     "post_step_gather": "post-step gather",
     "tp": "tensor parallel",
     "pp": "pipeline p2p",
+    "cp": "context parallel",
 }
 
 
@@ -52,8 +53,12 @@ def render(report: StepReport, console: Console) -> None:
     if off["on_link_s"] > 0 or off["cpu_optimizer_s"] > 0:
         t.add_row("offload (PCIe + CPU)", fmt_seconds(off["on_link_s"]), fmt_seconds(off["exposed_s"]),
                   _pct(off["exposed_s"], step))
+    if bd.get("bubble_s"):
+        t.add_row("pipeline bubble", "", fmt_seconds(bd["bubble_s"]), _pct(bd["bubble_s"], step))
     t.add_row("compute stream idle", "", fmt_seconds(bd["idle_s"]), _pct(bd["idle_s"], step))
     console.print(t)
+    _dimensions(bd, console)
+    _stages(report, console)
 
     mem = report.memory
     m = Table(title="memory per GPU")
@@ -67,3 +72,36 @@ def render(report: StepReport, console: Console) -> None:
     console.print(m)
     verdict = "[green]fits[/]" if report.fits else "[bold red]does not fit[/]"
     console.print(f"{verdict}: headroom {fmt_bytes(mem['headroom_bytes'])}")
+
+
+def _dimensions(bd: dict, console: Console) -> None:
+    """Exposed vs on-link communication per parallel dimension (TP / PP / DP), when there are two."""
+    dims = {k: v for k, v in bd.get("by_dimension", {}).items() if v["on_link_s"] > 0}
+    if len(dims) < 2:
+        return
+    d = Table(title="communication by parallel dimension")
+    d.add_column("dimension")
+    d.add_column("on link", justify="right")
+    d.add_column("exposed", justify="right")
+    for dim, c in dims.items():
+        d.add_row(dim.upper(), fmt_seconds(c["on_link_s"]), fmt_seconds(c["exposed_s"]))
+    console.print(d)
+
+
+def _stages(report: StepReport, console: Console) -> None:
+    """One row per pipeline stage: layers, busy, bubble, exposed communication, activations."""
+    bd = report.breakdown
+    if not bd.get("stages"):
+        return
+    st = Table(title="pipeline stages")
+    for col in ("stage", "layers", "compute busy", "bubble", "exposed comm", "activations"):
+        st.add_column(col, justify="right")
+    mem_rows = {r["stage"]: r for r in report.memory.get("stages", [])}
+    layers = report.layout.get("stage_layers") or []
+    for row in bd["stages"]:
+        i = row["stage"]
+        mr = mem_rows.get(i)
+        st.add_row(str(i), str(layers[i]) if i < len(layers) else "", fmt_seconds(row["compute_busy_s"]),
+                   fmt_seconds(row.get("bubble_s", 0.0)), fmt_seconds(row.get("exposed_comm_s", 0.0)),
+                   fmt_bytes(mr["activations_bytes"]) if mr else "")
+    console.print(st)

@@ -71,7 +71,7 @@ def test_bubble_shrinks_with_more_micro_batches():
     assert bubble(16) < bubble(4)
 
 
-@pytest.mark.parametrize("par", [{"framework": "fsdp"}, {"framework": "deepspeed", "zero_stage": 2}])
-def test_pipeline_refuses_sharded_data_parallel(par):
+@pytest.mark.parametrize("par", [{"framework": "deepspeed", "zero_stage": 2}, {"framework": "deepspeed", "zero_stage": 3}])
+def test_pipeline_refuses_deepspeed_zero_2_3(par):
     with pytest.raises(InputError, match="parallel.pp"):
         build_step_graph(_ctx(pp=2, n_micro=2, **par))

@@ -1,0 +1,84 @@
+"""Layout checks that need the model, the training setup and the cluster together.
+
+``ParallelConfig`` checks its own keys against each other; these checks combine it with the rest of
+the scenario. Each raises ``InputError`` naming the offending key (the CLI turns it into exit 2).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from simulator.errors import InputError
+from simulator.parallel.build import check_pipeline, n_micro
+
+
+def check_layout(scenario: Any) -> None:
+    """Raise ``InputError`` for a layout the frameworks would reject or dtsim does not simulate.
+
+    * ``tp`` must divide the GPUs of a node (or be a multiple of it): Megatron places TP groups on
+      consecutive ranks, so a TP degree of 3 on 8-GPU nodes would straddle nodes irregularly;
+    * ``pp`` ≤ layers (also checked by the schema); ``virtual_stages`` must divide the layers per
+      stage (Megatron: ``num_layers_per_virtual_pipeline_stage`` is an integer; torchtitan, framework
+      fsdp, splits unevenly and only needs a layer per virtual stage), and the interleaved
+      schedule needs the micro-batches per step divisible by ``pp`` (Megatron-LM schedules.py);
+    * ``cp`` must divide the GPUs with tp and pp, and ``2·cp`` must divide ``seq_len`` (load-balanced
+      causal context parallelism splits the sequence into ``2·cp`` chunks, Megatron-Core
+      ``get_batch_on_this_cp_rank``); CP is simulated for ddp (Megatron) and fsdp (torchtitan) with
+      FlashAttention, without HYBRID_SHARD and without TP communication overlap.
+    """
+    p, m, tr = scenario.parallel, scenario.model, scenario.training
+    per_node = scenario.cluster.topology.gpus_per_node
+    n = scenario.n_gpus
+    if p.tp <= per_node and per_node % p.tp and n > p.tp:
+        raise InputError(
+            f"tp={p.tp} does not divide the {per_node} GPUs of a node; TP groups would straddle nodes "
+            f"unevenly: use a divisor of {per_node}", "parallel.tp")
+    if p.pp > m.n_layers:
+        raise InputError(f"pp={p.pp} exceeds the model's {m.n_layers} layers", "parallel.pp")
+    if p.pp > 1 and p.framework == "deepspeed" and p.pipeline_schedule != "1f1b":
+        raise InputError(
+            f"DeepSpeed's pipeline engine runs only its 1F1B TrainSchedule, not {p.pipeline_schedule!r}; use "
+            "framework ddp (Megatron, with distributed_optimizer for ZeRO-1) or fsdp (torchtitan)",
+            "parallel.pipeline_schedule")
+    if p.pipeline_schedule == "interleaved":
+        v = p.virtual_stages
+        if p.framework == "fsdp" and m.n_layers < p.pp * v:
+            raise InputError(
+                f"pp={p.pp} x virtual_stages={v} = {p.pp * v} virtual stages exceed the {m.n_layers} layers",
+                "parallel.virtual_stages")
+        if p.framework != "fsdp" and m.n_layers % (p.pp * v):
+            raise InputError(
+                f"virtual_stages={v} must divide the layers per stage: {m.n_layers} layers / pp={p.pp} / "
+                f"v={v} is not an integer (Megatron needs equal chunks)", "parallel.virtual_stages")
+        if n_micro(scenario) % p.pp:
+            raise InputError(
+                f"the interleaved schedule needs the micro-batches per step ({n_micro(scenario)} = "
+                f"global_batch_size / (micro_batch_size x dp)) divisible by pp={p.pp}", "parallel.virtual_stages")
+    if p.cp > 1:
+        if n % (p.tp * p.cp * p.pp):
+            raise InputError(
+                f"tp x cp x pp = {p.tp} x {p.cp} x {p.pp} does not divide the {n} GPUs", "parallel.cp")
+        if tr.seq_len % (2 * p.cp):
+            raise InputError(
+                f"cp={p.cp} needs training.seq_len ({tr.seq_len}) divisible by 2 x cp = {2 * p.cp} "
+                "(load-balanced causal context parallelism)", "parallel.cp")
+    check_pipeline(p)
+
+
+def check_supported(scenario: Any) -> None:
+    """``check_layout`` plus what is valid but not simulated (``dtsim validate`` lists these as
+    skipped with the message)."""
+    check_layout(scenario)
+    p = scenario.parallel
+    if p.cp > 1:
+        if p.framework == "deepspeed":
+            raise InputError(
+                f"context parallelism (cp={p.cp}) is simulated for framework ddp (Megatron) or fsdp (torchtitan); "
+                "DeepSpeed's sequence parallelism (Ulysses) is not simulated", "parallel.cp")
+        if p.framework == "fsdp" and p.sharding_strategy == "hybrid_shard":
+            raise InputError(f"cp={p.cp} with sharding_strategy hybrid_shard is not simulated", "parallel.cp")
+        if p.tp_comm_overlap and p.tp > 1:
+            raise InputError(f"cp={p.cp} with tp_comm_overlap is not simulated", "parallel.cp")
+        if not scenario.training.kernels.flash_attention:
+            raise InputError(f"cp={p.cp} needs training.kernels.flash_attention (ring attention is fused)",
+                             "parallel.cp")
