@@ -104,9 +104,14 @@ def simulate(scenario: Scenario, *, efficiency: Efficiency | None = None, what_i
     trace = run_graph(graph, costing.costs(graph), eff.compute_slowdown_during_comm)
     device, summary, stages = _summaries(trace)
     causal = tr.attention_flops == "causal"
+    # Selective recomputation re-runs the attention core; with FlashAttention nothing extra runs
+    # (its backward already recomputes QKᵀ, counted in the kernel's time), so HFU adds nothing.
+    recompute = tr.activation_checkpointing
+    if recompute == "selective" and tr.kernels.flash_attention:
+        recompute = "none"
     step_flops = flops.step(scenario.model, tr.micro_batch_size, tr.seq_len,
                             n_micro=scenario.grad_accum_steps * scenario.dp, causal=causal,
-                            recompute=tr.activation_checkpointing)
+                            recompute=recompute)
     mem = memory.breakdown(scenario).as_dict()
     if par.pp > 1 or par.cp > 1 or (par.sequence_parallel and par.tp > 1):
         mem = apply_to_breakdown(mem, stage_activations(scenario), scenario.memory.fragmentation)

@@ -22,9 +22,11 @@ from simulator.parallel.build import mesh_for
 from simulator.parallel.checks import check_layout
 from simulator.parallel.placement import placement_lines
 from simulator.report.chrome_trace import write_chrome_trace
+from simulator.report.step_png import write_step_png
 from simulator.report.tables import render
 from simulator.study import evaluate
 from simulator.units import fmt_bytes, fmt_seconds
+from simulator.validation.intervals import interval_for_report
 
 EXIT_OOM = 3
 
@@ -36,6 +38,7 @@ TraceOption = Annotated[Path | None, typer.Option("--trace", help="write a Chrom
 OomOption = Annotated[bool, typer.Option("--allow-oom", help="exit 0 even if the scenario does not fit in memory")]
 PlacementOption = Annotated[bool, typer.Option(
     "--show-placement", help="print which GPUs form each TP / CP / PP / DP group (stderr with --json)")]
+PngOption = Annotated[Path | None, typer.Option("--png", help="draw the step's per-stream timeline and breakdown")]
 DsOption = Annotated[Path | None, typer.Option("--deepspeed", help="DeepSpeed JSON config to apply to the scenario")]
 
 
@@ -63,16 +66,22 @@ def run_command(
     allow_oom: OomOption = False,
     deepspeed: DsOption = None,
     show_placement: PlacementOption = False,
+    png: PngOption = None,
 ) -> None:
-    """Simulate one optimizer step: step time, breakdown (exposed vs on-link comm), MFU, memory."""
-    code = _run(scenario, overrides, json_out, trace, allow_oom, deepspeed, show_placement)
+    """Simulate one optimizer step: step time, breakdown (exposed vs on-link comm), MFU, memory;
+    then the whole run (duration, goodput, cost, energy) when the scenario has a token budget."""
+    code = _run(scenario, overrides, json_out, trace, allow_oom, deepspeed, show_placement, png)
     if code:
         raise typer.Exit(code)
 
 
 @handle_errors
 def _run(path: Path, overrides, json_out: bool, trace: Path | None, allow_oom: bool, deepspeed: Path | None,
-         show_placement: bool = False) -> int:
+         show_placement: bool = False, png: Path | None = None) -> int:
+    # Output folders are checked first: bad input writes nothing and prints no half report.
+    for option, target in (("--trace", trace), ("--png", png)):
+        if target is not None and not target.parent.is_dir():
+            raise InputError(f"folder {target.parent} does not exist", option)
     scenario, warnings = load_run_scenario(path, overrides, deepspeed)
     if show_placement:
         check_layout(scenario)
@@ -83,12 +92,16 @@ def _run(path: Path, overrides, json_out: bool, trace: Path | None, allow_oom: b
         stderr.print(f"[yellow]warning:[/] {line}", highlight=False, soft_wrap=True)
     evaluation = evaluate(scenario)
     report, run = evaluation.step, evaluation.run
+    interval = interval_for_report(report, scenario.cluster.gpu_spec.arch)
     for line in report.warnings:
         stderr.print(f"[yellow]warning:[/] {line}", highlight=False, soft_wrap=True)
     if json_out:
-        print_json({**report.to_dict(), "run": run.as_dict() if run else None})
+        print_json({**report.to_dict(), "step_time_interval_s": interval.as_list(),
+                    "step_time_interval": {"coverage": interval.coverage, "group": interval.group,
+                                           "n_runs": interval.n_runs},
+                    "run": run.as_dict() if run else None})
     else:
-        render(report, stdout)
+        render(report, stdout, interval=interval)
         if run is not None:
             stdout.print(
                 f"run: {run.steps:,} steps, {fmt_seconds(run.duration_s)} of training, "
@@ -98,6 +111,8 @@ def _run(path: Path, overrides, json_out: bool, trace: Path | None, allow_oom: b
             )
     if trace is not None:
         write_chrome_trace(report.trace, trace, process_name=f"{scenario.name} rank 0")
+    if png is not None:
+        write_step_png(report, png)
     if not report.fits:
         mem = report.memory
         stderr.print(

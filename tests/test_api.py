@@ -201,3 +201,13 @@ def test_cli_pipeline_trace_has_a_track_per_stage_and_dimension_split(tmp_path):
     events = json.loads(trace.read_text())["traceEvents"]
     names = {e["args"]["name"] for e in events if e.get("name") == "process_name"}
     assert {f"{data['scenario']} rank 0 stage {s}" for s in range(4)} <= names
+
+
+def test_selective_recompute_with_flash_attention_adds_no_hardware_flops():
+    """With FlashAttention, selective recomputation re-runs nothing extra, so HFU equals MFU."""
+    from simulator.api import simulate
+    from simulator.config.loader import load_scenario
+
+    report = simulate(load_scenario("scenarios/llama-3-8b-fsdp-8xdgx-h100.yaml",
+                                    ["training.activation_checkpointing=selective"]))
+    assert report.hfu == report.mfu

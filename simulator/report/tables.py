@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from rich.console import Console
 from rich.table import Table
 
@@ -22,7 +24,9 @@ def _pct(part: float, whole: float) -> str:
     return f"{100 * part / whole:.1f}%" if whole > 0 else "-"
 
 
-def render(report: StepReport, console: Console) -> None:
+def render(report: StepReport, console: Console, interval: Any = None) -> None:
+    """The run report; ``interval`` (``simulator.validation.intervals.Interval``) adds the expected
+    error band of the step time from the validation residuals."""
     lay, bd, step = report.layout, report.breakdown, report.step_time_s
     console.print(
         f"[bold]{report.scenario}[/]: {lay['framework']} ZeRO-{lay['zero_stage']} on {report.n_gpus} x {lay['gpu']} "
@@ -30,7 +34,11 @@ def render(report: StepReport, console: Console) -> None:
         f"{lay['micro_batch_size']})"
     )
     summary = Table(show_header=False, box=None)
-    summary.add_row("step time", fmt_seconds(step))
+    step_text = fmt_seconds(step)
+    if interval is not None:
+        step_text += (f", {100 * interval.coverage:.0f}% interval {fmt_seconds(interval.low_s)}–"
+                      f"{fmt_seconds(interval.high_s)} (validation residuals: {interval.group}, {interval.n_runs} runs)")
+    summary.add_row("step time", step_text)
     summary.add_row("tokens/s", f"{report.tokens_per_s:,.0f}  ({report.tokens_per_s_per_gpu:,.0f} per GPU)")
     summary.add_row("MFU / HFU", f"{100 * report.mfu:.1f}% / {100 * report.hfu:.1f}%")
     console.print(summary)
