@@ -103,10 +103,15 @@ def _run(path: Path, overrides, json_out: bool, trace: Path | None, allow_oom: b
     else:
         render(report, stdout, interval=interval)
         if run is not None:
+            checkpoint = (f"checkpoint every {fmt_seconds(run.checkpoint_interval_s)} "
+                          f"({fmt_bytes(run.checkpoint_bytes)}, {fmt_seconds(run.checkpoint_stall_s)} stall)"
+                          if run.checkpoint_interval_s else "no checkpoints")
             stdout.print(
                 f"run: {run.steps:,} steps, {fmt_seconds(run.duration_s)} of training, "
-                f"{fmt_seconds(run.wall_clock_s)} wall clock (goodput {100 * run.goodput:.1f}%), "
-                f"{run.gpu_hours:,.0f} GPU-hours, ${run.cost_usd:,.0f}",
+                f"{fmt_seconds(run.wall_clock_s)} expected wall clock with failures (goodput {100 * run.goodput:.1f}%, "
+                f"job MTBF {fmt_seconds(run.mtbf_s)}, {checkpoint}); {run.gpu_hours:,.0f} GPU-hours at "
+                f"${run.usd_per_gpu_hour:.2f}/GPU-h = ${run.cost_usd:,.0f} (${run.usd_per_million_tokens:.3f} per "
+                f"1M tokens); {run.energy_kwh / 1000:,.1f} MWh",
                 highlight=False, soft_wrap=True,
             )
     if trace is not None:
