@@ -47,17 +47,56 @@ def _category(task: Task) -> str:
 
 
 class _Device:
-    """Shared state of one GPU: how many collectives run now, and an event fired on every change."""
+    """Shared state of one GPU: how many collectives run now, and the compute task in progress.
 
-    def __init__(self, env: simpy.Environment) -> None:
+    The compute task's finish time is rescheduled whenever a collective starts or ends (its rate
+    changes), by callbacks rather than by waking the compute process: one timeout per rate change,
+    no condition events, the same arithmetic as a process that re-plans its remaining work.
+    """
+
+    def __init__(self, env: simpy.Environment, slowdown: float) -> None:
         self.env = env
+        self.slowdown = slowdown
         self.active_comm = 0
-        self.changed = env.event()
+        # [remaining idle-GPU work (s), time it was last updated, event to fire, generation]
+        self.job: list | None = None
+
+    def _rate(self) -> float:
+        return 1.0 / (1.0 + self.slowdown) if self.active_comm else 1.0
+
+    def compute(self, work_s: float) -> simpy.Event:
+        """Start ``work_s`` of idle-GPU work; the returned event fires when it is done."""
+        done = self.env.event()
+        self.job = [work_s, self.env.now, done, 0]
+        self._schedule()
+        return done
+
+    def _schedule(self) -> None:
+        job = self.job
+        job[3] += 1
+        if job[0] <= _EPS:
+            self.job = None
+            job[2].succeed()
+            return
+        timer = self.env.timeout(job[0] / self._rate())
+        generation = job[3]
+        timer.callbacks.append(lambda _event: self._finish(job, generation))
+
+    def _finish(self, job: list, generation: int) -> None:
+        # A timer made stale by a later rate change does nothing.
+        if self.job is job and job[3] == generation:
+            self.job = None
+            job[2].succeed()
 
     def bump(self, delta: int) -> None:
+        job = self.job
+        if job is not None:
+            now = self.env.now
+            job[0] -= (now - job[1]) * self._rate()
+            job[1] = now
         self.active_comm += delta
-        old, self.changed = self.changed, self.env.event()
-        old.succeed()
+        if job is not None:
+            self._schedule()
 
 
 class Simulation:
@@ -78,7 +117,7 @@ class Simulation:
         done = [env.event() for _ in self.graph.tasks]
         spans: list[Span] = []
         for (dev, stream), tasks in self.graph.streams().items():
-            state = devices.setdefault(dev, _Device(env))
+            state = devices.setdefault(dev, _Device(env, self.slowdown))
             env.process(self._stream(env, state, stream, tasks, done, spans))
         env.run()
         missing = [t for t, ev in zip(self.graph.tasks, done, strict=True) if not ev.processed]
@@ -99,7 +138,7 @@ class Simulation:
             cost = self.costs[task.id]
             start = env.now
             if stream == COMPUTE and self.slowdown > 0 and isinstance(task, ComputeTask):
-                yield from self._slowed(env, device, cost.duration_s)
+                yield device.compute(cost.duration_s)
             elif is_comm_stream and isinstance(task, CollectiveTask):
                 device.bump(+1)
                 yield env.timeout(cost.duration_s)
@@ -109,18 +148,6 @@ class Simulation:
             spans.append(Span(task.id, task.name, stream, _category(task), task.kind, start, env.now, cost.args,
                               task.device))
             done[task.id].succeed()
-
-    def _slowed(self, env, device: _Device, work_s: float):
-        """Progress ``work_s`` of idle-GPU work at rate 1 while no collective runs, else 1/(1+s)."""
-        remaining = work_s
-        while remaining > _EPS:
-            rate = 1.0 / (1.0 + self.slowdown) if device.active_comm else 1.0
-            t0 = env.now
-            timer = env.timeout(remaining / rate)
-            fired = yield timer | device.changed
-            if timer in fired:
-                return
-            remaining -= (env.now - t0) * rate
 
 
 def simulate(graph: StepGraph, costs: Sequence[TaskCost], compute_slowdown: float = 0.0) -> Trace:
