@@ -207,10 +207,13 @@ def ring_hops(cluster: Cluster, members) -> tuple[np.ndarray, np.ndarray, np.nda
     return s, np.concatenate(dst), np.full(len(s), 1.0 / channels)
 
 
-def ring(cluster: Cluster, op: str, members, nbytes: float) -> list[Phase]:
-    """Ring (or pipelined chain for broadcast/reduce) over ``members`` in GPU index order."""
-    n = len(members)
-    n_nodes = len(by_node(cluster, members))
+def ring_volume(op: str, n: int, n_nodes: int, nbytes: float) -> tuple[float, Phase]:
+    """Bytes each ring hop carries and the (empty) phase with its step counts.
+
+    Per hop: all-reduce ``2(n−1)/n·S``, reduce-scatter and all-gather ``(n−1)/n·S``, pipelined
+    broadcast/reduce ``S`` (Thakur et al. 2005; formulas.md §3.1). Steps: ``2(n−1)`` for all-reduce,
+    ``n−1`` otherwise, of which ``2(N−1)`` resp. ``N−1`` cross the network (NCCL ``nInterSteps``).
+    """
     per_hop = {
         "all_reduce": 2 * (n - 1) / n * nbytes,
         "reduce_scatter": (n - 1) / n * nbytes,
@@ -220,7 +223,12 @@ def ring(cluster: Cluster, op: str, members, nbytes: float) -> list[Phase]:
     }[op]
     steps = {"all_reduce": 2 * (n - 1), "reduce_scatter": n - 1, "all_gather": n - 1}.get(op, n - 1)
     inter = {"all_reduce": 2 * (n_nodes - 1)}.get(op, n_nodes - 1)
-    ph = Phase(steps_intra=steps - inter, steps_inter=inter)
+    return per_hop, Phase(steps_intra=steps - inter, steps_inter=inter)
+
+
+def ring(cluster: Cluster, op: str, members, nbytes: float) -> list[Phase]:
+    """Ring (or pipelined chain for broadcast/reduce) over ``members`` in GPU index order."""
+    per_hop, ph = ring_volume(op, len(members), len(by_node(cluster, members)), nbytes)
     root = min(members)
     src, dst, share = ring_hops(cluster, members)
     keep = np.ones(len(src), dtype=bool)

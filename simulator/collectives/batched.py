@@ -16,7 +16,7 @@ import math
 
 import numpy as np
 
-from simulator.collectives.algorithms import Phase, _rotation
+from simulator.collectives.algorithms import Phase, _rotation, ring_volume
 from simulator.network.cluster import Cluster
 
 
@@ -58,17 +58,7 @@ def _hops(cluster: Cluster, a: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.n
 def ring(cluster: Cluster, op: str, a: np.ndarray, nbytes: float) -> Phase:
     """``algorithms.ring`` on every group of ``a``, merged into one phase."""
     _, n_nodes, p = a.shape
-    n = n_nodes * p
-    per_hop = {
-        "all_reduce": 2 * (n - 1) / n * nbytes,
-        "reduce_scatter": (n - 1) / n * nbytes,
-        "all_gather": (n - 1) / n * nbytes,
-        "broadcast": nbytes,
-        "reduce": nbytes,
-    }[op]
-    steps = {"all_reduce": 2 * (n - 1), "reduce_scatter": n - 1, "all_gather": n - 1}.get(op, n - 1)
-    inter = {"all_reduce": 2 * (n_nodes - 1)}.get(op, n_nodes - 1)
-    ph = Phase(steps_intra=steps - inter, steps_inter=inter)
+    per_hop, ph = ring_volume(op, n_nodes * p, n_nodes, nbytes)
     src, dst, share = _hops(cluster, a)
     root = a[:, 0, :1]  # the smallest member of each group
     keep = np.ones(src.shape, dtype=bool)
