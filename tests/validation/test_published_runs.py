@@ -1,5 +1,5 @@
-"""Accuracy against published pure data-parallel runs: each within ±25 % (the issue-7 target for
-"no run worse than"), tokens/s per GPU.
+"""Accuracy against published pure data-parallel runs: each within ±15 % of its measured tokens/s
+per GPU (the step-engine issue's tolerance); the misses are listed with the reason we believe.
 
 Data: the bundled suite ``simulator/validation/runs.yaml``. The compute efficiencies were fitted
 once per GPU architecture on its ``train`` split by benchmarks/calibrate.py, never per run. Runs the
@@ -15,7 +15,7 @@ from tests.validation.runs import pure_dp_runs
 
 pytestmark = pytest.mark.validation
 
-TOLERANCE = 0.25
+TOLERANCE = 0.15
 
 #: Runs where the simulator misses by more than the tolerance, with the reason we believe.
 KNOWN_MISSES = {
@@ -26,6 +26,9 @@ KNOWN_MISSES = {
     "simulated as a 700 W h100-sxm, so too fast",
     "torchtitan-h100-llama31-8b-8gpu-fsdp-compile": "as above",
     "torchtitan-h100-llama31-8b-8gpu-fsdp-compile-fp8": "as above",
+    "megatron-sc21-t2-zero3-175B-384gpu": "the same 2021 ZeRO-3 collapse, beginning at 48 nodes (+16%)",
+    "ibm-fsdp-a100-llama213b": "checkpoints every n-th block, which the schema cannot express; run as "
+    "selective (+16%)",
 }
 
 
