@@ -18,7 +18,7 @@ from rich.console import Console
 
 from simulator.cli_common import handle_errors, print_json, stderr, stdout
 from simulator.errors import InputError
-from simulator.validation.render import markdown, print_table, scatter_png
+from simulator.validation.render import README_END, README_START, markdown, print_table, scatter_png, splice
 from simulator.validation.suite import load_runs, select, try_run
 from simulator.validation.summary import row, summarize
 
@@ -31,28 +31,38 @@ JsonOption = Annotated[bool, typer.Option("--json", help="print machine-readable
 MaxOption = Annotated[float | None, typer.Option("--max-mape", help="exit 1 when the MAPE (percent) exceeds this")]
 PngOption = Annotated[Path | None, typer.Option("--png", help="write a predicted-vs-measured scatter plot (PNG)")]
 MdOption = Annotated[Path | None, typer.Option("--markdown", help="write the markdown report (docs/validation.md)")]
+ReadmeOption = Annotated[Path | None, typer.Option("--readme", help="replace the report between the "
+                                                     "validation markers of this file (README.md)")]
 
 
 def validate_command(only: OnlyOption = None, kind: KindOption = None, json_out: JsonOption = False,
-                     max_mape: MaxOption = None, png: PngOption = None, markdown_out: MdOption = None) -> None:
+                     max_mape: MaxOption = None, png: PngOption = None, markdown_out: MdOption = None,
+                     readme: ReadmeOption = None) -> None:
     """Simulate the published runs of the validation suite; measured vs predicted, MAPE by group."""
-    code = _validate(only, kind, json_out, max_mape, png, markdown_out)
+    code = _validate(only, kind, json_out, max_mape, png, markdown_out, readme)
     if code:
         raise typer.Exit(code)
 
 
-def _command_line(only: str | None, kind: str | None, png: Path | None, md: Path | None) -> str:
+def _command_line(only: str | None, kind: str | None, png: Path | None, md: Path | None,
+                  readme: Path | None = None) -> str:
     parts = ["dtsim validate"]
     parts += [f"--only '{only}'"] if only else []
     parts += [f"--kind {kind}"] if kind else []
     parts += [f"--png {png}"] if png else []
     parts += [f"--markdown {md}"] if md else []
+    parts += [f"--readme {readme}"] if readme else []
     return " ".join(parts)
 
 
 @handle_errors
 def _validate(only: str | None, kind: str | None, json_out: bool, max_mape: float | None, png: Path | None,
-              md: Path | None) -> int:
+              md: Path | None, readme: Path | None = None) -> int:
+    if readme is not None:
+        if not readme.is_file():
+            raise InputError(f"file not found: {readme}", "--readme")
+        if README_START not in readme.read_text():
+            raise InputError(f"{readme} has no {README_START} ... {README_END} markers", "--readme")
     if kind not in (None, "pure_dp", "tp_pp"):
         raise InputError(f"--kind must be pure_dp or tp_pp, got {kind!r}")
     runs = [r for r in select(load_runs(), only) if kind is None or r.parallelism == kind]
@@ -67,8 +77,13 @@ def _validate(only: str | None, kind: str | None, json_out: bool, max_mape: floa
         print_table(rows, summary, stdout if stdout.is_terminal else Console(width=170))
     if png is not None:
         scatter_png(rows, png)
+    command = _command_line(only, kind, png, md, readme)
     if md is not None:
-        md.write_text(markdown(rows, summary, _command_line(only, kind, png, md)))
+        md.write_text(markdown(rows, summary, command))
+    if readme is not None:
+        # The README sits at the root; the scatter plot is written beside the markdown report.
+        image = (png.as_posix() if png else "docs/validation.png")
+        readme.write_text(splice(readme.read_text(), markdown(rows, summary, command, image=image, level=2)))
     if max_mape is not None and summary["mape"] is not None and 100 * summary["mape"] > max_mape:
         stderr.print(f"[bold red]MAPE {100 * summary['mape']:.1f}% exceeds --max-mape {max_mape:g}%[/]",
                      highlight=False)

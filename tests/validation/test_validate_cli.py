@@ -83,3 +83,22 @@ def test_unexpressible_runs_are_listed_as_skipped():
     out = json.loads(result.stdout)
     assert out["summary"]["simulated"] == 0 and out["summary"]["skipped"] == 2
     assert all(s["reason"].startswith("not expressible") for s in out["summary"]["skipped_runs"])
+
+
+def test_readme_section_is_regenerated_between_markers(tmp_path):
+    """The README's validation report is written by the command, between its markers."""
+    from typer.testing import CliRunner
+
+    from simulator.cli import app
+
+    readme = tmp_path / "README.md"
+    readme.write_text("intro\n<!-- validation:start -->\nstale\n<!-- validation:end -->\ntail\n")
+    result = CliRunner().invoke(app, ["validate", "--only", "megatron-sc21-t1-1.7B", "--readme", str(readme)])
+    assert result.exit_code == 0, result.output
+    text = readme.read_text()
+    assert "stale" not in text and text.startswith("intro\n") and text.endswith("tail\n")
+    assert "megatron-sc21-t1-1.7B" in text and "## dtsim validation report" in text
+    no_markers = tmp_path / "other.md"
+    no_markers.write_text("nothing\n")
+    bad = CliRunner().invoke(app, ["validate", "--only", "megatron-sc21-t1-1.7B", "--readme", str(no_markers)])
+    assert bad.exit_code == 2 and "markers" in bad.output and no_markers.read_text() == "nothing\n"
