@@ -150,14 +150,19 @@ def fabric_layout(topo: TopologyConfig, nodes: int) -> FabricLayout:
     return FabricLayout(per_block, blocks, rails, spines)
 
 
-def build_graph(topo: TopologyConfig, nodes: int) -> tuple[nx.DiGraph, NodeTemplate, FabricLayout]:
-    """The cluster graph (see module docstring), its node template and its fabric layout."""
+def check_nodes(topo: TopologyConfig, nodes: int) -> None:
+    """At least one node, and NICs whenever there is more than one (else nodes cannot talk)."""
     if nodes < 1:
         raise InputError(f"need at least one node, got {nodes}", field="nodes")
     if nodes > 1 and topo.nics.per_node == 0:
         raise InputError(
             f"{nodes} nodes but no NICs: GPUs on different nodes are unreachable", field="nics.per_node"
         )
+
+
+def build_graph(topo: TopologyConfig, nodes: int) -> tuple[nx.DiGraph, NodeTemplate, FabricLayout]:
+    """The cluster graph (see module docstring), its node template and its fabric layout."""
+    check_nodes(topo, nodes)
     template = node_template(topo)
     layout = fabric_layout(topo, nodes)
     g = nx.DiGraph()

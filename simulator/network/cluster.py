@@ -24,6 +24,7 @@ from simulator.network.builder import (
     FabricLayout,
     NodeTemplate,
     build_graph,
+    check_nodes,
     fabric_layout,
     gpu_switch,
     nic_rail_of_gpu,
@@ -267,12 +268,7 @@ def build_cluster(topology: TopologyConfig, nodes: int, gpu: GPUSpec | None = No
             gpu = get_gpu(topology.gpu)
         except KeyError as exc:
             raise InputError(str(exc.args[0]), field="gpu") from None
-    if nodes < 1:
-        raise InputError(f"need at least one node, got {nodes}", field="nodes")
-    if nodes > 1 and topology.nics.per_node == 0:
-        raise InputError(
-            f"{nodes} nodes but no NICs: GPUs on different nodes are unreachable", field="nics.per_node"
-        )
+    check_nodes(topology, nodes)
     template = node_template(topology)
     layout = fabric_layout(topology, nodes)
     table = edge_table(topology, nodes, template, layout)
