@@ -63,6 +63,9 @@ class HostConfig(Frozen):
     gpu_link_GBps: PositiveFloat = Field(description="GPU <-> PCIe switch, per direction")
     uplink_GBps: PositiveFloat = Field(description="PCIe switch <-> CPU root port, per direction")
     socket_link_GBps: PositiveFloat = Field(40.0, description="CPU socket <-> socket, per direction")
+    #: CPU vendor: NCCL's tuner uses it for the multi-node LL cap and the network post overhead
+    #: (tuning.cc: 1 µs Intel/other, 2 µs AMD per step).
+    cpu_vendor: Literal["intel", "amd", "arm", "other"] = "intel"
     latency_us: NonNegativeFloat = 1.0
 
 
