@@ -72,9 +72,9 @@ def test_memory_links_and_power():
     assert g("mi355x").nvlink_GBps_per_direction == pytest.approx(153.6 / 2 * 7)
     assert g("mi355x").tdp_W == 1400 and g("mi325x").tdp_W == 1000  # [G11][S20]
     assert g("mi325x").hbm_GB == 256 and g("mi325x").hbm_bandwidth_GBps == 6000  # [S20]
-    # torchtitan's custom H100: HBM2e, lower TDP [G8]; bandwidth 2.0 TB/s / 5 stacks x 6 (D).
+    # torchtitan's Grand Teton H100: "96GB HBM2e with 2.4 TB/sec", "default 500W power limit" [G8].
     h = g("h100-sxm-96gb-hbm2e")
-    assert h.hbm_GB == 96 and h.tdp_W == 500 and h.hbm_bandwidth_GBps == pytest.approx(2000 / 5 * 6)
+    assert h.hbm_GB == 96 and h.tdp_W == 500 and h.hbm_bandwidth_GBps == 2400
     assert h.confidence == "U"
 
 
