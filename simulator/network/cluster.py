@@ -224,6 +224,7 @@ class Cluster:
 
         Counted from the template and the fabric sizes (no graph needed)."""
         t = self.edges
+        kinds = {name: kind for name, kind, _ in self.template.nodes}
         node_types: Counter = Counter()
         for _, kind, _ in self.template.nodes:
             node_types[kind] += self.nodes
@@ -232,11 +233,12 @@ class Cluster:
             if t.spines:
                 node_types["spine"] += t.spines
         links: Counter = Counter()
-        for *_, link in self.template.edges:
-            links[link] += self.nodes
+        for u, v, _, _, link in self.template.edges:
+            # NVLink-C2C (GPU <-> Grace) is reported on its own, though it is an NVLink-class edge.
+            c2c = {kinds[u], kinds[v]} == {"gpu", "cpu"}
+            links["c2c" if c2c else link] += self.nodes
         if t.n_edges > t.first_nic:
             links["net"] += t.n_edges - t.first_nic
-        kinds = {name: kind for name, kind, _ in self.template.nodes}
         scale_up = sum(bw for u, v, bw, _, _ in self.template.edges if u == "gpu0" and kinds[v] in ("gpu", "nvswitch"))
         topo = self.topology
         fab = topo.fabric

@@ -28,6 +28,8 @@ def test_nvl72_is_one_nvlink_domain_per_rack(topo):
     assert s["nvlink_domain_gpus"] == 72 and s["nvlink_domains"] == 2
     # 18 NVLink5 switch chips per rack (9 trays x 2 ASICs [S26]); each GPU one 50 GB/s/dir link to each.
     assert s["node_counts"]["nvswitch"] == 2 * 18
+    # links: 72 x 18 GPU-switch NVLink bundles and 72 GPU-Grace NVLink-C2C links per rack.
+    assert s["link_counts"]["nvlink"] == 2 * 72 * 18 and s["link_counts"]["c2c"] == 2 * 72
     assert s["scale_up_GBps_per_gpu"] == pytest.approx(18 * 50)
     # Non-blocking NVLink domain: bisection = 36 GPUs x 900 GB/s per direction = 32.4 TB/s.
     assert s["nvlink_bisection_GBps"] == pytest.approx(36 * 900)
