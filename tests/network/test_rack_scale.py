@@ -125,3 +125,11 @@ def test_cli_topology_show_and_collective_on_nvl72():
     assert stats["nvlink_domain_gpus"] == 72 and stats["nvlink_bisection_GBps"] == pytest.approx(36 * 900)
     out = runner.invoke(app, ["collective", "--topology", "gb200-nvl72", "--gpus", "102", "--bytes", "1M"])
     assert out.exit_code == 2 and "error:" in out.output and "--gpus" in out.output
+
+
+def test_any_two_gpus_of_a_rack_talk_at_full_nvlink5(topo):
+    c = build_cluster(topo("gb200-nvl72"), 2)
+    # GPUs 0 and 71 sit on different compute trays of rack 0: spread over the 18 switch chips, one
+    # 50 GB/s link each = 900 GB/s per direction. GPU 72 is on rack 1: one 400 Gb/s NIC = 50 GB/s.
+    assert c.path_bandwidth_Bps(0, 71) == pytest.approx(18 * 50e9)
+    assert c.path_bandwidth_Bps(0, 72) == pytest.approx(400e9 / 8)
