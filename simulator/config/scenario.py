@@ -29,7 +29,8 @@ class ClusterConfig(Frozen):
     nodes: PositiveInt = 1
     #: Override the topology's GPU (e.g. a100-40gb in a dgx-a100 chassis).
     gpu: GPUSpec | None = None
-    #: Use only this many GPUs (default: all GPUs of all nodes); must fill whole nodes unless < 1 node.
+    #: Use only this many GPUs (default: all GPUs of all nodes); must fill whole nodes unless < 1 node,
+    #: or, for racks of several hosts (NVL72), whole hosts: the last rack may be partial.
     gpus: PositiveInt | None = None
     network_fidelity: Literal["analytical", "flow"] = "analytical"
     collective_algorithm: Literal["auto", "ring", "tree", "hierarchical", "nvls"] = "auto"
@@ -53,7 +54,12 @@ class ClusterConfig(Frozen):
                 raise ValueError(
                     f"cluster.gpus ({self.gpus}) exceeds nodes x gpus_per_node ({self.nodes} x {per_node} = {total})"
                 )
-            if self.gpus > per_node and self.gpus % per_node:
+            host = self.topology.gpus_per_host
+            if host is not None and self.gpus % host:
+                # Multi-host nodes (NVL72 racks): a partial rack holds whole compute trays.
+                raise ValueError(f"cluster.gpus ({self.gpus}) must be a multiple of the {host} GPUs of one host "
+                                 f"(compute tray) of {self.topology.name}")
+            if host is None and self.gpus > per_node and self.gpus % per_node:
                 raise ValueError(
                     f"cluster.gpus ({self.gpus}) must be a multiple of the node size ({per_node}) when it spans nodes"
                 )
