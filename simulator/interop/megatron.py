@@ -219,11 +219,8 @@ def _model(flags: dict, integer, out: Imported) -> None:
     max_pos = integer("max-position-embeddings")
     if max_pos is not None:
         out.set("model.max_position_embeddings", max_pos)
-    elif pos == "learned_absolute":
-        seq = integer("seq-length")
-        if seq is None:
-            raise InputError("--max-position-embeddings is required with learned position embeddings", FIELD)
-        out.set("model.max_position_embeddings", seq)
+    elif pos == "learned_absolute" and integer("seq-length") is not None:
+        out.set("model.max_position_embeddings", integer("seq-length"))  # validate_args' default
     out.set("model.tied_embeddings", not flags.get("untie-embeddings-and-output-weights"))
     drops = {as_float(_value(flags, n) or 0.1, f"--{n}") for n in ("attention-dropout", "hidden-dropout")}
     if len(drops) > 1:

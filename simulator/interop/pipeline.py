@@ -116,6 +116,7 @@ def import_scenario(fmt: str, source: str | Path | None = None, *, text: str | N
     raw["name"] = name or raw.get("name") or (Path(source).stem if source is not None else f"{fmt}-import")
     if not raw.get("cluster"):
         raw.pop("cluster")
+    raw = apply_overrides(raw, overrides or [])
     _require_cluster(raw, fmt)
     if "model" not in raw:
         raise InputError(f"{label} does not give the model shape; give --model NAME (dtsim catalog models) or "
@@ -123,7 +124,6 @@ def import_scenario(fmt: str, source: str | Path | None = None, *, text: str | N
     if isinstance(raw["model"], dict) and "hf_config" not in raw["model"] and "vocab_size" not in raw["model"]:
         raise InputError(f"{label} does not give the vocabulary size (it comes from the tokenizer); give "
                          "--set model.vocab_size=N", "model.vocab_size")
-    raw = apply_overrides(raw, overrides or [])
     _fill_from_world(raw, base_dir, imported, label)
     try:
         scenario = Scenario.model_validate(prepare_raw(raw, base_dir))
