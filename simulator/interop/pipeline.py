@@ -190,3 +190,21 @@ def write_exports(scenario: Scenario, folder: Path, raw: dict | None = None) -> 
         tmp.replace(path)
         out.append(path)
     return out
+
+
+def export_point(base_raw: dict, base_dir: Path, point: dict[str, Any], folder: Path,
+                 overrides: list[str] | None = None) -> list[Path]:
+    """``dtsim sweep --export-best``: the sweep point ``point`` (dotted path → value) of ``base_raw``
+    (with ``overrides``, the sweep's ``--set``) as a scenario file and every framework config, in
+    ``folder``. The scenario file keeps catalog and topology names where the overrides allow."""
+    from simulator.config.loader import scenario_from_dict
+    from simulator.sweep.grid import assignments
+
+    sets = [*(overrides or []), *assignments(point)]
+    scenario = scenario_from_dict(base_raw, base_dir, sets)
+    try:
+        raw = apply_overrides(base_raw, sets)
+    except InputError:  # a nested override of a catalog name: write the resolved form
+        raw = prepare_raw(base_raw, base_dir, sets)
+    raw.pop("sweep", None)
+    return write_exports(scenario, folder, raw)
