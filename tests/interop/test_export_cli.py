@@ -20,8 +20,8 @@ def test_export_to_file_and_bad_target(tmp_path):
     r = runner.invoke(app, ["export", str(ZERO3), "--to", "deepspeed", "--out", str(out)])
     assert r.exit_code == 0, r.output
     config = json.loads(out.read_text())
-    # the scenario's 1,024 sequences, micro-batch 2 on 8 GPUs: 1024 / (2 x 8) = 64 accumulation steps.
-    assert (config["train_batch_size"], config["gradient_accumulation_steps"]) == (1024, 64)
+    # the scenario file: 512 sequences, micro-batch 2 on 8 GPUs: 512 / (2 x 8) = 32 accumulation steps.
+    assert (config["train_batch_size"], config["gradient_accumulation_steps"]) == (512, 32)
     assert config["zero_optimization"]["stage"] == 3
     r = runner.invoke(app, ["export", str(ZERO3), "--to", "jax", "--out", str(tmp_path / "x")])
     assert r.exit_code == 2 and "--to" in r.output and not (tmp_path / "x").exists()
