@@ -40,6 +40,14 @@ PlacementOption = Annotated[bool, typer.Option(
     "--show-placement", help="print which GPUs form each TP / CP / PP / DP group (stderr with --json)")]
 PngOption = Annotated[Path | None, typer.Option("--png", help="draw the step's per-stream timeline and breakdown")]
 DsOption = Annotated[Path | None, typer.Option("--deepspeed", help="DeepSpeed JSON config to apply to the scenario")]
+EffOption = Annotated[Path | None, typer.Option(
+    "--efficiency", help="efficiency profile from dtsim calibrate (your cluster's fitted efficiencies and intervals)")]
+
+
+def _load_profile(path: Path):
+    from simulator.user_calibration import load_profile
+
+    return load_profile(path)
 
 
 def load_run_scenario(path: Path, overrides: list[str] | None, deepspeed: Path | None) -> tuple[Scenario, list[str]]:
@@ -67,17 +75,18 @@ def run_command(
     deepspeed: DsOption = None,
     show_placement: PlacementOption = False,
     png: PngOption = None,
+    efficiency: EffOption = None,
 ) -> None:
     """Simulate one optimizer step: step time, breakdown (exposed vs on-link comm), MFU, memory;
     then the whole run (duration, goodput, cost, energy) when the scenario has a token budget."""
-    code = _run(scenario, overrides, json_out, trace, allow_oom, deepspeed, show_placement, png)
+    code = _run(scenario, overrides, json_out, trace, allow_oom, deepspeed, show_placement, png, efficiency)
     if code:
         raise typer.Exit(code)
 
 
 @handle_errors
 def _run(path: Path, overrides, json_out: bool, trace: Path | None, allow_oom: bool, deepspeed: Path | None,
-         show_placement: bool = False, png: Path | None = None) -> int:
+         show_placement: bool = False, png: Path | None = None, efficiency: Path | None = None) -> int:
     # Output folders are checked first: bad input writes nothing and prints no half report.
     for option, target in (("--trace", trace), ("--png", png)):
         if target is not None and not target.parent.is_dir():
@@ -88,11 +97,22 @@ def _run(path: Path, overrides, json_out: bool, trace: Path | None, allow_oom: b
         out = stderr if json_out else stdout
         for line in placement_lines(mesh_for(scenario, scenario.cluster.topology.gpus_per_node)):
             out.print(line, highlight=False, soft_wrap=True, markup=False)
+    profile = _load_profile(efficiency) if efficiency is not None else None
+    eff = profile.efficiency(scenario) if profile is not None else None
+    if profile is not None and eff is None:
+        warnings.append(f"{efficiency} has no fitted values for {scenario.cluster.gpu_spec.arch}; "
+                        "the bundled efficiencies are used")
     for line in warnings:
         stderr.print(f"[yellow]warning:[/] {line}", highlight=False, soft_wrap=True)
-    evaluation = evaluate(scenario)
+    evaluation = evaluate(scenario, efficiency=eff)
     report, run = evaluation.step, evaluation.run
-    interval = interval_for_report(report, scenario.cluster.gpu_spec.arch)
+    if eff is not None and profile.intervals:
+        from simulator.validation.intervals import step_time_interval
+
+        interval = step_time_interval(report.step_time_s, scenario.cluster.gpu_spec.arch,
+                                      report.layout["framework"], data=profile.intervals)
+    else:
+        interval = interval_for_report(report, scenario.cluster.gpu_spec.arch)
     for line in report.warnings:
         stderr.print(f"[yellow]warning:[/] {line}", highlight=False, soft_wrap=True)
     if json_out:
