@@ -21,12 +21,11 @@ from simulator.errors import InputError
 from simulator.parallel.build import mesh_for
 from simulator.parallel.checks import check_layout
 from simulator.parallel.placement import placement_lines
+from simulator.python_api import run_scenario
 from simulator.report.chrome_trace import write_chrome_trace
 from simulator.report.step_png import write_step_png
 from simulator.report.tables import render
-from simulator.study import evaluate
 from simulator.units import fmt_bytes, fmt_seconds
-from simulator.validation.intervals import interval_for_report
 
 EXIT_OOM = 3
 
@@ -98,28 +97,14 @@ def _run(path: Path, overrides, json_out: bool, trace: Path | None, allow_oom: b
         for line in placement_lines(mesh_for(scenario, scenario.cluster.topology.gpus_per_node)):
             out.print(line, highlight=False, soft_wrap=True, markup=False)
     profile = _load_profile(efficiency) if efficiency is not None else None
-    eff = profile.efficiency(scenario) if profile is not None else None
-    if profile is not None and eff is None:
-        warnings.append(f"{efficiency} has no fitted values for {scenario.cluster.gpu_spec.arch}; "
-                        "the bundled efficiencies are used")
-    for line in warnings:
+    result, profile_warnings = run_scenario(scenario, profile)
+    for line in [*warnings, *profile_warnings]:
         stderr.print(f"[yellow]warning:[/] {line}", highlight=False, soft_wrap=True)
-    evaluation = evaluate(scenario, efficiency=eff)
-    report, run = evaluation.step, evaluation.run
-    if eff is not None and profile.intervals:
-        from simulator.validation.intervals import step_time_interval
-
-        interval = step_time_interval(report.step_time_s, scenario.cluster.gpu_spec.arch,
-                                      report.layout["framework"], data=profile.intervals)
-    else:
-        interval = interval_for_report(report, scenario.cluster.gpu_spec.arch)
+    report, run, interval = result.step, result.run, result.interval
     for line in report.warnings:
         stderr.print(f"[yellow]warning:[/] {line}", highlight=False, soft_wrap=True)
     if json_out:
-        print_json({**report.to_dict(), "step_time_interval_s": interval.as_list(),
-                    "step_time_interval": {"coverage": interval.coverage, "group": interval.group,
-                                           "n_runs": interval.n_runs},
-                    "run": run.as_dict() if run else None})
+        print_json(result.to_dict())
     else:
         render(report, stdout, interval=interval)
         if run is not None:
