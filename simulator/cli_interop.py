@@ -103,6 +103,26 @@ def import_deepspeed(
     _import("deepspeed", config, None, out, base, model, topology, nodes, gpu, name, overrides)
 
 
+@import_app.command("accelerate")
+def import_accelerate(
+    config: Annotated[Path, typer.Argument(help="Accelerate config YAML (accelerate launch --config_file)")],
+    out: OutOption = None, base: BaseOption = None, model: ModelOption = None, topology: TopologyOption = None,
+    nodes: NodesOption = None, gpu: GpuOption = None, name: NameOption = None, overrides: SetOption = None,
+) -> None:
+    """Accelerate config YAML (FSDP / DeepSpeed / multi-GPU settings, processes) → scenario."""
+    _import("accelerate", config, None, out, base, model, topology, nodes, gpu, name, overrides)
+
+
+@import_app.command("fsdp")
+def import_fsdp(
+    block: Annotated[Path, typer.Argument(help="Python file with the FSDP keyword block (read, never run)")],
+    out: OutOption = None, base: BaseOption = None, model: ModelOption = None, topology: TopologyOption = None,
+    nodes: NodesOption = None, gpu: GpuOption = None, name: NameOption = None, overrides: SetOption = None,
+) -> None:
+    """FullyShardedDataParallel keyword block → scenario (the training settings come from --base/--set)."""
+    _import("fsdp", block, None, out, base, model, topology, nodes, gpu, name, overrides)
+
+
 def _fail_one(message: str, field: str) -> typer.Exit:
     from simulator.cli_common import fail
 

@@ -25,6 +25,9 @@ class Imported:
     #: Sequences per data-parallel rank per step when the config gives no global batch
     #: (global = this × dp, known once the cluster is).
     batch_per_dp_rank: int | None = None
+    #: Gradient-accumulation steps when the config gives them but no global batch
+    #: (global = micro-batch × this × dp).
+    accumulation: int | None = None
 
     def set(self, dotted: str, value: Any) -> None:
         """Set ``a.b.c`` in the fragment (creating the sections)."""

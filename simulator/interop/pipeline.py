@@ -35,6 +35,12 @@ def _text_importer(fmt: str) -> Callable[[str], Imported]:
     if fmt == "nemo":
         from simulator.interop.nemo import import_recipe
         return import_recipe
+    if fmt == "accelerate":
+        from simulator.interop.accelerate import import_yaml
+        return import_yaml
+    if fmt == "fsdp":
+        from simulator.interop.fsdp_import import import_block
+        return import_block
     raise InputError(f"unknown import format {fmt!r}; one of {', '.join(IMPORT_FORMATS)}")
 
 
@@ -149,7 +155,7 @@ def _deepspeed(resolved: dict, path: Path) -> Imported:
 def _fill_from_world(raw: dict, base_dir: Path, imported: Imported, label: str) -> None:
     """Nodes from the GPU count the config implies (or check them), and the global batch from the
     per-rank batch when the config leaves it to the data-parallel degree."""
-    if imported.world_size is None and imported.batch_per_dp_rank is None:
+    if imported.world_size is None and imported.batch_per_dp_rank is None and imported.accumulation is None:
         return
     topo = prepare_raw({"cluster": raw["cluster"]}, base_dir)["cluster"]["topology"]
     per_node = int(topo["gpus_per_node"])
@@ -169,6 +175,14 @@ def _fill_from_world(raw: dict, base_dir: Path, imported: Imported, label: str) 
         par = raw.get("parallel", {})
         dp = n // (par.get("tp", 1) * par.get("pp", 1) * par.get("cp", 1))
         raw.setdefault("training", {})["global_batch_size"] = imported.batch_per_dp_rank * dp
+    if imported.accumulation is not None:
+        n = cluster.get("gpus") or cluster.get("nodes", 1) * per_node
+        par, tr = raw.get("parallel", {}), raw.setdefault("training", {})
+        dp = n // (par.get("tp", 1) * par.get("pp", 1))
+        if "micro_batch_size" not in tr:
+            raise InputError(f"{label} gives gradient_accumulation_steps but not the micro-batch; give --set "
+                             "training.micro_batch_size=N or --base", "training.micro_batch_size")
+        tr["global_batch_size"] = int(tr["micro_batch_size"]) * imported.accumulation * dp
 
 
 def export_scenario(scenario: Scenario, fmt: str) -> Exported:

@@ -280,3 +280,46 @@ def test_deepspeed_import_on_model_and_topology(tmp_path):
         ("deepspeed", 2, 2e8, True, "cpu")
     assert (s.training.global_batch_size, s.training.micro_batch_size, s.grad_accum_steps) == (512, 4, 16)
     assert "gradient_clipping" in text and "deepspeed_config" not in text
+
+
+# Accelerate config as `accelerate config` writes it for FSDP (integer strategy 1 = FULL_SHARD and the
+# older fsdp_backward_prefetch_policy key both appear in published configs).
+ACCELERATE = textwrap.dedent("""\
+    compute_environment: LOCAL_MACHINE
+    debug: false
+    distributed_type: FSDP
+    downcast_bf16: 'no'
+    fsdp_config:
+      fsdp_auto_wrap_policy: TRANSFORMER_BASED_WRAP
+      fsdp_backward_prefetch_policy: BACKWARD_PRE
+      fsdp_cpu_ram_efficient_loading: true
+      fsdp_forward_prefetch: false
+      fsdp_offload_params: false
+      fsdp_sharding_strategy: 1
+      fsdp_state_dict_type: SHARDED_STATE_DICT
+      fsdp_sync_module_states: true
+      fsdp_use_orig_params: true
+    machine_rank: 0
+    main_training_function: main
+    mixed_precision: bf16
+    num_machines: 2
+    num_processes: 16
+    rdzv_backend: static
+    same_network: true
+    use_cpu: false
+""")
+
+
+def test_accelerate_import_hand_checked():
+    s, _, imported = import_scenario("accelerate", text=ACCELERATE, model="llama-3-8b", topology="dgx-h100",
+                                     overrides=["training.seq_len=4096", "training.micro_batch_size=2",
+                                                "training.global_batch_size=64"])
+    p = s.parallel
+    assert (p.framework, p.sharding_strategy, p.backward_prefetch, p.forward_prefetch) == \
+        ("fsdp", "full_shard", "backward_pre", False)
+    assert (s.n_gpus, s.cluster.nodes, s.training.precision) == (16, 2, "bf16")
+    assert {"fsdp_config.fsdp_auto_wrap_policy", "rdzv_backend"} <= {k for k, _ in imported.ignored}
+    with pytest.raises(InputError, match="CPU offload"):
+        import_scenario("accelerate", text=ACCELERATE.replace("fsdp_offload_params: false",
+                                                              "fsdp_offload_params: true"),
+                        model="llama-3-8b", topology="dgx-h100")

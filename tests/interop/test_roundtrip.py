@@ -151,3 +151,42 @@ def test_fsdp_and_accelerate_exports_name_the_settings(fmt):
         assert data["distributed_type"] == "FSDP" and data["num_processes"] == 128 and data["num_machines"] == 16
         assert data["fsdp_config"]["fsdp_sharding_strategy"] == "FULL_SHARD"
         assert data["fsdp_config"]["fsdp_activation_checkpointing"] is True
+
+
+@pytest.mark.parametrize("path", BUNDLED, ids=IDS)
+def test_accelerate_round_trip(path, tmp_path):
+    s = load_scenario(path)
+    raw = load_raw(path)
+    base = {"model": raw["model"], "cluster": raw["cluster"],
+            "training": {"seq_len": s.training.seq_len, "micro_batch_size": s.training.micro_batch_size,
+                         "global_batch_size": s.training.global_batch_size}}
+    f = tmp_path / "accelerate.yaml"
+    f.write_text(export_scenario(s, "accelerate").text)
+    back, _, _ = import_scenario("accelerate", f, base_raw=base, base_dir=path.parent)
+    _same(s, back, ["parallel.framework", "n_gpus", "training.global_batch_size"])
+    if s.training.precision in ("bf16", "fp16", "fp8", "fp32"):
+        assert back.training.precision == s.training.precision
+    if s.parallel.framework == "fsdp":
+        _same(s, back, ["parallel.sharding_strategy", "parallel.backward_prefetch", "parallel.forward_prefetch"])
+        assert (back.training.activation_checkpointing == "none") == (s.training.activation_checkpointing == "none")
+    if s.parallel.framework == "deepspeed":
+        _same(s, back, ["parallel.zero_stage", "parallel.offload_optimizer", "parallel.offload_param",
+                        "grad_accum_steps"])
+
+
+@pytest.mark.parametrize("path", BUNDLED, ids=IDS)
+def test_fsdp_block_round_trip(path):
+    s = load_scenario(path)
+    raw = load_raw(path)
+    base = {"model": raw["model"], "cluster": raw["cluster"], "training": raw["training"]}
+    back, _, _ = import_scenario("fsdp", text=export_scenario(s, "fsdp").text, base_raw=base, base_dir=path.parent)
+    assert back.parallel.framework == "fsdp"
+    if s.parallel.framework == "fsdp":
+        _same(s, back, ["parallel.sharding_strategy", "parallel.backward_prefetch", "parallel.forward_prefetch",
+                        "parallel.limit_all_gathers"])
+        param = s.parallel.param_dtype or s.training.precision
+        assert back.parallel.param_dtype == param
+        assert back.parallel.reduce_dtype == (s.parallel.reduce_dtype or param)
+    else:
+        # ZeRO-3 -> FULL_SHARD, ZeRO-1/2 -> SHARD_GRAD_OP (FSDP has no optimizer-only sharding), 0 -> NO_SHARD
+        assert back.parallel.effective_zero_stage == {3: 3, 2: 2, 1: 2, 0: 0}[s.parallel.effective_zero_stage]
