@@ -19,6 +19,7 @@ from pathlib import Path
 
 from simulator.config.deepspeed_import import apply_deepspeed_config
 from simulator.config.scenario import Scenario
+from simulator.errors import InputError
 from simulator.interop.common import Exported, Imported
 
 
@@ -27,8 +28,16 @@ def import_config(raw_scenario: dict, path: str | Path) -> Imported:
     raw, warnings = apply_deepspeed_config(raw_scenario, path)
     raw.get("parallel", {}).pop("deepspeed_config", None)  # the scenario written stands alone
     out = Imported(raw=raw)
+    reasons = {"keys not modelled by dtsim (ignored): ": "not modelled by dtsim (no effect on the simulated step)",
+               "'auto' values kept at scenario values: ": "'auto': the scenario's value is kept"}
     for line in warnings:
-        out.ignore(line.split(": ", 1)[-1], "DeepSpeed key not modelled or 'auto'")
+        message = line.split(": ", 1)[-1]
+        if "(did you mean" in message:  # a misspelt key would silently fall back to a default
+            raise InputError(message, "deepspeed")
+        for prefix, reason in reasons.items():
+            if message.startswith(prefix):
+                for key in message.removeprefix(prefix).split(", "):
+                    out.ignore(key, reason)
     return out
 
 

@@ -323,3 +323,18 @@ def test_accelerate_import_hand_checked():
         import_scenario("accelerate", text=ACCELERATE.replace("fsdp_offload_params: false",
                                                               "fsdp_offload_params: true"),
                         model="llama-3-8b", topology="dgx-h100")
+
+
+def test_deepspeed_import_names_ignored_keys_and_refuses_typos(tmp_path):
+    ds = tmp_path / "ds.json"
+    ds.write_text(json.dumps({"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": "auto",
+                              "steps_per_print": 10, "zero_optimization": {"stage": 1}}))
+    _, text, imported = import_scenario("deepspeed", ds, model="olmo-2-7b", topology="dgx-a100",
+                                        overrides=["training.seq_len=4096", "training.global_batch_size=64"])
+    assert ("steps_per_print", "not modelled by dtsim (no effect on the simulated step)") in imported.ignored
+    assert ("gradient_accumulation_steps", "'auto': the scenario's value is kept") in imported.ignored
+    ds.write_text(json.dumps({"zero_optimization": {"stage": 2, "reduce_bucket_sise": 2e8}}))
+    with pytest.raises(InputError, match="did you mean 'zero_optimization.reduce_bucket_size'"):
+        import_scenario("deepspeed", ds, model="olmo-2-7b", topology="dgx-a100",
+                        overrides=["training.seq_len=4096", "training.global_batch_size=64",
+                                   "training.micro_batch_size=1"])
