@@ -157,6 +157,8 @@ class ArchResult:
     cv_mape: float | None
     cv_residuals: dict[str, float] = field(default_factory=dict)
     evaluations: int = 0
+    #: Signed error (predicted / measured − 1) of every row under the stored parameters.
+    row_errors: dict[str, float] = field(default_factory=dict)
 
 
 def calibrate(cases: list[Case]) -> dict[str, ArchResult]:
@@ -171,8 +173,10 @@ def calibrate(cases: list[Case]) -> dict[str, ArchResult]:
         params, evals = fit_params(train)
         fit_err = errors(train, params)
         residuals: dict[str, float] = {}
+        row_errors = dict(zip([c.id for c in train], fit_err, strict=True))
         if test:
             held = errors(test, params)
+            row_errors.update(zip([c.id for c in test], held, strict=True))
             back, evals_b = fit_params(test)
             second = errors(train, back)
             evals += evals_b
@@ -180,7 +184,7 @@ def calibrate(cases: list[Case]) -> dict[str, ArchResult]:
                 residuals[case.id] = round(math.log1p(err), 6)
         cv = sum(abs(math.expm1(r)) for r in residuals.values()) / len(residuals) if residuals else None
         out[arch] = ArchResult(params, [c.id for c in train], [c.id for c in test],
-                               sum(abs(e) for e in fit_err) / len(fit_err), cv, residuals, evals)
+                               sum(abs(e) for e in fit_err) / len(fit_err), cv, residuals, evals, row_errors)
     return out
 
 
@@ -202,7 +206,12 @@ def profile_dict(results: dict[str, ArchResult], cases: list[Case], source: str)
         "procedure": "simulator.validation.calibration.fit (bounded steepest descent, capped |error| objective) "
                      "per architecture on the train rows; 2-fold cross-validation",
         **{arch: {"fitted_on": res.train, "held_out": res.test, "fit_mape": round(res.fit_mape, 4),
-                  "cv_mape": None if res.cv_mape is None else round(res.cv_mape, 4), "simulations": res.evaluations}
+                  "cv_mape": None if res.cv_mape is None else round(res.cv_mape, 4), "simulations": res.evaluations,
+                  "rows": {c.id: {"measured_tokens_per_s_per_gpu": round(c.measured_tokens_per_s_per_gpu, 3),
+                                  "error": round(res.row_errors[c.id], 4),
+                                  "cv_error": (round(math.expm1(res.cv_residuals[c.id]), 4)
+                                               if c.id in res.cv_residuals else None)}
+                           for c in cases if c.arch == arch}}
            for arch, res in results.items()},
     }
     profile["intervals"] = {

@@ -127,3 +127,24 @@ def test_log_row_becomes_tokens_per_gpu(tmp_path):
     case = uc.load_cases(tmp_path / "runs.yaml")[0]
     # 32.5 sequences/s x 2,048 tokens on 1 GPU.
     assert case.measured_tokens_per_s_per_gpu == pytest.approx(32.5 * 2048)
+
+
+def test_bundled_suite_rows_are_the_bundled_calibration_cases():
+    """``dtsim calibrate --measured simulator/validation/runs.yaml`` fits on exactly the cases of
+    benchmarks/calibrate.py, and evaluates them identically (so the same descent gives the same fit)."""
+    from importlib import resources
+
+    from simulator.validation import calibration as cal
+    from simulator.validation.suite import load_runs
+
+    path = resources.files("simulator.validation").joinpath("runs.yaml")
+    cases = uc.load_cases(str(path))
+    runs = load_runs()
+    for split in ("train", "test"):
+        ref = cal.cases_by_arch(runs, split)
+        for arch, pairs in ref.items():
+            assert [c.id for c in cases if c.split == split and c.arch == arch] == [r.id for r, _ in pairs]
+    ref = cal.cases_by_arch(runs, "train")["hopper"][:2]
+    mine = [c for c in cases if c.split == "train" and c.arch == "hopper"][:2]
+    params = values(tuple(START[p] for p in START))
+    assert uc.errors(mine, params) == cal.errors(ref, params)
