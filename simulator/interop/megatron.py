@@ -390,4 +390,5 @@ def export_args(s: Scenario) -> Exported:
             f"# launch: torchrun --nnodes {-(-s.n_gpus // per_node)} --nproc-per-node {min(per_node, s.n_gpus)} "
             f"pretrain_gpt.py $(grep -v '^#' THIS_FILE) + data, tokenizer, optimizer and checkpoint flags"]
     head += [f"# not expressed: {n}" for n in notes]
-    return Exported("\n".join(head) + "\n" + " \\\n".join(lines) + "\n", tuple(notes))
+    # One flag per line without continuations, so $(grep -v '^#' FILE) splits into the arguments.
+    return Exported("\n".join(head) + "\n" + "\n".join(lines) + "\n", tuple(notes))
