@@ -142,6 +142,12 @@ class ParallelConfig(Frozen):
     #: PR #1188 (2021) measured ~0.8 ms per fetch on a 5.1B BERT before its fix (200 ms over 64
     #: blocks x 4 modules), the value for 2021-era runs.
     stage3_fetch_overhead_s: NonNegativeFloat = 0.0
+    #: Host time per rank of the group per ZeRO-3 collective, seconds. DeepSpeed before 0.4 (2021)
+    #: gathered into a Python list of one tensor per rank (a ``narrow`` view each, then PyTorch's
+    #: list all-gather copies every piece out; ``reduce_scatter`` likewise takes a list), so the host
+    #: cost of one fetch grows with the data-parallel degree; later releases gather into one flat
+    #: tensor (``all_gather_into_tensor``, DeepSpeed PR #1188): 0.
+    stage3_list_overhead_per_rank_s: NonNegativeFloat = 0.0
     stage3_max_live_parameters: PositiveFloat = 1e9
     stage3_param_persistence_threshold: NonNegativeFloat = 1e5
     offload_optimizer: Offload = "none"
@@ -178,6 +184,7 @@ class ParallelConfig(Frozen):
         "stage3_max_live_parameters",
         "stage3_param_persistence_threshold",
         "stage3_fetch_overhead_s",
+        "stage3_list_overhead_per_rank_s",
         "communication_data_type",
         "zero_quantized_weights",
         "zero_quantized_gradients",

@@ -72,6 +72,8 @@ class _Reducer:
         qgz = p.zero_quantized_gradients and p.zero_stage == 3
         self.elem_bytes = QGZ_BYTES if qgz else ctx.ds_comm_bytes
         self.offloading = p.offload_optimizer != "none"
+        # ZeRO-3 reduce-scatters of list-based DeepSpeed (< 0.4) pay a host cost per rank.
+        self.host_s = p.stage3_list_overhead_per_rank_s * ctx.size("dp") if p.zero_stage == 3 else 0.0
         self.tail: list[int | None] = []
 
     def reduce(self, b: GraphBuilder, g: int, unit, task: int) -> None:
@@ -80,7 +82,7 @@ class _Reducer:
             label = f"{unit[0]}.{unit[1]}" if isinstance(unit, tuple) else unit
             tid = b.collective(f"{self.op} grads@{label}.{i} mb{g}", "grad_reduce", self.op, "dp",
                                bk.elements * self.elem_bytes, count=bk.count, stream=self.stream,
-                               deps=(task,), micro_batch=g) if n > 1 else None
+                               deps=(task,), micro_batch=g, host_s=self.host_s) if n > 1 else None
             self.tail.append(tid)
             if self.offloading:
                 # Each rank copies its own 1/n slice in the working dtype (DS upcasts on the host).
@@ -154,9 +156,10 @@ class Zero3Hooks(Hooks):
                 deps = [up]
             phase = "bwd" if backward else "fwd"
             work = self.ctx.work
+            host_s = p.stage3_fetch_overhead_s + p.stage3_list_overhead_per_rank_s * self.ctx.size(group)
             if not isinstance(unit, int) or not work.layer_module_params:
                 return b.collective(f"allgather {phase} {unit} mb{g}", "param_allgather", "all_gather", group,
-                                    nbytes, deps=deps, micro_batch=g, host_s=p.stage3_fetch_overhead_s)
+                                    nbytes, deps=deps, micro_batch=g, host_s=host_s)
             # DeepSpeed fetches each sub-module (nn.Linear) with its own all-gather, in trace order
             # (reversed in backward): a block pays one collective latency and one fetch's host cost
             # per module (e.g. 7 for an HF Llama block), not one per block.
@@ -167,8 +170,7 @@ class Zero3Hooks(Hooks):
             last = None
             for i in order:
                 last = b.collective(f"allgather {phase} {unit}.{names[i]} mb{g}", "param_allgather", "all_gather",
-                                    group, shares[i] * scale, deps=deps, micro_batch=g,
-                                    host_s=p.stage3_fetch_overhead_s)
+                                    group, shares[i] * scale, deps=deps, micro_batch=g, host_s=host_s)
             return last
 
         return issue

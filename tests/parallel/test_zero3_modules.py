@@ -65,3 +65,13 @@ def test_fetch_overhead_is_paid_per_module_call():
     on_link = b.breakdown["communication"]["param_allgather"]["on_link_s"] - \
         a.breakdown["communication"]["param_allgather"]["on_link_s"]
     assert on_link == pytest.approx(calls * 0.001, rel=1e-6)
+
+
+def test_list_based_gather_cost_grows_with_the_group():
+    # DeepSpeed < 0.4: b seconds per rank of the 8-GPU data-parallel group per ZeRO-3 collective.
+    from simulator.api import simulate
+    base, slow = (load_scenario(SCENARIO, [*FAST, *x]) for x in ([], ["parallel.stage3_list_overhead_per_rank_s=1e-5"]))
+    a, b = simulate(base), simulate(slow)
+    for kind in ("param_allgather", "grad_reduce"):
+        extra = b.breakdown["communication"][kind]["on_link_s"] - a.breakdown["communication"][kind]["on_link_s"]
+        assert extra == pytest.approx(a.collective_calls[kind] * 1e-5 * 8, rel=1e-6)
