@@ -90,8 +90,9 @@ def test_h200_248_nodes_all_reduce_512MiB(topo):
 
 
 def _curves():
-    import yaml
     from importlib import resources
+
+    import yaml
     return yaml.safe_load(resources.files("simulator.collectives").joinpath("nccl_tests_curves.yaml").read_text())["curves"]
 
 
