@@ -76,6 +76,10 @@ class CollectiveTask:
     #: Framework host time per call on the stream before the collective (e.g. DeepSpeed ZeRO-3's
     #: partitioned-parameter bookkeeping per fetch), seconds.
     host_s: float = 0.0
+    #: Back-to-back calls of different sizes issued as one task: ((label, nbytes), ...), ``nbytes``
+    #: their sum (ZeRO-3's per-module gathers of one block). Each call is priced on its own and pays
+    #: ``host_s``; the Chrome trace shows each as a sub-span.
+    parts: tuple[tuple[str, float], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
