@@ -45,11 +45,16 @@ def flops_summary(model: ModelConfig, seq_len: int, convention: Literal["full", 
     causal = convention == "causal"
     plain = flops.step(model, 1, seq_len, causal=causal)
     full = flops.step(model, 1, seq_len, causal=causal, recompute="full")
+    moe = {}
+    if model.moe is not None:  # active = what one token uses (simulator.workload.moe)
+        moe = {"n_params_active": counts.active,
+               "n_params_active_without_input_embedding": counts.active - counts.embedding}
     return {
         "model": model.name,
         "seq_len": seq_len,
         "attention_convention": convention,
         "n_params": counts.total,
+        **moe,
         "n_params_non_embedding": counts.non_embedding,
         "n_params_embedding": counts.embedding + counts.lm_head,
         "forward_flops_per_token": plain.forward_flops_per_token,
@@ -57,7 +62,7 @@ def flops_summary(model: ModelConfig, seq_len: int, convention: Literal["full", 
         "train_flops_per_token_full_recompute": full.hardware_flops_per_token,
         "forward_flops_per_sequence": plain.forward_flops,
         "train_flops_per_sequence": plain.model_flops,
-        "six_n_flops_per_token": 6 * counts.total,
+        "six_n_flops_per_token": 6 * counts.active,  # N = active parameters for an MoE model
     }
 
 
