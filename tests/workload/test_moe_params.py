@@ -68,6 +68,7 @@ def test_deepseek_v3_by_hand():
     expert = 3 * h * 2048
     moe_other = 256 * h + expert  # router + 1 shared expert
     outside = 2 * V * h + h
+    assert L == 3 + 58  # first_k_dense_replace 3, then MoE blocks
     total = outside + 3 * (mla + norms + dense_mlp) + 58 * (mla + norms + moe_other + 256 * expert)
     active = outside + 3 * (mla + norms + dense_mlp) + 58 * (mla + norms + moe_other + 8 * expert)
     c = _count("deepseek-v3")
@@ -85,6 +86,7 @@ def test_gpt_oss_120b_by_hand():
     other = attn + 2 * h + E * h + E  # norms, router weight + bias
     c = _count("gpt-oss-120b")
     assert c.total == 2 * V * h + h + L * (other + E * expert)
+    assert c.active == 2 * V * h + h + L * (other + k * expert)
     # OpenAI model card Table 1: 116.83B total; 5.13B active counting the unembedding, not the embedding.
     assert round(c.total / 1e9, 2) == 116.83
     assert round((c.active - c.embedding) / 1e9, 2) == 5.13
