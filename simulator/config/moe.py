@@ -76,3 +76,32 @@ class MoEConfig(Frozen):
 
     def n_moe_layers(self, n_layers: int) -> int:
         return sum(1 for i in range(n_layers) if self.is_moe_layer(i))
+
+
+def check_layout(model, parallel, n_gpus: int, gpus_per_node: int) -> None:
+    """Expert-parallel degrees against the model and the cluster (Megatron-Core's checks in
+    ``arguments.py``: ``num_experts % ep == 0``; sequence parallelism with MoE and TP > 1)."""
+    ep, etp = parallel.ep, parallel.etp
+    moe = model.moe
+    if moe is None:
+        if ep > 1 or etp > 1:
+            raise ValueError(f"parallel.ep/etp ({ep}/{etp}) need an MoE model (model.moe); set them to 1")
+        if getattr(parallel, "moe_shared_expert_overlap", False):
+            raise ValueError("parallel.moe_shared_expert_overlap needs an MoE model (model.moe)")
+        return
+    if moe.n_experts % ep:
+        raise ValueError(f"parallel.ep ({ep}) must divide model.moe.n_experts ({moe.n_experts})")
+    if moe.expert_ffn_hidden_size % etp:
+        raise ValueError(f"parallel.etp ({etp}) must divide model.moe.expert_ffn_hidden_size "
+                         f"({moe.expert_ffn_hidden_size})")
+    stage = n_gpus // parallel.pp
+    if stage % (ep * etp):
+        raise ValueError(f"parallel.ep x etp = {ep} x {etp} must divide the {stage} GPUs of a pipeline stage "
+                         "(tp x cp x dp); expert data parallel = stage GPUs / (ep x etp)")
+    if parallel.tp > 1 and not parallel.sequence_parallel:
+        raise ValueError("an MoE model with parallel.tp > 1 needs parallel.sequence_parallel: true "
+                         "(Megatron-Core requires it)")
+    if parallel.cp > 1:
+        raise ValueError("parallel.cp > 1 with an MoE model is not modelled yet; use cp: 1")
+    if parallel.tp_comm_overlap:
+        raise ValueError("parallel.tp_comm_overlap with an MoE model is not modelled yet; set it to false")

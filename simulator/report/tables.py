@@ -17,6 +17,7 @@ _COMM_LABELS = {
     "tp": "tensor parallel",
     "pp": "pipeline p2p",
     "cp": "context parallel",
+    "ep": "expert all-to-all",
 }
 
 
@@ -54,8 +55,8 @@ def render(report: StepReport, console: Console, interval: Any = None) -> None:
             continue
         t.add_row(key, fmt_seconds(value), "", _pct(value, step))
     for kind, label in _COMM_LABELS.items():
-        c = bd["communication"][kind]
-        if c["on_link_s"] > 0:
+        c = bd["communication"].get(kind)
+        if c and c["on_link_s"] > 0:
             t.add_row(label, fmt_seconds(c["on_link_s"]), fmt_seconds(c["exposed_s"]), _pct(c["exposed_s"], step))
     off = bd["offload"]
     if off["on_link_s"] > 0 or off["cpu_optimizer_s"] > 0:

@@ -130,6 +130,16 @@ def zero_model_states(
     )
 
 
+def _local_params(scenario: Scenario) -> float:
+    """Parameters on the most-loaded GPU; an MoE model's experts are split over EP x ETP."""
+    m, p = scenario.model, scenario.parallel
+    if m.moe is not None:
+        from simulator.workload import moe
+
+        return moe.local(m, p.tp, p.pp, p.ep, p.etp).total
+    return params.local(m, p.tp, p.pp)
+
+
 def _is_16bit(scenario: Scenario) -> bool:
     return scenario.training.precision in ("bf16", "fp16", "fp8")
 
@@ -167,7 +177,12 @@ def model_states(scenario: Scenario) -> ModelStateBytes:
     stage = p.effective_zero_stage
     if p.framework == "fsdp" and stage == 2:
         stage = 3  # SHARD_GRAD_OP also stores its fp32 flat parameters sharded; the 16-bit copy is a buffer
-    st = zero_model_states(psi, _shard_degree(scenario), stage, *sizes)
+    if scenario.model.moe is not None:  # experts sharded over EP x ETP and expert-DP
+        from simulator.workload import moe_memory
+
+        st = moe_memory.model_states(scenario, zero_model_states, _shard_degree(scenario), stage, sizes)
+    else:
+        st = zero_model_states(psi, _shard_degree(scenario), stage, *sizes)
     pb, gb, ob, host = st.params_bytes, st.grads_bytes, st.optimizer_bytes, 0.0
     if p.framework == "fsdp" and p.offload_optimizer != "none":
         return ModelStateBytes(0.0, 0.0, 0.0, offloaded_bytes=st.total_bytes)
@@ -259,6 +274,10 @@ def activations(scenario: Scenario) -> ActivationBytes:
     dropout = m.dropout > 0
     common = dict(flash_attention=tr.kernels.flash_attention, precision_bytes=pb, dropout=dropout)
     per_layer = layer_activation_bytes(m, b, s, t, recompute=tr.activation_checkpointing, **common)
+    if m.moe is not None:  # routed tokens instead of the dense MLP's activations
+        from simulator.workload import moe_memory
+
+        per_layer += moe_memory.activation_delta_per_layer(scenario, pb)
     transient = 0.0
     if tr.activation_checkpointing == "full":
         transient = layer_activation_bytes(m, b, s, t, recompute="none", **common)
@@ -306,7 +325,7 @@ def buffers(scenario: Scenario) -> BufferBytes:
     temporary per updated parameter (``_foreach_sqrt`` of the variance, ``torch/optim/adam.py``).
     """
     m, par = scenario.model, scenario.parallel
-    psi = params.local(m, par.tp, par.pp)
+    psi = _local_params(scenario)
     half = 2 if _is_16bit(scenario) else 4
     stage = par.effective_zero_stage
     on_gpu_optimizer = par.offload_optimizer == "none"

@@ -1,0 +1,242 @@
+"""Expert parallelism: the expert mesh, token dispatch / combine all-to-alls and expert gradients.
+
+Mesh (Megatron-Core ``parallel_state.initialize_model_parallel``, expert rank generator with order
+"tp-ep-dp-pp"): within one pipeline stage the ``tp·cp·dp`` ranks that the attention part splits
+as TP × CP × DP are re-split for the expert part as ``etp × ep × edp`` with ETP innermost, then EP,
+then expert-data-parallel: ``stage_rank = etp_idx + etp·(ep_idx + ep·edp_idx)``, so
+``edp = tp·cp·dp / (ep·etp)``. With node-major GPU numbering, an EP group of ``ep·etp ≤`` GPUs per
+node sits inside one NVLink domain: EP is placed inside the node first, as Megatron-Core does.
+
+Per MoE block and micro-batch (Megatron-Core ``MoEAlltoAllTokenDispatcher``):
+
+* forward: attention, router and permute → **dispatch** all-to-all over the EP group (each GPU
+  sends its ``T·top_k`` token copies of ``h`` elements) → [with ``etp > 1`` an all-gather of the
+  received tokens over the ETP group] → grouped GEMM → [reduce-scatter over ETP] → **combine**
+  all-to-all (the same volume back) → unpermute;
+* backward: the mirror image (combine's backward is a dispatch of output gradients, and so on);
+  full recomputation repeats the forward's all-to-alls;
+* bytes: ``T·top_k·h·bytes`` per GPU, ``× imbalance`` for the most-loaded receiver, which sets the
+  pace. Dispatch travels in FP8 and combine in BF16 when training in FP8 (DeepSeek-V3 report §3.3.2
+  / DeepEP), both in the training dtype otherwise;
+* shared experts need no dispatch; with ``parallel.moe_shared_expert_overlap`` they run while the
+  dispatch is in flight (Megatron-Core ``--moe-shared-expert-overlap``), otherwise after the
+  routed experts;
+* expert gradients reduce over the expert-data-parallel group (not the DP group), after the last
+  micro-batch's backward of each MoE block: an all-reduce, or a reduce-scatter when the optimizer
+  states are sharded (ZeRO ≥ 1 / distributed optimizer) (Megatron-Core ``DistributedDataParallel``
+  keeps expert parameters in their own buckets reduced over the expert-DP group).
+
+Not modelled: ZeRO-3 / FSDP per-use gathers of expert weights over the expert-DP group (expert
+weights are treated as stage-2 sharded) and DeepEP's two-hop node-deduplicated dispatch.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+from simulator.parallel.ir import COMM, GraphBuilder
+
+#: Stream of the token dispatch / combine all-to-alls (their own NCCL communicator).
+EP_COMM = "comm_ep"
+
+
+def expert_groups(tp: int, cp: int, dp: int, pp: int, ep: int, etp: int, kind: str) -> list[list[int]]:
+    """Every concurrent copy of an ``ep`` / ``etp`` / ``edp`` group (global GPU indices)."""
+    stage = tp * cp * dp
+    edp = stage // (ep * etp)
+    out: list[list[int]] = []
+    for p in range(pp):
+        base = p * stage
+
+        def r(t: int, e: int, d: int, base: int = base) -> int:
+            return base + t + etp * (e + ep * d)
+
+        if kind == "ep":
+            out += [[r(t, e, d) for e in range(ep)] for d in range(edp) for t in range(etp)]
+        elif kind == "etp":
+            out += [[r(t, e, d) for t in range(etp)] for d in range(edp) for e in range(ep)]
+        elif kind == "edp":
+            out += [[r(t, e, d) for d in range(edp)] for e in range(ep) for t in range(etp)]
+        else:
+            raise KeyError(f"unknown expert group kind {kind!r}")
+    return out
+
+
+@dataclass(frozen=True)
+class MoEWork:
+    """What the graph builders need to know about the MoE blocks of one (virtual) stage."""
+
+    #: Per local block: True for an MoE block.
+    layers: tuple[bool, ...]
+    pre: tuple
+    experts: tuple
+    shared: tuple
+    post: tuple
+    bwd_pre: tuple
+    bwd_experts: tuple
+    bwd_shared: tuple
+    bwd_post: tuple
+    #: Full activation recomputation re-runs the forward (and its all-to-alls) before the backward.
+    recompute: bool
+    dispatch_bytes: float
+    combine_bytes: float
+    grad_bytes: float
+    etp: int
+    shared_overlap: bool
+    #: Expert parameters of one MoE block on one GPU (elements) and their gradient bytes per element.
+    expert_params: float
+    expert_grad_dtype_bytes: float
+    sharded_optimizer: bool
+
+    def slice(self, start: int, n: int) -> MoEWork:
+        return dataclasses.replace(self, layers=self.layers[start:start + n])
+
+
+def is_moe(work: Any, unit: Any) -> bool:
+    moe = getattr(work, "moe", None)
+    return moe is not None and isinstance(unit, int) and moe.layers[unit]
+
+
+def _a2a(b: GraphBuilder, name: str, nbytes: float, dep: int | None, g: int, layer: int, etp: int,
+         gather: bool) -> int | None:
+    """One all-to-all over EP (plus the ETP all-gather after a dispatch or reduce-scatter before a
+    combine); returns the last task."""
+    deps = (dep,) if dep is not None else ()
+    if etp > 1 and not gather:
+        rs = b.collective(f"etp reduce_scatter {name}", "ep", "reduce_scatter", "etp", nbytes * etp,
+                          stream=EP_COMM, deps=deps, micro_batch=g, layer=layer)
+        deps = (rs,) if rs is not None else deps
+    tid = b.collective(f"ep all_to_all {name}", "ep", "all_to_all", "ep", nbytes, stream=EP_COMM, deps=deps,
+                       micro_batch=g, layer=layer)
+    if etp > 1 and gather:
+        tid = b.collective(f"etp all_gather {name}", "ep", "all_gather", "etp", nbytes * etp,
+                           stream=EP_COMM, deps=(tid,) if tid is not None else (), micro_batch=g, layer=layer)
+    return tid
+
+
+def forward_block(b: GraphBuilder, work: Any, kind: str, name: str, deps, g: int, layer: int) -> int:
+    """Forward (or full recompute) of one MoE block: pre → dispatch → experts → combine → post."""
+    mw: MoEWork = work.moe
+    pre = b.compute(f"{name} attn+router", kind, mw.pre, deps=deps, micro_batch=g, layer=layer)
+    d = _a2a(b, f"dispatch {name}", mw.dispatch_bytes, pre, g, layer, mw.etp, gather=True)
+    if mw.shared and mw.shared_overlap:
+        b.compute(f"{name} shared experts", kind, mw.shared, deps=(pre,), micro_batch=g, layer=layer)
+    ex = b.compute(f"{name} experts", kind, mw.experts, deps=(d,), micro_batch=g, layer=layer)
+    if mw.shared and not mw.shared_overlap:
+        b.compute(f"{name} shared experts", kind, mw.shared, deps=(ex,), micro_batch=g, layer=layer)
+    c = _a2a(b, f"combine {name}", mw.combine_bytes, ex, g, layer, mw.etp, gather=False)
+    return b.compute(f"{name} unpermute", kind, mw.post, deps=(c,), micro_batch=g, layer=layer)
+
+
+def backward_block(b: GraphBuilder, work: Any, name: str, deps, g: int, layer: int) -> int:
+    """Backward of one MoE block (mirror of the forward; gradients travel in the training dtype)."""
+    mw: MoEWork = work.moe
+    if mw.recompute:
+        deps = [forward_block(b, work, "recompute", f"recompute {layer} mb{g}", deps, g, layer)]
+    post = b.compute(f"{name} unpermute", "backward", mw.bwd_post, deps=deps, micro_batch=g, layer=layer)
+    c = _a2a(b, f"combine-bwd {name}", mw.grad_bytes, post, g, layer, mw.etp, gather=True)
+    if mw.bwd_shared and mw.shared_overlap:
+        b.compute(f"{name} shared experts", "backward", mw.bwd_shared, deps=(post,), micro_batch=g, layer=layer)
+    ex = b.compute(f"{name} experts", "backward", mw.bwd_experts, deps=(c,), micro_batch=g, layer=layer)
+    if mw.bwd_shared and not mw.shared_overlap:
+        b.compute(f"{name} shared experts", "backward", mw.bwd_shared, deps=(ex,), micro_batch=g, layer=layer)
+    d = _a2a(b, f"dispatch-bwd {name}", mw.grad_bytes, ex, g, layer, mw.etp, gather=False)
+    return b.compute(f"{name} attn+router", "backward", mw.bwd_pre, deps=(d,), micro_batch=g, layer=layer)
+
+
+class ExpertGradHooks:
+    """Wraps a framework's hooks: after the last micro-batch's backward of an MoE block, its expert
+    gradients reduce over the expert-data-parallel group. Everything else goes to the framework."""
+
+    def __init__(self, inner: Any, ctx: Any) -> None:
+        self.inner, self.ctx = inner, ctx
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    def pre_forward(self, b, g, unit):
+        return self.inner.pre_forward(b, g, unit)
+
+    def post_forward(self, b, g, unit, task):
+        return self.inner.post_forward(b, g, unit, task)
+
+    def pre_backward(self, b, g, unit):
+        return self.inner.pre_backward(b, g, unit)
+
+    def post_backward(self, b, g, unit, task):
+        return self.inner.post_backward(b, g, unit, task)
+
+    def grads_ready(self, b, g, key, task):
+        self.inner.grads_ready(b, g, key, task)
+        work, ctx = self.ctx.work, self.ctx
+        if g != ctx.n_micro - 1 or not is_moe(work, key) or ctx.mesh.size("edp") <= 1:
+            return
+        mw: MoEWork = work.moe
+        op = "reduce_scatter" if mw.sharded_optimizer else "all_reduce"
+        b.collective(f"expert grad {op} {key}", "grad_reduce", op, "edp",
+                     mw.expert_params * mw.expert_grad_dtype_bytes, stream=COMM, deps=(task,), micro_batch=g,
+                     layer=key)
+
+
+def wrap_hooks(make_hooks):
+    """``make_hooks`` whose hooks also reduce expert gradients (identity for dense models)."""
+
+    def make(ctx):
+        hooks = make_hooks(ctx)
+        return ExpertGradHooks(hooks, ctx) if getattr(ctx.work, "moe", None) is not None else hooks
+
+    return make
+
+
+def attach(work: Any, scenario: Any, pb: int) -> Any:
+    """``work`` of an MoE / MLA model: per-block parameters without the experts (those reduce over
+    the expert-DP group here), the MoE blocks' ops and all-to-all volumes, and an optimizer step
+    that also updates this GPU's expert shard."""
+    from simulator.workload import moe as wmoe
+    from simulator.workload import moe_ops
+    from simulator.workload import ops as wops
+
+    model, tr, par = scenario.model, scenario.training, scenario.parallel
+    b, s, tp = tr.micro_batch_size, tr.seq_len, par.tp
+    ep, etp = getattr(par, "ep", 1), getattr(par, "etp", 1)
+    flags = tuple(model.moe is not None and model.moe.is_moe_layer(i) for i in range(model.n_layers))
+    dense_local = sum(wmoe.block_local(model, f, tp, ep, etp).dense for f in flags) / model.n_layers
+    changes: dict[str, Any] = {"layer_params": float(dense_local), "layer_bwd_pieces": ()}
+    if model.moe is None:
+        return dataclasses.replace(work, **changes)
+    ops = moe_ops.moe_block_ops(model, b, s, tp, pb, tr.kernels, tr.activation_checkpointing, ep, etp)
+    imb = model.moe.effective_imbalance
+    act_bytes = ops.routed_tokens * model.hidden_size * imb
+    fp8 = tr.precision == "fp8"
+    expert_local = wmoe.block_local(model, True, tp, ep, etp).experts
+    stage = par.effective_zero_stage
+    edp = scenario.n_gpus // (par.pp * ep * etp)
+    n_moe = sum(flags)
+    per_stage = -(-model.n_layers // par.pp)
+    opt_params = expert_local * min(n_moe, per_stage) / (edp if stage >= 1 else 1)
+    inner_opt = work.optimizer
+
+    def optimizer(n: float) -> tuple:
+        return tuple(inner_opt(n + opt_params))
+
+    def bwd(fwd_ops: tuple) -> tuple:
+        return tuple(op for op in wops.backward_ops(list(fwd_ops)) if not op.name.startswith("recompute."))
+
+    changes["moe"] = MoEWork(
+        layers=flags,
+        pre=ops.pre, experts=ops.experts, shared=ops.shared, post=ops.post,
+        bwd_pre=bwd(ops.pre), bwd_experts=bwd(ops.experts), bwd_shared=bwd(ops.shared), bwd_post=bwd(ops.post),
+        recompute=tr.activation_checkpointing == "full",
+        dispatch_bytes=act_bytes * (1 if fp8 else pb),
+        combine_bytes=act_bytes * pb,
+        grad_bytes=act_bytes * pb,
+        etp=etp,
+        shared_overlap=bool(getattr(par, "moe_shared_expert_overlap", False)),
+        expert_params=expert_local,
+        expert_grad_dtype_bytes=4.0 if par.framework == "ddp" else float(pb),
+        sharded_optimizer=stage >= 1,
+    )
+    changes["optimizer"] = optimizer
+    return dataclasses.replace(work, **changes)
