@@ -1,0 +1,102 @@
+"""Expert parallelism: the expert mesh, the dispatch / combine all-to-alls and their direction of
+effect on the step (property tests)."""
+
+from __future__ import annotations
+
+import pytest
+
+from simulator.api import simulate
+from simulator.config.loader import scenario_from_dict
+from simulator.parallel.build import context_for
+from simulator.parallel.expert import expert_groups
+from simulator.parallel.ir import CollectiveTask
+from simulator.parallel.mesh import RankMesh
+from simulator.parallel.placement import placement_lines
+
+# A small MoE model (4 blocks, 16 experts of width 512, top-2) so each simulation takes < 1 s.
+TINY = {"name": "tiny-moe", "n_layers": 4, "hidden_size": 1024, "n_heads": 8, "n_kv_heads": 8,
+        "ffn_hidden_size": 2816, "vocab_size": 32000,
+        "moe": {"n_experts": 16, "top_k": 2, "expert_ffn_hidden_size": 512}}
+
+
+def _scenario(nodes=2, ep=16, sets=(), **moe):
+    raw = {
+        "name": "t", "model": {**TINY, "moe": {**TINY["moe"], **moe}},
+        "cluster": {"topology": "dgx-h100", "nodes": nodes},
+        "training": {"seq_len": 1024, "micro_batch_size": 1, "global_batch_size": 8 * nodes * 2},
+        "parallel": {"framework": "ddp", "ep": ep},
+    }
+    return scenario_from_dict(raw, overrides=list(sets))
+
+
+def test_expert_mesh_is_etp_then_ep_then_edp():
+    # 16 GPUs in one stage, etp 2, ep 4 -> edp 2: stage rank = etp + 2·(ep + 4·edp)
+    assert expert_groups(2, 1, 8, 1, 4, 2, "etp")[:2] == [[0, 1], [2, 3]]
+    assert expert_groups(2, 1, 8, 1, 4, 2, "ep")[:2] == [[0, 2, 4, 6], [1, 3, 5, 7]]
+    assert expert_groups(2, 1, 8, 1, 4, 2, "edp")[0] == [0, 8]
+    # Pipeline stage 1 starts at GPU 16.
+    assert expert_groups(2, 1, 8, 2, 4, 2, "ep")[4] == [16, 18, 20, 22]
+
+
+def test_ep_groups_inside_the_node_first():
+    mesh = RankMesh(tp=1, dp=16, pp=1, gpus_per_node=8, ep=8)
+    assert mesh.groups("ep") == [list(range(8)), list(range(8, 16))]
+    assert mesh.size("edp") == 2 and mesh.groups("edp")[0] == [0, 8]
+    text = "\n".join(placement_lines(mesh))
+    assert "EP groups (2 of 8)" in text and "[0, 1, 2, 3, 4, 5, 6, 7] (node 0)" in text
+
+
+def test_dispatch_and_combine_bytes_by_hand():
+    sc = _scenario(nodes=1, ep=8, imbalance=1.5)
+    graph = __import__("simulator.parallel.build", fromlist=["x"]).build_step_graph(context_for(sc))
+    a2a = [t for t in graph.tasks if isinstance(t, CollectiveTask) and t.op == "all_to_all"]
+    # T = b·s = 1024 tokens, top-2 copies of h = 1024 bf16 elements, x imbalance 1.5
+    assert {t.nbytes for t in a2a} == {1024 * 2 * 1024 * 2 * 1.5}
+    assert {t.group for t in a2a} == {"ep"}
+    n_micro = 16 // 8  # global batch 16 over dp 8
+    # dispatch + combine in forward, their two mirrors in backward, per block and micro-batch
+    assert len(a2a) == 4 * 4 * n_micro
+
+
+def test_fp8_dispatch_is_one_byte_combine_two():
+    sc = _scenario(nodes=1, ep=8, sets=["training.precision=fp8"])
+    mw = context_for(sc).work.moe
+    assert mw.dispatch_bytes * 2 == mw.combine_bytes == 1024 * 2 * 1024 * 2 * 1.25
+
+
+def test_breakdown_and_trace_show_the_all_to_all():
+    r = simulate(_scenario())
+    ep = r.breakdown["communication"]["ep"]
+    assert ep["on_link_s"] > 0 and 0 < ep["exposed_s"] <= ep["on_link_s"]
+    names = [s.name for s in r.trace if s.kind == "ep"]
+    assert any("dispatch fwd 0 mb0" in n for n in names) and any("combine fwd 0 mb0" in n for n in names)
+
+
+def test_doubling_imbalance_slows_the_step():
+    base = simulate(_scenario(imbalance=1.25)).step_time_s
+    worse = simulate(_scenario(imbalance=2.5)).step_time_s
+    assert worse > base
+
+
+def test_halving_inter_node_bandwidth_slows_a_cross_node_ep_step():
+    base = simulate(_scenario()).step_time_s  # ep 16 over 2 nodes: the all-to-all crosses IB
+    slow = simulate(_scenario(sets=["cluster.topology.nics.bandwidth_Gbps=200"])).step_time_s
+    assert slow > base
+
+
+@pytest.mark.parametrize(("key", "value", "match"), [
+    ("parallel.ep", 3, "must divide model.moe.n_experts"),
+    ("parallel.etp", 3, "expert_ffn_hidden_size"),
+    ("parallel.tp", 2, "sequence_parallel"),
+])
+def test_bad_expert_layouts_are_refused(key, value, match):
+    with pytest.raises(Exception, match=match):
+        _scenario(nodes=1, ep=1, sets=[f"{key}={value}"])
+
+
+def test_ep_needs_an_moe_model():
+    raw = {"name": "t", "model": "llama-3-8b", "cluster": {"topology": "dgx-h100"},
+           "training": {"seq_len": 1024, "micro_batch_size": 1, "global_batch_size": 8},
+           "parallel": {"framework": "ddp", "ep": 8}}
+    with pytest.raises(Exception, match="need an MoE model"):
+        scenario_from_dict(raw)
