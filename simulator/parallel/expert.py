@@ -240,3 +240,27 @@ def attach(work: Any, scenario: Any, pb: int) -> Any:
     )
     changes["optimizer"] = optimizer
     return dataclasses.replace(work, **changes)
+
+
+def expand_layouts(layouts: list[dict[str, Any]], scenario: Any) -> list[dict[str, Any]]:
+    """Each dense layout × every valid (ep, etp) of an MoE model: ``ep`` divides the experts and
+    ``ep·etp`` the GPUs of a pipeline stage; ``etp`` is 1 or the layout's ``tp`` (Megatron-Core's
+    two common choices) and divides the expert width. TP > 1 turns sequence parallelism on
+    (Megatron-Core requires it with MoE)."""
+    moe = scenario.model.moe
+    n = scenario.n_gpus
+    out: list[dict[str, Any]] = []
+    for lay in layouts:
+        tp, pp = lay["parallel.tp"], lay["parallel.pp"]
+        stage = n // pp
+        for etp in sorted({1, tp}):
+            if moe.expert_ffn_hidden_size % etp:
+                continue
+            for ep in range(1, moe.n_experts + 1):
+                if moe.n_experts % ep or stage % (ep * etp):
+                    continue
+                extra = {"parallel.ep": ep, "parallel.etp": etp}
+                if tp > 1:
+                    extra["parallel.sequence_parallel"] = True
+                out.append({**lay, **extra})
+    return out

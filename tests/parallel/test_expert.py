@@ -100,3 +100,34 @@ def test_ep_needs_an_moe_model():
            "parallel": {"framework": "ddp", "ep": 8}}
     with pytest.raises(Exception, match="need an MoE model"):
         scenario_from_dict(raw)
+
+
+def test_layouts_auto_enumerates_valid_ep_and_etp():
+    from simulator.parallel.layouts import enumerate_layouts
+
+    sc = _scenario(nodes=2, ep=1)
+    layouts = enumerate_layouts(sc, micro_batch_sizes=(1,))
+    eps = {(lay["parallel.ep"], lay["parallel.etp"]) for lay in layouts}
+    assert (16, 1) in eps and (8, 2) in eps and (1, 1) in eps
+    for lay in layouts:  # every enumerated layout passes validation
+        stage = 16 // lay["parallel.pp"]
+        assert 16 % lay["parallel.ep"] == 0 and stage % (lay["parallel.ep"] * lay["parallel.etp"]) == 0
+        _scenario(nodes=2, ep=1, sets=[f"{k}={v}" for k, v in lay.items()])
+
+
+def test_ep_is_a_sweep_axis(tmp_path):
+    import yaml
+    from typer.testing import CliRunner
+
+    from simulator.cli import app
+
+    raw = {"name": "t", "model": TINY, "cluster": {"topology": "dgx-h100", "nodes": 2},
+           "training": {"seq_len": 1024, "micro_batch_size": 1, "global_batch_size": 32},
+           "parallel": {"framework": "ddp", "ep": 8}}
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    out = tmp_path / "r.jsonl"
+    res = CliRunner().invoke(app, ["sweep", str(path), "--grid", "parallel.ep=8,16", "--out", str(out), "--json"])
+    assert res.exit_code == 0, res.output
+    rows = [__import__("json").loads(line) for line in out.read_text().splitlines()]
+    assert sorted(r["parallel.ep"] for r in rows) == [8, 16]
