@@ -6,7 +6,9 @@ activations of routed tokens.
   stage, each split over ``etp``, and ZeRO / the distributed optimizer shards those over the
   expert-data-parallel group ``edp = tp·cp·dp/(ep·etp)`` (Megatron-Core keeps expert parameters in
   their own buffers sharded over the expert-DP group; DeepSpeed-MoE shards expert states over the
-  expert-DP group the same way: Rajbhandari et al. 2022 "DeepSpeed-MoE" §5).
+  expert-DP group the same way: Rajbhandari et al. 2022 "DeepSpeed-MoE" §5). Expert weights are
+  never gathered per use here, so ZeRO-3 / FULL_SHARD shard them like stage 2 (gradients and
+  optimizer states over expert-DP, parameters whole).
 * Activations: in an MoE block the dense MLP's stored tensors (input ``2·b·s·h`` and, for SwiGLU,
   gate/up ``2·2·b·s·f/t`` and the product ``2·b·s·f/t`` bytes in 16-bit, Korthikanti et al. 2022
   Table 2 generalised to width ``f``) are replaced by the routed tokens' tensors: the permuted
@@ -52,7 +54,8 @@ def model_states(scenario: Any, zero_model_states, shard_degree: int, stage: int
     split = wmoe.local(m, par.tp, par.pp, par.ep, par.etp)
     dense = zero_model_states(split.dense, shard_degree, stage, *sizes)
     edp = max(1, scenario.n_gpus // (par.pp * par.ep * par.etp))
-    exp = zero_model_states(split.experts, edp, stage, *sizes)
+    # Expert weights are not gathered per use (simulator.parallel.expert): at most stage-2 sharding.
+    exp = zero_model_states(split.experts, edp, min(stage, 2), *sizes)
     return type(dense)(dense.params_bytes + exp.params_bytes, dense.grads_bytes + exp.grads_bytes,
                        dense.optimizer_bytes + exp.optimizer_bytes)
 
