@@ -219,7 +219,8 @@ def catalog_gpus(json_out: JsonOption = False) -> None:
 def catalog_models(json_out: JsonOption = False) -> None:
     """Models with their shapes and dtsim's exact parameter count."""
     table_data = {
-        name: {**model.model_dump(exclude_defaults=True), "n_params": params.count(model).total}
+        name: {**model.model_dump(exclude_defaults=True), "n_params": params.count(model).total,
+               "n_params_active": params.count(model).active}
         for name, model in catalog.models().items()
     }
     if json_out:
@@ -236,9 +237,10 @@ def catalog_models(json_out: JsonOption = False) -> None:
             str(model.n_heads),
             str(model.kv_heads),
             str(model.ffn_hidden_size),
-            model.mlp,
+            model.mlp + (f" MoE {model.moe.n_experts}e top-{model.moe.top_k}" if model.moe else ""),
             str(model.vocab_size),
             "yes" if model.tied_embeddings else "no",
-            fmt_count(table_data[name]["n_params"]),
+            fmt_count(table_data[name]["n_params"])
+            + (f" ({fmt_count(table_data[name]['n_params_active'])} active)" if model.moe else ""),
         )
     stdout.print(table)
