@@ -14,11 +14,12 @@ from pydantic import Field, NonNegativeInt, PositiveFloat, PositiveInt, model_va
 
 from simulator.config.base import Frozen
 
-#: Default load imbalance, max/mean tokens per expert of one MoE layer. Not a measurement: the
-#: capacity factor 1.25 that Switch Transformer (Fedus et al. 2021, JMLR 2022, §2.2 and Table 1)
-#: sizes expert buffers with so that, with the auxiliary load-balancing loss, few tokens overflow,
-#: i.e. the most-loaded expert rarely exceeds 1.25x the mean. Set ``model.moe.imbalance`` to a
-#: measured value (Megatron-Core logs it per layer) when you have one.
+#: Default load imbalance, max/mean tokens per expert of one MoE layer. Not a measurement: a
+#: capacity factor, the buffer margin over the mean tokens per expert that Switch Transformer
+#: (Fedus et al. 2021, JMLR 2022) defines in §2.2 and varies from 1.0 to 2.0 in Table 1; 1.25 is
+#: the usual setting, chosen so that with the auxiliary load-balancing loss few tokens overflow.
+#: Set ``model.moe.imbalance`` to a measured value (Megatron-Core logs it per layer) when you
+#: have one.
 DEFAULT_IMBALANCE = 1.25
 
 
@@ -86,8 +87,9 @@ def check_layout(model, parallel, n_gpus: int, gpus_per_node: int) -> None:
     if moe is None:
         if ep > 1 or etp > 1:
             raise ValueError(f"parallel.ep/etp ({ep}/{etp}) need an MoE model (model.moe); set them to 1")
-        if getattr(parallel, "moe_shared_expert_overlap", False):
-            raise ValueError("parallel.moe_shared_expert_overlap needs an MoE model (model.moe)")
+        for key in ("moe_shared_expert_overlap", "moe_dispatcher"):
+            if key in parallel.model_fields_set:
+                raise ValueError(f"parallel.{key} needs an MoE model (model.moe); remove it")
         return
     if moe.n_experts % ep:
         raise ValueError(f"parallel.ep ({ep}) must divide model.moe.n_experts ({moe.n_experts})")

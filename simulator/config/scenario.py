@@ -113,6 +113,9 @@ class ParallelConfig(Frozen):
     etp: PositiveInt = 1
     #: Run the shared experts while the token dispatch is in flight (``--moe-shared-expert-overlap``).
     moe_shared_expert_overlap: bool = False
+    #: Token dispatcher: one all-to-all over the EP group (Megatron-Core ``alltoall``), or DeepEP's
+    #: two hops across nodes (each token crosses the network once per destination node, then NVLink).
+    moe_dispatcher: Literal["alltoall", "deepep"] = "alltoall"
     #: Megatron sequence parallelism (Korthikanti et al. 2022): norm/dropout activations split by tp.
     sequence_parallel: bool = False
     #: Megatron TP communication overlap (``--tp-comm-overlap``) / PyTorch async-TP: TP collectives

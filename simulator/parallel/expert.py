@@ -26,8 +26,18 @@ Per MoE block and micro-batch (Megatron-Core ``MoEAlltoAllTokenDispatcher``):
   states are sharded (ZeRO ≥ 1 / distributed optimizer) (Megatron-Core ``DistributedDataParallel``
   keeps expert parameters in their own buckets reduced over the expert-DP group).
 
+DeepEP dispatcher (``parallel.moe_dispatcher: deepep``; DeepSeek-V3 report §3.2.2, DeepEP's
+internode kernels): when an EP group spans ``N`` nodes, a token crosses the network once per
+destination node (to the GPU with the same index there, over its own rail) and is forwarded over
+NVLink to its experts. With ``top_k`` experts drawn uniformly over the ``N`` nodes a given node is
+hit with probability ``p = 1 − (1 − 1/N)^top_k``, so the network hop is an all-to-all over the
+``ep_inter`` group (one GPU per node) of ``N·p·T·h`` bytes-per-element and the NVLink hop an
+all-to-all over ``ep_intra`` (the group's GPUs in one node) of ``T·top_k·h``. The two hops are
+issued one after the other (DeepEP pipelines them in chunks, so this is an upper bound); the
+combine mirrors them. Node-limited routing (at most M nodes per token) is not modelled.
+
 Not modelled: ZeRO-3 / FSDP per-use gathers of expert weights over the expert-DP group (expert
-weights are treated as stage-2 sharded) and DeepEP's two-hop node-deduplicated dispatch.
+weights are treated as stage-2 sharded).
 """
 
 from __future__ import annotations
@@ -64,6 +74,27 @@ def expert_groups(tp: int, cp: int, dp: int, pp: int, ep: int, etp: int, kind: s
     return out
 
 
+def two_hop_groups(ep_groups: list[list[int]], node_of, kind: str) -> list[list[int]]:
+    """DeepEP's hops of every EP group: ``ep_intra`` = the group's GPUs on one node, ``ep_inter`` =
+    the group's GPUs with the same position on each of its nodes (one per node, same rail)."""
+    out: list[list[int]] = []
+    for group in ep_groups:
+        by_node: dict[int, list[int]] = {}
+        for gpu in group:
+            by_node.setdefault(node_of(gpu), []).append(gpu)
+        chunks = list(by_node.values())
+        if kind == "ep_intra":
+            out += chunks
+        else:
+            out += [[c[i] for c in chunks] for i in range(min(len(c) for c in chunks))]
+    return out
+
+
+def node_hit_probability(n_nodes: int, top_k: int) -> float:
+    """Probability that a token's ``top_k`` experts (uniform over ``n_nodes`` nodes) include a given node."""
+    return 1.0 - (1.0 - 1.0 / n_nodes) ** top_k
+
+
 @dataclass(frozen=True)
 class MoEWork:
     """What the graph builders need to know about the MoE blocks of one (virtual) stage."""
@@ -89,6 +120,9 @@ class MoEWork:
     expert_params: float
     expert_grad_dtype_bytes: float
     sharded_optimizer: bool
+    #: DeepEP two-hop dispatch: the network hop carries ``inter_fraction`` x the all-to-all's bytes
+    #: (``N·p/top_k``, module docstring); 0 = one all-to-all over the EP group.
+    inter_fraction: float = 0.0
 
     def slice(self, start: int, n: int) -> MoEWork:
         return dataclasses.replace(self, layers=self.layers[start:start + n])
@@ -100,16 +134,24 @@ def is_moe(work: Any, unit: Any) -> bool:
 
 
 def _a2a(b: GraphBuilder, name: str, nbytes: float, dep: int | None, g: int, layer: int, etp: int,
-         gather: bool) -> int | None:
-    """One all-to-all over EP (plus the ETP all-gather after a dispatch or reduce-scatter before a
-    combine); returns the last task."""
+         gather: bool, inter: float = 0.0) -> int | None:
+    """One all-to-all over EP, or DeepEP's two hops (network then NVLink for a dispatch, the reverse
+    for a combine), plus the ETP all-gather after a dispatch or reduce-scatter before a combine;
+    returns the last task."""
     deps = (dep,) if dep is not None else ()
     if etp > 1 and not gather:
         rs = b.collective(f"etp reduce_scatter {name}", "ep", "reduce_scatter", "etp", nbytes * etp,
                           stream=EP_COMM, deps=deps, micro_batch=g, layer=layer)
         deps = (rs,) if rs is not None else deps
-    tid = b.collective(f"ep all_to_all {name}", "ep", "all_to_all", "ep", nbytes, stream=EP_COMM, deps=deps,
-                       micro_batch=g, layer=layer)
+    if inter > 0:
+        hops = [("ep_inter", nbytes * inter), ("ep_intra", nbytes)]
+        for group, size in (hops if gather else hops[::-1]):
+            tid = b.collective(f"ep all_to_all {name} ({group})", "ep", "all_to_all", group, size,
+                               stream=EP_COMM, deps=deps, micro_batch=g, layer=layer)
+            deps = (tid,) if tid is not None else deps
+    else:
+        tid = b.collective(f"ep all_to_all {name}", "ep", "all_to_all", "ep", nbytes, stream=EP_COMM, deps=deps,
+                           micro_batch=g, layer=layer)
     if etp > 1 and gather:
         tid = b.collective(f"etp all_gather {name}", "ep", "all_gather", "etp", nbytes * etp,
                            stream=EP_COMM, deps=(tid,) if tid is not None else (), micro_batch=g, layer=layer)
@@ -120,13 +162,13 @@ def forward_block(b: GraphBuilder, work: Any, kind: str, name: str, deps, g: int
     """Forward (or full recompute) of one MoE block: pre → dispatch → experts → combine → post."""
     mw: MoEWork = work.moe
     pre = b.compute(f"{name} attn+router", kind, mw.pre, deps=deps, micro_batch=g, layer=layer)
-    d = _a2a(b, f"dispatch {name}", mw.dispatch_bytes, pre, g, layer, mw.etp, gather=True)
+    d = _a2a(b, f"dispatch {name}", mw.dispatch_bytes, pre, g, layer, mw.etp, gather=True, inter=mw.inter_fraction)
     if mw.shared and mw.shared_overlap:
         b.compute(f"{name} shared experts", kind, mw.shared, deps=(pre,), micro_batch=g, layer=layer)
     ex = b.compute(f"{name} experts", kind, mw.experts, deps=(d,), micro_batch=g, layer=layer)
     if mw.shared and not mw.shared_overlap:
         b.compute(f"{name} shared experts", kind, mw.shared, deps=(ex,), micro_batch=g, layer=layer)
-    c = _a2a(b, f"combine {name}", mw.combine_bytes, ex, g, layer, mw.etp, gather=False)
+    c = _a2a(b, f"combine {name}", mw.combine_bytes, ex, g, layer, mw.etp, gather=False, inter=mw.inter_fraction)
     return b.compute(f"{name} unpermute", kind, mw.post, deps=(c,), micro_batch=g, layer=layer)
 
 
@@ -136,13 +178,14 @@ def backward_block(b: GraphBuilder, work: Any, name: str, deps, g: int, layer: i
     if mw.recompute:
         deps = [forward_block(b, work, "recompute", f"recompute {layer} mb{g}", deps, g, layer)]
     post = b.compute(f"{name} unpermute", "backward", mw.bwd_post, deps=deps, micro_batch=g, layer=layer)
-    c = _a2a(b, f"combine-bwd {name}", mw.grad_bytes, post, g, layer, mw.etp, gather=True)
+    c = _a2a(b, f"combine-bwd {name}", mw.grad_bytes, post, g, layer, mw.etp, gather=True, inter=mw.inter_fraction)
     if mw.bwd_shared and mw.shared_overlap:
         b.compute(f"{name} shared experts", "backward", mw.bwd_shared, deps=(post,), micro_batch=g, layer=layer)
     ex = b.compute(f"{name} experts", "backward", mw.bwd_experts, deps=(c,), micro_batch=g, layer=layer)
     if mw.bwd_shared and not mw.shared_overlap:
         b.compute(f"{name} shared experts", "backward", mw.bwd_shared, deps=(ex,), micro_batch=g, layer=layer)
-    d = _a2a(b, f"dispatch-bwd {name}", mw.grad_bytes, ex, g, layer, mw.etp, gather=False)
+    d = _a2a(b, f"dispatch-bwd {name}", mw.grad_bytes, ex, g, layer, mw.etp, gather=False,
+             inter=mw.inter_fraction)
     return b.compute(f"{name} attn+router", "backward", mw.bwd_pre, deps=(d,), micro_batch=g, layer=layer)
 
 
@@ -238,6 +281,12 @@ def attach(work: Any, scenario: Any, pb: int) -> Any:
         expert_grad_dtype_bytes=4.0 if par.framework == "ddp" else float(pb),
         sharded_optimizer=stage >= 1,
     )
+    per_node = scenario.cluster.topology.gpus_per_node
+    n_nodes = (ep * etp) // per_node if ep * etp > per_node else 1
+    if getattr(par, "moe_dispatcher", "alltoall") == "deepep" and n_nodes > 1:
+        k = model.moe.top_k
+        changes["moe"] = dataclasses.replace(
+            changes["moe"], inter_fraction=n_nodes * node_hit_probability(n_nodes, k) / k)
     changes["optimizer"] = optimizer
     return dataclasses.replace(work, **changes)
 

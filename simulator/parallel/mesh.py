@@ -70,6 +70,8 @@ class RankMesh:
             return 2
         if kind in ("ep", "etp", "edp"):
             return {"ep": self.ep, "etp": self.etp, "edp": self.tp * self.cp * self.dp // (self.ep * self.etp)}[kind]
+        if kind in ("ep_intra", "ep_inter"):
+            return len(self.groups(kind)[0])
         return {
             "dp": self.dp * self.cp,
             "tp": self.tp,
@@ -91,6 +93,10 @@ class RankMesh:
             from simulator.parallel.expert import expert_groups
 
             return expert_groups(tp, cp, dp, pp, self.ep, self.etp, kind)
+        if kind in ("ep_intra", "ep_inter"):
+            from simulator.parallel.expert import two_hop_groups
+
+            return two_hop_groups(self.groups("ep"), self.node, kind)
         if kind == "tp":
             return [[r(t, d, p, c) for t in range(tp)] for p in range(pp) for d in range(dp) for c in range(cp)]
         if kind == "cp":

@@ -131,3 +131,26 @@ def test_ep_is_a_sweep_axis(tmp_path):
     assert res.exit_code == 0, res.output
     rows = [__import__("json").loads(line) for line in out.read_text().splitlines()]
     assert sorted(r["parallel.ep"] for r in rows) == [8, 16]
+
+
+def test_deepep_two_hop_groups_and_bytes():
+    mesh = RankMesh(tp=1, dp=16, pp=1, gpus_per_node=8, ep=16)
+    assert mesh.groups("ep_intra") == [list(range(8)), list(range(8, 16))]
+    assert mesh.groups("ep_inter")[:2] == [[0, 8], [1, 9]]  # same rail on each node
+    sc = _scenario(nodes=2, ep=16, sets=["parallel.moe_dispatcher=deepep"])
+    graph = __import__("simulator.parallel.build", fromlist=["x"]).build_step_graph(context_for(sc))
+    a2a = [t for t in graph.tasks if isinstance(t, CollectiveTask) and t.op == "all_to_all"]
+    full = 1024 * 2 * 1024 * 2 * 1.25  # T·top_k·h·bytes·imbalance
+    p_hit = 1 - (1 - 1 / 2) ** 2  # a node gets at least one of a token's 2 experts: 3/4
+    assert {t.group: t.nbytes for t in a2a} == {"ep_intra": full, "ep_inter": pytest.approx(2 * p_hit * full / 2)}
+    # dispatch: network hop first, then NVLink
+    first = next(t for t in a2a if "dispatch fwd 0 mb0" in t.name)
+    assert first.group == "ep_inter"
+
+
+def test_deepep_pays_off_with_many_experts_per_token():
+    """Top-8 over 2 nodes: one all-to-all sends 8 x 1/2 = 4 copies of a token over the network,
+    two hops send it 1 − 2⁻⁸ ≈ 1 time, so the expert communication shrinks despite the extra hop."""
+    plain = simulate(_scenario(top_k=8)).breakdown["communication"]["ep"]["on_link_s"]
+    two_hop = simulate(_scenario(top_k=8, sets=["parallel.moe_dispatcher=deepep"]))
+    assert two_hop.breakdown["communication"]["ep"]["on_link_s"] < plain
