@@ -127,6 +127,7 @@ def simulate(scenario: Scenario, *, efficiency: Efficiency | None = None, what_i
         "framework": par.framework,
         "zero_stage": par.effective_zero_stage,
         "tp": par.tp, "pp": par.pp, "dp": ctx.mesh.dp, "cp": par.cp,
+        **({"ep": par.ep, "etp": par.etp, "edp": ctx.mesh.size("edp")} if scenario.model.moe else {}),
         "sequence_parallel": par.sequence_parallel, "distributed_optimizer": par.distributed_optimizer,
         "grad_accum_steps": ctx.n_micro,
         "micro_batch_size": tr.micro_batch_size,

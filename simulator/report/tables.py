@@ -31,7 +31,9 @@ def render(report: StepReport, console: Console, interval: Any = None) -> None:
     lay, bd, step = report.layout, report.breakdown, report.step_time_s
     console.print(
         f"[bold]{report.scenario}[/]: {lay['framework']} ZeRO-{lay['zero_stage']} on {report.n_gpus} x {lay['gpu']} "
-        f"(dp={lay['dp']}, tp={lay['tp']}, pp={lay['pp']}, {lay['grad_accum_steps']} micro-batches of "
+        f"(dp={lay['dp']}, tp={lay['tp']}, pp={lay['pp']}, "
+        + (f"ep={lay['ep']}, etp={lay['etp']}, edp={lay['edp']}, " if "ep" in lay else "")
+        + f"{lay['grad_accum_steps']} micro-batches of "
         f"{lay['micro_batch_size']})"
     )
     summary = Table(show_header=False, box=None)

@@ -281,6 +281,10 @@ def activations(scenario: Scenario) -> ActivationBytes:
     transient = 0.0
     if tr.activation_checkpointing == "full":
         transient = layer_activation_bytes(m, b, s, t, recompute="none", **common)
+        if m.moe is not None:  # the block being recomputed holds its routed tokens too
+            from simulator.workload import moe_memory
+
+            transient += max(0.0, moe_memory.moe_block_extra(scenario, pb))
     n_blocks = math.ceil(m.n_layers / pp)
     in_flight = min(pp, scenario.grad_accum_steps) if pp > 1 else 1
     embedding = (MASK_BYTES * s * b * m.hidden_size if dropout else 0.0) * in_flight

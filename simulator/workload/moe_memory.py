@@ -34,8 +34,16 @@ def _mlp_stored(tokens: float, h: int, width: float, k_mlp: int, pb: int) -> flo
 def activation_delta_per_layer(scenario: Any, pb: int) -> float:
     """Average extra bytes per block (MoE block minus the dense block it replaces) per micro-batch;
     0 under full recomputation (only block inputs are stored)."""
+    if scenario.training.activation_checkpointing == "full":
+        return 0.0
+    return moe_block_extra(scenario, pb) * wmoe.n_moe_layers(scenario.model) / scenario.model.n_layers
+
+
+def moe_block_extra(scenario: Any, pb: int) -> float:
+    """Extra activation bytes of ONE MoE block over the dense block it replaces, one micro-batch
+    (also what a block being recomputed holds on top of the dense estimate)."""
     m, tr, par = scenario.model, scenario.training, scenario.parallel
-    if m.moe is None or tr.activation_checkpointing == "full":
+    if m.moe is None:
         return 0.0
     b, s, tp = tr.micro_batch_size, tr.seq_len, par.tp
     h, k_mlp, moe = m.hidden_size, m.mlp_matrices, m.moe
@@ -43,8 +51,7 @@ def activation_delta_per_layer(scenario: Any, pb: int) -> float:
     t = b * s / tp * moe.top_k * moe.effective_imbalance
     routed = pb * t * h + _mlp_stored(t, 0, moe.expert_ffn_hidden_size / par.etp, k_mlp, pb)
     shared = _mlp_stored(b * s, h, moe.n_shared_experts * moe.shared_width / tp, k_mlp, pb) if moe.n_shared_experts else 0
-    n_moe = wmoe.n_moe_layers(m)
-    return (routed + shared - dense) * n_moe / m.n_layers
+    return routed + shared - dense
 
 
 def model_states(scenario: Any, zero_model_states, shard_degree: int, stage: int, sizes: tuple) -> Any:

@@ -62,3 +62,16 @@ def test_expert_states_shard_over_ep_and_expert_dp():
     # ZeRO-2 also shards the gradients, each over its own group.
     st2 = memory.model_states(_mixtral(8, 2))
     assert st2.grads_bytes == pytest.approx(2 * dense / 16 + 2 * L * expert / 2)
+
+
+def test_moe_block_activations_by_hand():
+    from simulator.workload import moe_memory
+
+    sc = _mixtral(8, 1)  # b = 1, s = 4096, tp = 1, bf16, imbalance 1.25, no recomputation
+    h, f = 4096, 14336
+    dense = 2 * 4096 * (h + 2 * f + f)  # MLP input, gate and up outputs, SwiGLU product
+    t = 4096 * 2 * 1.25  # routed token copies on the busiest rank
+    routed = 2 * t * h + 2 * t * (2 * f + f)  # permuted copies, expert gate/up outputs, product
+    assert moe_memory.moe_block_extra(sc, 2) == pytest.approx(routed - dense)
+    # every Mixtral block is MoE, so the per-layer average is the same
+    assert moe_memory.activation_delta_per_layer(sc, 2) == pytest.approx(routed - dense)
