@@ -103,7 +103,5 @@ def check_layout(model, parallel, n_gpus: int, gpus_per_node: int) -> None:
     if parallel.tp > 1 and not parallel.sequence_parallel:
         raise ValueError("an MoE model with parallel.tp > 1 needs parallel.sequence_parallel: true "
                          "(Megatron-Core requires it)")
-    if parallel.cp > 1:
-        raise ValueError("parallel.cp > 1 with an MoE model is not modelled yet; use cp: 1")
     if parallel.tp_comm_overlap:
         raise ValueError("parallel.tp_comm_overlap with an MoE model is not modelled yet; set it to false")

@@ -46,6 +46,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
+from simulator.parallel import context_parallel
 from simulator.parallel.ir import COMM, GraphBuilder
 
 #: Stream of the token dispatch / combine all-to-alls (their own NCCL communicator).
@@ -161,7 +162,10 @@ def _a2a(b: GraphBuilder, name: str, nbytes: float, dep: int | None, g: int, lay
 def forward_block(b: GraphBuilder, work: Any, kind: str, name: str, deps, g: int, layer: int) -> int:
     """Forward (or full recompute) of one MoE block: pre → dispatch → experts → combine → post."""
     mw: MoEWork = work.moe
-    pre = b.compute(f"{name} attn+router", kind, mw.pre, deps=deps, micro_batch=g, layer=layer)
+    if work.cp_kv_bytes > 0:  # context parallel: the K/V ring beside the attention core
+        pre = context_parallel.forward_block(b, work, mw.pre, kind, f"{name} attn+router", deps, g, layer)
+    else:
+        pre = b.compute(f"{name} attn+router", kind, mw.pre, deps=deps, micro_batch=g, layer=layer)
     d = _a2a(b, f"dispatch {name}", mw.dispatch_bytes, pre, g, layer, mw.etp, gather=True, inter=mw.inter_fraction)
     if mw.shared and mw.shared_overlap:
         b.compute(f"{name} shared experts", kind, mw.shared, deps=(pre,), micro_batch=g, layer=layer)
@@ -186,6 +190,8 @@ def backward_block(b: GraphBuilder, work: Any, name: str, deps, g: int, layer: i
         b.compute(f"{name} shared experts", "backward", mw.bwd_shared, deps=(ex,), micro_batch=g, layer=layer)
     d = _a2a(b, f"dispatch-bwd {name}", mw.grad_bytes, ex, g, layer, mw.etp, gather=False,
              inter=mw.inter_fraction)
+    if work.cp_kv_bytes > 0:
+        return context_parallel.backward_piece(b, work, mw.bwd_pre, f"{name} attn+router", [d], g, layer)
     return b.compute(f"{name} attn+router", "backward", mw.bwd_pre, deps=(d,), micro_batch=g, layer=layer)
 
 
@@ -237,19 +243,25 @@ def attach(work: Any, scenario: Any, pb: int) -> Any:
     """``work`` of an MoE / MLA model: per-block parameters without the experts (those reduce over
     the expert-DP group here), the MoE blocks' ops and all-to-all volumes, and an optimizer step
     that also updates this GPU's expert shard."""
+    from simulator.parallel.work import _scale_attention
     from simulator.workload import moe as wmoe
     from simulator.workload import moe_ops
     from simulator.workload import ops as wops
 
     model, tr, par = scenario.model, scenario.training, scenario.parallel
-    b, s, tp = tr.micro_batch_size, tr.seq_len, par.tp
+    cp = getattr(par, "cp", 1)
+    b, s, tp = tr.micro_batch_size, tr.seq_len // cp, par.tp  # a CP rank holds s/cp tokens
     ep, etp = getattr(par, "ep", 1), getattr(par, "etp", 1)
     flags = tuple(model.moe is not None and model.moe.is_moe_layer(i) for i in range(model.n_layers))
     dense_local = sum(wmoe.block_local(model, f, tp, ep, etp).dense for f in flags) / model.n_layers
     changes: dict[str, Any] = {"layer_params": float(dense_local), "layer_bwd_pieces": ()}
+    if model.is_mla and cp > 1:  # the ring carries the decompressed K (a·d_qk) and V (a·d_v)
+        width = model.n_heads * (model.qk_nope_head_dim + model.qk_rope_head_dim + model.v_head_dim)
+        changes["cp_kv_bytes"] = float(b * tr.seq_len * width / tp * pb)
     if model.moe is None:
         return dataclasses.replace(work, **changes)
     ops = moe_ops.moe_block_ops(model, b, s, tp, pb, tr.kernels, tr.activation_checkpointing, ep, etp)
+    ops = dataclasses.replace(ops, pre=tuple(_scale_attention(op, cp) for op in ops.pre))
     imb = model.moe.effective_imbalance
     act_bytes = ops.routed_tokens * model.hidden_size * imb
     fp8 = tr.precision == "fp8"

@@ -88,7 +88,8 @@ def from_scenario(scenario: Any, persistence_threshold: float = 1e5) -> StepWork
     if model.moe is not None or model.is_mla:  # MLA attention in the dense blocks
         from simulator.workload import moe_ops
 
-        fwd = moe_ops.dense_block_ops(model, b, s, tp, pb, tr.kernels, tr.activation_checkpointing)
+        fwd = [_scale_attention(op, cp) for op in moe_ops.dense_block_ops(model, b, s, tp, pb, tr.kernels,
+                                                                          tr.activation_checkpointing)]
     else:
         fwd = [_scale_attention(op, cp) for op in wops.layer_ops(model, b, s, tp, pb, tr.kernels,
                                                                  tr.activation_checkpointing)]

@@ -45,7 +45,7 @@ def moe_block_extra(scenario: Any, pb: int) -> float:
     m, tr, par = scenario.model, scenario.training, scenario.parallel
     if m.moe is None:
         return 0.0
-    b, s, tp = tr.micro_batch_size, tr.seq_len, par.tp
+    b, s, tp = tr.micro_batch_size, tr.seq_len // par.cp, par.tp  # a CP rank holds s/cp tokens
     h, k_mlp, moe = m.hidden_size, m.mlp_matrices, m.moe
     dense = _mlp_stored(b * s, h, m.ffn_hidden_size / tp, k_mlp, pb)
     t = b * s / tp * moe.top_k * moe.effective_imbalance

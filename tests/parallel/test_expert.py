@@ -154,3 +154,16 @@ def test_deepep_pays_off_with_many_experts_per_token():
     plain = simulate(_scenario(top_k=8)).breakdown["communication"]["ep"]["on_link_s"]
     two_hop = simulate(_scenario(top_k=8, sets=["parallel.moe_dispatcher=deepep"]))
     assert two_hop.breakdown["communication"]["ep"]["on_link_s"] < plain
+
+
+def test_context_parallel_composes_with_experts():
+    """cp 2 x ep 8 on 16 GPUs: the K/V ring runs beside the attention of MoE blocks, and the
+    tokens a rank routes halve with its sequence chunk."""
+    sc = _scenario(nodes=2, ep=8, sets=["parallel.cp=2"])
+    ctx = context_for(sc)
+    assert ctx.mesh.size("edp") == 2  # 16 / 8
+    assert ctx.work.moe.dispatch_bytes == 512 * 2 * 1024 * 2 * 1.25  # b·s/cp tokens, top-2, h, bf16
+    graph = __import__("simulator.parallel.build", fromlist=["x"]).build_step_graph(ctx)
+    rings = [t for t in graph.tasks if isinstance(t, CollectiveTask) and t.group == "cp"]
+    assert any("attn+router" in t.name for t in rings)
+    assert simulate(sc).step_time_s > 0
