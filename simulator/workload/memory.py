@@ -274,17 +274,17 @@ def activations(scenario: Scenario) -> ActivationBytes:
     dropout = m.dropout > 0
     common = dict(flash_attention=tr.kernels.flash_attention, precision_bytes=pb, dropout=dropout)
     per_layer = layer_activation_bytes(m, b, s, t, recompute=tr.activation_checkpointing, **common)
-    if m.moe is not None:  # routed tokens instead of the dense MLP's activations
+    if m.moe is not None or m.is_mla:  # routed tokens / MLA tensors instead of the dense ones
         from simulator.workload import moe_memory
 
         per_layer += moe_memory.activation_delta_per_layer(scenario, pb)
     transient = 0.0
     if tr.activation_checkpointing == "full":
         transient = layer_activation_bytes(m, b, s, t, recompute="none", **common)
-        if m.moe is not None:  # the block being recomputed holds its routed tokens too
+        if m.moe is not None or m.is_mla:  # the block being recomputed holds its routed tokens too
             from simulator.workload import moe_memory
 
-            transient += max(0.0, moe_memory.moe_block_extra(scenario, pb))
+            transient += max(0.0, moe_memory.moe_block_extra(scenario, pb) + moe_memory.mla_block_extra(scenario, pb))
     n_blocks = math.ceil(m.n_layers / pp)
     in_flight = min(pp, scenario.grad_accum_steps) if pp > 1 else 1
     embedding = (MASK_BYTES * s * b * m.hidden_size if dropout else 0.0) * in_flight

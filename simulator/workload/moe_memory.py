@@ -9,13 +9,17 @@ activations of routed tokens.
   expert-DP group the same way: Rajbhandari et al. 2022 "DeepSpeed-MoE" §5). Expert weights are
   never gathered per use here, so ZeRO-3 / FULL_SHARD shard them like stage 2 (gradients and
   optimizer states over expert-DP, parameters whole).
-* Activations: in an MoE block the dense MLP's stored tensors (input ``2·b·s·h`` and, for SwiGLU,
-  gate/up ``2·2·b·s·f/t`` and the product ``2·b·s·f/t`` bytes in 16-bit, Korthikanti et al. 2022
-  Table 2 generalised to width ``f``) are replaced by the routed tokens' tensors: the permuted
-  copies ``T·k·h``, the expert inputs of width ``k_mlp−1`` times ``f_e/etp`` and the activation
+* Activations: in an MoE block the dense MLP's stored tensors past its input (for SwiGLU gate/up
+  ``2·2·b·s·f/t`` and the product ``2·b·s·f/t`` bytes in 16-bit, Korthikanti et al. 2022 Table 2
+  generalised to width ``f``, as ``memory.layer_activation_bytes`` counts them) are replaced by the
+  routed tokens' tensors: the permuted copies ``T·k·h`` (the experts' input, also the all-to-all
+  receive buffer), the ``k_mlp−1`` expert up projections of width ``f_e/etp`` and the activation
   output (``× imbalance`` on the most-loaded rank), plus the shared experts' like a dense MLP of
-  width ``n_s·f_s``; ``T = b·s/tp``. The all-to-all receive buffer is the permuted copies
-  (counted once).
+  width ``n_s·f_s``; ``T = b·s/(tp·cp)``. The MLP input stays (it is the router's input).
+* MLA blocks store, instead of Q, K, V and the out-projection input of width ``a·d_h``: the
+  compressed query ``d_c'`` before and after its norm, the compressed KV ``d_c + d_r`` and its
+  normalised ``d_c``, and Q, K (``a·d_qk`` each, ÷t), V and the out-projection input (``a·d_v``
+  each, ÷t).
 """
 
 from __future__ import annotations
@@ -36,7 +40,20 @@ def activation_delta_per_layer(scenario: Any, pb: int) -> float:
     0 under full recomputation (only block inputs are stored)."""
     if scenario.training.activation_checkpointing == "full":
         return 0.0
-    return moe_block_extra(scenario, pb) * wmoe.n_moe_layers(scenario.model) / scenario.model.n_layers
+    moe_part = moe_block_extra(scenario, pb) * wmoe.n_moe_layers(scenario.model) / scenario.model.n_layers
+    return moe_part + mla_block_extra(scenario, pb)
+
+
+def mla_block_extra(scenario: Any, pb: int) -> float:
+    """Extra activation bytes of one MLA attention over the dense estimate's ``2·(a·d_h + g·d_h)``."""
+    m, tr, par = scenario.model, scenario.training, scenario.parallel
+    if not m.is_mla:
+        return 0.0
+    sb, tp = tr.micro_batch_size * tr.seq_len // par.cp, par.tp
+    a, qr, kvr = m.n_heads, m.q_lora_rank or 0, m.kv_lora_rank
+    dqk, dv = m.qk_nope_head_dim + m.qk_rope_head_dim, m.v_head_dim
+    mla = 2 * qr + 2 * kvr + m.qk_rope_head_dim + (2 * a * dqk + 2 * a * dv) / tp
+    return pb * sb * (mla - (2 * m.q_dim + 2 * m.kv_dim) / tp)
 
 
 def moe_block_extra(scenario: Any, pb: int) -> float:
@@ -47,10 +64,10 @@ def moe_block_extra(scenario: Any, pb: int) -> float:
         return 0.0
     b, s, tp = tr.micro_batch_size, tr.seq_len // par.cp, par.tp  # a CP rank holds s/cp tokens
     h, k_mlp, moe = m.hidden_size, m.mlp_matrices, m.moe
-    dense = _mlp_stored(b * s, h, m.ffn_hidden_size / tp, k_mlp, pb)
+    dense = _mlp_stored(b * s, 0, m.ffn_hidden_size / tp, k_mlp, pb)
     t = b * s / tp * moe.top_k * moe.effective_imbalance
     routed = pb * t * h + _mlp_stored(t, 0, moe.expert_ffn_hidden_size / par.etp, k_mlp, pb)
-    shared = _mlp_stored(b * s, h, moe.n_shared_experts * moe.shared_width / tp, k_mlp, pb) if moe.n_shared_experts else 0
+    shared = _mlp_stored(b * s, 0, moe.n_shared_experts * moe.shared_width / tp, k_mlp, pb) if moe.n_shared_experts else 0
     return routed + shared - dense
 
 

@@ -69,9 +69,22 @@ def test_moe_block_activations_by_hand():
 
     sc = _mixtral(8, 1)  # b = 1, s = 4096, tp = 1, bf16, imbalance 1.25, no recomputation
     h, f = 4096, 14336
-    dense = 2 * 4096 * (h + 2 * f + f)  # MLP input, gate and up outputs, SwiGLU product
+    dense = 2 * 4096 * (2 * f + f)  # gate and up outputs, SwiGLU product (the input stays: router)
     t = 4096 * 2 * 1.25  # routed token copies on the busiest rank
     routed = 2 * t * h + 2 * t * (2 * f + f)  # permuted copies, expert gate/up outputs, product
     assert moe_memory.moe_block_extra(sc, 2) == pytest.approx(routed - dense)
     # every Mixtral block is MoE, so the per-layer average is the same
     assert moe_memory.activation_delta_per_layer(sc, 2) == pytest.approx(routed - dense)
+
+
+def test_mla_activations_by_hand():
+    from simulator.workload import moe_memory
+
+    raw = {"name": "t", "model": "deepseek-v3", "cluster": {"topology": "dgx-h100", "nodes": 32},
+           "training": {"seq_len": 4096, "micro_batch_size": 1, "global_batch_size": 256},
+           "parallel": {"framework": "ddp", "ep": 32, "pp": 8}}
+    sc = scenario_from_dict(raw)
+    a = 128
+    mla = 2 * 1536 + 2 * 512 + 64 + 2 * a * 192 + 2 * a * 128  # q latents, kv latents, rope key, Q, K, V, out input
+    dense_estimate = 2 * 7168 + 2 * 7168  # 2·(a·d_h + g·d_h) with d_h = h/a = 56
+    assert moe_memory.mla_block_extra(sc, 2) == pytest.approx(2 * 4096 * (mla - dense_estimate))
