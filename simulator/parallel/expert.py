@@ -24,7 +24,11 @@ Per MoE block and micro-batch (Megatron-Core ``MoEAlltoAllTokenDispatcher``):
 * expert gradients reduce over the expert-data-parallel group (not the DP group), after the last
   micro-batch's backward of each MoE block: an all-reduce, or a reduce-scatter when the optimizer
   states are sharded (ZeRO ≥ 1 / distributed optimizer) (Megatron-Core ``DistributedDataParallel``
-  keeps expert parameters in their own buckets reduced over the expert-DP group).
+  keeps expert parameters in their own buckets reduced over the expert-DP group);
+* ZeRO-3 / FSDP FULL_SHARD / HYBRID_SHARD shard the expert weights over the expert-DP group
+  too (torchtitan shards experts over ``dp_shard`` / EP, DeepSpeed-MoE over the expert-DP group):
+  each MoE block's expert shard is all-gathered before its forward and again before its backward
+  (one block ahead, on its own stream), and its gradients are reduce-scattered every micro-batch.
 
 DeepEP dispatcher (``parallel.moe_dispatcher: deepep``; DeepSeek-V3 report §3.2.2, DeepEP's
 internode kernels): when an EP group spans ``N`` nodes, a token crosses the network once per
@@ -36,8 +40,6 @@ all-to-all over ``ep_intra`` (the group's GPUs in one node) of ``T·top_k·h``. 
 issued one after the other (DeepEP pipelines them in chunks, so this is an upper bound); the
 combine mirrors them. Node-limited routing (at most M nodes per token) is not modelled.
 
-Not modelled: ZeRO-3 / FSDP per-use gathers of expert weights over the expert-DP group (expert
-weights are treated as stage-2 sharded).
 """
 
 from __future__ import annotations
@@ -51,6 +53,8 @@ from simulator.parallel.ir import COMM, GraphBuilder
 
 #: Stream of the token dispatch / combine all-to-alls (their own NCCL communicator).
 EP_COMM = "comm_ep"
+#: Stream of the ZeRO-3 / FSDP all-gathers of expert weights over the expert-DP group.
+EDP_COMM = "comm_edp"
 
 
 def expert_groups(tp: int, cp: int, dp: int, pp: int, ep: int, etp: int, kind: str) -> list[list[int]]:
@@ -121,6 +125,8 @@ class MoEWork:
     expert_params: float
     expert_grad_dtype_bytes: float
     sharded_optimizer: bool
+    #: ZeRO-3 / FSDP: bytes of one MoE block's experts all-gathered before each use (0 = not sharded).
+    gather_bytes: float = 0.0
     #: DeepEP two-hop dispatch: the network hop carries ``inter_fraction`` x the all-to-all's bytes
     #: (``N·p/top_k``, module docstring); 0 = one all-to-all over the EP group.
     inter_fraction: float = 0.0
@@ -201,18 +207,37 @@ class ExpertGradHooks:
 
     def __init__(self, inner: Any, ctx: Any) -> None:
         self.inner, self.ctx = inner, ctx
+        self._gathers: dict[tuple[str, int, int], int | None] = {}
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
 
+    def _gather(self, b, phase: str, g: int, unit: Any) -> list:
+        """ZeRO-3 / FSDP: the all-gather of ``unit``'s expert shard (issued if not yet) and, one
+        block ahead, of the next MoE block's in this pass."""
+        mw: MoEWork = self.ctx.work.moe
+        if mw.gather_bytes <= 0 or self.ctx.mesh.size("edp") <= 1 or not is_moe(self.ctx.work, unit):
+            return []
+        n = len(mw.layers)
+        order = range(n) if phase == "fwd" else range(n - 1, -1, -1)
+        moe_units = [i for i in order if mw.layers[i]]
+        pos = moe_units.index(unit)
+        for u in moe_units[pos:pos + 2]:
+            key = (phase, g, u)
+            if key not in self._gathers:
+                self._gathers[key] = b.collective(f"expert allgather {phase} {u} mb{g}", "param_allgather",
+                                                  "all_gather", "edp", mw.gather_bytes, stream=EDP_COMM,
+                                                  micro_batch=g, layer=u)
+        return [self._gathers[(phase, g, unit)]]
+
     def pre_forward(self, b, g, unit):
-        return self.inner.pre_forward(b, g, unit)
+        return [*self.inner.pre_forward(b, g, unit), *self._gather(b, "fwd", g, unit)]
 
     def post_forward(self, b, g, unit, task):
         return self.inner.post_forward(b, g, unit, task)
 
     def pre_backward(self, b, g, unit):
-        return self.inner.pre_backward(b, g, unit)
+        return [*self.inner.pre_backward(b, g, unit), *self._gather(b, "bwd", g, unit)]
 
     def post_backward(self, b, g, unit, task):
         return self.inner.post_backward(b, g, unit, task)
@@ -220,7 +245,8 @@ class ExpertGradHooks:
     def grads_ready(self, b, g, key, task):
         self.inner.grads_ready(b, g, key, task)
         work, ctx = self.ctx.work, self.ctx
-        if g != ctx.n_micro - 1 or not is_moe(work, key) or ctx.mesh.size("edp") <= 1:
+        every_micro_batch = work.moe is not None and work.moe.gather_bytes > 0  # ZeRO-3 / FSDP
+        if (g != ctx.n_micro - 1 and not every_micro_batch) or not is_moe(work, key) or ctx.mesh.size("edp") <= 1:
             return
         mw: MoEWork = work.moe
         op = "reduce_scatter" if mw.sharded_optimizer else "all_reduce"
@@ -292,6 +318,7 @@ def attach(work: Any, scenario: Any, pb: int) -> Any:
         expert_params=expert_local,
         expert_grad_dtype_bytes=4.0 if par.framework == "ddp" else float(pb),
         sharded_optimizer=stage >= 1,
+        gather_bytes=expert_local * pb if stage >= 3 else 0.0,
     )
     per_node = scenario.cluster.topology.gpus_per_node
     n_nodes = (ep * etp) // per_node if ep * etp > per_node else 1

@@ -6,9 +6,9 @@ activations of routed tokens.
   stage, each split over ``etp``, and ZeRO / the distributed optimizer shards those over the
   expert-data-parallel group ``edp = tp·cp·dp/(ep·etp)`` (Megatron-Core keeps expert parameters in
   their own buffers sharded over the expert-DP group; DeepSpeed-MoE shards expert states over the
-  expert-DP group the same way: Rajbhandari et al. 2022 "DeepSpeed-MoE" §5). Expert weights are
-  never gathered per use here, so ZeRO-3 / FULL_SHARD shard them like stage 2 (gradients and
-  optimizer states over expert-DP, parameters whole).
+  expert-DP group the same way: Rajbhandari et al. 2022 "DeepSpeed-MoE" §5). ZeRO-3 / FSDP
+  shard the expert weights too and hold two MoE blocks' gathered experts at a time (the one in use
+  and the one prefetched, ``simulator.parallel.expert``), counted with the parameters.
 * Activations: in an MoE block the dense MLP's stored tensors past its input (for SwiGLU gate/up
   ``2·2·b·s·f/t`` and the product ``2·b·s·f/t`` bytes in 16-bit, Korthikanti et al. 2022 Table 2
   generalised to width ``f``, as ``memory.layer_activation_bytes`` counts them) are replaced by the
@@ -78,9 +78,12 @@ def model_states(scenario: Any, zero_model_states, shard_degree: int, stage: int
     split = wmoe.local(m, par.tp, par.pp, par.ep, par.etp)
     dense = zero_model_states(split.dense, shard_degree, stage, *sizes)
     edp = max(1, scenario.n_gpus // (par.pp * par.ep * par.etp))
-    # Expert weights are not gathered per use (simulator.parallel.expert): at most stage-2 sharding.
-    exp = zero_model_states(split.experts, edp, min(stage, 2), *sizes)
-    return type(dense)(dense.params_bytes + exp.params_bytes, dense.grads_bytes + exp.grads_bytes,
+    exp = zero_model_states(split.experts, edp, stage, *sizes)
+    gathered = 0.0
+    if stage >= 3 and edp > 1:  # two blocks' experts unsharded at a time, in the 16-bit working dtype
+        block = wmoe.block_local(m, True, par.tp, par.ep, par.etp).experts
+        gathered = 2 * block * (2 if scenario.training.precision in ("bf16", "fp16", "fp8") else 4)
+    return type(dense)(dense.params_bytes + exp.params_bytes + gathered, dense.grads_bytes + exp.grads_bytes,
                        dense.optimizer_bytes + exp.optimizer_bytes)
 
 

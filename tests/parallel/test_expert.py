@@ -167,3 +167,17 @@ def test_context_parallel_composes_with_experts():
     rings = [t for t in graph.tasks if isinstance(t, CollectiveTask) and t.group == "cp"]
     assert any("attn+router" in t.name for t in rings)
     assert simulate(sc).step_time_s > 0
+
+
+def test_zero3_gathers_expert_shards_over_expert_dp():
+    sc = _scenario(nodes=2, ep=8, sets=["parallel.framework=deepspeed", "parallel.zero_stage=3"])
+    ctx = context_for(sc)
+    graph = __import__("simulator.parallel.build", fromlist=["x"]).build_step_graph(ctx)
+    gathers = [t for t in graph.tasks if isinstance(t, CollectiveTask) and t.group == "edp" and t.op == "all_gather"]
+    reduces = [t for t in graph.tasks if isinstance(t, CollectiveTask) and t.group == "edp" and t.op == "reduce_scatter"]
+    n_micro = ctx.n_micro
+    # 16 experts / ep 8 = 2 per GPU, 3 matrices of 1024 x 512, bf16
+    assert {t.nbytes for t in gathers} == {2 * 3 * 1024 * 512 * 2}
+    assert len(gathers) == 4 * 2 * n_micro  # 4 MoE blocks, forward and backward, every micro-batch
+    assert len(reduces) == 4 * n_micro
+    assert simulate(sc).step_time_s > 0

@@ -88,3 +88,12 @@ def test_mla_activations_by_hand():
     mla = 2 * 1536 + 2 * 512 + 64 + 2 * a * 192 + 2 * a * 128  # q latents, kv latents, rope key, Q, K, V, out input
     dense_estimate = 2 * 7168 + 2 * 7168  # 2·(a·d_h + g·d_h) with d_h = h/a = 56
     assert moe_memory.mla_block_extra(sc, 2) == pytest.approx(2 * 4096 * (mla - dense_estimate))
+
+
+def test_zero3_shards_expert_weights_and_holds_two_gathered_blocks():
+    h, f, L, V = 4096, 14336, 32, 32000
+    expert = 3 * h * f
+    dense = L * ((2 * h * 4096 + 2 * h * 1024) + 8 * h + 2 * h) + 2 * V * h + h
+    st = memory.model_states(_mixtral(8, 3))
+    # dense over DP 16, experts (1 per GPU per block) over expert-DP 2, plus 2 blocks' experts gathered
+    assert st.params_bytes == pytest.approx(2 * dense / 16 + 2 * L * expert / 2 + 2 * expert * 2)
