@@ -281,6 +281,10 @@ def attach(work: Any, scenario: Any, pb: int) -> Any:
     flags = tuple(model.moe is not None and model.moe.is_moe_layer(i) for i in range(model.n_layers))
     dense_local = sum(wmoe.block_local(model, f, tp, ep, etp).dense for f in flags) / model.n_layers
     changes: dict[str, Any] = {"layer_params": float(dense_local), "layer_bwd_pieces": ()}
+    mods = getattr(work, "layer_module_params", ())
+    if mods and sum(mods) > 0:  # ZeRO-3 per-module gathers: the same shares of the non-expert block
+        gathered = max(0.0, dense_local - work.layer_persistent)
+        changes["layer_module_params"] = tuple(x * gathered / sum(mods) for x in mods)
     if model.is_mla and cp > 1:  # the ring carries the decompressed K (a·d_qk) and V (a·d_v)
         width = model.n_heads * (model.qk_nope_head_dim + model.qk_rope_head_dim + model.v_head_dim)
         changes["cp_kv_bytes"] = float(b * tr.seq_len * width / tp * pb)
