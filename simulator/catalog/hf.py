@@ -13,7 +13,7 @@ Supported families and their key names (as written by each family's ``configurat
   ``decoder_sparse_step``, per-head QK-norm), OLMoE (``num_experts``, experts of
   ``intermediate_size``, full-width QK-norm), GPT-OSS (``num_local_experts``,
   ``num_experts_per_tok`` or ``experts_per_token``, biases on attention, router and experts) and
-  DeepSeek-V3 (``n_routed_experts``, ``n_shared_experts``, ``moe_intermediate_size``,
+  DeepSeek-V2/V3 (``n_routed_experts``, ``n_shared_experts``, ``moe_intermediate_size``,
   ``first_k_dense_replace``, ``moe_layer_freq`` and the MLA keys ``q_lora_rank``, ``kv_lora_rank``,
   ``qk_nope_head_dim``, ``qk_rope_head_dim``, ``v_head_dim``; the MTP module is not counted).
 - GPT-2: ``n_layer``, ``n_embd``, ``n_head``, ``n_inner`` (None ⇒ 4·n_embd), ``n_positions``;
@@ -93,7 +93,7 @@ def _llama_like(cfg: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-MOE_TYPES = ("mixtral", "qwen3_moe", "olmoe", "gpt_oss", "deepseek_v3")
+MOE_TYPES = ("mixtral", "qwen3_moe", "olmoe", "gpt_oss", "deepseek_v2", "deepseek_v3")
 
 
 def _moe(cfg: dict[str, Any]) -> dict[str, Any]:
@@ -118,7 +118,7 @@ def _moe(cfg: dict[str, Any]) -> dict[str, Any]:
         moe |= {"n_experts": cfg["num_experts"], "expert_ffn_hidden_size": cfg["moe_intermediate_size"],
                 "first_dense_layers": step - 1, "layer_interval": step}
         out |= {"qk_norm": True, "qk_norm_per_head": True}
-    else:  # deepseek_v3
+    else:  # deepseek_v2, deepseek_v3 (the same keys)
         moe |= {"n_experts": cfg["n_routed_experts"], "expert_ffn_hidden_size": cfg["moe_intermediate_size"],
                 "n_shared_experts": cfg.get("n_shared_experts") or 0,
                 "first_dense_layers": cfg.get("first_k_dense_replace", 0),

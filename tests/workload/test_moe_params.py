@@ -79,6 +79,20 @@ def test_deepseek_v3_by_hand():
     assert round((c.active - c.embedding) / 1e9, 1) == 36.6
 
 
+def test_deepseek_v2_by_hand():
+    h, V, a = 5120, 102400, 128
+    qr, kvr, dn, dr, dv = 1536, 512, 128, 64, 128
+    mla = h * qr + qr + qr * a * (dn + dr) + h * (kvr + dr) + kvr + kvr * a * (dn + dv) + a * dv * h
+    expert = 3 * h * 1536
+    dense_block = mla + 2 * h + 3 * h * 12288
+    moe_other = mla + 2 * h + 160 * h + 2 * expert  # router + 2 shared experts
+    outside = 2 * V * h + h
+    c = _count("deepseek-v2")
+    assert c.total == outside + dense_block + 59 * (moe_other + 160 * expert)
+    assert c.active == outside + dense_block + 59 * (moe_other + 6 * expert)
+    assert round(c.total / 1e9) == 236 and round(c.active / 1e9) == 21  # DeepSeek-V2: 236B / 21B
+
+
 def test_gpt_oss_120b_by_hand():
     h, L, V, E, k, f, heads, kv, d = 2880, 36, 201088, 128, 4, 2880, 64, 8, 64
     attn = h * heads * d + heads * d + 2 * (h * kv * d + kv * d) + heads * d * h + h  # biases on q, k, v, o
