@@ -181,3 +181,8 @@ def test_zero3_gathers_expert_shards_over_expert_dp():
     assert len(gathers) == 4 * 2 * n_micro  # 4 MoE blocks, forward and backward, every micro-batch
     assert len(reduces) == 4 * n_micro
     assert simulate(sc).step_time_s > 0
+
+
+def test_cross_node_ep_is_warned():
+    assert any("all-to-alls cross the inter-node network" in w for w in simulate(_scenario()).warnings)
+    assert not any("all-to-all" in w for w in simulate(_scenario(nodes=1, ep=8)).warnings)
