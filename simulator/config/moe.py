@@ -40,6 +40,9 @@ class MoEConfig(Frozen):
     shared_expert_ffn_hidden_size: PositiveInt | None = None
     first_dense_layers: NonNegativeInt = 0
     layer_interval: PositiveInt = 1
+    #: Router kind (Megatron-Core ``--moe-router-load-balancing-type``-style choice). Both are priced
+    #: as the ``h × E`` router GEMM plus a softmax/top-k pass; Sinkhorn's normalisation iterations
+    #: are not counted separately.
     router: Literal["topk", "sinkhorn"] = "topk"
     #: Router ``nn.Linear`` has a bias (GPT-OSS).
     router_bias: bool = False

@@ -130,13 +130,15 @@ def zero_model_states(
     )
 
 
-def _local_params(scenario: Scenario) -> float:
-    """Parameters on the most-loaded GPU; an MoE model's experts are split over EP x ETP."""
+def _local_params(scenario: Scenario, experts: bool = True) -> float:
+    """Parameters on the most-loaded GPU; an MoE model's experts are split over EP x ETP
+    (``experts=False``: without them, e.g. FSDP's root unit)."""
     m, p = scenario.model, scenario.parallel
     if m.moe is not None:
         from simulator.workload import moe
 
-        return moe.local(m, p.tp, p.pp, p.ep, p.etp).total
+        split = moe.local(m, p.tp, p.pp, p.ep, p.etp)
+        return split.total if experts else split.dense
     return params.local(m, p.tp, p.pp)
 
 
@@ -359,7 +361,7 @@ def buffers(scenario: Scenario) -> BufferBytes:
         mp = 4 if par.param_dtype == "fp32" else half
         rd = {"fp32": 4, "fp16": 2, "bf16": 2}.get(par.reduce_dtype or "", mp)
         unit = params.layer_local(m, par.tp)
-        root = psi - math.ceil(m.n_layers / par.pp) * unit
+        root = _local_params(scenario, experts=False) - math.ceil(m.n_layers / par.pp) * unit
         strategy = par.sharding_strategy
         if strategy in ("full_shard", "hybrid_shard"):
             units = 2 if par.backward_prefetch == "backward_pre" else 1

@@ -24,7 +24,6 @@ activations of routed tokens.
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 from simulator.workload import moe as wmoe
@@ -86,6 +85,3 @@ def model_states(scenario: Any, zero_model_states, shard_degree: int, stage: int
     return type(dense)(dense.params_bytes + exp.params_bytes + gathered, dense.grads_bytes + exp.grads_bytes,
                        dense.optimizer_bytes + exp.optimizer_bytes)
 
-
-def stage_blocks(scenario: Any) -> int:
-    return math.ceil(scenario.model.n_layers / scenario.parallel.pp)

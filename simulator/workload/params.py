@@ -160,7 +160,14 @@ def dense_count(model: ModelConfig) -> ParamCounts:
 
 def layer_local(model: ModelConfig, tp: int = 1) -> int:
     """Parameters of one block held by one tensor-parallel rank: ``sharded/tp + replicated``
-    (Megatron-LM ``ColumnParallelLinear``/``RowParallelLinear``; Shoeybi et al. 2019 Sec. 3)."""
+    (Megatron-LM ``ColumnParallelLinear``/``RowParallelLinear``; Shoeybi et al. 2019 Sec. 3). For an
+    MoE / MLA model: the average block without its routed experts (those are sharded over EP and
+    gathered apart, ``simulator.parallel.expert``)."""
+    if model.moe is not None or model.is_mla:
+        from simulator.workload import moe
+
+        flags = [model.moe is not None and model.moe.is_moe_layer(i) for i in range(model.n_layers)]
+        return int(sum(moe.block_local(model, f, tp).dense for f in flags) / model.n_layers)
     blk = layer(model)
     return blk.sharded // tp + blk.replicated
 
