@@ -21,7 +21,7 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
-CommKind = Literal["param_allgather", "grad_reduce", "post_step_gather", "tp", "pp", "cp"]
+CommKind = Literal["param_allgather", "grad_reduce", "post_step_gather", "tp", "pp", "cp", "ep"]
 ComputeKind = Literal["forward", "backward", "recompute", "optimizer"]
 CollectiveOp = Literal["all_reduce", "reduce_scatter", "all_gather", "broadcast", "reduce", "all_to_all"]
 
