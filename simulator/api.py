@@ -21,7 +21,6 @@ from simulator.hardware.efficiency import Efficiency, for_gpu, is_calibrated
 from simulator.network import build_cluster
 from simulator.parallel.build import build_step_graph, context_for
 from simulator.parallel.checks import check_supported
-from simulator.parallel.stage_memory import apply_to_breakdown, stage_activations
 from simulator.parallel.volume import bytes_per_rank, calls_per_rank
 from simulator.report.step_report import StepReport
 from simulator.workload import flops, memory
@@ -113,8 +112,6 @@ def simulate(scenario: Scenario, *, efficiency: Efficiency | None = None, what_i
                             n_micro=scenario.grad_accum_steps * scenario.dp, causal=causal,
                             recompute=recompute)
     mem = memory.breakdown(scenario).as_dict()
-    if par.pp > 1 or par.cp > 1 or (par.sequence_parallel and par.tp > 1):
-        mem = apply_to_breakdown(mem, stage_activations(scenario), scenario.memory.fragmentation)
     breakdown = {k: summary[k] for k in ("forward_s", "backward_s", "recompute_s", "optimizer_s", "idle_s",
                                          "compute_busy_s", "bubble_s")}
     breakdown["offload"] = summary["offload"]

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from simulator.errors import InputError
+from simulator.parallel import pipeline_split
 from simulator.parallel.build import check_pipeline, n_micro
 
 
@@ -46,14 +47,21 @@ def check_layout(scenario: Any) -> None:
             raise InputError(
                 f"pp={p.pp} x virtual_stages={v} = {p.pp * v} virtual stages exceed the {m.n_layers} layers",
                 "parallel.virtual_stages")
-        if p.framework != "fsdp" and m.n_layers % (p.pp * v):
+        if p.framework != "fsdp" and not pipeline_split.is_custom(p) and m.n_layers % (p.pp * v):
             raise InputError(
                 f"virtual_stages={v} must divide the layers per stage: {m.n_layers} layers / pp={p.pp} / "
-                f"v={v} is not an integer (Megatron needs equal chunks)", "parallel.virtual_stages")
+                f"v={v} is not an integer (Megatron needs equal chunks); or place the embedding and loss as "
+                "layer slots (account_for_embedding_in_pipeline_split, account_for_loss_in_pipeline_split) or "
+                "set decoder_first/last_pipeline_num_layers", "parallel.virtual_stages")
         if n_micro(scenario) % p.pp:
             raise InputError(
                 f"the interleaved schedule needs the micro-batches per step ({n_micro(scenario)} = "
                 f"global_batch_size / (micro_batch_size x dp)) divisible by pp={p.pp}", "parallel.virtual_stages")
+    if pipeline_split.is_custom(p):
+        v = p.virtual_stages if p.pipeline_schedule == "interleaved" else 1
+        why = "needs parallel.pp >= 2" if p.pp < 2 else pipeline_split.split_error(m.n_layers, p.pp, v, p)
+        if why:
+            raise InputError(f"uneven pipeline placement: {why}", "parallel.pp")
     if p.cp > 1:
         if n % (p.tp * p.cp * p.pp):
             raise InputError(
