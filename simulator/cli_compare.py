@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from simulator.cli_common import handle_errors, print_json, stdout
@@ -131,10 +132,10 @@ def _compare(paths, vary, overrides, allow_different, png, json_out) -> None:
     if json_out:
         print_json({"configurations": ranked})
         return
-    table = Table(title=f"{first.model.name}: comparison (ranked: fits, then cost, then step time)")
+    table = Table(title=f"{escape(first.model.name)}: comparison (ranked: fits, then cost, then step time)")
     table.add_column("")
     for col in ranked:
-        table.add_column(f"#{col['rank']} {col['label']}", justify="right")
+        table.add_column(f"#{col['rank']} {escape(str(col['label']))}", justify="right")
     for key, label, larger, fmt in ROWS:
         values = [col.get(key) for col in ranked]
         present = [v for v in values if v is not None]
@@ -147,7 +148,7 @@ def _compare(paths, vary, overrides, allow_different, png, json_out) -> None:
     stdout.print(table)
     for col in ranked:
         if col["oom_reason"]:
-            stdout.print(f"[bold red]{col['label']} does not fit:[/] {col['oom_reason']}")
+            stdout.print(f"[bold red]{escape(str(col['label']))} does not fit:[/] {escape(str(col['oom_reason']))}")
 
 
 def write_compare_png(columns: list[dict], path: Path) -> None:

@@ -11,6 +11,7 @@ from typing import Annotated
 import typer
 from pydantic import ValidationError
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
@@ -151,14 +152,14 @@ def _report(rows: list[dict], grid: dict, objective: str, out: Path | None, png:
         table.add_column("value", justify="right")
         for key in [*grid, "step_time_s", "tokens_per_s", "mfu", "wall_clock_s", "cost_usd"]:
             value = top.get(key)
-            table.add_row(key, f"{float(value):.4g}" if isinstance(value, float) else str(value))
+            table.add_row(escape(key), f"{float(value):.4g}" if isinstance(value, float) else escape(str(value)))
         stdout.print(table)
     if front:
         table = Table(title="Pareto front: expected wall-clock vs cost")
         for col in [*grid, "wall_clock_days", "cost_usd"]:
-            table.add_column(col, justify="right")
+            table.add_column(escape(col), justify="right")
         for r in front:
-            table.add_row(*[str(r.get(k)) for k in grid], f"{float(r['wall_clock_s']) / 86400:.2f}",
+            table.add_row(*[escape(str(r.get(k))) for k in grid], f"{float(r['wall_clock_s']) / 86400:.2f}",
                           f"{float(r['cost_usd']):,.0f}")
         stdout.print(table)
     if out:

@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Annotated, Literal
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from simulator import catalog
@@ -166,8 +167,10 @@ def _memory(path: Path, overrides: list[str] | None, json_out: bool) -> None:
         print_json(result)
         return
     gpu = scenario.cluster.gpu_spec
-    table = Table(title=f"{scenario.name}: memory per GPU on {gpu.name} (dp={scenario.dp}, "
-                  f"ZeRO {scenario.parallel.effective_zero_stage}, {scenario.parallel.framework})")
+    par = scenario.parallel
+    layout = f"dp={scenario.dp}" + "".join(f", {k}={getattr(par, k)}" for k in ("tp", "cp", "pp") if getattr(par, k) > 1)
+    table = Table(title=f"{escape(scenario.name)}: memory per GPU on {gpu.name} ({layout}, "
+                  f"ZeRO {par.effective_zero_stage}, {par.framework})")
     table.add_column("component")
     table.add_column("bytes", justify="right")
     table.add_column("", justify="right")
@@ -177,6 +180,14 @@ def _memory(path: Path, overrides: list[str] | None, json_out: bool) -> None:
     table.add_row("[bold]total", f"{result['total_bytes']:,.0f}", fmt_bytes(result["total_bytes"]))
     table.add_row("usable HBM", f"{result['hbm_bytes']:,.0f}", fmt_bytes(result["hbm_bytes"]))
     stdout.print(table)
+    if result.get("stages"):
+        stages = Table(title="per pipeline stage (the most loaded is reported above)")
+        for col in ("stage", "layers", "micro-batches in flight", "activations", "total"):
+            stages.add_column(col, justify="right")
+        for r in result["stages"]:
+            stages.add_row(str(r["stage"]), str(r["layers"]), f"{r['in_flight']:g}",
+                           fmt_bytes(r["activations_bytes"]), fmt_bytes(r["total_bytes"]))
+        stdout.print(stages)
     verdict = "[green]fits[/]" if result["fits"] else "[bold red]does not fit[/]"
     stdout.print(f"{verdict}: headroom {fmt_bytes(result['headroom_bytes'])}")
 

@@ -1,0 +1,63 @@
+"""Inputs that once gave a traceback or a wrong number: each one a test (issue 13)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from simulator.api import simulate
+from simulator.cli import app
+from simulator.config.loader import load_scenario
+
+ROOT = Path(__file__).resolve().parents[1]
+DDP = ROOT / "tests" / "parallel" / "ddp-olmo-8xh100.yaml"
+runner = CliRunner()
+
+
+def test_scenario_names_are_text_not_markup():
+    for name in ("exp [v2]", "exp[/]1", "x [bold]y"):
+        result = runner.invoke(app, ["run", str(DDP), "--set", "training.global_batch_size=8", "--set", f"name={name}",
+                                     "--allow-oom"])
+        assert result.exit_code == 0, result.output
+        assert result.output.splitlines()[0].startswith(f"{name}: ddp")
+        mem = runner.invoke(app, ["memory", str(DDP), "--set", f"name={name}"])
+        assert mem.exit_code == 0 and f"{name}: memory per GPU" in mem.output
+
+
+def test_one_micro_batch_is_singular():
+    # 8 GPUs, dp = 8, global batch 8, micro-batch 1: G = 8 / (1 · 8) = 1.
+    result = runner.invoke(app, ["run", str(DDP), "--set", "training.global_batch_size=8", "--allow-oom"])
+    assert "1 micro-batch of" in result.output and "1 micro-batches" not in result.output
+
+
+def test_hfu_never_exceeds_100_percent_and_mfu_says_its_convention():
+    # 1,048,576-token sequences with cp = 8: under the 'full' attention convention MFU counts the
+    # masked half the causal FlashAttention kernel skips, and once exceeded 100%, HFU with it.
+    sc = load_scenario(DDP, ["training.seq_len=1048576", "training.global_batch_size=8", "parallel.cp=8"])
+    r = simulate(sc)
+    assert r.hfu <= 1.0
+    assert r.mfu > 1.0  # the convention's number, reported as such ...
+    assert any("attention_flops 'full'" in w for w in r.warnings)  # ... with the reason
+    assert "attention 'full'" in r.conventions["mfu"]
+    causal = simulate(load_scenario(DDP, ["training.seq_len=1048576", "training.global_batch_size=8",
+                                          "parallel.cp=8", "training.attention_flops=causal"]))
+    assert causal.mfu <= 1.0 and not any("exceeds 100%" in w for w in causal.warnings)
+    result = runner.invoke(app, ["run", str(DDP), "--set", "training.global_batch_size=8", "--allow-oom"])
+    assert "MFU (full attn) / HFU" in result.output
+
+
+def test_hfu_counts_executed_causal_attention_with_flash():
+    # FlashAttention executes the causal half, so without recomputation HFU = MFU under 'causal'.
+    sets = ["training.global_batch_size=8", "training.seq_len=4096"]
+    full = simulate(load_scenario(DDP, sets))
+    causal = simulate(load_scenario(DDP, [*sets, "training.attention_flops=causal"]))
+    assert full.hfu == causal.mfu and full.mfu > full.hfu
+
+
+def test_memory_json_is_the_run_memory_block_with_cp():
+    sets = ["--set", "training.global_batch_size=4", "--set", "training.seq_len=2048", "--set", "parallel.cp=2"]
+    mem = json.loads(runner.invoke(app, ["memory", str(DDP), *sets, "--json"]).stdout)
+    run = json.loads(runner.invoke(app, ["run", str(DDP), *sets, "--json", "--allow-oom"]).stdout)
+    assert run["memory"] == mem and run["layout"]["dp"] == 4
