@@ -5,7 +5,8 @@ measured vs predicted in the source's own terms with the signed error, and MAPE 
 pure data-parallel runs and their held-out part, by GPU, framework and parallelism kind, plus the
 worst five. Runs without a scenario, or that dtsim refuses (``InputError``), are listed as skipped.
 
-Exit codes: 0 ok; 1 MAPE of the simulated runs above ``--max-mape``; 2 bad input.
+Exit codes: 0 ok; 1 MAPE of the simulated runs above ``--max-mape``, or no run simulated (every
+selected run skipped: nothing was validated); 2 bad input.
 """
 
 from __future__ import annotations
@@ -84,6 +85,10 @@ def _validate(only: str | None, kind: str | None, json_out: bool, max_mape: floa
         # The README sits at the root; the scatter plot is written beside the markdown report.
         image = (png.as_posix() if png else "docs/validation.png")
         readme.write_text(splice(readme.read_text(), markdown(rows, summary, command, image=image, level=2)))
+    if summary["simulated"] == 0:
+        stderr.print(f"[bold red]error: no run was simulated ({summary['skipped']} of {summary['runs']} skipped): "
+                     "nothing was validated[/]", highlight=False)
+        return EXIT_MAPE
     if max_mape is not None and summary["mape"] is not None and 100 * summary["mape"] > max_mape:
         stderr.print(f"[bold red]MAPE {100 * summary['mape']:.1f}% exceeds --max-mape {max_mape:g}%[/]",
                      highlight=False)
