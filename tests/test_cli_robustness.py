@@ -61,3 +61,31 @@ def test_memory_json_is_the_run_memory_block_with_cp():
     mem = json.loads(runner.invoke(app, ["memory", str(DDP), *sets, "--json"]).stdout)
     run = json.loads(runner.invoke(app, ["run", str(DDP), *sets, "--json", "--allow-oom"]).stdout)
     assert run["memory"] == mem and run["layout"]["dp"] == 4
+
+
+def _error_exit(args: list[str]) -> str:
+    result = runner.invoke(app, args)
+    assert result.exit_code == 2, result.output
+    assert "Traceback" not in result.output and result.output.count("error:") == 1
+    return result.output
+
+
+def test_non_utf8_scenario_and_topology_files(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_bytes(b"name: caf\xe9\n")
+    assert "not UTF-8" in _error_exit(["memory", str(bad)])
+    topo = tmp_path / "topo.yaml"
+    topo.write_bytes(b"name: t\xff\n")
+    sc = tmp_path / "sc.yaml"
+    sc.write_text(DDP.read_text().replace("topology: dgx-h100", f"topology: {topo}"))
+    assert "not UTF-8" in _error_exit(["memory", str(sc)])
+
+
+def test_deeply_nested_yaml_is_refused(tmp_path):
+    deep = tmp_path / "deep.yaml"
+    deep.write_text("a: " + "[" * 5000 + "]" * 5000 + "\n")
+    assert "nested more than" in _error_exit(["memory", str(deep)])
+
+
+def test_directory_as_scenario(tmp_path):
+    assert "is a directory" in _error_exit(["memory", str(tmp_path)])
