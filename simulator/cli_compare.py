@@ -13,7 +13,8 @@ from rich.markup import escape
 from rich.table import Table
 
 from simulator.cli_common import handle_errors, print_json, stdout
-from simulator.config.loader import load_raw, scenario_from_dict
+from simulator.cli_output import check_output
+from simulator.config.loader import load_raw, resolve_scenario_path, scenario_from_dict
 from simulator.config.scenario import Scenario
 from simulator.errors import InputError
 from simulator.study import evaluate, flat_summary
@@ -50,8 +51,9 @@ def _variants(paths: list[Path], vary: list[str], overrides: list[str]) -> list[
     if len(paths) > 1:
         if vary:
             raise InputError("--vary takes one base scenario, not several files", "--vary")
+        paths = [resolve_scenario_path(p) for p in paths]
         return [(p.stem, scenario_from_dict(load_raw(p), p.parent, overrides)) for p in paths]
-    base_path = paths[0]
+    base_path = resolve_scenario_path(paths[0])
     raw = load_raw(base_path)
     if vary:
         axes = []
@@ -110,6 +112,7 @@ def compare_command(
 
 @handle_errors
 def _compare(paths, vary, overrides, allow_different, png, json_out) -> None:
+    check_output(png, "--png", (".png",), [resolve_scenario_path(p) for p in paths])
     variants = _variants(paths, vary, overrides)
     first = variants[0][1]
     for label, scenario in variants[1:]:

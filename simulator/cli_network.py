@@ -17,6 +17,7 @@ from rich.console import Console
 from rich.table import Table
 
 from simulator.cli_common import handle_errors
+from simulator.cli_output import check_output
 from simulator.collectives import ALGORITHMS, FIDELITIES, OPS, CollectiveModel
 from simulator.config.topology import load_topology
 from simulator.errors import InputError
@@ -125,6 +126,11 @@ def show(
 
 @handle_errors
 def _show(name: str, nodes: int, as_json: bool, png: Path | None, graphml: Path | None) -> None:
+    check_output(png, "--png", (".png",))
+    check_output(graphml, "--graphml", (".graphml", ".xml"), (png,))
+    if png is not None and nodes > MAX_DRAWN_NODES:
+        raise InputError(f"--png draws at most {MAX_DRAWN_NODES} nodes (a larger drawing is unreadable and takes "
+                         f"minutes); use --nodes {MAX_DRAWN_NODES} or fewer for the picture", "--png")
     cluster, _ = _cluster_for(name, nodes, None)
     stats = cluster.stats()
     if graphml is not None:
@@ -144,6 +150,10 @@ def _show(name: str, nodes: int, as_json: bool, png: Path | None, graphml: Path 
             value = f"{value:.1f}"
         table.add_row(key, str(value))
     Console().print(table)
+
+
+#: Largest cluster ``topology show --png`` draws, in nodes.
+MAX_DRAWN_NODES = 64
 
 
 def write_graphml(cluster: Cluster, path: Path) -> None:

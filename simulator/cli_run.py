@@ -14,8 +14,9 @@ import typer
 from pydantic import ValidationError
 
 from simulator.cli_common import handle_errors, print_json, stderr, stdout
+from simulator.cli_output import check_output
 from simulator.config.deepspeed_import import apply_deepspeed_config
-from simulator.config.loader import format_validation_error, load_raw, prepare_raw
+from simulator.config.loader import format_validation_error, load_raw, prepare_raw, resolve_scenario_path
 from simulator.config.scenario import Scenario
 from simulator.errors import InputError
 from simulator.parallel.build import mesh_for
@@ -44,6 +45,7 @@ DsOption = Annotated[Path | None, typer.Option("--deepspeed", help="DeepSpeed JS
 
 def load_run_scenario(path: Path, overrides: list[str] | None, deepspeed: Path | None) -> tuple[Scenario, list[str]]:
     """Scenario file → overrides → (DeepSpeed JSON) → validated Scenario, plus import warnings."""
+    path = resolve_scenario_path(path)
     raw = prepare_raw(load_raw(path), path.parent, overrides or [])
     warnings: list[str] = []
     ds_ref = deepspeed or (raw.get("parallel", {}) or {}).get("deepspeed_config")
@@ -78,10 +80,12 @@ def run_command(
 @handle_errors
 def _run(path: Path, overrides, json_out: bool, trace: Path | None, allow_oom: bool, deepspeed: Path | None,
          show_placement: bool = False, png: Path | None = None) -> int:
-    # Output folders are checked first: bad input writes nothing and prints no half report.
-    for option, target in (("--trace", trace), ("--png", png)):
-        if target is not None and not target.parent.is_dir():
-            raise InputError(f"folder {target.parent} does not exist", option)
+    # Outputs are checked first: bad input writes nothing and prints no half report.
+    inputs = (resolve_scenario_path(path), deepspeed)
+    check_output(trace, "--trace", (".json",), inputs)
+    check_output(png, "--png", (".png",), inputs)
+    if trace is not None and png is not None and trace.resolve() == png.resolve():
+        raise InputError("--trace and --png name the same file", "--png")
     scenario, warnings = load_run_scenario(path, overrides, deepspeed)
     if show_placement:
         check_layout(scenario)
@@ -95,6 +99,11 @@ def _run(path: Path, overrides, json_out: bool, trace: Path | None, allow_oom: b
     interval = interval_for_report(report, scenario.cluster.gpu_spec.arch)
     for line in report.warnings:
         stderr.print(f"[yellow]warning:[/] {line}", highlight=False, soft_wrap=True)
+    # Files first: a reader that stops early (``| head``) must not cost the trace or the picture.
+    if trace is not None:
+        write_chrome_trace(report.trace, trace, process_name=f"{scenario.name} rank 0")
+    if png is not None:
+        write_step_png(report, png)
     if json_out:
         print_json({**report.to_dict(), "step_time_interval_s": interval.as_list(),
                     "step_time_interval": {"coverage": interval.coverage, "group": interval.group,
@@ -114,10 +123,6 @@ def _run(path: Path, overrides, json_out: bool, trace: Path | None, allow_oom: b
                 f"1M tokens); {run.energy_kwh / 1000:,.1f} MWh",
                 highlight=False, soft_wrap=True,
             )
-    if trace is not None:
-        write_chrome_trace(report.trace, trace, process_name=f"{scenario.name} rank 0")
-    if png is not None:
-        write_step_png(report, png)
     if not report.fits:
         mem = report.memory
         stderr.print(

@@ -16,7 +16,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from simulator.cli_common import handle_errors, print_json, stdout
-from simulator.config.loader import load_raw, prepare_raw, scenario_from_dict
+from simulator.cli_output import check_output
+from simulator.config.loader import load_raw, prepare_raw, resolve_scenario_path, scenario_from_dict
 from simulator.config.scenario import Scenario
 from simulator.errors import InputError
 from simulator.parallel.layouts import enumerate_layouts
@@ -67,10 +68,9 @@ def sweep_command(
 @handle_errors
 def _sweep(path: Path, grid_specs, out, workers, backend, address, resume, objective, png, layouts, overrides,
            json_out) -> None:
-    if out is not None and not out.parent.is_dir():
-        raise InputError(f"folder {out.parent} does not exist", "--out")
-    if png is not None and not png.parent.is_dir():
-        raise InputError(f"folder {png.parent} does not exist", "--png")
+    path = resolve_scenario_path(path)
+    check_output(out, "--out", (".csv", ".jsonl", ".parquet"), (path,))
+    check_output(png, "--png", (".png",), (path, out))
     # --set edits the base (references resolved) before anything else; the fingerprint includes it.
     base_raw = prepare_raw(load_raw(path), path.parent, overrides) if overrides else load_raw(path)
     file_sweep = base_raw.get("sweep") or {}
@@ -184,6 +184,7 @@ def _tune(path: Path, overrides: list[str], json_out: bool) -> None:
     from simulator.api import simulate
     from simulator.sweep.tune import tune
 
+    path = resolve_scenario_path(path)
     raw = load_raw(path)
     base = scenario_from_dict(raw, path.parent, overrides)
 

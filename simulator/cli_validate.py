@@ -18,6 +18,7 @@ import typer
 from rich.console import Console
 
 from simulator.cli_common import handle_errors, print_json, stderr, stdout
+from simulator.cli_output import check_output
 from simulator.errors import InputError
 from simulator.validation.render import README_END, README_START, markdown, print_table, scatter_png, splice
 from simulator.validation.suite import load_runs, select, try_run
@@ -59,10 +60,13 @@ def _command_line(only: str | None, kind: str | None, png: Path | None, md: Path
 @handle_errors
 def _validate(only: str | None, kind: str | None, json_out: bool, max_mape: float | None, png: Path | None,
               md: Path | None, readme: Path | None = None) -> int:
+    check_output(png, "--png", (".png",))
+    check_output(md, "--markdown", (".md", ".markdown"), (png,))
     if readme is not None:
         if not readme.is_file():
             raise InputError(f"file not found: {readme}", "--readme")
-        if README_START not in readme.read_text():
+        check_output(readme, "--readme", (), (png, md))
+        if README_START not in readme.read_text(encoding="utf-8", errors="replace"):
             raise InputError(f"{readme} has no {README_START} ... {README_END} markers", "--readme")
     if kind not in (None, "pure_dp", "tp_pp"):
         raise InputError(f"--kind must be pure_dp or tp_pp, got {kind!r}")
