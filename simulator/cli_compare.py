@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -145,7 +146,7 @@ def _compare(paths, vary, overrides, allow_different, png, json_out) -> None:
         best = (max(present) if larger else min(present)) if present and larger is not None else None
         cells = []
         for v in values:
-            text = "-" if v is None else fmt(v)
+            text = "-" if v is None else ("never" if isinstance(v, float) and math.isinf(v) else fmt(v))
             cells.append(f"[bold green]{text}[/]" if best is not None and v == best and len(present) > 1 else text)
         table.add_row(label, *cells)
     stdout.print(table)

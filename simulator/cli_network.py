@@ -86,6 +86,9 @@ def _collective(topology: str, nodes: int, op: str, algo: str, fidelity: str, mi
         if value not in valid:
             raise InputError(f"unknown value {value!r}; valid: {', '.join(valid)}", field=option)
     cluster, n = _cluster_for(topology, nodes, gpus)
+    if algo == "nvls" and not cluster.topology.nvls:
+        raise InputError(f"{cluster.topology.name} has no NVLink SHARP (NVLS needs NVSwitch with nvls: true, "
+                         "H100 and later); use --algo auto, ring, tree or hierarchical", "--algo")
     model = CollectiveModel(cluster, fidelity=fidelity, algorithm=algo)
     group = [0, n - 1] if op == "send_recv" else list(range(n))
     if nbytes is not None:
@@ -97,6 +100,10 @@ def _collective(topology: str, nodes: int, op: str, algo: str, fidelity: str, mi
         r = model.run(op, [group], size)
         rows.append({"bytes": size, "time_s": r.time_s, "algbw_GBps": r.algbw_GBps, "busbw_GBps": r.busbw_GBps,
                      "algorithm": r.algorithm, "protocol": r.protocol})
+    fallback = sorted({r["algorithm"] for r in rows if algo != "auto" and not r["algorithm"].startswith(algo)})
+    if fallback:
+        Console(stderr=True).print(f"[yellow]warning:[/] --algo {algo} does not apply here; the model used "
+                                   f"{', '.join(fallback)}", highlight=False, soft_wrap=True)
     console = Console()
     if as_json:
         doc = {"topology": cluster.topology.name, "nodes": cluster.nodes, "gpus": n, "op": op,

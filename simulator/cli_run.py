@@ -7,6 +7,7 @@ fit in GPU memory (the report is printed with the reason) unless ``--allow-oom``
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Annotated
 
@@ -111,7 +112,14 @@ def _run(path: Path, overrides, json_out: bool, trace: Path | None, allow_oom: b
                     "run": run.as_dict() if run else None})
     else:
         render(report, stdout, interval=interval)
-        if run is not None:
+        if run is not None and not math.isfinite(run.wall_clock_s):
+            stdout.print(
+                f"run: {run.steps:,} steps, {fmt_seconds(run.duration_s)} of training; never finishes with failures: "
+                f"the job MTBF ({fmt_seconds(run.mtbf_s)}) is too short for any progress between failures "
+                "(goodput 0); raise reliability.gpu_mtbf_hours or use fewer GPUs",
+                highlight=False, soft_wrap=True,
+            )
+        elif run is not None:
             checkpoint = (f"checkpoint every {fmt_seconds(run.checkpoint_interval_s)} "
                           f"({fmt_bytes(run.checkpoint_bytes)}, {fmt_seconds(run.checkpoint_stall_s)} stall)"
                           if run.checkpoint_interval_s else "no checkpoints")

@@ -4,6 +4,7 @@ the wall-clock/cost Pareto front and optional charts."""
 from __future__ import annotations
 
 import json
+import math
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -22,7 +23,7 @@ from simulator.config.scenario import Scenario
 from simulator.errors import InputError
 from simulator.parallel.layouts import enumerate_layouts
 from simulator.sweep.analysis import OBJECTIVES, best, pareto_front
-from simulator.sweep.grid import combine, parse_grid, points, sweep_id
+from simulator.sweep.grid import MAX_POINTS, combine, parse_grid, points, sweep_id
 from simulator.sweep.runner import run_sweep
 from simulator.sweep.store import ResultStore
 
@@ -59,15 +60,17 @@ def sweep_command(
                                                  "virtual stages) layout for the GPU count")] = None,
     overrides: Annotated[list[str] | None, typer.Option("--set", help="dotted.path=value for every point")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="print the summary as JSON")] = False,
+    max_points: Annotated[int, typer.Option("--max-points", min=1, help="refuse grids with more points "
+                                            "than this")] = MAX_POINTS,
 ) -> None:
     """Simulate every point of a grid of overrides and report the best one and the Pareto front."""
     _sweep(scenario, grid, out, workers, backend, address, resume, objective, png, layouts, overrides or [],
-           json_out)
+           json_out, max_points)
 
 
 @handle_errors
 def _sweep(path: Path, grid_specs, out, workers, backend, address, resume, objective, png, layouts, overrides,
-           json_out) -> None:
+           json_out, max_points: int = MAX_POINTS) -> None:
     path = resolve_scenario_path(path)
     check_output(out, "--out", (".csv", ".jsonl", ".parquet"), (path,))
     check_output(png, "--png", (".png",), (path, out))
@@ -81,11 +84,15 @@ def _sweep(path: Path, grid_specs, out, workers, backend, address, resume, objec
         raise InputError(f"unknown objective {objective!r}; valid: {', '.join(OBJECTIVES)}", "--objective")
     if layouts not in (None, "auto"):
         raise InputError(f"unknown --layouts {layouts!r}; the only value is auto", "--layouts")
-    grid = parse_grid(grid_specs, file_sweep.get("grid"), allow_empty=layouts == "auto")
+    grid = parse_grid(grid_specs, file_sweep.get("grid"), allow_empty=layouts == "auto", max_points=max_points)
     # The base scenario must itself be valid (a broken base would make every row invalid).
     base = scenario_from_dict(base_raw, path.parent)
     _check_grid_values(base_raw, path.parent, grid, [])
     layout_points = enumerate_layouts(base) if layouts == "auto" else []
+    n_points = math.prod(len(v) for v in grid.values()) * max(1, len(layout_points))
+    if n_points > max_points:
+        raise InputError(f"the sweep has {n_points:,} points (grid x layouts), above the limit of {max_points:,}; "
+                         "raise it with --max-points", "--max-points")
     all_points = combine(points(grid), layout_points)
     if resume and out is None:
         raise InputError("--resume needs --out (the file to continue)", "--resume")

@@ -89,3 +89,52 @@ def test_deeply_nested_yaml_is_refused(tmp_path):
 
 def test_directory_as_scenario(tmp_path):
     assert "is a directory" in _error_exit(["memory", str(tmp_path)])
+
+
+def _sweep_file(tmp_path, grid_yaml: str) -> Path:
+    path = tmp_path / "s.yaml"
+    path.write_text(DDP.read_text() + grid_yaml)
+    return path
+
+
+def test_malformed_sweep_grids(tmp_path):
+    assert "must map dotted paths" in _error_exit(["sweep", str(_sweep_file(tmp_path, "sweep: {grid: [1, 2]}\n"))])
+    scalar = _sweep_file(tmp_path, "sweep: {grid: {training.micro_batch_size: 3}}\n")
+    assert "must be a list of values or a range" in _error_exit(["sweep", str(scalar)])
+
+
+def test_duplicated_grid_path_is_refused():
+    out = _error_exit(["sweep", str(DDP), "--grid", "training.micro_batch_size=1", "--grid",
+                       "training.micro_batch_size=2"])
+    assert "given twice" in out
+
+
+def test_grid_size_is_capped_before_any_allocation():
+    # 10⁸ values would take gigabytes; refused at once, and the limit can be raised.
+    out = _error_exit(["sweep", str(DDP), "--grid", "training.micro_batch_size=1:8:lin:100000000"])
+    assert "--max-points" in out
+    out = _error_exit(["sweep", str(DDP), "--grid", "training.micro_batch_size=1,2,4", "--grid",
+                       "training.seq_len=512,1024", "--max-points", "5"])
+    assert "6 points" in out
+
+
+def test_integer_keys_refuse_booleans_and_huge_numbers():
+    assert "expected a whole number, got true" in _error_exit(["memory", str(DDP), "--set", "cluster.nodes=true"])
+    assert "far too large" in _error_exit(["memory", str(DDP), "--set", "cluster.nodes=1e30"])
+
+
+def test_nvls_on_a_cluster_without_it_is_refused():
+    out = _error_exit(["collective", "--topology", "dgx-a100", "--nodes", "2", "--algo", "nvls", "--bytes", "1G"])
+    assert "no NVLink SHARP" in out
+    out = _error_exit(["memory", str(DDP), "--set", "cluster.topology=dgx-a100", "--set",
+                       "cluster.collective_algorithm=nvls"])
+    assert "no NVLink SHARP" in out
+
+
+def test_a_run_that_never_finishes_says_so():
+    # Job MTBF = 0.001 h × 3600 s / 8 GPUs = 0.45 s, shorter than one step: no progress between failures.
+    result = runner.invoke(app, ["run", str(DDP), "--set", "reliability.gpu_mtbf_hours=0.001", "--set",
+                                 "training.total_tokens=1e12", "--set", "training.global_batch_size=8",
+                                 "--allow-oom"])
+    assert result.exit_code == 0, result.output
+    assert "never finishes" in result.output and "inf" not in result.output and "450.00 ms" in result.output

@@ -57,6 +57,9 @@ class ClusterConfig(Frozen):
                 raise ValueError(
                     f"cluster.gpus ({self.gpus}) must be a multiple of the node size ({per_node}) when it spans nodes"
                 )
+        if self.collective_algorithm == "nvls" and not self.topology.nvls:
+            raise ValueError(f"cluster.collective_algorithm nvls: topology {self.topology.name} has no NVLink SHARP "
+                             "(nvls: true on an NVSwitch node); use auto, ring, tree or hierarchical")
         return self
 
 
