@@ -22,6 +22,7 @@ from simulator.collectives import ALGORITHMS, FIDELITIES, OPS, CollectiveModel
 from simulator.config.topology import load_topology
 from simulator.errors import InputError
 from simulator.network import Cluster, build_cluster
+from simulator.parallel.checks import check_flow_size
 from simulator.units import parse_bytes
 
 topology_app = typer.Typer(help="Inspect cluster topologies (topologies/*.yaml).", no_args_is_help=True)
@@ -85,6 +86,7 @@ def _collective(topology: str, nodes: int, op: str, algo: str, fidelity: str, mi
     for value, valid, option in ((op, OPS, "--op"), (algo, ALGORITHMS, "--algo"), (fidelity, FIDELITIES, "--fidelity")):
         if value not in valid:
             raise InputError(f"unknown value {value!r}; valid: {', '.join(valid)}", field=option)
+    check_flow_size(fidelity, nodes, "--fidelity")
     cluster, n = _cluster_for(topology, nodes, gpus)
     if algo == "nvls" and not cluster.topology.nvls:
         raise InputError(f"{cluster.topology.name} has no NVLink SHARP (NVLS needs NVSwitch with nvls: true, "

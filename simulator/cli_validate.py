@@ -11,6 +11,7 @@ selected run skipped: nothing was validated); 2 bad input.
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Annotated
 
@@ -57,6 +58,21 @@ def _command_line(only: str | None, kind: str | None, png: Path | None, md: Path
     return " ".join(parts)
 
 
+def _simulate_all(runs: list, show: bool) -> list[dict]:
+    """Every run simulated in order; a progress bar on a terminal's stderr (the full suite takes minutes)."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    rows = []
+    with Progress(TextColumn("validate {task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=Console(stderr=True), disable=not show, transient=True) as progress:
+        task = progress.add_task("", total=len(runs))
+        for run in runs:
+            progress.update(task, description=run.id)
+            rows.append(row(try_run(run)))
+            progress.advance(task)
+    return rows
+
+
 @handle_errors
 def _validate(only: str | None, kind: str | None, json_out: bool, max_mape: float | None, png: Path | None,
               md: Path | None, readme: Path | None = None) -> int:
@@ -73,7 +89,7 @@ def _validate(only: str | None, kind: str | None, json_out: bool, max_mape: floa
     runs = [r for r in select(load_runs(), only) if kind is None or r.parallelism == kind]
     if not runs:
         raise InputError(f"no validation run matches --only {only!r}" + (f" and --kind {kind}" if kind else ""))
-    rows = [row(try_run(r)) for r in runs]
+    rows = _simulate_all(runs, show=not json_out and sys.stderr.isatty())
     summary = summarize(rows)
     if json_out:
         print_json({"rows": rows, "summary": summary})

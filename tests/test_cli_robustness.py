@@ -138,3 +138,12 @@ def test_a_run_that_never_finishes_says_so():
                                  "--allow-oom"])
     assert result.exit_code == 0, result.output
     assert "never finishes" in result.output and "inf" not in result.output and "450.00 ms" in result.output
+
+
+def test_flow_fidelity_on_a_huge_cluster_is_refused_up_front():
+    out = _error_exit(["collective", "--topology", "dgx-h100", "--nodes", "100000", "--fidelity", "flow",
+                       "--bytes", "1G"])
+    assert "at most 1,024 nodes" in out
+    out = _error_exit(["run", str(DDP), "--set", "cluster.nodes=2048", "--set", "cluster.network_fidelity=flow",
+                       "--set", "training.global_batch_size=16384"])
+    assert "at most 1,024 nodes" in out
