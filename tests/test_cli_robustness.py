@@ -147,3 +147,12 @@ def test_flow_fidelity_on_a_huge_cluster_is_refused_up_front():
     out = _error_exit(["run", str(DDP), "--set", "cluster.nodes=2048", "--set", "cluster.network_fidelity=flow",
                        "--set", "training.global_batch_size=16384"])
     assert "at most 1,024 nodes" in out
+
+
+def test_huge_batches_do_not_hang():
+    # 2⁴⁰ sequences on pp = 4: memory is closed-form in the micro-batch count; the engine refuses.
+    sets = ["--set", "training.global_batch_size=1099511627776", "--set", "parallel.pp=4"]
+    result = runner.invoke(app, ["memory", str(DDP), *sets, "--json"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["stages"][0]["in_flight"] == 4  # 1F1B: min(p − s, m) = 4 on stage 0
+    assert "micro-batches per step" in _error_exit(["run", str(DDP), *sets])

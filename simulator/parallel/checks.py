@@ -85,10 +85,19 @@ def check_flow_size(fidelity: str, nodes: int, field: str) -> None:
                          f"solved; {nodes:,} nodes would take many minutes); use the analytical fidelity", field)
 
 
+#: Most micro-batches per step per rank the step engine plays (each is a forward and a backward of
+#: every block; 10⁴ already take minutes). Published runs use at most a few hundred.
+MAX_MICRO_BATCHES = 10_000
+
+
 def check_supported(scenario: Any) -> None:
     """``check_layout`` plus what is valid but not simulated (``dtsim validate`` lists these as
     skipped with the message)."""
     check_layout(scenario)
+    if n_micro(scenario) > MAX_MICRO_BATCHES:
+        raise InputError(f"{n_micro(scenario):,} micro-batches per step (global_batch_size / (micro_batch_size x dp)) "
+                         f"exceed the {MAX_MICRO_BATCHES:,} the step engine plays; raise training.micro_batch_size "
+                         "or use more GPUs", "training.global_batch_size")
     per_node = scenario.cluster.topology.gpus_per_node
     check_flow_size(scenario.cluster.network_fidelity, -(-scenario.n_gpus // per_node), "cluster.network_fidelity")
     p = scenario.parallel

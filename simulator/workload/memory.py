@@ -273,6 +273,16 @@ def _pipeline(scenario: Scenario) -> tuple[str, int, list[int]]:
     return schedule, v, pipeline_split.gpu_stage_layers(scenario.model.n_layers, par.pp, v, par)
 
 
+def _in_flight(schedule: str, stage: int, pp: int, n_micro: int, v: int) -> float:
+    """``pipeline_order.in_flight``, without walking millions of micro-batches: GPipe holds all
+    ``m``; 1F1B and interleaved 1F1B reach their peak within the warm-up (fewer than ``2·p·v``
+    chunk-forwards), so any ``m`` beyond ``4·p·v`` (kept a multiple of ``p``) gives the same peak."""
+    if schedule == "gpipe":
+        return float(n_micro)
+    cap = 4 * pp * v
+    return pipeline_order.in_flight(schedule, stage, pp, min(n_micro, cap), v)
+
+
 def stage_activations(scenario: Scenario) -> list[ActivationBytes]:
     """Activation bytes on every GPU pipeline stage, per :func:`layer_activation_bytes`.
 
@@ -303,7 +313,7 @@ def stage_activations(scenario: Scenario) -> list[ActivationBytes]:
     logits = logits_activation_bytes(m, b, s, t, pb)
     rows = []
     for st in range(pp):
-        k = pipeline_order.in_flight(schedule, st, pp, n_micro, v) if pp > 1 else 1
+        k = _in_flight(schedule, st, pp, n_micro, v) if pp > 1 else 1
         layers = per_layer * blocks[st] * k
         embedding = MASK_BYTES * s * b * m.hidden_size * math.ceil(k) if (st == 0 and dropout) else 0.0
         head = logits if st == pp - 1 else 0.0
