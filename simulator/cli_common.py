@@ -13,6 +13,7 @@ from typing import Any
 import typer
 from pydantic import ValidationError
 from rich.console import Console
+from rich.markup import escape
 
 from simulator.config.loader import format_validation_error
 from simulator.errors import InputError
@@ -35,7 +36,7 @@ stderr = Console(stderr=True)
 
 def fail(message: str) -> typer.Exit:
     """Print ``error: message`` to stderr and return the Exit to raise (code 2)."""
-    stderr.print(f"[bold red]error:[/] {message}", highlight=False, markup=True, soft_wrap=True)
+    stderr.print(f"[bold red]error:[/] {escape(message)}", highlight=False, markup=True, soft_wrap=True)
     return typer.Exit(EXIT_BAD_INPUT)
 
 

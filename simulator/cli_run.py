@@ -13,6 +13,7 @@ from typing import Annotated
 
 import typer
 from pydantic import ValidationError
+from rich.markup import escape
 
 from simulator.cli_common import handle_errors, print_json, stderr, stdout
 from simulator.cli_output import check_output
@@ -94,12 +95,12 @@ def _run(path: Path, overrides, json_out: bool, trace: Path | None, allow_oom: b
         for line in placement_lines(mesh_for(scenario, scenario.cluster.topology.gpus_per_node)):
             out.print(line, highlight=False, soft_wrap=True, markup=False)
     for line in warnings:
-        stderr.print(f"[yellow]warning:[/] {line}", highlight=False, soft_wrap=True)
+        stderr.print(f"[yellow]warning:[/] {escape(line)}", highlight=False, soft_wrap=True)
     evaluation = evaluate(scenario)
     report, run = evaluation.step, evaluation.run
     interval = interval_for_report(report, scenario.cluster.gpu_spec.arch)
     for line in report.warnings:
-        stderr.print(f"[yellow]warning:[/] {line}", highlight=False, soft_wrap=True)
+        stderr.print(f"[yellow]warning:[/] {escape(line)}", highlight=False, soft_wrap=True)
     # Files first: a reader that stops early (``| head``) must not cost the trace or the picture.
     if trace is not None:
         write_chrome_trace(report.trace, trace, process_name=f"{scenario.name} rank 0")

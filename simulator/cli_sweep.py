@@ -170,7 +170,7 @@ def _report(rows: list[dict], grid: dict, objective: str, out: Path | None, png:
                           f"{float(r['cost_usd']):,.0f}")
         stdout.print(table)
     if out:
-        stdout.print(f"rows written to {out}")
+        stdout.print(f"rows written to {escape(str(out))}")
 
 
 tune_app = typer.Typer(help="Find the settings that minimise simulated step time.", no_args_is_help=True)
@@ -215,7 +215,7 @@ def _tune(path: Path, overrides: list[str], json_out: bool) -> None:
     if json_out:
         print_json(data)
         return
-    table = Table(title=f"bucket tuning: {base.name} ({base.parallel.framework}, ZeRO {data['zero_stage']})")
+    table = Table(title=f"bucket tuning: {escape(base.name)} ({base.parallel.framework}, ZeRO {data['zero_stage']})")
     for col in ("setting", "default", "best"):
         table.add_column(col, justify="right")
     for k in result.keys:

@@ -156,3 +156,10 @@ def test_huge_batches_do_not_hang():
     assert result.exit_code == 0, result.output
     assert json.loads(result.stdout)["stages"][0]["in_flight"] == 4  # 1F1B: min(p − s, m) = 4 on stage 0
     assert "micro-batches per step" in _error_exit(["run", str(DDP), *sets])
+
+
+def test_error_messages_quoting_markup_are_printed_as_text(tmp_path):
+    # Found by the fuzz: an unknown model named '[/]' crashed rich's markup parser in the error line.
+    sc = tmp_path / "m.yaml"
+    sc.write_text(DDP.read_text().replace("model: olmo-2-7b", "model: '[/]'"))
+    assert "[/]" in _error_exit(["memory", str(sc)])
