@@ -101,9 +101,9 @@ def rank(columns: list[dict]) -> list[int]:
 
 def compare_command(
     scenarios: Annotated[list[Path], typer.Argument(help="scenario YAML files (or one, with --vary)")],
-    vary: Annotated[list[str] | None, typer.Option("--vary", help="dotted.path=v1,v2 (repeatable)")] = None,
-    overrides: Annotated[list[str] | None, typer.Option("--set", help="dotted.path=value for all")] = None,
-    allow_different_models: Annotated[bool, typer.Option("--allow-different-models")] = False,
+    vary: Annotated[list[str] | None, typer.Option("--vary", metavar="PATH=V1,V2", help="dotted.path=v1,v2 (repeatable)")] = None,
+    overrides: Annotated[list[str] | None, typer.Option("--set", metavar="PATH=VALUE", help="dotted.path=value for all")] = None,
+    allow_different_models: Annotated[bool, typer.Option("--allow-different-models", help="compare scenarios of different models")] = False,
     png: Annotated[Path | None, typer.Option("--png", help="write a bar chart")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
 ) -> None:

@@ -124,8 +124,8 @@ def _collective(topology: str, nodes: int, op: str, algo: str, fidelity: str, mi
 @topology_app.command("show")
 def show(
     name: str = typer.Argument(..., help="bundled topology name or YAML path"),
-    nodes: int = typer.Option(1, "--nodes", "-N"),
-    as_json: bool = typer.Option(False, "--json"),
+    nodes: int = typer.Option(1, "--nodes", "-N", help="number of nodes"),
+    as_json: bool = typer.Option(False, "--json", help="print JSON instead of a table"),
     png: Path | None = typer.Option(None, "--png", help="draw the graph to this PNG (needs matplotlib)"),
     graphml: Path | None = typer.Option(None, "--graphml", help="write the graph as GraphML"),
 ) -> None:

@@ -34,7 +34,7 @@ from simulator.validation.intervals import interval_for_report
 EXIT_OOM = 3
 
 SetOption = Annotated[
-    list[str] | None, typer.Option("--set", help="override a scenario key: dotted.path=value (repeatable)")
+    list[str] | None, typer.Option("--set", metavar="PATH=VALUE", help="override a scenario key: dotted.path=value (repeatable)")
 ]
 JsonOption = Annotated[bool, typer.Option("--json", help="print machine-readable JSON on stdout")]
 TraceOption = Annotated[Path | None, typer.Option("--trace", help="write a Chrome trace (Perfetto) of the step")]

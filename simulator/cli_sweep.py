@@ -29,7 +29,7 @@ from simulator.sweep.store import ResultStore
 
 GridOption = Annotated[
     list[str] | None,
-    typer.Option("--grid", help="dotted.path=v1,v2,... or dotted.path=start:stop:log|lin:count (repeatable)"),
+    typer.Option("--grid", metavar="PATH=VALUES", help="dotted.path=v1,v2,... or dotted.path=start:stop:log|lin:count (repeatable)"),
 ]
 
 
@@ -58,7 +58,7 @@ def sweep_command(
     png: Annotated[Path | None, typer.Option("--png", help="write charts to this PNG")] = None,
     layouts: Annotated[str | None, typer.Option("--layouts", help="auto: every valid (tp, pp, micro-batch, "
                                                  "virtual stages) layout for the GPU count")] = None,
-    overrides: Annotated[list[str] | None, typer.Option("--set", help="dotted.path=value for every point")] = None,
+    overrides: Annotated[list[str] | None, typer.Option("--set", metavar="PATH=VALUE", help="dotted.path=value for every point")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="print the summary as JSON")] = False,
     max_points: Annotated[int, typer.Option("--max-points", min=1, help="refuse grids with more points "
                                             "than this")] = MAX_POINTS,
@@ -179,7 +179,7 @@ tune_app = typer.Typer(help="Find the settings that minimise simulated step time
 @tune_app.command("buckets")
 def tune_buckets(
     scenario: Annotated[Path, typer.Argument(help="scenario YAML")],
-    overrides: Annotated[list[str] | None, typer.Option("--set", help="dotted.path=value (repeatable)")] = None,
+    overrides: Annotated[list[str] | None, typer.Option("--set", metavar="PATH=VALUE", help="dotted.path=value (repeatable)")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
 ) -> None:
     """Bucket size(s) that minimise step time for the scenario's framework, and the gain over its default."""

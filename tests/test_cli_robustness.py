@@ -163,3 +163,22 @@ def test_error_messages_quoting_markup_are_printed_as_text(tmp_path):
     sc = tmp_path / "m.yaml"
     sc.write_text(DDP.read_text().replace("model: olmo-2-7b", "model: '[/]'"))
     assert "[/]" in _error_exit(["memory", str(sc)])
+
+
+def test_catalog_names_never_truncate_in_a_narrow_pipe():
+    from simulator import catalog
+
+    for kind, names in (("gpus", catalog.gpus()), ("models", catalog.models())):
+        result = runner.invoke(app, ["catalog", kind], env={"COLUMNS": "80"})
+        assert result.exit_code == 0 and "…" not in result.output
+        for name in names:
+            assert f" {name} " in result.output
+
+
+def test_version_and_help_have_no_type_placeholders():
+    result = runner.invoke(app, ["--version"])
+    assert result.exit_code == 0 and result.output.startswith("dtsim ")
+    for cmd in (["run"], ["sweep"], ["compare"], ["memory"], ["topology", "show"], ["collective"], ["validate"]):
+        text = runner.invoke(app, [*cmd, "--help"]).output
+        options = text[text.index("Options:"):]
+        assert "<bool>" not in options and "<list" not in options, cmd
