@@ -182,3 +182,10 @@ def test_version_and_help_have_no_type_placeholders():
         text = runner.invoke(app, [*cmd, "--help"]).output
         options = text[text.index("Options:"):]
         assert "<bool>" not in options and "<list" not in options, cmd
+
+
+def test_intervals_use_one_unit():
+    from simulator.units import fmt_seconds_range
+
+    assert fmt_seconds_range(65.253, 126.0) == "1.1–2.1 min"  # 65.253 s / 60 = 1.09 min; 126 s = 2.1 min
+    assert fmt_seconds_range(0.2164, 0.2807) == "216.40–280.70 ms"

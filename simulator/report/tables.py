@@ -9,7 +9,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from simulator.report.step_report import StepReport
-from simulator.units import fmt_bytes, fmt_seconds
+from simulator.units import fmt_bytes, fmt_seconds, fmt_seconds_range
 
 _COMM_LABELS = {
     "param_allgather": "param all-gather",
@@ -39,8 +39,8 @@ def render(report: StepReport, console: Console, interval: Any = None) -> None:
     summary = Table(show_header=False, box=None)
     step_text = fmt_seconds(step)
     if interval is not None:
-        step_text += (f", {100 * interval.coverage:.0f}% interval {fmt_seconds(interval.low_s)}–"
-                      f"{fmt_seconds(interval.high_s)} (validation residuals: {interval.group}, {interval.n_runs} runs)")
+        step_text += (f", {100 * interval.coverage:.0f}% interval {fmt_seconds_range(interval.low_s, interval.high_s)} "
+                      f"(validation residuals: {interval.group}, {interval.n_runs} runs)")
     summary.add_row("step time", step_text)
     summary.add_row("tokens/s", f"{report.tokens_per_s:,.0f}  ({report.tokens_per_s_per_gpu:,.0f} per GPU)")
     convention = "causal" if "attention 'causal'" in report.conventions.get("mfu", "") else "full"
