@@ -77,3 +77,27 @@ def test_sweep_workers_exit_when_the_parent_is_killed(tmp_path):
     for c in alive:
         os.kill(c, signal.SIGKILL)
     assert alive == []
+
+
+def test_sweep_chart_lines_join_only_points_that_differ_in_x(tmp_path, monkeypatch):
+    import matplotlib.axes
+
+    from simulator.sweep.charts import write_sweep_png
+
+    lines = []
+    original = matplotlib.axes.Axes.plot
+
+    def spy(self, xs, *args, **kwargs):
+        lines.append((list(xs), kwargs.get("label")))
+        return original(self, xs, *args, **kwargs)
+
+    monkeypatch.setattr(matplotlib.axes.Axes, "plot", spy)
+    grid = {"a": [1, 2, 3], "b": [1, 2], "c": ["x", "y"]}
+    rows = [{"status": "ok", "a": a, "b": b, "c": c, "step_time_s": a + b} for a in grid["a"] for b in grid["b"]
+            for c in grid["c"]]
+    write_sweep_png(rows, grid, [], tmp_path / "s.png")
+    step_lines = [ln for ln in lines if ln[1]]
+    # 2 × 2 combinations of (b, c): four lines, each over x = 1, 2, 3 once (no sawtooth).
+    assert len(step_lines) == 4 and all(xs == [1.0, 2.0, 3.0] for xs, _ in step_lines)
+    write_sweep_png([{"status": "oom", "a": 1, "b": 1, "c": "x"}], grid, [], tmp_path / "none.png")
+    assert (tmp_path / "none.png").read_bytes()[:4] == b"\x89PNG"
