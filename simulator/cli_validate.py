@@ -34,15 +34,20 @@ JsonOption = Annotated[bool, typer.Option("--json", help="print machine-readable
 MaxOption = Annotated[float | None, typer.Option("--max-mape", help="exit 1 when the MAPE (percent) exceeds this")]
 PngOption = Annotated[Path | None, typer.Option("--png", help="write a predicted-vs-measured scatter plot (PNG)")]
 MdOption = Annotated[Path | None, typer.Option("--markdown", help="write the markdown report (docs/validation.md)")]
+MemoryOption = Annotated[bool, typer.Option("--memory", help="validate the memory model against measured peak "
+                                             "memory per GPU (simulator/validation/memory_runs.yaml)")]
 ReadmeOption = Annotated[Path | None, typer.Option("--readme", help="replace the report between the "
                                                      "validation markers of this file (README.md)")]
 
 
 def validate_command(only: OnlyOption = None, kind: KindOption = None, json_out: JsonOption = False,
                      max_mape: MaxOption = None, png: PngOption = None, markdown_out: MdOption = None,
-                     readme: ReadmeOption = None) -> None:
+                     readme: ReadmeOption = None, memory_runs: MemoryOption = False) -> None:
     """Simulate the published runs of the validation suite; measured vs predicted, MAPE by group."""
-    code = _validate(only, kind, json_out, max_mape, png, markdown_out, readme)
+    if memory_runs:
+        code = _validate_memory(only, json_out, max_mape)
+    else:
+        code = _validate(only, kind, json_out, max_mape, png, markdown_out, readme)
     if code:
         raise typer.Exit(code)
 
@@ -56,6 +61,51 @@ def _command_line(only: str | None, kind: str | None, png: Path | None, md: Path
     parts += [f"--markdown {md}"] if md else []
     parts += [f"--readme {readme}"] if readme else []
     return " ".join(parts)
+
+
+@handle_errors
+def _validate_memory(only: str | None, json_out: bool, max_mape: float | None) -> int:
+    """``--memory``: measured peak memory per GPU vs ``workload.memory.breakdown``."""
+    from rich.markup import escape
+    from rich.table import Table
+
+    from simulator.validation import memory_suite
+
+    sources, runs = memory_suite.load()
+    runs = tuple(select(runs, only))
+    if not runs:
+        raise InputError(f"no memory validation run matches --only {only!r}", "--only")
+    rows = [memory_suite.row(r, sources) for r in runs]
+    summary = memory_suite.summarize(rows)
+    if json_out:
+        print_json({"rows": rows, "summary": summary})
+    else:
+        console = stdout if stdout.is_terminal else Console(width=150)
+        table = Table(title="memory per GPU: measured vs dtsim")
+        for col in ("run", "source detail", "measured GiB", "dtsim GiB", "error"):
+            table.add_column(col, justify="left" if col in ("run", "source detail") else "right")
+        for r in rows:
+            cells = ((f"{r['predicted_GiB']:.1f}", f"{100 * r['error']:+.1f}%") if "error" in r else ("-", "skipped"))
+            table.add_row(escape(r["id"]), escape(r["detail"]), f"{r['measured_GiB']:.1f}", *cells)
+        console.print(table)
+        mape = summary["mape"]
+        console.print(f"MAPE {'-' if mape is None else f'{100 * mape:.1f}%'} over {summary['simulated']} runs; "
+                      f"misses beyond ±{100 * summary['tolerance']:.0f}%: {len(summary['misses'])}", highlight=False)
+        for m in summary["misses"]:
+            console.print(f"  {m['id']} ({100 * m['error']:+.1f}%): {m['cause']}", markup=False, highlight=False,
+                          soft_wrap=True)
+        for s in summary["skipped_runs"]:
+            console.print(f"  skipped {s['id']}: {s['reason']}", markup=False, highlight=False, soft_wrap=True)
+        for key, text in sources.items():
+            console.print(f"source {key}: {text}", markup=False, highlight=False, soft_wrap=True)
+    if summary["simulated"] == 0:
+        stderr.print("[bold red]error: no memory run was simulated: nothing was validated[/]", highlight=False)
+        return EXIT_MAPE
+    if max_mape is not None and 100 * summary["mape"] > max_mape:
+        stderr.print(f"[bold red]memory MAPE {100 * summary['mape']:.1f}% exceeds --max-mape {max_mape:g}%[/]",
+                     highlight=False)
+        return EXIT_MAPE
+    return 0
 
 
 def _simulate_all(runs: list, show: bool) -> list[dict]:
