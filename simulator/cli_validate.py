@@ -73,12 +73,13 @@ def _validate_memory(only: str | None, json_out: bool, max_mape: float | None) -
 
     sources, runs = memory_suite.load()
     runs = tuple(select(runs, only))
-    if not runs:
+    if not runs and not select(memory_suite.load_boundaries(), only):
         raise InputError(f"no memory validation run matches --only {only!r}", "--only")
     rows = [memory_suite.row(r, sources) for r in runs]
-    summary = memory_suite.summarize(rows)
+    bounds = [memory_suite.boundary_row(b, sources) for b in select(memory_suite.load_boundaries(), only)]
+    summary = memory_suite.summarize(rows, bounds)
     if json_out:
-        print_json({"rows": rows, "summary": summary})
+        print_json({"rows": rows, "boundaries": bounds, "summary": summary})
     else:
         console = stdout if stdout.is_terminal else Console(width=150)
         table = Table(title="memory per GPU: measured vs dtsim")
@@ -94,14 +95,20 @@ def _validate_memory(only: str | None, json_out: bool, max_mape: float | None) -
         for m in summary["misses"]:
             console.print(f"  {m['id']} ({100 * m['error']:+.1f}%): {m['cause']}", markup=False, highlight=False,
                           soft_wrap=True)
+        b = summary["boundaries"]
+        if b["n"]:
+            console.print(f"fit boundaries: {b['agree']} of {b['n']} fits/OOM verdicts agree", highlight=False)
+            for d in b["disagree"]:
+                console.print(f"  {d['id']}: reported {d['outcome']}, dtsim {d['predicted']}: {d['cause']}",
+                              markup=False, highlight=False, soft_wrap=True)
         for s in summary["skipped_runs"]:
             console.print(f"  skipped {s['id']}: {s['reason']}", markup=False, highlight=False, soft_wrap=True)
         for key, text in sources.items():
             console.print(f"source {key}: {text}", markup=False, highlight=False, soft_wrap=True)
-    if summary["simulated"] == 0:
+    if summary["simulated"] == 0 and summary["boundaries"]["n"] == 0:
         stderr.print("[bold red]error: no memory run was simulated: nothing was validated[/]", highlight=False)
         return EXIT_MAPE
-    if max_mape is not None and 100 * summary["mape"] > max_mape:
+    if max_mape is not None and summary["mape"] is not None and 100 * summary["mape"] > max_mape:
         stderr.print(f"[bold red]memory MAPE {100 * summary['mape']:.1f}% exceeds --max-mape {max_mape:g}%[/]",
                      highlight=False)
         return EXIT_MAPE

@@ -25,22 +25,51 @@ GiB = 2**30
 
 @dataclass(frozen=True)
 class MemoryRun:
+    """A measured peak (``measured_GiB``) or a fit boundary (``outcome``: ``fits`` or ``oom``)."""
+
     id: str
     source: str
     detail: str
-    measured_GiB: float
     scenario: dict[str, Any]
+    measured_GiB: float | None = None
+    outcome: str | None = None
     assumed: str | None = None
     known_cause: str | None = None
 
 
-def load(text: str | None = None) -> tuple[dict[str, str], tuple[MemoryRun, ...]]:
-    """(sources, runs) of the bundled ``memory_runs.yaml`` (or of ``text``, same format)."""
+def _text(text: str | None) -> dict[str, Any]:
     if text is None:
         text = resources.files(__package__).joinpath("memory_runs.yaml").read_text(encoding="utf-8")
-    data = yaml.safe_load(text)
-    runs = tuple(MemoryRun(**r) for r in data["runs"])
-    return dict(data["sources"]), runs
+    return yaml.safe_load(text)
+
+
+def load(text: str | None = None) -> tuple[dict[str, str], tuple[MemoryRun, ...]]:
+    """(sources, measured runs) of the bundled ``memory_runs.yaml`` (or of ``text``, same format)."""
+    data = _text(text)
+    return dict(data["sources"]), tuple(MemoryRun(**r) for r in data["runs"])
+
+
+def load_boundaries(text: str | None = None) -> tuple[MemoryRun, ...]:
+    """The fit boundaries (runs that trained or ran out of memory) of the corpus."""
+    return tuple(MemoryRun(**r) for r in _text(text).get("boundaries", []))
+
+
+def boundary_row(run: MemoryRun, sources: dict[str, str]) -> dict[str, Any]:
+    """Whether dtsim's fits verdict agrees with the reported outcome."""
+    out: dict[str, Any] = {"id": run.id, "source": sources.get(run.source, run.source), "detail": run.detail,
+                           "outcome": run.outcome}
+    try:
+        scenario = scenario_from_dict({"name": run.id, **run.scenario})
+    except InputError as exc:
+        out["skipped"] = f"refused by dtsim: {exc}"
+        return out
+    bd = memory.breakdown(scenario)
+    out.update(predicted_GiB=bd.total_bytes / GiB, hbm_GiB=bd.hbm_bytes / GiB,
+               predicted="fits" if bd.fits else "oom")
+    out["agree"] = out["predicted"] == run.outcome
+    if not out["agree"]:
+        out["cause"] = run.known_cause or "no named cause"
+    return out
 
 
 def row(run: MemoryRun, sources: dict[str, str]) -> dict[str, Any]:
@@ -59,7 +88,8 @@ def row(run: MemoryRun, sources: dict[str, str]) -> dict[str, Any]:
     return out
 
 
-def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
+def summarize(rows: list[dict[str, Any]], boundaries: list[dict[str, Any]] = ()) -> dict[str, Any]:
+    judged = [b for b in boundaries if "agree" in b]
     done = [r for r in rows if "error" in r]
     misses = sorted((r for r in done if "cause" in r), key=lambda r: (-abs(r["error"]), r["id"]))
     return {
@@ -67,5 +97,8 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "mape": sum(abs(r["error"]) for r in done) / len(done) if done else None,
         "tolerance": TOLERANCE,
         "misses": [{"id": r["id"], "error": r["error"], "cause": r["cause"]} for r in misses],
-        "skipped_runs": [{"id": r["id"], "reason": r["skipped"]} for r in rows if "skipped" in r],
+        "skipped_runs": [{"id": r["id"], "reason": r["skipped"]} for r in [*rows, *boundaries] if "skipped" in r],
+        "boundaries": {"n": len(judged), "agree": sum(b["agree"] for b in judged),
+                       "disagree": [{"id": b["id"], "outcome": b["outcome"], "predicted": b["predicted"],
+                                     "cause": b["cause"]} for b in judged if not b["agree"]]},
     }

@@ -51,3 +51,15 @@ def test_memory_validation_exit_codes():
     assert runner.invoke(app, ["validate", "--memory", "--only", "nothing-*"]).exit_code == 2
     result = runner.invoke(app, ["validate", "--memory", "--only", "torchtitan-8b-fsdp8-sac", "--max-mape", "5"])
     assert result.exit_code == 1 and "exceeds --max-mape" in result.output
+
+
+def test_fit_boundaries(report):
+    # torchtitan on 64 A100 80GB: Llama 2 70B at local batch 2 with selective AC ran out of memory, with
+    # full AC it trained; 405B FSDP-only on 128 H100 ran out of memory. One disagreement, with its cause.
+    bounds = {b["id"]: b for b in report["boundaries"]}
+    assert bounds["torchtitan-llama2-70b-fsdp64-lbs2-sac-oom"]["predicted"] == "oom"
+    assert bounds["torchtitan-llama2-70b-fsdp64-lbs2-full"]["predicted"] == "fits"
+    assert bounds["torchtitan-llama31-405b-fsdp128-lbs2-full-oom"]["predicted"] == "oom"
+    b = report["summary"]["boundaries"]
+    assert b["n"] == 6 and b["agree"] == 5
+    assert [d["id"] for d in b["disagree"]] == ["torchtitan-llama2-70b-fsdp64-lbs1-sac"]
