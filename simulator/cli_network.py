@@ -145,7 +145,11 @@ def _show(name: str, nodes: int, as_json: bool, png: Path | None, graphml: Path 
     if graphml is not None:
         write_graphml(cluster, graphml)
     if png is not None:
-        write_png(cluster, png)
+        try:
+            from simulator.report.topology_png import write_topology_png
+        except ImportError:  # pragma: no cover - depends on the environment
+            raise InputError("drawing needs matplotlib: pip install 'dtsim[plot]'", field="--png") from None
+        write_topology_png(cluster, png)
     if as_json:
         typer.echo(json.dumps(stats, indent=2))
         return
@@ -171,37 +175,3 @@ def write_graphml(cluster: Cluster, path: Path) -> None:
     g.add_nodes_from((n, {k: (-1 if v is None else v) for k, v in d.items()}) for n, d in cluster.graph.nodes(data=True))
     g.add_edges_from(cluster.graph.edges(data=True))
     nx.write_graphml(g, str(path))
-
-
-def write_png(cluster: Cluster, path: Path) -> None:
-    """Layered drawing (GPUs, switches, CPUs, NICs, leaves, spines); matplotlib imported here only."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError as exc:  # pragma: no cover - depends on the environment
-        raise InputError("drawing needs matplotlib: pip install 'dtsim[plot]'", field="--png") from exc
-    layer = {"gpu": 2, "nvswitch": 3, "pcie_switch": 1, "cpu": 0, "nic": 4, "leaf": 5, "spine": 6}
-    src = cluster.graph
-    g = nx.Graph()
-
-    def order(n: str) -> tuple:
-        d = src.nodes[n]
-        return (layer[d["type"]], d.get("node") if d.get("node") is not None else -1, d.get("block", 0), d["index"])
-
-    g.add_nodes_from((n, {**src.nodes[n], "layer": layer[src.nodes[n]["type"]]}) for n in sorted(src.nodes, key=order))
-    g.add_edges_from(src.edges())
-    pos = nx.multipartite_layout(g, subset_key="layer", align="horizontal")
-    colours = {"gpu": "tab:green", "nvswitch": "tab:purple", "pcie_switch": "tab:gray", "cpu": "tab:blue",
-               "nic": "tab:orange", "leaf": "tab:red", "spine": "tab:brown"}
-    fig, ax = plt.subplots(figsize=(12, 7))
-    nx.draw_networkx_edges(g, pos, ax=ax, alpha=0.2, width=0.5)
-    for kind, colour in colours.items():
-        nodes = [n for n, d in g.nodes(data=True) if d["type"] == kind]
-        nx.draw_networkx_nodes(g, pos, nodelist=nodes, node_color=colour, node_size=30, label=kind, ax=ax)
-    ax.legend(loc="upper right", fontsize=8)
-    ax.set_title(f"{cluster.topology.name} x {cluster.nodes}")
-    ax.axis("off")
-    fig.savefig(path, dpi=120, bbox_inches="tight")
-    plt.close(fig)

@@ -65,3 +65,29 @@ def test_good_outputs_are_written(tmp_path):
 
 def test_drawing_a_huge_cluster_is_refused_up_front(tmp_path):
     _refused(["topology", "show", "dgx-h100", "--nodes", "100000", "--png", str(tmp_path / "t.png")], "at most")
+
+
+def test_topology_drawing_labels_every_link_kind_with_its_bandwidth(tmp_path, monkeypatch):
+    import matplotlib.axes
+
+    from simulator.config.topology import load_topology
+    from simulator.network import build_cluster
+    from simulator.report.topology_png import write_topology_png
+
+    labels: list[str] = []
+    original = matplotlib.axes.Axes.plot
+
+    def spy(self, *args, **kwargs):
+        if kwargs.get("label"):
+            labels.append(kwargs["label"])
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(matplotlib.axes.Axes, "plot", spy)
+    cluster = build_cluster(load_topology("dgx-h100"), 2)
+    write_topology_png(cluster, tmp_path / "t.png")
+    kinds = {(d["link"], d["bandwidth_Bps"]) for u, v, d in cluster.graph.edges(data=True)
+             if cluster.graph.nodes[u].get("node") == 0 and cluster.graph.nodes[v].get("node") == 0}
+    for kind, bw in kinds:
+        assert any(label.startswith(f"{kind}: {bw / 1e9:g} GB/s per direction") for label in labels), (kind, labels)
+    assert any(label.startswith("NIC–leaf") for label in labels)
+    assert (tmp_path / "t.png").read_bytes()[:4] == b"\x89PNG"
