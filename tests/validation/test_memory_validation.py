@@ -63,3 +63,11 @@ def test_fit_boundaries(report):
     b = report["summary"]["boundaries"]
     assert b["n"] == 6 and b["agree"] == 5
     assert [d["id"] for d in b["disagree"]] == ["torchtitan-llama2-70b-fsdp64-lbs1-sac"]
+
+
+def test_no_run_is_skipped_for_context_parallelism():
+    # parallel.cp is simulated: no validation run may give "context parallelism is not simulated" as its reason.
+    from simulator.validation.suite import load_runs
+
+    assert not [r.id for r in load_runs() if "is not simulated" in (r.not_expressible or "")
+                and "context parallel" in (r.not_expressible or "")]
