@@ -91,3 +91,19 @@ def test_topology_drawing_labels_every_link_kind_with_its_bandwidth(tmp_path, mo
         assert any(label.startswith(f"{kind}: {bw / 1e9:g} GB/s per direction") for label in labels), (kind, labels)
     assert any(label.startswith("NIC–leaf") for label in labels)
     assert (tmp_path / "t.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_a_closed_pipe_keeps_the_files_and_exits_0(tmp_path):
+    # `dtsim run X --png p.png | head -1`: files are written before printing; the closed pipe is not an error.
+    import os
+    import subprocess
+    import sys
+
+    png = tmp_path / "p.png"
+    cmd = [sys.executable, "-m", "simulator", "run", str(SCENARIO), *SMALL, "--allow-oom", "--png", str(png)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            env={**os.environ, "PYTHONPATH": str(ROOT)})
+    proc.stdout.close()  # the reader goes away before anything is printed (the pipe buffer would hide it later)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    assert b"Traceback" not in err and png.read_bytes()[:4] == b"\x89PNG"
