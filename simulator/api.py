@@ -21,7 +21,6 @@ from simulator.hardware.efficiency import Efficiency, for_gpu, is_calibrated
 from simulator.network import build_cluster
 from simulator.parallel.build import build_step_graph, context_for
 from simulator.parallel.checks import check_supported
-from simulator.parallel.stage_memory import apply_to_breakdown, stage_activations
 from simulator.parallel.volume import bytes_per_rank, calls_per_rank
 from simulator.report.step_report import StepReport
 from simulator.workload import flops, memory
@@ -109,12 +108,14 @@ def simulate(scenario: Scenario, *, efficiency: Efficiency | None = None, what_i
     recompute = tr.activation_checkpointing
     if recompute == "selective" and tr.kernels.flash_attention:
         recompute = "none"
-    step_flops = flops.step(scenario.model, tr.micro_batch_size, tr.seq_len,
-                            n_micro=scenario.grad_accum_steps * scenario.dp, causal=causal,
-                            recompute=recompute)
+    n_seq_micro = scenario.grad_accum_steps * scenario.dp
+    step_flops = flops.step(scenario.model, tr.micro_batch_size, tr.seq_len, n_micro=n_seq_micro,
+                            causal=causal, recompute=recompute)
+    # HFU counts the FLOPs the kernels execute: a causal FlashAttention kernel skips the masked half
+    # whatever the MFU convention (an unfused kernel computes the whole score matrix), so HFU ≤ 100%.
+    executed = flops.step(scenario.model, tr.micro_batch_size, tr.seq_len, n_micro=n_seq_micro,
+                          causal=tr.kernels.flash_attention, recompute=recompute)
     mem = memory.breakdown(scenario).as_dict()
-    if par.pp > 1 or par.cp > 1 or (par.sequence_parallel and par.tp > 1):
-        mem = apply_to_breakdown(mem, stage_activations(scenario), scenario.memory.fragmentation)
     breakdown = {k: summary[k] for k in ("forward_s", "backward_s", "recompute_s", "optimizer_s", "idle_s",
                                          "compute_busy_s", "bubble_s")}
     breakdown["offload"] = summary["offload"]
@@ -142,7 +143,7 @@ def simulate(scenario: Scenario, *, efficiency: Efficiency | None = None, what_i
         tokens_per_step=scenario.tokens_per_step,
         n_gpus=scenario.n_gpus,
         model_flops=step_flops.model_flops,
-        hardware_flops=step_flops.hardware_flops,
+        hardware_flops=executed.hardware_flops,
         peak_flops_per_gpu=gpu.peak_flops(tr.precision),
         breakdown=breakdown,
         memory=mem,
@@ -151,17 +152,24 @@ def simulate(scenario: Scenario, *, efficiency: Efficiency | None = None, what_i
         conventions={
             "mfu": f"model FLOPs (3x forward, attention '{tr.attention_flops}') / (step time x GPUs x dense "
                    f"{tr.precision} peak)",
-            "hfu": "as MFU, counting recomputed FLOPs",
+            "hfu": "FLOPs executed (attention as the kernel runs it: causal with FlashAttention, else full; "
+                   "recomputation included) / (step time x GPUs x dense peak)",
         },
         trace=trace.spans,
-        warnings=_warnings(scenario, efficiency, ctx.mesh),
+        warnings=_warnings(scenario, efficiency, ctx.mesh, step_flops.model_flops / (
+            summary["step_time_s"] * scenario.n_gpus * gpu.peak_flops(tr.precision))),
         collective_calls=calls_per_rank(graph, device),
     )
 
 
-def _warnings(scenario: Scenario, efficiency: Efficiency | None, mesh: Any = None) -> tuple[str, ...]:
+def _warnings(scenario: Scenario, efficiency: Efficiency | None, mesh: Any = None,
+              mfu: float = 0.0) -> tuple[str, ...]:
     gpu = scenario.cluster.gpu_spec
     out = []
+    if mfu > 1:
+        out.append(f"MFU {100 * mfu:.1f}% exceeds 100% because training.attention_flops 'full' counts the masked "
+                   "half of causal attention that the kernels skip; HFU counts executed FLOPs "
+                   "(set training.attention_flops: causal for MFU by the executed convention)")
     if mesh is not None and mesh.tp > mesh.gpus_per_node:
         out.append(f"parallel.tp={mesh.tp} exceeds the {mesh.gpus_per_node} GPUs of a node: TP groups span nodes and "
                    "their per-block collectives cross the inter-node network (dtsim run --show-placement)")

@@ -19,7 +19,25 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    rich_markup_mode=None,  # plain click help: no <bool> / <list[str]> placeholders
 )
+def _version(value: bool) -> None:
+    if value:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            typer.echo(f"dtsim {version('dtsim')}")
+        except PackageNotFoundError:  # running from a source tree without installing
+            typer.echo("dtsim (not installed)")
+        raise typer.Exit()
+
+
+@app.callback()
+def _main(version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+                                       help="print the version and exit")) -> None:
+    """dtsim: simulate LLM training steps and runs on GPU clusters (step time, memory, cost)."""
+
+
 app.command("run")(run_command)
 app.command("flops")(flops_command)
 app.command("memory")(memory_command)

@@ -17,8 +17,8 @@ from simulator.parallel import ddp
 from simulator.parallel.build import build_step_graph, context_for
 from simulator.parallel.context import BuildContext
 from simulator.parallel.mesh import RankMesh
-from simulator.parallel.stage_memory import stage_activations
 from simulator.parallel.volume import bytes_per_rank, per_rank_factor
+from simulator.workload.memory import stage_activations
 from tests.parallel.fakes import AlphaBeta, SumCompute, work
 
 FIXTURE = Path(__file__).resolve().parent / "ddp-olmo-8xh100.yaml"
@@ -127,12 +127,12 @@ def test_per_stage_memory_follows_in_flight_micro_batches():
     rows = {sched: stage_activations(_scenario(*sets, f"parallel.pipeline_schedule={sched}"))
             for sched in ("1f1b", "gpipe")}
     # Stages 1 and 2 hold neither embedding nor logits: activations = per_layer · layers · in-flight.
-    per_layer = rows["1f1b"][1]["activations_bytes"] / (layers * 3)
-    assert rows["1f1b"][2]["activations_bytes"] == pytest.approx(per_layer * layers * 2)
-    assert rows["gpipe"][1]["activations_bytes"] == pytest.approx(per_layer * layers * m)
+    per_layer = rows["1f1b"][1].total_bytes / (layers * 3)
+    assert rows["1f1b"][2].total_bytes == pytest.approx(per_layer * layers * 2)
+    assert rows["gpipe"][1].total_bytes == pytest.approx(per_layer * layers * m)
     inter = stage_activations(_scenario(*sets, "parallel.virtual_stages=2"))
     # Interleaved stage 1: 2(p−s−1) + (v−1)p + 1 = 9 chunks of layers/2 blocks.
-    assert inter[1]["activations_bytes"] == pytest.approx(per_layer * layers / 2 * 9)
+    assert inter[1].total_bytes == pytest.approx(per_layer * layers / 2 * 9)
 
 
 def test_simulate_reports_bubble_dimensions_and_stage_memory():
@@ -151,8 +151,8 @@ def test_sequence_parallel_divides_norm_and_dropout_activations_by_tp():
     # Korthikanti et al. 2022 Table 2: the norm/dropout region, 4p·sbh per block (no dropout here, so no
     # masks), is split over t with SP: the saving per block is 4·2·s·b·h·(1 − 1/t), here t = 4.
     sets = ["training.seq_len=1024", "training.micro_batch_size=1", "parallel.tp=4"]
-    plain = stage_activations(_scenario(*sets))[0]["activations_bytes"]
-    sp = stage_activations(_scenario(*sets, "parallel.sequence_parallel=true"))[0]["activations_bytes"]
+    plain = stage_activations(_scenario(*sets))[0].total_bytes
+    sp = stage_activations(_scenario(*sets, "parallel.sequence_parallel=true"))[0].total_bytes
     sc = _scenario(*sets)
     assert sc.model.dropout == 0
     sbh = 1024 * 1 * sc.model.hidden_size
