@@ -39,6 +39,9 @@ OomOption = Annotated[bool, typer.Option("--allow-oom", help="exit 0 even if the
 PlacementOption = Annotated[bool, typer.Option(
     "--show-placement", help="print which GPUs form each TP / CP / PP / DP group (stderr with --json)")]
 PngOption = Annotated[Path | None, typer.Option("--png", help="draw the step's per-stream timeline and breakdown")]
+ExactOption = Annotated[bool, typer.Option(
+    "--exact", help="simulate every micro-batch (default: long accumulation and 1F1B steady states are "
+                    "extrapolated after an exactness check; --trace and --png imply --exact)")]
 DsOption = Annotated[Path | None, typer.Option("--deepspeed", help="DeepSpeed JSON config to apply to the scenario")]
 
 
@@ -67,17 +70,18 @@ def run_command(
     deepspeed: DsOption = None,
     show_placement: PlacementOption = False,
     png: PngOption = None,
+    exact: ExactOption = False,
 ) -> None:
     """Simulate one optimizer step: step time, breakdown (exposed vs on-link comm), MFU, memory;
     then the whole run (duration, goodput, cost, energy) when the scenario has a token budget."""
-    code = _run(scenario, overrides, json_out, trace, allow_oom, deepspeed, show_placement, png)
+    code = _run(scenario, overrides, json_out, trace, allow_oom, deepspeed, show_placement, png, exact)
     if code:
         raise typer.Exit(code)
 
 
 @handle_errors
 def _run(path: Path, overrides, json_out: bool, trace: Path | None, allow_oom: bool, deepspeed: Path | None,
-         show_placement: bool = False, png: Path | None = None) -> int:
+         show_placement: bool = False, png: Path | None = None, exact: bool = False) -> int:
     # Output folders are checked first: bad input writes nothing and prints no half report.
     for option, target in (("--trace", trace), ("--png", png)):
         if target is not None and not target.parent.is_dir():
@@ -90,7 +94,8 @@ def _run(path: Path, overrides, json_out: bool, trace: Path | None, allow_oom: b
             out.print(line, highlight=False, soft_wrap=True, markup=False)
     for line in warnings:
         stderr.print(f"[yellow]warning:[/] {line}", highlight=False, soft_wrap=True)
-    evaluation = evaluate(scenario)
+    # The trace and the timeline picture need every span: no steady-state extrapolation for them.
+    evaluation = evaluate(scenario, exact=exact or trace is not None or png is not None)
     report, run = evaluation.step, evaluation.run
     interval = interval_for_report(report, scenario.cluster.gpu_spec.arch)
     for line in report.warnings:
