@@ -17,7 +17,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from simulator import catalog
+from simulator import catalog, yamlio
 from simulator.catalog.hf import model_dict_from_hf
 from simulator.config.overrides import apply_overrides
 from simulator.config.scenario import Scenario
@@ -38,7 +38,7 @@ def read_yaml(path: str | Path, field: str | None = None) -> Any:
     except OSError as exc:
         raise InputError(f"cannot read {path}: {exc.strerror}", field) from None
     try:
-        return yaml.safe_load(text)
+        return yamlio.safe_load(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""

@@ -14,6 +14,7 @@ from typing import Annotated, Literal
 import yaml
 from pydantic import Field, NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt, ValidationError
 
+from simulator import yamlio
 from simulator.config.base import Frozen
 from simulator.errors import InputError
 
@@ -169,7 +170,7 @@ def load_topology(ref: str, base_dir: Path | None = None) -> TopologyConfig:
     except FileNotFoundError as exc:
         raise InputError(str(exc), field="topology") from None
     try:
-        data = yaml.safe_load(path.read_text())
+        data = yamlio.safe_load(path.read_text())
     except yaml.YAMLError as exc:
         raise InputError(f"cannot parse {path}: {exc}", field="topology") from None
     return parse_topology(data, str(path))
