@@ -2,7 +2,9 @@
 
 Wires every layer in one readable function (ARCHITECTURE.md §1.8): the cluster graph and collective
 model (network), the compute model (hardware), the step graph (parallel), the executor (engine),
-the FLOP and memory accounting (workload), and the report. Nothing here keeps state between calls.
+the FLOP and memory accounting (workload), and the report. The only state kept between calls is
+the per-process cache of cluster graphs and collective models (``simulator.model_cache``), keyed by
+all they depend on.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
+from simulator import model_cache
 from simulator.collectives import CollectiveModel
 from simulator.config.scenario import Scenario
 from simulator.engine.costing import Costing
@@ -95,6 +98,9 @@ def simulate(scenario: Scenario, *, efficiency: Efficiency | None = None, what_i
     cl, tr, par = scenario.cluster, scenario.training, scenario.parallel
     gpu = cl.gpu_spec
     eff = efficiency or for_gpu(gpu)
+    if cluster is None and collective_model is None:
+        collective_model = model_cache.PROCESS.get(scenario)  # built once per process and cluster
+        cluster = collective_model.cluster
     cluster = cluster or build_cluster(cl.topology, _nodes(scenario), gpu)
     collectives = collective_model or CollectiveModel(cluster, fidelity=cl.network_fidelity,
                                                       algorithm=cl.collective_algorithm)

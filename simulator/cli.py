@@ -8,6 +8,7 @@ commands' modules), so starting the program costs little more than the command i
 from __future__ import annotations
 
 import importlib
+import os
 
 import click
 import typer
@@ -88,5 +89,14 @@ def _root() -> None:
     """dtsim: simulate LLM training steps and runs on GPU clusters (step time, memory, cost)."""
 
 
+#: BLAS thread pools: the simulator's arrays are small, and on large clusters OpenBLAS would start a
+#: second thread per process that only contends with the sweep's worker processes for the cores.
+#: Set before numpy loads (commands import it lazily) and inherited by sweep workers; a value the
+#: user exported wins.
+BLAS_THREAD_VARS = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
+
+
 def main() -> None:
+    for var in BLAS_THREAD_VARS:
+        os.environ.setdefault(var, "1")
     app()
