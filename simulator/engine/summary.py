@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from simulator.engine.intervals import exposed, measure, subtract, union
+from simulator.engine.intervals import exposed, length, measure, subtract, union
 from simulator.engine.trace import Trace
 
 COMPUTE_KINDS = ("forward", "backward", "recompute", "optimizer")
@@ -52,16 +52,17 @@ def summarize(trace: Trace) -> dict[str, Any]:
 
     compute_iv = union(cat("compute"))
 
-    def split(iv: list[tuple[float, float]]) -> dict[str, float]:
-        merged = union(iv)
-        return {"on_link_s": measure(merged), "exposed_s": measure(subtract(merged, compute_iv, merged=True))}
+    def split(iv: list[tuple[float, float]], merged: bool = False) -> dict[str, float]:
+        if not merged:
+            iv = union(iv)
+        return {"on_link_s": length(iv), "exposed_s": measure(subtract(iv, compute_iv, merged=True))}
 
-    out: dict[str, Any] = {"step_time_s": trace.end_s, "compute_busy_s": measure(compute_iv)}
+    out: dict[str, Any] = {"step_time_s": trace.end_s, "compute_busy_s": length(compute_iv)}
     for kind in COMPUTE_KINDS:
         out[f"{kind}_s"] = busy.get(("compute", kind), 0.0)
     out["cpu_optimizer_s"] = sum(v for (c, _), v in busy.items() if c == "host")
     out["optimizer_s"] += out["cpu_optimizer_s"]
-    comm: dict[str, dict[str, float]] = {kind: split(by.get(("comm", kind), [])) for kind in COMM_KINDS}
+    comm: dict[str, dict[str, float]] = {kind: split(by.get(("comm", kind), []), merged=True) for kind in COMM_KINDS}
     comm["total"] = split(cat("comm"))
     out["communication"] = comm
     out["by_dimension"] = {dim: split(cat("comm", kinds)) for dim, kinds in DIMENSIONS.items()}
