@@ -156,8 +156,12 @@ class GraphBuilder:
         self.device = 0
 
     def _deps(self, deps: tuple[int | None, ...] | list[int | None]) -> tuple[int, ...]:
-        if len(deps) <= 1:  # the common case: no set or sort (long pipelines issue 10⁵-10⁶ tasks)
-            return tuple(d for d in deps if d is not None)
+        n = len(deps)  # the common cases first: no set or sort (long pipelines issue 10⁵-10⁶ tasks)
+        if n == 0:
+            return ()
+        if n == 1:
+            (d,) = deps
+            return () if d is None else (d,)
         return tuple(sorted({d for d in deps if d is not None}))
 
     def compute(self, name: str, kind: ComputeKind, ops: tuple, deps=(), **kw: Any) -> int:
