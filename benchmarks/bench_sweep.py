@@ -23,6 +23,7 @@ for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_var, "1")
 
 import argparse  # noqa: E402
+import resource  # noqa: E402
 import statistics  # noqa: E402
 import time  # noqa: E402
 from pathlib import Path  # noqa: E402
@@ -54,16 +55,25 @@ LLAMA_405B = {
 }
 
 
-def timed(raw: dict, base_dir: Path, all_points: list[dict], workers: int) -> tuple[float, int]:
+def _cpu() -> float:
+    """User + system seconds of this process and its reaped children (the pool's workers)."""
+    own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+def timed(raw: dict, base_dir: Path, all_points: list[dict], workers: int) -> tuple[float, int, float]:
+    """Wall seconds, feasible points and CPU seconds (all processes) of one sweep."""
     store = ResultStore(None, sweep_id(raw, all_points))
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), _cpu()
     rows = run_sweep(raw, base_dir, all_points, store, workers=workers)
-    return time.perf_counter() - start, sum(r["status"] == "ok" for r in rows)
+    return time.perf_counter() - start, sum(r["status"] == "ok" for r in rows), _cpu() - cpu
 
 
-def report(label: str, times: list[float], n: int, ok: int, target: float | None) -> None:
+def report(label: str, runs: list[tuple[float, int, float]], n: int, target: float | None) -> None:
+    times = [t for t, _, _ in runs]
     verdict = "" if target is None else (f" | target ≤ {target:.0f} s " + ("ok" if min(times) <= target else "MISSES"))
-    print(f"| {label}: {n} points ({ok} feasible) | min {min(times):.1f} s | median {statistics.median(times):.1f} s "
+    print(f"| {label}: {n} points ({runs[0][1]} feasible) | min {min(times):.1f} s | median "
+          f"{statistics.median(times):.1f} s | CPU {min(c for _, _, c in runs):.1f} s (all processes) "
           f"| {n / min(times):.1f} points/s ({len(times)} runs){verdict} |")
 
 
@@ -77,14 +87,13 @@ def main() -> None:
     raw = load_raw(SCENARIO)
     grid_points = points(parse_grid(QUICK if args.quick else FULL))
     runs = [timed(raw, SCENARIO.parent, grid_points, args.workers) for _ in range(max(5, args.repeat))]
-    report(f"OLMo 2 7B grid sweep, {args.workers} workers", [t for t, _ in runs], len(grid_points), runs[0][1],
-           None if args.quick else GRID_TARGET_S)
+    report(f"OLMo 2 7B grid sweep, {args.workers} workers", runs, len(grid_points), None if args.quick else GRID_TARGET_S)
     if args.quick:
         return
     layouts = enumerate_layouts(scenario_from_dict(LLAMA_405B))
     runs = [timed(LLAMA_405B, SCENARIO.parent, layouts, args.workers) for _ in range(max(1, args.layout_repeat))]
-    report(f"`--layouts auto`, Llama 3.1 405B on 16,384 H100, {args.workers} workers", [t for t, _ in runs],
-           len(layouts), runs[0][1], LAYOUT_TARGET_S)
+    report(f"`--layouts auto`, Llama 3.1 405B on 16,384 H100, {args.workers} workers", runs, len(layouts),
+           LAYOUT_TARGET_S)
 
 
 if __name__ == "__main__":
