@@ -175,3 +175,23 @@ def test_cli_exact_flag_gives_the_same_json(monkeypatch):
     assert a["layout"]["grad_accum_steps"] == 32  # extrapolated by default
     assert _mismatches(a, b, b["step_time_s"]) == []
     assert seen == [False, True]
+
+
+def test_cli_trace_has_every_micro_batch(tmp_path):
+    import json
+
+    import typer
+    from typer.testing import CliRunner
+
+    from simulator.cli_run import run_command
+
+    app = typer.Typer()
+    app.command("run")(run_command)
+    app.command("other")(lambda: None)
+    trace = tmp_path / "trace.json"
+    path = str(SCENARIOS[0].parent / "olmo-2-7b-dgx-a100-zero2.yaml")
+    res = CliRunner().invoke(app, ["run", path, "--json", "--trace", str(trace)])
+    assert res.exit_code == 0, res.output
+    names = {e["name"] for e in json.loads(trace.read_text())["traceEvents"] if e.get("ph") == "X"}
+    # 32 micro-batches: the trace implies --exact, so the last one is there, not only the samples' 4 and 5.
+    assert any(name.endswith(" mb31") for name in names)
