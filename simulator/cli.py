@@ -34,6 +34,12 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "topology": ("simulator.cli_network", "topology_app", "Inspect cluster topologies (topologies/*.yaml)."),
     "tune": ("simulator.cli_sweep", "tune_app", "Find the settings that minimise simulated step time."),
     "catalog": ("simulator.cli_workload", "catalog_app", "List the catalogued GPUs and models."),
+    "import": ("simulator.cli_interop", "import_app",
+               "Import a training config as a dtsim scenario YAML (every ignored flag is named)."),
+    "export": ("simulator.cli_interop", "export_command",
+               "Write the launchable config of a framework for SCENARIO (what it cannot express is named)."),
+    "calibrate": ("simulator.cli_calibrate", "calibrate_command",
+                  "Fit the per-architecture compute efficiencies on your own measured runs."),
 }
 
 

@@ -21,12 +21,11 @@ from simulator.errors import InputError
 from simulator.parallel.build import mesh_for
 from simulator.parallel.checks import check_layout
 from simulator.parallel.placement import placement_lines
+from simulator.python_api import run_scenario
 from simulator.report.chrome_trace import write_chrome_trace
 from simulator.report.step_png import write_step_png
 from simulator.report.tables import render
-from simulator.study import evaluate
 from simulator.units import fmt_bytes, fmt_seconds
-from simulator.validation.intervals import interval_for_report
 
 EXIT_OOM = 3
 
@@ -43,6 +42,14 @@ ExactOption = Annotated[bool, typer.Option(
     "--exact", help="simulate every micro-batch (default: long accumulation and 1F1B steady states are "
                     "extrapolated after an exactness check; --trace and --png imply --exact)")]
 DsOption = Annotated[Path | None, typer.Option("--deepspeed", help="DeepSpeed JSON config to apply to the scenario")]
+EffOption = Annotated[Path | None, typer.Option(
+    "--efficiency", help="efficiency profile from dtsim calibrate (your cluster's fitted efficiencies and intervals)")]
+
+
+def _load_profile(path: Path):
+    from simulator.user_calibration import load_profile
+
+    return load_profile(path)
 
 
 def load_run_scenario(path: Path, overrides: list[str] | None, deepspeed: Path | None) -> tuple[Scenario, list[str]]:
@@ -70,18 +77,20 @@ def run_command(
     deepspeed: DsOption = None,
     show_placement: PlacementOption = False,
     png: PngOption = None,
+    efficiency: EffOption = None,
     exact: ExactOption = False,
 ) -> None:
     """Simulate one optimizer step: step time, breakdown (exposed vs on-link comm), MFU, memory;
     then the whole run (duration, goodput, cost, energy) when the scenario has a token budget."""
-    code = _run(scenario, overrides, json_out, trace, allow_oom, deepspeed, show_placement, png, exact)
+    code = _run(scenario, overrides, json_out, trace, allow_oom, deepspeed, show_placement, png, efficiency, exact)
     if code:
         raise typer.Exit(code)
 
 
 @handle_errors
 def _run(path: Path, overrides, json_out: bool, trace: Path | None, allow_oom: bool, deepspeed: Path | None,
-         show_placement: bool = False, png: Path | None = None, exact: bool = False) -> int:
+         show_placement: bool = False, png: Path | None = None, efficiency: Path | None = None,
+         exact: bool = False) -> int:
     # Output folders are checked first: bad input writes nothing and prints no half report.
     for option, target in (("--trace", trace), ("--png", png)):
         if target is not None and not target.parent.is_dir():
@@ -92,19 +101,16 @@ def _run(path: Path, overrides, json_out: bool, trace: Path | None, allow_oom: b
         out = stderr if json_out else stdout
         for line in placement_lines(mesh_for(scenario, scenario.cluster.topology.gpus_per_node)):
             out.print(line, highlight=False, soft_wrap=True, markup=False)
-    for line in warnings:
-        stderr.print(f"[yellow]warning:[/] {line}", highlight=False, soft_wrap=True)
+    profile = _load_profile(efficiency) if efficiency is not None else None
     # The trace and the timeline picture need every span: no steady-state extrapolation for them.
-    evaluation = evaluate(scenario, exact=exact or trace is not None or png is not None)
-    report, run = evaluation.step, evaluation.run
-    interval = interval_for_report(report, scenario.cluster.gpu_spec.arch)
+    result, profile_warnings = run_scenario(scenario, profile, exact=exact or trace is not None or png is not None)
+    for line in [*warnings, *profile_warnings]:
+        stderr.print(f"[yellow]warning:[/] {line}", highlight=False, soft_wrap=True)
+    report, run, interval = result.step, result.run, result.interval
     for line in report.warnings:
         stderr.print(f"[yellow]warning:[/] {line}", highlight=False, soft_wrap=True)
     if json_out:
-        print_json({**report.to_dict(), "step_time_interval_s": interval.as_list(),
-                    "step_time_interval": {"coverage": interval.coverage, "group": interval.group,
-                                           "n_runs": interval.n_runs},
-                    "run": run.as_dict() if run else None})
+        print_json(result.to_dict())
     else:
         render(report, stdout, interval=interval)
         if run is not None:

@@ -155,13 +155,13 @@ def test_cli_exact_flag_gives_the_same_json(monkeypatch):
     from simulator.cli_run import run_command
 
     seen: list[bool] = []
-    evaluate = cli_run.evaluate
+    run_scenario = cli_run.run_scenario
 
-    def spy(scenario, reuse=None, exact=False):
+    def spy(scenario, profile=None, exact=False):
         seen.append(exact)
-        return evaluate(scenario, reuse, exact)
+        return run_scenario(scenario, profile, exact=exact)
 
-    monkeypatch.setattr(cli_run, "evaluate", spy)
+    monkeypatch.setattr(cli_run, "run_scenario", spy)
 
     app = typer.Typer()
     app.command("run")(run_command)

@@ -1,7 +1,7 @@
 """Resolve every task of a ``StepGraph`` to a duration: compute model, collective model, PCIe, CPU.
 
 Costs are memoised per distinct compute op tuple and per distinct collective (operation, group,
-bytes, count): tasks that share one get the same (read-only) ``TaskCost``.
+bytes, count, host time): tasks that share one get the same (read-only) ``TaskCost``.
 
 Collectives are evaluated by the network layer for the real placed group together with every
 concurrent copy of it (``RankMesh.groups(kind)``), and cached by (operation, group kind, bytes), so
@@ -68,7 +68,9 @@ class Costing:
         time_s, args = hit
         if task.count != 1:
             args = {**args, "count": task.count}
-        return TaskCost(task.count * time_s, args)
+        if task.host_s:
+            args = {**args, "host_s": task.host_s}
+        return TaskCost(task.count * (time_s + task.host_s), args)
 
     def _compute(self, ops: tuple) -> TaskCost:
         """Memoised per distinct ``ops`` tuple (the builders reuse one tuple per unit and pass); the
@@ -82,7 +84,7 @@ class Costing:
         if isinstance(task, ComputeTask):
             return self._compute(task.ops)
         if isinstance(task, CollectiveTask):
-            key = (task.op, task.group, task.nbytes, task.count)
+            key = (task.op, task.group, task.nbytes, task.count, task.host_s)
             hit = self._task_costs.get(key)
             if hit is None:
                 hit = self._task_costs[key] = self._collective(task)
