@@ -41,6 +41,9 @@ OomOption = Annotated[bool, typer.Option("--allow-oom", help="exit 0 even if the
 PlacementOption = Annotated[bool, typer.Option(
     "--show-placement", help="print which GPUs form each TP / CP / PP / DP group (stderr with --json)")]
 PngOption = Annotated[Path | None, typer.Option("--png", help="draw the step's per-stream timeline and breakdown")]
+ExactOption = Annotated[bool, typer.Option(
+    "--exact", help="simulate every micro-batch (default: long accumulation and 1F1B steady states are "
+                    "extrapolated after an exactness check; --trace and --png imply --exact)")]
 DsOption = Annotated[Path | None, typer.Option("--deepspeed", help="DeepSpeed JSON config to apply to the scenario")]
 EffOption = Annotated[Path | None, typer.Option(
     "--efficiency", help="efficiency profile from dtsim calibrate (your cluster's fitted efficiencies and intervals)")]
@@ -79,17 +82,19 @@ def run_command(
     show_placement: PlacementOption = False,
     png: PngOption = None,
     efficiency: EffOption = None,
+    exact: ExactOption = False,
 ) -> None:
     """Simulate one optimizer step: step time, breakdown (exposed vs on-link comm), MFU, memory;
     then the whole run (duration, goodput, cost, energy) when the scenario has a token budget."""
-    code = _run(scenario, overrides, json_out, trace, allow_oom, deepspeed, show_placement, png, efficiency)
+    code = _run(scenario, overrides, json_out, trace, allow_oom, deepspeed, show_placement, png, efficiency, exact)
     if code:
         raise typer.Exit(code)
 
 
 @handle_errors
 def _run(path: Path, overrides, json_out: bool, trace: Path | None, allow_oom: bool, deepspeed: Path | None,
-         show_placement: bool = False, png: Path | None = None, efficiency: Path | None = None) -> int:
+         show_placement: bool = False, png: Path | None = None, efficiency: Path | None = None,
+         exact: bool = False) -> int:
     # Outputs are checked first: bad input writes nothing and prints no half report.
     inputs = (resolve_scenario_path(path), deepspeed, efficiency)
     check_output(trace, "--trace", (".json",), inputs)
@@ -103,7 +108,8 @@ def _run(path: Path, overrides, json_out: bool, trace: Path | None, allow_oom: b
         for line in placement_lines(mesh_for(scenario, scenario.cluster.topology.gpus_per_node)):
             out.print(line, highlight=False, soft_wrap=True, markup=False)
     profile = _load_profile(efficiency) if efficiency is not None else None
-    result, profile_warnings = run_scenario(scenario, profile)
+    # The trace and the timeline picture need every span: no steady-state extrapolation for them.
+    result, profile_warnings = run_scenario(scenario, profile, exact=exact or trace is not None or png is not None)
     for line in [*warnings, *profile_warnings]:
         stderr.print(f"[yellow]warning:[/] {escape(line)}", highlight=False, soft_wrap=True)
     report, run, interval = result.step, result.run, result.interval

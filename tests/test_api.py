@@ -172,7 +172,7 @@ def test_scenario_deepspeed_config_key_is_relative_to_the_scenario(tmp_path):
 def test_pipeline_with_data_parallel_runs_and_reports_stages():
     scenario = load_scenario(SCENARIOS / "olmo-2-7b-dgx-a100-zero2.yaml",
                              [*FAST, "parallel.zero_stage=1", "parallel.pp=2", "parallel.tp=2"])
-    report = simulate(scenario)
+    report = simulate(scenario, exact=True)
     d = report.to_dict()
     assert [s["stage"] for s in d["breakdown"]["stages"]] == [0, 1]
     assert d["bytes_per_rank"]["pp"] > 0 and d["bytes_per_rank"]["tp"] > 0

@@ -12,6 +12,7 @@ from typing import Any
 
 import yaml
 
+from simulator import yamlio
 from simulator.errors import InputError
 
 #: Deepest nesting accepted (a scenario nests about 5 levels; a topology about 4).
@@ -33,11 +34,14 @@ def _depth_ok(value: Any, limit: int) -> bool:
 def parse_yaml(text: str, source: str, field: str | None = None) -> Any:
     """Parse YAML ``text`` from ``source`` (a file name for messages)."""
     try:
-        data = yaml.safe_load(text)
+        data = yamlio.safe_load(text)  # libyaml where available, same SafeLoader semantics
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         problem = getattr(exc, "problem", None) or str(exc)
+        if "nesting depth" in problem:  # libyaml's own limit (1,000 levels)
+            raise InputError(f"{source} is nested more than {MAX_DEPTH} levels deep; a scenario needs about 5",
+                             field) from None
         raise InputError(f"malformed YAML in {source}{where}: {problem}", field) from None
     except RecursionError:
         data = None

@@ -15,8 +15,7 @@ from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
 
-import yaml
-
+from simulator import yamlio
 from simulator.api import simulate
 from simulator.config.loader import scenario_from_dict
 from simulator.config.scenario import Scenario
@@ -61,7 +60,7 @@ def load_runs(text: str | None = None) -> tuple[Run, ...]:
         text = resources.files(__package__).joinpath("runs.yaml").read_text()
     out = []
     known = {f for f in Run.__dataclass_fields__ if f not in ("overrides", "extra")}
-    for raw in yaml.safe_load(text)["runs"]:
+    for raw in yamlio.safe_load(text)["runs"]:
         kwargs = {k: v for k, v in raw.items() if k in known}
         extra = {k: v for k, v in raw.items() if k not in known and k != "set"}
         out.append(Run(overrides=tuple(raw.get("set") or ()), extra=extra, **kwargs))

@@ -54,7 +54,7 @@ def test_cp_halves_activations_per_micro_batch():
 
 
 def test_cp_simulates_and_reports_the_cp_dimension():
-    r = simulate(_sc("parallel.cp=2", "parallel.tp=2"))
+    r = simulate(_sc("parallel.cp=2", "parallel.tp=2"), exact=True)
     cp = r.breakdown["by_dimension"]["cp"]
     assert cp["on_link_s"] > 0 and 0 <= cp["exposed_s"] <= cp["on_link_s"]
     assert r.layout["cp"] == 2 and r.layout["dp"] == 2 and r.layout["grad_accum_steps"] == 8

@@ -37,7 +37,7 @@ def test_tp_pp_one_is_exactly_data_parallel():
     # Degree-1 keys are no-ops: same spans as the plain scenario.
     same = _scenario("training.global_batch_size=64", "training.seq_len=1024", "parallel.sequence_parallel=true",
                      "parallel.tp_comm_overlap=true", "parallel.pipeline_schedule=gpipe")
-    assert _spans(simulate(base)) == _spans(simulate(same))
+    assert _spans(simulate(base, exact=True)) == _spans(simulate(same, exact=True))
     # And the composition root's graph equals the framework builder's own (no pipeline wrapper).
     ctx = context_for(base)
     assert build_step_graph(ctx).tasks == ddp.build(ctx).tasks
@@ -137,7 +137,7 @@ def test_per_stage_memory_follows_in_flight_micro_batches():
 
 def test_simulate_reports_bubble_dimensions_and_stage_memory():
     sc = _scenario("training.global_batch_size=64", "training.seq_len=1024", "parallel.pp=2", "parallel.tp=2")
-    r = simulate(sc)
+    r = simulate(sc, exact=True)
     bd = r.breakdown
     assert bd["bubble_s"] > 0
     assert set(bd["by_dimension"]) == {"tp", "cp", "pp", "dp"}
@@ -187,8 +187,8 @@ def test_p2p_crosses_the_real_links_of_each_boundary():
     # pp = 2 inside one DGX H100 (stages on GPUs 0-3 and 4-7: NVLink) vs across two nodes (dp = 2,
     # stage 1 on node 1: the boundary crosses InfiniBand): the same activation send is slower.
     sets = ["training.global_batch_size=16", "training.seq_len=1024", "parallel.pp=2"]
-    inside = simulate(_scenario(*sets, "parallel.tp=4"))
-    across = simulate(_scenario(*sets, "parallel.tp=4", "cluster.nodes=2", "training.global_batch_size=32"))
+    inside = simulate(_scenario(*sets, "parallel.tp=4"), exact=True)
+    across = simulate(_scenario(*sets, "parallel.tp=4", "cluster.nodes=2", "training.global_batch_size=32"), exact=True)
 
     def send_s(r):
         return max(s.duration_s for s in r.trace if s.kind == "pp")
