@@ -59,13 +59,19 @@ class Protocol:
     #: Pipeline fill (*fit*): ``fill_s · (1 − exp(−S / fill_bytes))`` per phase.
     fill_s: float = 0.0
     fill_bytes: float = 1.0
+    #: When > 0, ``fill_s`` and ``fill_bytes`` hold for a group of ``fill_ranks`` ranks and scale
+    #: with the group size (NVLS: the switch reduces one contribution per rank for every chunk).
+    fill_ranks: int = 0
 
-    def fill(self, nbytes: float) -> float:
+    def fill(self, nbytes: float, ranks: int = 0) -> float:
         """Seconds a call of ``nbytes`` spends filling the protocol's chunk pipeline: a message gives
         each channel only ``S / (channels · ranks)`` bytes, so small messages run few, small chunks
         and never reach the steady-state rate; the cost saturates at ``fill_s`` once every channel's
         pipeline is full (``fill_bytes`` is the e-folding message size)."""
-        return self.fill_s * -math.expm1(-nbytes / self.fill_bytes) if self.fill_s else 0.0
+        if not self.fill_s:
+            return 0.0
+        k = ranks / self.fill_ranks if self.fill_ranks and ranks else 1.0
+        return k * self.fill_s * -math.expm1(-nbytes / (k * self.fill_bytes))
 
 
 @dataclass(frozen=True)
@@ -90,7 +96,7 @@ class Calibration:
                  fill_s=RING_FILL_S, fill_bytes=RING_FILL_BYTES),
     )
     nvls_protocol: Protocol = Protocol("Simple", 0.0, {"nvlink": 25.0 * US, "pci": 25.0 * US, "net": 18.0 * US}, 1.0,
-                                       fill_s=NVLS_FILL_S, fill_bytes=NVLS_FILL_BYTES)
+                                       fill_s=NVLS_FILL_S, fill_bytes=NVLS_FILL_BYTES, fill_ranks=8)
     #: NVLS channels (NCCL_NVLS_NCHANNELS default 16 on sm90, init.cc).
     nvls_channels: int = 16
     #: PAT all-gather / reduce-scatter with one GPU per node (NCCL >= 2.23, NCCL_PAT_ENABLE default).

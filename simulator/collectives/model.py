@@ -102,6 +102,7 @@ class CollectiveModel:
         self._intra_GBps = _scale_up_GBps(cluster, calibration)
         self._last_topo: nt.NcclTopo | None = None
         self._topo_memo: dict[tuple, nt.NcclTopo] = {}
+        self._fill_ranks = 0  # ranks per node of the group being priced (NVLS fill scales with them)
         self._cache: dict[tuple, CollectiveResult] = {}
         self._exact: dict[tuple, CollectiveResult] = {}  # same query as given, skips normalisation
         self._groups_memo: dict[tuple, tuple] = {}  # groups as given -> (normalised, shape key)
@@ -286,7 +287,9 @@ class CollectiveModel:
     def _evaluate(self, op: str, groups: list[list[int]], shape: tuple, nbytes: float) -> CollectiveResult:
         profiles = {p.name: p for p in self._profiles(op, groups, (op, shape))}
         n = len(groups[0])
-        choice = self._nccl_choice(op, self._nccl_view(groups, shape), profiles, nbytes)
+        view = self._nccl_view(groups, shape)
+        self._fill_ranks = view.ppn
+        choice = self._nccl_choice(op, view, profiles, nbytes)
         if choice is not None:
             algo, proto = choice
             t = self._physical_time(op, profiles[_PLAN_OF[algo]], proto, nbytes, algo)
@@ -348,7 +351,7 @@ class CollectiveModel:
         lat = beta = 0.0
         for ph in prof.phases:
             pr = cal.nvls_protocol if ph.nvls else proto
-            lat += pr.fill(nbytes) + (0.0 if nccl_algo else self._latency(pr, ph))
+            lat += pr.fill(nbytes, self._fill_ranks) + (0.0 if nccl_algo else self._latency(pr, ph))
             beta += ph.beta_s_per_byte * nbytes / pr.bandwidth_fraction
         if nccl_algo is not None:
             t = self._last_topo
