@@ -100,9 +100,7 @@ class CollectiveModel:
         self._nvls_eff = calibration.nvls_efficiency_by_arch.get(cluster.gpu.arch, 0.0)
         self._nvls_hw = cluster.topology.nvls and self._nvls_eff > 0
         self._intra_GBps = _scale_up_GBps(cluster, calibration)
-        self._last_topo: nt.NcclTopo | None = None
         self._topo_memo: dict[tuple, nt.NcclTopo] = {}
-        self._fill_ranks = 0  # ranks per node of the group being priced (NVLS fill scales with them)
         self._cache: dict[tuple, CollectiveResult] = {}
         self._exact: dict[tuple, CollectiveResult] = {}  # same query as given, skips normalisation
         self._groups_memo: dict[tuple, tuple] = {}  # groups as given -> (normalised, shape key)
@@ -288,17 +286,16 @@ class CollectiveModel:
         profiles = {p.name: p for p in self._profiles(op, groups, (op, shape))}
         n = len(groups[0])
         view = self._nccl_view(groups, shape)
-        self._fill_ranks = view.ppn
         choice = self._nccl_choice(op, view, profiles, nbytes)
         if choice is not None:
             algo, proto = choice
-            t = self._physical_time(op, profiles[_PLAN_OF[algo]], proto, nbytes, algo)
+            t = self._physical_time(op, profiles[_PLAN_OF[algo]], proto, nbytes, view, algo)
             name, prof = algo, profiles[_PLAN_OF[algo]]
         else:  # all-to-all, send/recv, a forced non-NCCL algorithm: fastest physical pair
             best: tuple[float, str, str] | None = None
             for prof_ in profiles.values():
                 for proto_ in self._protocols():
-                    tt = self._physical_time(op, prof_, proto_.name, nbytes, None)
+                    tt = self._physical_time(op, prof_, proto_.name, nbytes, view, None)
                     if best is None or tt < best[0]:
                         best = (tt, prof_.name, proto_.name)
             assert best is not None
@@ -333,13 +330,11 @@ class CollectiveModel:
         if not algos:
             return None
         algo, proto, tt = nt.choose(op, t, nbytes, algos)
-        if not math.isfinite(tt):
-            return None
-        self._last_topo = t
-        return algo, proto
+        return (algo, proto) if math.isfinite(tt) else None
 
-    def _physical_time(self, op: str, prof: _Profile, proto_name: str, nbytes: float, nccl_algo: str | None) -> float:
-        """dtsim's time for one call.
+    def _physical_time(self, op: str, prof: _Profile, proto_name: str, nbytes: float, t: nt.NcclTopo,
+                       nccl_algo: str | None) -> float:
+        """dtsim's time for one call of a group NCCL sees as ``t``.
 
         Latency: NCCL's own latency formula for the pair (``nccl_tuning.latency_us``) when NCCL runs
         it, else the ``constants`` per-step tables per phase; plus each phase's pipeline fill
@@ -351,15 +346,15 @@ class CollectiveModel:
         lat = beta = 0.0
         for ph in prof.phases:
             pr = cal.nvls_protocol if ph.nvls else proto
-            lat += pr.fill(nbytes, self._fill_ranks) + (0.0 if nccl_algo else self._latency(pr, ph))
+            lat += pr.fill(nbytes, t.ppn) + (0.0 if nccl_algo else self._latency(pr, ph))
             beta += ph.beta_s_per_byte * nbytes / pr.bandwidth_fraction
         if nccl_algo is not None:
-            t = self._last_topo
             lat += nt.latency_us(op, nccl_algo, proto_name, t, nbytes) * 1e-6 + prof.phases[0].route_latency_s
             cap = nt.bus_bandwidth_GBps(op, nccl_algo, proto_name, t, nbytes)
             if cap > 0:
                 beta = max(beta, nbytes / (cap * 1e9))
         return lat + beta
+
 
 _REF_BYTES = float(2**30)
 _BATCHED = ("ring", "tree", "hierarchical", "nvls")
