@@ -1,0 +1,72 @@
+"""The validation corpus (``simulator/validation/runs_corpus.yaml``): complete entries, unique ids,
+publication keys, and FLOP conventions that reproduce the sources' own figures by hand."""
+
+from __future__ import annotations
+
+from importlib import resources
+
+import pytest
+import yaml
+
+from simulator.errors import InputError
+from simulator.validation.suite import load_runs, scenario_for
+
+CORPUS = load_runs(files=("runs_corpus.yaml",))
+
+
+def test_ids_unique_across_both_files():
+    ids = [r.id for r in load_runs()]
+    assert len(ids) == len(set(ids))
+    assert len(ids) >= 150
+
+
+def test_every_corpus_run_is_complete():
+    for run in CORPUS:
+        assert run.source and run.source_key and run.flops_convention, run.id
+        assert run.extra.get("source_detail"), run.id
+        assert run.measured.get("tokens_per_s_per_gpu", 0) > 0, run.id
+        assert run.split is None, run.id  # no corpus run is part of the fixed calibration split
+        assert run.expressible != bool(run.not_expressible), run.id
+
+
+def test_every_corpus_scenario_validates():
+    for run in CORPUS:
+        if run.expressible:
+            assert scenario_for(run).n_gpus == run.extra["n_gpus"], run.id
+
+
+def test_corpus_spans_gpus_frameworks_scales_and_moe():
+    gpus = {r.gpu for r in CORPUS}
+    assert {"A100", "H100", "H200", "B200"} <= gpus
+    assert {"FSDP", "Megatron"} <= {r.framework for r in CORPUS}
+    moe = [r for r in CORPUS if r.not_expressible and r.not_expressible.startswith("MoE not simulated yet")]
+    assert len(moe) >= 10
+    assert any(r.gpu == "B200" and r.expressible for r in CORPUS)
+
+
+def test_duplicate_id_is_refused():
+    text = yaml.safe_dump({"runs": [{"id": "a", "source": "s", "gpu": "A100", "framework": "FSDP",
+                                     "parallelism": "pure_dp", "measured": {}}] * 2})
+    with pytest.raises(InputError, match="'a' appears twice"):
+        load_runs(text)
+
+
+def test_llmfoundry_mfu_convention_by_hand():
+    """MPT-1b, H100, 8 GPUs, seq 2048 row: NumParams 1,315,950,592; MFU 41.82 %; 45,455 tokens/s/GPU.
+    collect_results.py: FLOP/token = 6·N + 12·n_layers·d_model·seq (24 layers, d_model 2048, mpt-1b.yaml)."""
+    run = next(r for r in CORPUS if r.id == "llmfoundry-mpt1b-h100-8gpu-seq2048")
+    per_token = 6 * 1_315_950_592 + 12 * 24 * 2048 * 2048
+    assert run.flops_per_token == pytest.approx(per_token, rel=2e-3)
+    assert per_token * 45_455 / 989.5e12 == pytest.approx(0.4182, abs=5e-4)
+
+
+def test_nemo_tflops_pair_by_hand():
+    """NeMo 24.07 LLAMA2-7B row: 16,847 tokens/s/GPU at 776 model TFLOP/s/GPU -> 776e12 / 16,847 FLOP/token."""
+    run = next(r for r in CORPUS if r.id == "nemo2407-llama2-7b-8gpu-fp8")
+    assert run.flops_per_token == pytest.approx(776e12 / 16_847, rel=1e-5)
+    # ~6 N + attention for Llama 2 7B (6.74e9 params): the convention is model FLOPs, no recompute.
+    assert 6 * 6.74e9 < run.flops_per_token < 8 * 6.74e9
+
+
+def test_corpus_file_ships_with_the_package():
+    assert resources.files("simulator.validation").joinpath("runs_corpus.yaml").is_file()
