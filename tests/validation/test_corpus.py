@@ -20,6 +20,16 @@ def test_ids_unique_across_both_files():
     assert len(ids) >= 150
 
 
+def test_every_run_names_its_publication():
+    """Leave-one-source-out cross-validation needs the publication of every run, in both files."""
+    runs = load_runs()
+    assert all(r.source_key for r in runs)
+    by_key: dict[str, set[str]] = {}
+    for r in runs:
+        by_key.setdefault(r.source_key, set()).add(r.gpu)
+    assert len(by_key) >= 20
+
+
 def test_every_corpus_run_is_complete():
     for run in CORPUS:
         assert run.source and run.source_key and run.flops_convention, run.id
