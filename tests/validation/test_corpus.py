@@ -30,6 +30,19 @@ def test_every_run_names_its_publication():
     assert len(by_key) >= 20
 
 
+def test_no_measurement_is_listed_twice():
+    """A corpus row already in runs.yaml would count one measurement twice in every MAPE."""
+    seen: dict[tuple, str] = {}
+    for r in load_runs():
+        sc = r.scenario or r.extra.get("pending_scenario") or {}
+        tr = sc.get("training", {})
+        key = (r.source_key, r.gpu, r.extra.get("n_gpus"), str(sc.get("model")), tr.get("seq_len"),
+               tr.get("precision"), tr.get("global_batch_size"), r.measured.get("tokens_per_s_per_gpu"))
+        if r.expressible:
+            assert key not in seen, (r.id, seen.get(key))
+            seen[key] = r.id
+
+
 def test_every_corpus_run_is_complete():
     for run in CORPUS:
         assert run.source and run.source_key and run.flops_convention, run.id
