@@ -93,3 +93,14 @@ def test_nemo_tflops_pair_by_hand():
 
 def test_corpus_file_ships_with_the_package():
     assert resources.files("simulator.validation").joinpath("runs_corpus.yaml").is_file()
+
+
+def test_nemo_2407_flop_formula_by_hand_for_nemotron_340b():
+    """NeMo 24.07 ``flops_formulas.nemotron`` per token: L·h²·(12 + 12·G/A + 12·f/h + 12·s/h + 6·V/(L·h)), with the
+    Nemotron-4 340B shape of NeMo's Nemotron4Config340B (L 96, h 18432, A 96, G 8, f 73728; s 4096; V 256000).
+    The table's pair (678 TFLOP/s at 322 tokens/s/GPU) agrees to the rounding of its 3-digit TFLOP/s."""
+    run = next(r for r in CORPUS if r.id == "nemo2407-nemotron-340b-128gpu-fp8")
+    L, h, A, G, f, s, V = 96, 18432, 96, 8, 73728, 4096, 256000
+    per_token = L * h * h * (12 + 12 * G / A + 12 * f / h + 12 * s / h + 6 * V / (L * h))
+    assert run.flops_per_token == pytest.approx(per_token, rel=2e-3)
+    assert run.scenario["model"] == "nemotron-4-340b"
