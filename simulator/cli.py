@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import typer
 
+from simulator.cli_calibrate import calibrate_command
 from simulator.cli_compare import compare_command
+from simulator.cli_interop import export_command, import_app
 from simulator.cli_network import collective, topology_app
 from simulator.cli_run import run_command
 from simulator.cli_sweep import sweep_command, tune_app
@@ -28,6 +30,9 @@ app.command("validate")(validate_command)
 app.add_typer(topology_app, name="topology")
 app.add_typer(tune_app, name="tune")
 app.add_typer(catalog_app, name="catalog")
+app.add_typer(import_app, name="import")
+app.command("export")(export_command)
+app.command("calibrate")(calibrate_command)
 
 
 def main() -> None:

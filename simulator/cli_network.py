@@ -54,7 +54,11 @@ def _cluster_for(topology: str, nodes: int, gpus: int | None) -> tuple[Cluster, 
     if gpus is not None:
         if gpus < 1:
             raise InputError(f"need at least one GPU, got {gpus}", field="--gpus")
-        if gpus > per_node and gpus % per_node:
+        host = topo.gpus_per_host
+        if host is not None and gpus % host:
+            raise InputError(f"{gpus} GPUs is not a multiple of the {host} GPUs of one host (compute tray)",
+                             field="--gpus")
+        if host is None and gpus > per_node and gpus % per_node:
             raise InputError(f"{gpus} GPUs is not a multiple of the node size ({per_node})", field="--gpus")
         nodes = max(nodes, math.ceil(gpus / per_node))
     cluster = build_cluster(topo, nodes)

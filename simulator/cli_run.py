@@ -21,12 +21,11 @@ from simulator.errors import InputError
 from simulator.parallel.build import mesh_for
 from simulator.parallel.checks import check_layout
 from simulator.parallel.placement import placement_lines
+from simulator.python_api import run_scenario
 from simulator.report.chrome_trace import write_chrome_trace
 from simulator.report.step_png import write_step_png
 from simulator.report.tables import render
-from simulator.study import evaluate
 from simulator.units import fmt_bytes, fmt_seconds
-from simulator.validation.intervals import interval_for_report
 
 EXIT_OOM = 3
 
@@ -40,6 +39,14 @@ PlacementOption = Annotated[bool, typer.Option(
     "--show-placement", help="print which GPUs form each TP / CP / PP / DP group (stderr with --json)")]
 PngOption = Annotated[Path | None, typer.Option("--png", help="draw the step's per-stream timeline and breakdown")]
 DsOption = Annotated[Path | None, typer.Option("--deepspeed", help="DeepSpeed JSON config to apply to the scenario")]
+EffOption = Annotated[Path | None, typer.Option(
+    "--efficiency", help="efficiency profile from dtsim calibrate (your cluster's fitted efficiencies and intervals)")]
+
+
+def _load_profile(path: Path):
+    from simulator.user_calibration import load_profile
+
+    return load_profile(path)
 
 
 def load_run_scenario(path: Path, overrides: list[str] | None, deepspeed: Path | None) -> tuple[Scenario, list[str]]:
@@ -67,17 +74,18 @@ def run_command(
     deepspeed: DsOption = None,
     show_placement: PlacementOption = False,
     png: PngOption = None,
+    efficiency: EffOption = None,
 ) -> None:
     """Simulate one optimizer step: step time, breakdown (exposed vs on-link comm), MFU, memory;
     then the whole run (duration, goodput, cost, energy) when the scenario has a token budget."""
-    code = _run(scenario, overrides, json_out, trace, allow_oom, deepspeed, show_placement, png)
+    code = _run(scenario, overrides, json_out, trace, allow_oom, deepspeed, show_placement, png, efficiency)
     if code:
         raise typer.Exit(code)
 
 
 @handle_errors
 def _run(path: Path, overrides, json_out: bool, trace: Path | None, allow_oom: bool, deepspeed: Path | None,
-         show_placement: bool = False, png: Path | None = None) -> int:
+         show_placement: bool = False, png: Path | None = None, efficiency: Path | None = None) -> int:
     # Output folders are checked first: bad input writes nothing and prints no half report.
     for option, target in (("--trace", trace), ("--png", png)):
         if target is not None and not target.parent.is_dir():
@@ -88,18 +96,15 @@ def _run(path: Path, overrides, json_out: bool, trace: Path | None, allow_oom: b
         out = stderr if json_out else stdout
         for line in placement_lines(mesh_for(scenario, scenario.cluster.topology.gpus_per_node)):
             out.print(line, highlight=False, soft_wrap=True, markup=False)
-    for line in warnings:
+    profile = _load_profile(efficiency) if efficiency is not None else None
+    result, profile_warnings = run_scenario(scenario, profile)
+    for line in [*warnings, *profile_warnings]:
         stderr.print(f"[yellow]warning:[/] {line}", highlight=False, soft_wrap=True)
-    evaluation = evaluate(scenario)
-    report, run = evaluation.step, evaluation.run
-    interval = interval_for_report(report, scenario.cluster.gpu_spec.arch)
+    report, run, interval = result.step, result.run, result.interval
     for line in report.warnings:
         stderr.print(f"[yellow]warning:[/] {line}", highlight=False, soft_wrap=True)
     if json_out:
-        print_json({**report.to_dict(), "step_time_interval_s": interval.as_list(),
-                    "step_time_interval": {"coverage": interval.coverage, "group": interval.group,
-                                           "n_runs": interval.n_runs},
-                    "run": run.as_dict() if run else None})
+        print_json(result.to_dict())
     else:
         render(report, stdout, interval=interval)
         if run is not None:

@@ -57,15 +57,20 @@ def sweep_command(
                                                  "virtual stages) layout for the GPU count")] = None,
     overrides: Annotated[list[str] | None, typer.Option("--set", help="dotted.path=value for every point")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="print the summary as JSON")] = False,
+    export_best: Annotated[Path | None, typer.Option(
+        "--export-best", help="write the best point's scenario and DeepSpeed/Megatron/torchtitan/FSDP/Accelerate "
+        "configs into this folder")] = None,
 ) -> None:
     """Simulate every point of a grid of overrides and report the best one and the Pareto front."""
     _sweep(scenario, grid, out, workers, backend, address, resume, objective, png, layouts, overrides or [],
-           json_out)
+           json_out, export_best)
 
 
 @handle_errors
 def _sweep(path: Path, grid_specs, out, workers, backend, address, resume, objective, png, layouts, overrides,
-           json_out) -> None:
+           json_out, export_best: Path | None = None) -> None:
+    if export_best is not None and not export_best.is_dir():
+        raise InputError(f"folder {export_best} does not exist", "--export-best")
     if out is not None and not out.parent.is_dir():
         raise InputError(f"folder {out.parent} does not exist", "--out")
     if png is not None and not png.parent.is_dir():
@@ -105,6 +110,13 @@ def _sweep(path: Path, grid_specs, out, workers, backend, address, resume, objec
     # What varied, for the tables and charts: the grid keys and the layout keys.
     varied = {k: sorted({p[k] for p in layout_points}, key=str) for k in (layout_points[0] if layout_points else {})}
     _report(rows, {**varied, **grid}, objective, out, png, json_out)
+    top = best(rows, objective) if export_best is not None else None
+    if top is not None:
+        from simulator.interop.pipeline import export_point
+
+        written = export_point(load_raw(path), path.parent, all_points[int(top["point"])], export_best, overrides)
+        Console(stderr=True).print(f"best point exported: {', '.join(str(p) for p in written)}", highlight=False,
+                                   soft_wrap=True)
 
 
 def _check_grid_values(base_raw: dict, base_dir: Path, grid: dict, overrides: list[str]) -> None:

@@ -192,20 +192,23 @@ def catalog_gpus(json_out: JsonOption = False) -> None:
         print_json({name: spec.model_dump() for name, spec in specs.items()})
         return
     table = Table(title="GPU catalog (dense peaks; GeForce: FP32-accumulate rates)")
-    for col in ("name", "bf16/fp16 TFLOP/s", "fp8", "HBM", "HBM GB/s", "NVLink GB/s/dir", "PCIe", "TDP W", "conf."):
-        table.add_column(col, justify="left" if col == "name" else "right")
+    for col in ("name", "bf16/fp16 TFLOP/s", "fp8", "fp4", "HBM", "HBM GB/s", "NVLink GB/s/dir", "PCIe", "TDP W",
+                "conf.", "sources"):
+        table.add_column(col, justify="left" if col in ("name", "sources") else "right", no_wrap=col == "name")
     for spec in specs.values():
         pk = spec.peak_tflops
         table.add_row(
             spec.name,
             f"{pk.bf16 or pk.fp16 or 0:g}",
             f"{pk.fp8:g}" if pk.fp8 else "-",
+            f"{pk.fp4:g}" if pk.fp4 else "-",
             fmt_bytes(spec.hbm_usable_bytes),
             f"{spec.hbm_bandwidth_GBps:g}",
             f"{spec.nvlink_GBps_per_direction:g}",
             f"Gen{spec.pcie_gen}",
             f"{spec.tdp_W:g}",
             spec.confidence,
+            ",".join(spec.sources),
         )
     stdout.print(table)
 

@@ -82,13 +82,14 @@ class Reuse:
         return self._models[key]
 
 
-def evaluate(scenario: Scenario, reuse: Reuse | None = None) -> Evaluation:
-    """Simulate one step, then plan the run from the simulated step time and utilisation."""
+def evaluate(scenario: Scenario, reuse: Reuse | None = None, efficiency=None) -> Evaluation:
+    """Simulate one step, then plan the run from the simulated step time and utilisation.
+    ``efficiency`` replaces the catalogued compute efficiencies (a user calibration profile)."""
     if reuse is None:
-        step = simulate(scenario)
+        step = simulate(scenario, efficiency=efficiency)
     else:
         model = reuse.collective_model(scenario)
-        step = simulate(scenario, cluster=model.cluster, collective_model=model)
+        step = simulate(scenario, cluster=model.cluster, collective_model=model, efficiency=efficiency)
     busy = min(1.0, step.breakdown["compute_busy_s"] / step.step_time_s)
     return Evaluation(scenario, step, plan_run(scenario, step.step_time_s, busy_fraction=busy))
 

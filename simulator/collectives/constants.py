@@ -36,9 +36,15 @@ Protocols (latencies in µs; NCCL values unless marked):
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 US = 1e-6
+
+
+#: Pipeline-fill constants (*fit* to whole nccl-tests curves, docs/network.md "Calibration").
+RING_FILL_S, RING_FILL_BYTES = 220e-6, 24 * 2**20
+NVLS_FILL_S, NVLS_FILL_BYTES = 60e-6, 12 * 2**20
 
 
 @dataclass(frozen=True)
@@ -50,6 +56,16 @@ class Protocol:
     step_latency_s: dict[str, float]  # keys: nvlink, pci, net
     bandwidth_fraction: float
     needs_nvlink: bool = False
+    #: Pipeline fill (*fit*): ``fill_s · (1 − exp(−S / fill_bytes))`` per phase.
+    fill_s: float = 0.0
+    fill_bytes: float = 1.0
+
+    def fill(self, nbytes: float) -> float:
+        """Seconds a call of ``nbytes`` spends filling the protocol's chunk pipeline: a message gives
+        each channel only ``S / (channels · ranks)`` bytes, so small messages run few, small chunks
+        and never reach the steady-state rate; the cost saturates at ``fill_s`` once every channel's
+        pipeline is full (``fill_bytes`` is the e-folding message size)."""
+        return self.fill_s * -math.expm1(-nbytes / self.fill_bytes) if self.fill_s else 0.0
 
 
 @dataclass(frozen=True)
@@ -64,10 +80,21 @@ class Calibration:
     upi_efficiency: float = 1.0
     nvls_efficiency_by_arch: dict[str, float] = field(default_factory=lambda: {"hopper": 0.85, "blackwell": 0.74})
     protocols: tuple[Protocol, ...] = (
-        Protocol("LL128", 14.0 * US, {"nvlink": 1.9 * US, "pci": 2.5 * US, "net": 4.0 * US}, 0.46, needs_nvlink=True),
-        Protocol("Simple", 8.4 * US, {"nvlink": 13.7 * US, "pci": 13.7 * US, "net": 19.6 * US}, 1.0),
+        # LL: NCCL's values (base 6.6, per step NVLink 0.6 / PCI 1.0 / NET 2.7 µs); 8-byte stores of
+        # 4 data + 4 flag bytes, so half the link bandwidth (NCCL: ``busBw · 0.5``).
+        Protocol("LL", 6.6 * US, {"nvlink": 0.6 * US, "pci": 1.0 * US, "net": 2.7 * US}, 0.5,
+                 fill_s=RING_FILL_S, fill_bytes=RING_FILL_BYTES),
+        Protocol("LL128", 14.0 * US, {"nvlink": 1.9 * US, "pci": 2.5 * US, "net": 4.0 * US}, 0.92, needs_nvlink=True,
+                 fill_s=RING_FILL_S, fill_bytes=RING_FILL_BYTES),
+        Protocol("Simple", 8.4 * US, {"nvlink": 3.4 * US, "pci": 5.7 * US, "net": 14.0 * US}, 1.0,
+                 fill_s=RING_FILL_S, fill_bytes=RING_FILL_BYTES),
     )
-    nvls_protocol: Protocol = Protocol("Simple", 0.0, {"nvlink": 25.0 * US, "pci": 25.0 * US, "net": 18.0 * US}, 1.0)
+    nvls_protocol: Protocol = Protocol("Simple", 0.0, {"nvlink": 25.0 * US, "pci": 25.0 * US, "net": 18.0 * US}, 1.0,
+                                       fill_s=NVLS_FILL_S, fill_bytes=NVLS_FILL_BYTES)
+    #: NVLS channels (NCCL_NVLS_NCHANNELS default 16 on sm90, init.cc).
+    nvls_channels: int = 16
+    #: PAT all-gather / reduce-scatter with one GPU per node (NCCL >= 2.23, NCCL_PAT_ENABLE default).
+    nccl_pat: bool = True
 
     def link_efficiency(self, link: str, sm: int | None) -> float:
         if link == "nvlink":

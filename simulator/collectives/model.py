@@ -22,6 +22,7 @@ per-group plans on real routes.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -29,9 +30,11 @@ import numpy as np
 
 from simulator.collectives import algorithms as alg
 from simulator.collectives import batched
+from simulator.collectives import nccl_tuning as nt
 from simulator.collectives.batched import group_tensor
 from simulator.collectives.constants import DEFAULT_CALIBRATION, Calibration, Protocol
 from simulator.collectives.groups import normalise_groups, shape_key
+from simulator.config.topology import FullMeshFabric, NVSwitchFabric
 from simulator.errors import InputError
 from simulator.network.builder import LINK_CLASSES
 from simulator.network.cluster import Cluster
@@ -96,6 +99,9 @@ class CollectiveModel:
         self._hop_loads = HopLoads(cluster)
         self._nvls_eff = calibration.nvls_efficiency_by_arch.get(cluster.gpu.arch, 0.0)
         self._nvls_hw = cluster.topology.nvls and self._nvls_eff > 0
+        self._intra_GBps = _scale_up_GBps(cluster, calibration)
+        self._last_topo: nt.NcclTopo | None = None
+        self._topo_memo: dict[tuple, nt.NcclTopo] = {}
         self._cache: dict[tuple, CollectiveResult] = {}
         self._exact: dict[tuple, CollectiveResult] = {}  # same query as given, skips normalisation
         self._groups_memo: dict[tuple, tuple] = {}  # groups as given -> (normalised, shape key)
@@ -250,28 +256,128 @@ class CollectiveModel:
         return (proto.base_latency_s + ph.steps_intra * proto.step_latency_s[intra]
                 + ph.steps_inter * proto.step_latency_s["net"] + ph.route_latency_s)
 
-    def _evaluate(self, op: str, groups: list[list[int]], shape: tuple, nbytes: float) -> CollectiveResult:
-        cal = self.calibration
-        protocols = [p for p in cal.protocols if not p.needs_nvlink or self.cluster.intra_link_class == "nvlink"]
-        best: tuple[float, str, str, float] | None = None
-        for prof in self._profiles(op, groups, (op, shape)):
-            for proto in protocols:
-                t = 0.0
-                for ph in prof.phases:
-                    pr = cal.nvls_protocol if ph.nvls else proto
-                    t += self._latency(pr, ph) + ph.beta_s_per_byte * nbytes / pr.bandwidth_fraction
-                if best is None or t < best[0]:
-                    pname = "Simple" if all(ph.nvls for ph in prof.phases) else proto.name
-                    best = (t, prof.name, pname, prof.sent_per_byte * nbytes)
-        assert best is not None
-        t, name, proto_name, sent = best
-        n = len(groups[0])
-        algbw = nbytes / t / 1e9
-        return CollectiveResult(op, nbytes, n, t, name, proto_name, algbw, algbw * bus_factor(op, n), sent)
+    def nccl_topo(self, n_ranks: int, n_nodes: int, ppn: int) -> nt.NcclTopo:
+        """What NCCL's tuner would see for a group of ``n_ranks`` on ``n_nodes`` machines, ``ppn`` each.
 
+        Per-GPU bandwidths are NCCL's model values (``constants``: line rate × per-class efficiency):
+        scale-up ``intra`` (A100 240, H100 370.8 GB/s) and, across nodes, the NICs next to the member
+        GPUs (one per GPU on rail-optimised nodes; fewer NICs than members share them). Channels: one
+        ring channel per ~20 GB/s of NVLink in one node (NCCL's per-link model bandwidth, topo.h),
+        two per NIC across nodes (NCCL duplicates each NIC's channel, connect.cc), 2..32.
+        """
+        c, cal = self.cluster, self.calibration
+        topo = c.topology
+        intra = self._intra_GBps
+        if n_nodes == 1:
+            nch = max(2, min(32, int(intra // 20.0))) if c.intra_link_class == "nvlink" else 2
+            bw_intra = bw_inter = intra / nch
+        else:
+            nics = max(1, min(ppn, topo.nics.per_node)) if topo.nics.per_node else 1
+            inter = nics * topo.nics.bandwidth_Gbps / 8.0 * cal.net_efficiency
+            nch = max(2, min(32, 2 * nics))
+            bw_intra = bw_inter = inter / nch
+        return nt.NcclTopo(
+            n_ranks=n_ranks, n_nodes=n_nodes, ppn=ppn, n_channels=nch, bw_intra_GBps=bw_intra,
+            bw_inter_GBps=bw_inter, arch=c.gpu.arch, intra_link=c.intra_link_class,
+            cpu_vendor=topo.host.cpu_vendor, nvls=self._nvls_hw, nvls_channels=cal.nvls_channels,
+            nvls_bw_GBps=intra, ll128=c.has_p2p_scale_up, pat=cal.nccl_pat,
+        )
+
+    def _evaluate(self, op: str, groups: list[list[int]], shape: tuple, nbytes: float) -> CollectiveResult:
+        profiles = {p.name: p for p in self._profiles(op, groups, (op, shape))}
+        n = len(groups[0])
+        choice = self._nccl_choice(op, self._nccl_view(groups, shape), profiles, nbytes)
+        if choice is not None:
+            algo, proto = choice
+            t = self._physical_time(op, profiles[_PLAN_OF[algo]], proto, nbytes, algo)
+            name, prof = algo, profiles[_PLAN_OF[algo]]
+        else:  # all-to-all, send/recv, a forced non-NCCL algorithm: fastest physical pair
+            best: tuple[float, str, str] | None = None
+            for prof_ in profiles.values():
+                for proto_ in self._protocols():
+                    tt = self._physical_time(op, prof_, proto_.name, nbytes, None)
+                    if best is None or tt < best[0]:
+                        best = (tt, prof_.name, proto_.name)
+            assert best is not None
+            t, name, proto = best
+            prof = profiles[name]
+        if all(ph.nvls for ph in prof.phases):
+            proto = "Simple"
+        algbw = nbytes / t / 1e9
+        return CollectiveResult(op, nbytes, n, t, name, proto, algbw, algbw * bus_factor(op, n),
+                                prof.sent_per_byte * nbytes)
+
+    def _protocols(self) -> list[Protocol]:
+        nvlink = self.cluster.intra_link_class == "nvlink" and self.cluster.has_p2p_scale_up
+        return [p for p in self.calibration.protocols if not p.needs_nvlink or nvlink]
+
+    def _nccl_view(self, groups: list[list[int]], shape: tuple) -> nt.NcclTopo:
+        """NCCL's view of a query, per group shape: the group spanning the most nodes (groups of one
+        query are alike or share their algorithm candidates; the widest sets the tuner's inputs)."""
+        hit = self._topo_memo.get(shape)
+        if hit is None:
+            widest = max((alg.by_node(self.cluster, g) for g in groups), key=lambda ns: (len(ns), sum(map(len, ns))))
+            hit = self._topo_memo[shape] = self.nccl_topo(sum(map(len, widest)), len(widest), max(map(len, widest)))
+        return hit
+
+    def _nccl_choice(self, op: str, t: nt.NcclTopo, profiles: dict, nbytes: float) -> tuple[str, str] | None:
+        """(NCCL algorithm, protocol) NCCL's tuner picks among those dtsim can play here, or ``None``."""
+        if op not in nt.NCCL_OPS:
+            return None
+        algos = tuple(a for a in nt.ALGOS if _PLAN_OF.get(a) in profiles)
+        if self.algorithm != "auto":
+            algos = tuple(a for a in algos if a == self.algorithm or _FAMILY.get(a) == self.algorithm)
+        if not algos:
+            return None
+        algo, proto, tt = nt.choose(op, t, nbytes, algos)
+        if not math.isfinite(tt):
+            return None
+        self._last_topo = t
+        return algo, proto
+
+    def _physical_time(self, op: str, prof: _Profile, proto_name: str, nbytes: float, nccl_algo: str | None) -> float:
+        """dtsim's time for one call.
+
+        Latency: NCCL's own latency formula for the pair (``nccl_tuning.latency_us``) when NCCL runs
+        it, else the ``constants`` per-step tables per phase; plus each phase's pipeline fill
+        (``Protocol.fill``). Bandwidth: the graph's β-time over the protocol's bandwidth fraction
+        (contention included), never faster than the bandwidth NCCL's own model allows for that pair
+        (software caps: channels, tree and LL factors)."""
+        cal = self.calibration
+        proto = next((p for p in cal.protocols if p.name == proto_name), cal.protocols[-1])
+        lat = beta = 0.0
+        for ph in prof.phases:
+            pr = cal.nvls_protocol if ph.nvls else proto
+            lat += pr.fill(nbytes) + (0.0 if nccl_algo else self._latency(pr, ph))
+            beta += ph.beta_s_per_byte * nbytes / pr.bandwidth_fraction
+        if nccl_algo is not None:
+            t = self._last_topo
+            lat += nt.latency_us(op, nccl_algo, proto_name, t, nbytes) * 1e-6 + prof.phases[0].route_latency_s
+            cap = nt.bus_bandwidth_GBps(op, nccl_algo, proto_name, t, nbytes)
+            if cap > 0:
+                beta = max(beta, nbytes / (cap * 1e9))
+        return lat + beta
 
 _REF_BYTES = float(2**30)
 _BATCHED = ("ring", "tree", "hierarchical", "nvls")
+#: The dtsim plan that plays each NCCL algorithm (PAT moves the ring's bytes; NVLSTree is the
+#: multi-node NVLS plan, in-switch reduction pipelined with inter-node rings).
+_PLAN_OF = {"ring": "ring", "tree": "tree", "nvls": "nvls", "nvls_tree": "nvls", "pat": "ring"}
+#: ``--algo nvls`` forces NVLS on one node and NVLSTree on several.
+_FAMILY = {"nvls_tree": "nvls"}
+
+
+def _scale_up_GBps(cluster: Cluster, cal: Calibration) -> float:
+    """Per-GPU scale-up bandwidth as NCCL models it (GB/s, per direction): NVLink/xGMI line rate ×
+    the per-class efficiency; PCIe GPU link × the PCIe efficiency when there is no scale-up fabric."""
+    intra = cluster.topology.intra_node
+    host = cluster.topology.host
+    if isinstance(intra, NVSwitchFabric):
+        return intra.bandwidth_GBps_per_gpu * cal.link_efficiency("nvlink", cluster.gpu.sm)
+    if isinstance(intra, FullMeshFabric):
+        links = cluster.gpus_per_node - 1
+        return links * intra.link_GBps * cal.link_efficiency(intra.link, cluster.gpu.sm)
+    return host.gpu_link_GBps * cal.pcie_efficiency
 
 
 @dataclass(frozen=True)

@@ -28,6 +28,9 @@ class PeakTflops(Frozen):
     fp16: PositiveFloat | None = None
     bf16: PositiveFloat | None = None
     fp8: PositiveFloat | None = None
+    #: Dense FP4 tensor rate (NVFP4 on Blackwell, MXFP4 on CDNA4): catalogued for comparison, not a
+    #: training precision here. MXFP8 runs at the ``fp8`` rate on both.
+    fp4: PositiveFloat | None = None
 
 
 class GPUSpec(Frozen):

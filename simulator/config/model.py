@@ -26,6 +26,11 @@ class ModelConfig(Frozen):
     ffn_hidden_size: PositiveInt
     vocab_size: PositiveInt
     mlp: Literal["gelu", "relu", "swiglu"] = "swiglu"
+    #: Q, K and V as one ``nn.Linear`` (Megatron, GPT-2, GPT-NeoX, MPT, BLOOM) or three (Llama,
+    #: Mistral, Qwen, OLMo). Changes no FLOP or byte count, only how many modules ZeRO-3 and FSDP
+    #: per-parameter sharding fetch one by one. ``None``: fused for GELU/ReLU models, separate for
+    #: SwiGLU models, which is how every catalogued family is written.
+    fused_qkv: bool | None = None
     tied_embeddings: bool = False
     norm: Literal["layernorm", "rmsnorm"] = "rmsnorm"
     #: Biases on the attention and MLP linear layers (GPT-2/3, OPT, BLOOM, GPT-NeoX have them).
@@ -74,6 +79,19 @@ class ModelConfig(Frozen):
     def kv_dim(self) -> int:
         """Width of the concatenated key (or value) heads, g_kv·d_h."""
         return self.kv_heads * self.d_head
+
+    @property
+    def qkv_fused(self) -> bool:
+        """``fused_qkv``, or its family default (see the field)."""
+        return self.mlp != "swiglu" if self.fused_qkv is None else self.fused_qkv
+
+    @property
+    def linear_modules(self) -> tuple[str, ...]:
+        """The ``nn.Linear`` modules of one block in forward order (e.g. HF Llama: q, k, v, o, gate,
+        up, down; Megatron GPT: qkv, proj, fc1, fc2)."""
+        attn = ("qkv",) if self.qkv_fused else ("q", "k", "v")
+        mlp = ("gate", "up", "down") if self.mlp == "swiglu" else ("fc1", "fc2")
+        return (*attn, "o", *mlp)
 
     @property
     def mlp_matrices(self) -> int:

@@ -29,7 +29,8 @@ class ClusterConfig(Frozen):
     nodes: PositiveInt = 1
     #: Override the topology's GPU (e.g. a100-40gb in a dgx-a100 chassis).
     gpu: GPUSpec | None = None
-    #: Use only this many GPUs (default: all GPUs of all nodes); must fill whole nodes unless < 1 node.
+    #: Use only this many GPUs (default: all GPUs of all nodes); must fill whole nodes unless < 1 node,
+    #: or, for racks of several hosts (NVL72), whole hosts: the last rack may be partial.
     gpus: PositiveInt | None = None
     network_fidelity: Literal["analytical", "flow"] = "analytical"
     collective_algorithm: Literal["auto", "ring", "tree", "hierarchical", "nvls"] = "auto"
@@ -53,7 +54,12 @@ class ClusterConfig(Frozen):
                 raise ValueError(
                     f"cluster.gpus ({self.gpus}) exceeds nodes x gpus_per_node ({self.nodes} x {per_node} = {total})"
                 )
-            if self.gpus > per_node and self.gpus % per_node:
+            host = self.topology.gpus_per_host
+            if host is not None and self.gpus % host:
+                # Multi-host nodes (NVL72 racks): a partial rack holds whole compute trays.
+                raise ValueError(f"cluster.gpus ({self.gpus}) must be a multiple of the {host} GPUs of one host "
+                                 f"(compute tray) of {self.topology.name}")
+            if host is None and self.gpus > per_node and self.gpus % per_node:
                 raise ValueError(
                     f"cluster.gpus ({self.gpus}) must be a multiple of the node size ({per_node}) when it spans nodes"
                 )
@@ -129,7 +135,19 @@ class ParallelConfig(Frozen):
     overlap_comm: bool | None = Field(None, description="None = DeepSpeed default: True for stage 3, else False")
     contiguous_gradients: bool = True
     use_multi_rank_bucket_allreduce: bool = True
-    stage3_prefetch_bucket_size: PositiveFloat = 5e7
+    #: Elements gathered ahead of use; 0 (or less than the smallest module) means no prefetch.
+    stage3_prefetch_bucket_size: NonNegativeFloat = 5e7
+    #: Host time DeepSpeed spends per sub-module fetch (partitioned-parameter bookkeeping, hooks,
+    #: post-gather copies), seconds. 0 by default (not measured for current releases); DeepSpeed
+    #: PR #1188 (2021) measured ~0.8 ms per fetch on a 5.1B BERT before its fix (200 ms over 64
+    #: blocks x 4 modules), the value for 2021-era runs.
+    stage3_fetch_overhead_s: NonNegativeFloat = 0.0
+    #: Host time per rank of the group per ZeRO-3 collective, seconds. DeepSpeed before 0.4 (2021)
+    #: gathered into a Python list of one tensor per rank (a ``narrow`` view each, then PyTorch's
+    #: list all-gather copies every piece out; ``reduce_scatter`` likewise takes a list), so the host
+    #: cost of one fetch grows with the data-parallel degree; later releases gather into one flat
+    #: tensor (``all_gather_into_tensor``, DeepSpeed PR #1188): 0.
+    stage3_list_overhead_per_rank_s: NonNegativeFloat = 0.0
     stage3_max_live_parameters: PositiveFloat = 1e9
     stage3_param_persistence_threshold: NonNegativeFloat = 1e5
     offload_optimizer: Offload = "none"
@@ -165,6 +183,8 @@ class ParallelConfig(Frozen):
         "stage3_prefetch_bucket_size",
         "stage3_max_live_parameters",
         "stage3_param_persistence_threshold",
+        "stage3_fetch_overhead_s",
+        "stage3_list_overhead_per_rank_s",
         "communication_data_type",
         "zero_quantized_weights",
         "zero_quantized_gradients",

@@ -12,7 +12,15 @@ from pathlib import Path
 from typing import Annotated, Literal
 
 import yaml
-from pydantic import Field, NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt, ValidationError
+from pydantic import (
+    Field,
+    NonNegativeFloat,
+    NonNegativeInt,
+    PositiveFloat,
+    PositiveInt,
+    ValidationError,
+    model_validator,
+)
 
 from simulator.config.base import Frozen
 from simulator.errors import InputError
@@ -62,8 +70,16 @@ class HostConfig(Frozen):
     pcie_switches: PositiveInt = 4
     gpu_link_GBps: PositiveFloat = Field(description="GPU <-> PCIe switch, per direction")
     uplink_GBps: PositiveFloat = Field(description="PCIe switch <-> CPU root port, per direction")
-    socket_link_GBps: PositiveFloat = Field(40.0, description="CPU socket <-> socket, per direction")
+    socket_link_GBps: PositiveFloat | None = Field(
+        40.0, description="CPU socket <-> socket, per direction; null = the CPUs are separate hosts (no link)")
+    #: CPU vendor: NCCL's tuner uses it for the multi-node LL cap and the network post overhead
+    #: (tuning.cc: 1 µs Intel/other, 2 µs AMD per step).
+    cpu_vendor: Literal["intel", "amd", "arm", "other"] = "intel"
     latency_us: NonNegativeFloat = 1.0
+    #: NVLink-C2C from each CPU to the GPUs of its socket, per direction, shared by them (Grace
+    #: superchips: GB200 900 GB/s bidirectional per Grace + 2 GPUs, hardware.md §1b). When set, host
+    #: copies (optimizer offload) use it instead of the PCIe tree; NICs stay on PCIe.
+    c2c_GBps: PositiveFloat | None = None
 
 
 class NICConfig(Frozen):
@@ -76,15 +92,26 @@ class NICConfig(Frozen):
 
 
 class FatTreeFabric(Frozen):
-    """Two-level fat tree. Rail-optimised: NIC ``r`` of every node attaches to the leaf of rail ``r``
-    (DGX SuperPOD). Each leaf has ``switch_radix`` ports; its uplink capacity to the spines is its
-    attached downlink capacity divided by ``oversubscription`` (1 = non-blocking)."""
+    """Two-level fat tree. Rail-optimised: NIC ``r`` of every node attaches to the leaf of rail
+    ``r mod rails`` (DGX SuperPOD; ``rails`` defaults to the NICs per node, NVL72 racks use one rail
+    per GPU position of a compute tray). Each leaf has ``switch_radix`` ports; its uplink capacity to
+    the spines is its attached downlink capacity divided by ``oversubscription`` (1 = non-blocking).
+
+    ``planes`` > 1: multi-plane fabric, each NIC port on its own independent fat tree carrying
+    ``1/planes`` of the NIC's bandwidth (ConnectX-8 / Spectrum-X multi-plane). ``dual_tor``: every
+    NIC has two ports on two leaves of the same fabric (dual-homed ToR pair). Both spread every
+    transfer evenly over identical parallel paths, so in the bandwidth model they equal one plane of
+    the full NIC bandwidth; they change the switch and cable counts (``Cluster.stats``) and what one
+    switch failure removes (docs/network.md, "Rack-scale NVLink and new clusters")."""
 
     kind: Literal["fat_tree"] = "fat_tree"
     rail_optimized: bool = True
+    rails: PositiveInt | None = None
     oversubscription: float = Field(1.0, ge=1.0)
     switch_radix: int = Field(64, ge=2)
     switch_latency_us: NonNegativeFloat = 0.6
+    planes: PositiveInt = 1
+    dual_tor: bool = False
 
 
 class SingleSwitchFabric(Frozen):
@@ -102,8 +129,14 @@ class TopologyConfig(Frozen):
 
     name: str
     description: str = ""
+    #: What one ``node`` (``cluster.nodes``) is: a server, or a rack whose GPUs share one NVLink
+    #: domain (NVL72: 18 compute trays of 4 GPUs, every GPU on the rack's NVLink switches).
+    node_unit: Literal["server", "rack"] = "server"
     gpu: str
     gpus_per_node: PositiveInt
+    #: GPUs per host OS instance (compute tray) when a node spans several hosts (NVL72: 4); a
+    #: partial node (``cluster.gpus`` ending mid-rack) must hold whole hosts. ``None``: one host.
+    gpus_per_host: PositiveInt | None = None
     intra_node: IntraNodeFabric = PCIeFabric()
     host: HostConfig = HostConfig(gpu_link_GBps=31.5, uplink_GBps=31.5)
     nics: NICConfig = NICConfig()
@@ -112,6 +145,21 @@ class TopologyConfig(Frozen):
     @property
     def nvls(self) -> bool:
         return isinstance(self.intra_node, NVSwitchFabric) and self.intra_node.nvls
+
+    @property
+    def nvlink_domain_gpus(self) -> int:
+        """GPUs that reach each other over the scale-up fabric (NVLink / xGMI): the node's GPUs, or 1
+        when GPUs share only PCIe. Collectives and layouts read this (TP/EP up to it stay on NVLink)."""
+        return 1 if isinstance(self.intra_node, PCIeFabric) else self.gpus_per_node
+
+    @model_validator(mode="after")
+    def _check_rails(self) -> TopologyConfig:
+        fab = self.fabric
+        if isinstance(fab, FatTreeFabric) and fab.rails is not None and self.nics.per_node % fab.rails:
+            raise ValueError(f"fabric.rails ({fab.rails}) must divide nics.per_node ({self.nics.per_node})")
+        if self.gpus_per_host is not None and self.gpus_per_node % self.gpus_per_host:
+            raise ValueError(f"gpus_per_host ({self.gpus_per_host}) must divide gpus_per_node ({self.gpus_per_node})")
+        return self
 
 
 def bundled_topology_names() -> list[str]:

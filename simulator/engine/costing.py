@@ -63,7 +63,9 @@ class Costing:
         time_s, args = hit
         if task.count != 1:
             args = {**args, "count": task.count}
-        return TaskCost(task.count * time_s, args)
+        if task.host_s:
+            args = {**args, "host_s": task.host_s}
+        return TaskCost(task.count * (time_s + task.host_s), args)
 
     def cost(self, task: Any) -> TaskCost:
         if isinstance(task, ComputeTask):

@@ -8,8 +8,9 @@ ids ``k * E + j`` for the template's edge ``j``, so routes computed once on the 
 to any machine by an offset.
 
 Fat tree sizing (DGX SuperPOD style, hardware.md §3c [S48]): with radix ``R`` and oversubscription
-``o`` a leaf has ``d = floor(R·o/(1+o))`` down ports. Rail-optimised: leaf ``(r, b)`` takes NIC ``r``
-of the ``d`` nodes of block ``b``; otherwise a leaf takes all NICs of ``d // nics`` nodes. Spines:
+``o`` a leaf has ``d = floor(R·o/(1+o))`` down ports. Rail-optimised with ``rails`` rails (default:
+one per NIC): leaf ``(r, b)`` takes the NICs ``≡ r (mod rails)`` of the ``d // (nics/rails)`` nodes of
+block ``b``; otherwise a leaf takes all NICs of ``d // nics`` nodes. Spines:
 ``S = ceil(leaves·(R − d)/R)``. Each leaf's uplink capacity is its attached NIC capacity / ``o``,
 split evenly over the ``S`` spines (one logical edge per leaf-spine pair).
 """
@@ -71,6 +72,14 @@ def socket_of_switch(topo: TopologyConfig, s: int) -> int:
     return s * topo.host.sockets // topo.host.pcie_switches
 
 
+def gpus_per_socket(topo: TopologyConfig) -> list[int]:
+    """How many of the node's GPUs hang off each CPU socket (through their PCIe switch)."""
+    counts = [0] * topo.host.sockets
+    for i in range(topo.gpus_per_node):
+        counts[socket_of_switch(topo, gpu_switch(topo, i))] += 1
+    return counts
+
+
 def node_template(topo: TopologyConfig) -> NodeTemplate:
     """The node's internal graph: scale-up fabric, PCIe tree, CPUs and NICs (both directions)."""
     g, host = topo.gpus_per_node, topo.host
@@ -102,9 +111,17 @@ def node_template(topo: TopologyConfig) -> NodeTemplate:
         both(f"gpu{i}", f"pcie{gpu_switch(topo, i)}", host.gpu_link_GBps * GB, lat, "pcie")
     for s in range(host.pcie_switches):
         both(f"pcie{s}", f"cpu{socket_of_switch(topo, s)}", host.uplink_GBps * GB, lat, "pcie")
-    for a in range(host.sockets):
-        for b in range(a + 1, host.sockets):
-            both(f"cpu{a}", f"cpu{b}", host.socket_link_GBps * GB, lat, "upi")
+    if host.socket_link_GBps is not None:
+        for a in range(host.sockets):
+            for b in range(a + 1, host.sockets):
+                both(f"cpu{a}", f"cpu{b}", host.socket_link_GBps * GB, lat, "upi")
+    if host.c2c_GBps is not None:
+        # NVLink-C2C (Grace superchips): each CPU's link is shared evenly by the GPUs of its socket.
+        # Class "nvlink" (C2C is an NVLink-family link); no GPU-GPU or GPU-NIC route uses it.
+        share = gpus_per_socket(topo)
+        for i in range(g):
+            c = socket_of_switch(topo, gpu_switch(topo, i))
+            both(f"gpu{i}", f"cpu{c}", host.c2c_GBps * GB / share[c], lat, "nvlink")
     nic_bw = topo.nics.bandwidth_Gbps * 1e9 / 8
     for r in range(topo.nics.per_node):
         nodes.append((f"nic{r}", "nic", r))
@@ -137,7 +154,13 @@ def fabric_layout(topo: TopologyConfig, nodes: int) -> FabricLayout:
     down = int(fab.switch_radix * fab.oversubscription / (1 + fab.oversubscription))
     down = max(1, min(down, fab.switch_radix - 1))
     if fab.rail_optimized:
-        per_block, rails = down, nics
+        rails = fab.rails or nics
+        per_leaf = max(1, nics // max(rails, 1))  # NICs one node puts on each leaf of its block
+        if down < per_leaf:
+            raise InputError(
+                f"a leaf with {down} down ports cannot hold the {per_leaf} NICs of one node on its rail",
+                field="fabric.switch_radix")
+        per_block = down // per_leaf
     else:
         if down < nics:
             raise InputError(

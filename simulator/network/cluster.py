@@ -27,6 +27,7 @@ from simulator.network.builder import (
     check_nodes,
     fabric_layout,
     gpu_switch,
+    gpus_per_socket,
     nic_rail_of_gpu,
     node_template,
     validate_graph,
@@ -180,17 +181,50 @@ class Cluster:
     # --- summaries ----------------------------------------------------------------------------
     @property
     def host_bandwidth_Bps_per_gpu(self) -> float:
-        """PCIe bandwidth per GPU to host memory when every GPU offloads at once (line rate, per
-        direction): ``min(gpu_link, uplink / GPUs per PCIe switch)``."""
+        """Bandwidth per GPU to host memory when every GPU offloads at once (line rate, per
+        direction). PCIe: ``min(gpu_link, uplink / GPUs per PCIe switch)``. NVLink-C2C (Grace
+        superchips, ``host.c2c_GBps``): the CPU's C2C bandwidth / the GPUs on that CPU."""
         host = self.topology.host
+        if host.c2c_GBps is not None:
+            return host.c2c_GBps / max(gpus_per_socket(self.topology)) * 1e9
         sharing = Counter(gpu_switch(self.topology, i) for i in range(self.gpus_per_node))
         return min(host.gpu_link_GBps, host.uplink_GBps / max(sharing.values())) * 1e9
+
+    @property
+    def host_link(self) -> str:
+        """``c2c`` when host memory is reached over NVLink-C2C, else ``pcie``."""
+        return "pcie" if self.topology.host.c2c_GBps is None else "c2c"
+
+    @property
+    def nvlink_domain_gpus(self) -> int:
+        """GPUs joined by the scale-up fabric (NVLink/xGMI): a DGX node's 8, an NVL72 rack's 72."""
+        return self.topology.nvlink_domain_gpus
+
+    def nvlink_bisection_Bps(self) -> float:
+        """Scale-up bisection of one NVLink domain (per direction): max flow from the first half of a
+        node's GPUs to the second half over GPU and NVSwitch links only (0 without scale-up).
+        A non-blocking NVSwitch domain of ``g`` GPUs at ``b`` each gives ``(g/2)·b``."""
+        g = self.gpus_per_node
+        if self.nvlink_domain_gpus < 2:
+            return 0.0
+        kinds = {name: kind for name, kind, _ in self.template.nodes}
+        flow = nx.DiGraph()
+        for u, v, bw, _, _ in self.template.edges:
+            if kinds[u] in ("gpu", "nvswitch") and kinds[v] in ("gpu", "nvswitch"):
+                flow.add_edge(u, v, capacity=bw)
+        for i in range(g):
+            if i < g // 2:
+                flow.add_edge("_src", f"gpu{i}", capacity=math.inf)
+            else:
+                flow.add_edge(f"gpu{i}", "_dst", capacity=math.inf)
+        return float(nx.maximum_flow_value(flow, "_src", "_dst"))
 
     def stats(self) -> dict:
         """GPU count, node and link counts by type, per-GPU and bisection bandwidth (GB/s, per direction).
 
         Counted from the template and the fabric sizes (no graph needed)."""
         t = self.edges
+        kinds = {name: kind for name, kind, _ in self.template.nodes}
         node_types: Counter = Counter()
         for _, kind, _ in self.template.nodes:
             node_types[kind] += self.nodes
@@ -199,23 +233,41 @@ class Cluster:
             if t.spines:
                 node_types["spine"] += t.spines
         links: Counter = Counter()
-        for *_, link in self.template.edges:
-            links[link] += self.nodes
+        for u, v, _, _, link in self.template.edges:
+            # NVLink-C2C (GPU <-> Grace) is reported on its own, though it is an NVLink-class edge.
+            c2c = {kinds[u], kinds[v]} == {"gpu", "cpu"}
+            links["c2c" if c2c else link] += self.nodes
         if t.n_edges > t.first_nic:
             links["net"] += t.n_edges - t.first_nic
-        scale_up = sum(bw for u, _, bw, _, link in self.template.edges if u == "gpu0" and link != "pcie")
+        scale_up = sum(bw for u, v, bw, _, _ in self.template.edges if u == "gpu0" and kinds[v] in ("gpu", "nvswitch"))
         topo = self.topology
+        fab = topo.fabric
+        # Multi-plane / dual-ToR: every NIC port is a separate cable to a separate leaf; the switch
+        # count of each tier scales with the ports per NIC (FatTreeFabric docstring).
+        ports = getattr(fab, "planes", 1) * (2 if getattr(fab, "dual_tor", False) else 1)
+        for tier in ("leaf", "spine"):
+            if tier in node_types:
+                node_types[tier] *= ports
+        if ports > 1 and "net" in links:
+            fabric_links = t.n_edges - t.first_nic
+            links["net"] += fabric_links * (ports - 1)
         return {
             "topology": topo.name,
+            "node_unit": topo.node_unit,
             "nodes": self.nodes,
             "gpus": self.n_gpus,
             "gpu": self.gpu.name,
             "node_counts": dict(node_types),
             "link_counts": {k: v // 2 for k, v in links.items()},
             "directed_edges": t.n_edges,
+            "nvlink_domain_gpus": self.nvlink_domain_gpus,
+            "nvlink_domains": self.nodes if self.nvlink_domain_gpus > 1 else 0,
             "scale_up_GBps_per_gpu": scale_up / 1e9,
+            "nvlink_bisection_GBps": self.nvlink_bisection_Bps() / 1e9,
             "nic_GBps_per_gpu": topo.nics.per_node * topo.nics.bandwidth_Gbps / 8 / topo.gpus_per_node,
+            "host_link": self.host_link,
             "host_GBps_per_gpu": self.host_bandwidth_Bps_per_gpu / 1e9,
+            "fabric_planes": ports,
             "leaves": node_types.get("leaf", 0),
             "spines": node_types.get("spine", 0),
             "bisection_GBps": self.bisection_Bps() / 1e9,

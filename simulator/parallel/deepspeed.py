@@ -13,7 +13,8 @@ What is communicated, when (per rank, φ = (n−1)/n, Ψ parameters, G micro-bat
 * stage 3: every micro-batch all-gathers each module's parameters before forward and again before
   backward (persistent small tensors excepted; one all-gather per sub-module, so a block pays
   several collective latencies) and reduce-scatters gradients per bucket: ``G·3φΨ``; no post-step
-  gather. Not modelled: ``stage3_max_reuse_distance`` (keeping parameters reused soon).
+  gather. ``stage3_max_reuse_distance`` is taken at its default (1e9: the recompute forward's
+  gather also serves the backward of the same block).
 
 ``overlap_comm`` (default True for stage 3, False otherwise) puts the reductions on a separate
 stream; when False they are issued inside the gradient hook on the compute stream (interleaved
@@ -22,9 +23,12 @@ groups (``simulator.parallel.context``). Offload: ``simulator.parallel.offload``
 ``contiguous_gradients`` changes memory only; ``allgather_bucket_size`` is unused because DeepSpeed
 gathers with ``all_gather_into_tensor`` (one call per parameter group) when it is available.
 
-Prefetch (stage 3): a module's gather may start once the module ``depth + 1`` places earlier has
+Prefetch (stage 3): a block's gathers may start once the block ``depth + 1`` places earlier has
 run, with ``depth = max(1, ⌊stage3_prefetch_bucket_size / block⌋)`` limited by
-``stage3_max_live_parameters`` (``simulator.parallel.prefetch``).
+``stage3_max_live_parameters`` (``simulator.parallel.prefetch``); a bucket smaller than the
+smallest module (0 included) prefetches nothing. Each block is fetched module by module
+(``StepWork.layer_module_params``: 7 all-gathers for an HF Llama block, 4 for a Megatron GPT block),
+each call paying its collective latency and ``stage3_fetch_overhead_s`` of host time.
 """
 
 from __future__ import annotations
@@ -68,6 +72,8 @@ class _Reducer:
         qgz = p.zero_quantized_gradients and p.zero_stage == 3
         self.elem_bytes = QGZ_BYTES if qgz else ctx.ds_comm_bytes
         self.offloading = p.offload_optimizer != "none"
+        # ZeRO-3 reduce-scatters of list-based DeepSpeed (< 0.4) pay a host cost per rank.
+        self.host_s = p.stage3_list_overhead_per_rank_s * ctx.size("dp") if p.zero_stage == 3 else 0.0
         self.tail: list[int | None] = []
 
     def reduce(self, b: GraphBuilder, g: int, unit, task: int) -> None:
@@ -76,7 +82,7 @@ class _Reducer:
             label = f"{unit[0]}.{unit[1]}" if isinstance(unit, tuple) else unit
             tid = b.collective(f"{self.op} grads@{label}.{i} mb{g}", "grad_reduce", self.op, "dp",
                                bk.elements * self.elem_bytes, count=bk.count, stream=self.stream,
-                               deps=(task,), micro_batch=g) if n > 1 else None
+                               deps=(task,), micro_batch=g, host_s=self.host_s) if n > 1 else None
             self.tail.append(tid)
             if self.offloading:
                 # Each rank copies its own 1/n slice in the working dtype (DS upcasts on the host).
@@ -123,8 +129,9 @@ class Zero3Hooks(Hooks):
         prefetching at all), and at most what ``stage3_max_live_parameters`` leaves besides the unit
         in use."""
         unit = max(work.layer_params, 1.0)
-        if p.stage3_prefetch_bucket_size <= 0:
-            return 0
+        smallest = min(work.layer_module_params, default=unit)
+        if p.stage3_prefetch_bucket_size < smallest:
+            return 0  # DeepSpeed prefetches whole modules: a bucket below one module fetches nothing ahead
         depth = max(1, math.floor(p.stage3_prefetch_bucket_size / unit))
         live = max(0, math.floor(p.stage3_max_live_parameters / unit) - 1)
         return min(depth, live)
@@ -148,11 +155,23 @@ class Zero3Hooks(Hooks):
                 up = b.copy(f"param h2d {unit} mb{g}", "h2d", nbytes / self.n, deps=deps, micro_batch=g)
                 deps = [up]
             phase = "bwd" if backward else "fwd"
-            # DeepSpeed fetches each sub-module (nn.Linear) with its own all-gather: a block costs
-            # ``layer_modules`` collectives (and their latencies), not one.
-            calls = self.ctx.work.layer_modules if isinstance(unit, int) else 1
-            return b.collective(f"allgather {phase} {unit} mb{g}", "param_allgather", "all_gather", group,
-                                nbytes / calls, count=calls, deps=deps, micro_batch=g)
+            work = self.ctx.work
+            host_s = p.stage3_fetch_overhead_s + p.stage3_list_overhead_per_rank_s * self.ctx.size(group)
+            if not isinstance(unit, int) or not work.layer_module_params:
+                return b.collective(f"allgather {phase} {unit} mb{g}", "param_allgather", "all_gather", group,
+                                    nbytes, deps=deps, micro_batch=g, host_s=host_s)
+            # DeepSpeed fetches each sub-module (nn.Linear) with its own all-gather, in trace order
+            # (reversed in backward): a block pays one collective latency and one fetch's host cost
+            # per module (e.g. 7 for an HF Llama block), not one per block.
+            names = work.layer_module_names
+            shares = work.layer_module_params
+            order = range(len(shares) - 1, -1, -1) if backward else range(len(shares))
+            scale = nbytes / sum(shares)
+            last = None
+            for i in order:
+                last = b.collective(f"allgather {phase} {unit}.{names[i]} mb{g}", "param_allgather", "all_gather",
+                                    group, shares[i] * scale, deps=deps, micro_batch=g, host_s=host_s)
+            return last
 
         return issue
 

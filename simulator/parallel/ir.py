@@ -73,6 +73,9 @@ class CollectiveTask:
     micro_batch: int = -1
     layer: int = -1
     device: int = 0
+    #: Framework host time per call on the stream before the collective (e.g. DeepSpeed ZeRO-3's
+    #: partitioned-parameter bookkeeping per fetch), seconds.
+    host_s: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,7 +5,9 @@ override paths so the sweep applies it to the raw scenario before validation. Ru
 reason a framework would refuse the layout or a placement practitioners avoid:
 
 * ``tp`` divides the GPUs of a node (TP stays inside the NVLink domain: Narayanan et al. SC'21
-  §3.3 takeaway #1) and divides the attention and KV heads (Megatron splits heads);
+  §3.3 takeaway #1) and divides the attention and KV heads (Megatron splits heads). A node is the
+  NVLink domain: 8 GPUs on a DGX/HGX, the whole rack on GB200/GB300 NVL72 (``node_unit: rack``), so
+  there TP (and expert parallelism, ``TopologyConfig.nvlink_domain_gpus``) up to 72 stays on NVLink;
 * ``pp`` divides ``GPUs / tp`` and is at most the number of layers; ``dp = GPUs / (tp · pp)``;
 * the micro-batch ``b`` divides ``global_batch / dp`` (so ``G = global_batch / (b · dp)`` is an
   integer);

@@ -1,8 +1,11 @@
 """ZeRO-Offload / FSDP CPUOffload steps on the task graph (formulas.md §5).
 
-Gradients go down over PCIe as they are reduced (each rank copies its own partition), the
+Gradients go down to host memory as they are reduced (each rank copies its own partition), the
 optimizer runs on the host CPU at a catalogued CPU-Adam rate, and the updated 16-bit parameters go
-back up (ZeRO-Offload: ``4Ψ/N_d`` bytes of PCIe traffic per step per GPU with 16-bit values).
+back up (ZeRO-Offload: ``4Ψ/N_d`` bytes of host traffic per step per GPU with 16-bit values).
+The copies run at the cluster's host bandwidth per GPU (``Cluster.host_bandwidth_Bps_per_gpu``): the
+PCIe tree, or NVLink-C2C to the Grace CPU's memory on Grace-Blackwell racks (``host.c2c_GBps`` of the
+topology, GB200: 900 GB/s bidirectional per Grace and its 2 GPUs, hardware.md §1b [S26]).
 With parameter offload (ZeRO-Infinity ``offload_param``) the parameters live on the host: each
 all-gather is preceded by an upload of the rank's shard and nothing is uploaded after the step.
 """

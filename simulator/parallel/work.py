@@ -40,9 +40,12 @@ class StepWork:
     optimizer: Callable[[float], tuple[Any, ...]]
     layer_persistent: float = 0.0
     head_persistent: float = 0.0
-    #: Sub-modules of a block that DeepSpeed ZeRO-3 gathers one by one (one all-gather each):
-    #: fused QKV, output projection and the MLP matrices (Megatron-style fused QKV).
-    layer_modules: int = 1
+    #: Gathered elements of each ``nn.Linear`` of a block in forward order (``model.linear_modules``):
+    #: DeepSpeed ZeRO-3 fetches each sub-module with its own all-gather. Shares follow the weight
+    #: shapes; they sum to ``layer_params − layer_persistent`` (the one volume model).
+    layer_module_params: tuple[float, ...] = ()
+    #: Their names (``ModelConfig.linear_modules``), for task labels.
+    layer_module_names: tuple[str, ...] = ()
     #: Megatron tensor parallelism: bytes of each of the 2 forward and 2 backward all-reduces of a
     #: block (``b·s·h`` activations; formulas.md §6), 0 without TP.
     tp_allreduce_bytes: float = 0.0
@@ -65,6 +68,10 @@ class StepWork:
     #: A block's backward split where gradients become ready: ((name, ops, params), ...) in
     #: execution order; empty = one piece (``layer_bwd``, ``layer_params``).
     layer_bwd_pieces: tuple[tuple[str, tuple[Any, ...], float], ...] = ()
+
+    @property
+    def layer_modules(self) -> int:
+        return max(1, len(self.layer_module_params))
 
     @property
     def total_params(self) -> float:
@@ -114,7 +121,9 @@ def from_scenario(scenario: Any, persistence_threshold: float = 1e5) -> StepWork
         optimizer=lambda n: tuple(wops.optimizer_ops(n, fused)),
         layer_persistent=float(min(_largest_tensor_below(persistence_threshold, small), blk.total)),
         head_persistent=float(counts.final_norm if counts.final_norm < persistence_threshold else 0),
-        layer_modules=2 + model.mlp_matrices,
+        layer_module_names=model.linear_modules,
+        layer_module_params=_module_params(model, layer_local - min(_largest_tensor_below(persistence_threshold, small),
+                                                                     blk.total)),
         tp_allreduce_bytes=float(b * s * model.hidden_size * pb) if tp > 1 else 0.0,
         p2p_bytes=float(b * s * model.hidden_size * pb / tp) if par.pp > 1 else 0.0,
         sequence_parallel=bool(getattr(par, "sequence_parallel", False)),
@@ -123,6 +132,17 @@ def from_scenario(scenario: Any, persistence_threshold: float = 1e5) -> StepWork
         cp_kv_bytes=float(2 * b * tr.seq_len * model.kv_dim / tp * pb) if cp > 1 else 0.0,
         layer_bwd_pieces=_split_backward(bwd, blk, layer_local),
     )
+
+
+def _module_params(model: Any, gathered: float) -> tuple[float, ...]:
+    """``gathered`` elements split over the block's linear modules in proportion to their weights
+    (``in × out`` elements: q ``h·q_dim``, k and v ``h·kv_dim``, o ``q_dim·h``, MLP ``h·ffn`` each)."""
+    h, q, kv, f = model.hidden_size, model.q_dim, model.kv_dim, model.ffn_hidden_size
+    size = {"qkv": h * (q + 2 * kv), "q": h * q, "k": h * kv, "v": h * kv, "o": q * h,
+            "gate": h * f, "up": h * f, "down": f * h, "fc1": h * f, "fc2": f * h}
+    weights = [size[m] for m in model.linear_modules]
+    total = sum(weights)
+    return tuple(gathered * w / total for w in weights)
 
 
 def _scale_attention(op: Any, cp: int) -> Any:

@@ -36,7 +36,7 @@ def test_edge_ids_are_dense_and_attributes_positive(topo):
     assert np.all(c.edge_bandwidth_Bps > 0) and np.all(c.edge_latency_s >= 0)
 
 
-@pytest.mark.parametrize("name", ["dgx-a100", "dgx-h100", "pcie-rtx4090x8", "mi300x-8", "dgx-b200"])
+@pytest.mark.parametrize("name", ["dgx-a100", "dgx-h100", "pcie-rtx4090x8", "mi300x-8", "dgx-b200", "hgx-b300", "mi355x-8"])
 def test_every_gpu_pair_is_reachable_and_routes_conserve_flow(topo, name):
     c = build_cluster(topo(name), 2)
     ends = {d["id"]: (u, v) for u, v, d in c.graph.edges(data=True)}

@@ -120,3 +120,14 @@ def test_tp_across_nodes_runs_with_a_warning():
 
     report = simulate(load_scenario(FIXTURE, ["cluster.nodes=2", "parallel.tp=16", "training.global_batch_size=16"]))
     assert any("span nodes" in w for w in report.warnings)
+
+
+def test_layouts_auto_keeps_tp_up_to_72_inside_an_nvl72_rack():
+    # GPT-3 175B: 96 heads (MHA), 96 layers. On an NVL72 rack the NVLink domain is 72 GPUs, so tp may be
+    # any common divisor of 72 and 96 (1, 2, 3, 4, 6, 8, 12, 24); on 8-GPU DGX nodes at most 8.
+    over = ["model=gpt3-175b", "training.global_batch_size=144", "parallel.framework=ddp"]
+    rack = load_scenario(FIXTURE, over + ["cluster.topology=gb200-nvl72", "cluster.nodes=2"])
+    tps = {lay["parallel.tp"] for lay in enumerate_layouts(rack, micro_batch_sizes=(1,))}
+    assert tps == {1, 2, 3, 4, 6, 8, 12, 24}
+    dgx = load_scenario(FIXTURE, over + ["cluster.topology=dgx-b200", "cluster.nodes=18"])
+    assert max(lay["parallel.tp"] for lay in enumerate_layouts(dgx, micro_batch_sizes=(1,))) == 8

@@ -1,0 +1,49 @@
+"""Measured vs predicted nccl-tests bus bandwidth for every bundled curve, default algorithm.
+
+Run: ``python benchmarks/nccl_curves.py`` (prints the markdown tables of docs/network.md
+"Calibration against whole curves"). Curves: ``simulator/collectives/nccl_tests_curves.yaml``.
+"""
+
+from __future__ import annotations
+
+from importlib import resources
+
+import yaml
+
+from simulator.collectives import CollectiveModel
+from simulator.config.topology import load_topology
+from simulator.network import build_cluster
+
+
+def load_curves() -> list[dict]:
+    text = resources.files("simulator.collectives").joinpath("nccl_tests_curves.yaml").read_text()
+    return yaml.safe_load(text)["curves"]
+
+
+def predict(curve: dict) -> list[tuple[int, float, float, str]]:
+    """(bytes, measured, predicted, algorithm/protocol) per point of ``curve``."""
+    cluster = build_cluster(load_topology(curve["topology"]), curve["nodes"])
+    cm = CollectiveModel(cluster)
+    group = [list(range(cluster.n_gpus))]
+    out = []
+    for size, measured in sorted(curve["busbw_GBps"].items()):
+        r = cm.run(curve["op"], group, float(size))
+        out.append((int(size), float(measured), r.busbw_GBps, f"{r.algorithm}/{r.protocol}"))
+    return out
+
+
+def main() -> None:
+    for curve in load_curves():
+        rows = predict(curve)
+        errs = [p / m - 1 for _, m, p, _ in rows]
+        print(f"\n**{curve['id']}** ({curve['topology']} x {curve['nodes']}, {curve['op']}; {curve['source']})\n")
+        print("| size | measured busbw (GB/s) | predicted | error | algorithm |")
+        print("|---:|---:|---:|---:|---|")
+        for (size, m, p, a), e in zip(rows, errs, strict=True):
+            label = f"{size / 2**30:g} GiB" if size >= 2**30 else f"{size / 2**20:g} MiB"
+            print(f"| {label} | {m:.1f} | {p:.1f} | {e:+.1%} | {a} |")
+        print(f"\nmax |error| {max(map(abs, errs)):.1%}, mean |error| {sum(map(abs, errs)) / len(errs):.1%}")
+
+
+if __name__ == "__main__":
+    main()

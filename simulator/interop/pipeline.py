@@ -1,0 +1,224 @@
+"""Import and export end to end: a framework config (+ what it does not say: machines, model, base
+scenario) → a validated scenario and the YAML to write; a scenario → the config text of a framework.
+
+The cluster is never in a training config: it comes from ``topology`` / ``nodes`` (or a base
+scenario). GPU counts a config implies (torchrun ``--nnodes`` × ``--nproc-per-node``, NeMo
+``trainer.devices × num_nodes``, torchtitan's explicit degrees) are checked against it.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from simulator.config.loader import format_validation_error, prepare_raw
+from simulator.config.overrides import apply_overrides
+from simulator.config.scenario import Scenario
+from simulator.errors import InputError
+from simulator.interop import EXPORT_FORMATS, IMPORT_FORMATS
+from simulator.interop.common import Exported, Imported, ignored_lines, merge, read_text, scenario_yaml
+
+_TEXT_IMPORTERS: dict[str, Callable[[str], Imported]] = {}
+
+
+def _text_importer(fmt: str) -> Callable[[str], Imported]:
+    if fmt == "megatron":
+        from simulator.interop.megatron import import_args
+        return import_args
+    if fmt == "torchtitan":
+        from simulator.interop.torchtitan import import_toml
+        return import_toml
+    if fmt == "nemo":
+        from simulator.interop.nemo import import_recipe
+        return import_recipe
+    if fmt == "accelerate":
+        from simulator.interop.accelerate import import_yaml
+        return import_yaml
+    if fmt == "fsdp":
+        from simulator.interop.fsdp_import import import_block
+        return import_block
+    raise InputError(f"unknown import format {fmt!r}; one of {', '.join(IMPORT_FORMATS)}")
+
+
+def exporter(fmt: str) -> Callable[[Scenario], Exported]:
+    """The export function of ``fmt`` (one of ``EXPORT_FORMATS``)."""
+    if fmt == "deepspeed":
+        from simulator.interop.deepspeed import export_config
+        return export_config
+    if fmt == "megatron":
+        from simulator.interop.megatron import export_args
+        return export_args
+    if fmt == "torchtitan":
+        from simulator.interop.torchtitan import export_toml
+        return export_toml
+    if fmt == "fsdp":
+        from simulator.interop.fsdp import export_block
+        return export_block
+    if fmt == "accelerate":
+        from simulator.interop.accelerate import export_yaml
+        return export_yaml
+    raise InputError(f"unknown export format {fmt!r}; one of {', '.join(EXPORT_FORMATS)}", "--to")
+
+
+#: File name ``dtsim sweep --export-best`` gives each format.
+EXPORT_FILES = {"deepspeed": "ds_config.json", "megatron": "megatron_args.txt", "torchtitan": "torchtitan.toml",
+                "fsdp": "fsdp_kwargs.py", "accelerate": "accelerate.yaml"}
+
+
+def _model_option(model: str) -> Any:
+    """``--model``: a catalog name, or a Hugging Face config.json path."""
+    if model.endswith(".json"):
+        return {"hf_config": str(Path(model).resolve())}
+    return model
+
+
+def _topology_option(topology: str) -> str:
+    path = Path(topology)
+    return str(path.resolve()) if path.suffix in (".yaml", ".yml") and path.exists() else topology
+
+
+def import_scenario(fmt: str, source: str | Path | None = None, *, text: str | None = None,
+                    base_raw: dict | None = None, base_dir: Path | None = None, model: str | None = None,
+                    topology: str | None = None, nodes: int | None = None, gpu: str | None = None,
+                    name: str | None = None, overrides: list[str] | None = None) -> tuple[Scenario, str, Imported]:
+    """Import a ``fmt`` config (file ``source`` or its ``text``) → (validated scenario, scenario YAML
+    text with the ignored keys in its header, the importer's result)."""
+    base_dir = base_dir or Path.cwd()
+    raw = copy.deepcopy(base_raw or {})
+    cluster = raw.setdefault("cluster", {})
+    if topology:
+        cluster["topology"] = _topology_option(topology)
+    if nodes is not None:
+        cluster["nodes"] = nodes
+    if gpu:
+        cluster["gpu"] = gpu
+    label = str(source) if source is not None else f"the {fmt} arguments"
+    if fmt == "deepspeed":
+        if source is None:
+            raise InputError("give the ds_config.json path", "deepspeed")
+        _require_cluster(raw, fmt)
+        if model:
+            raw["model"] = _model_option(model)
+        resolved = prepare_raw(raw, base_dir)
+        imported = _deepspeed(resolved, Path(source))
+        # Write the unresolved form (names, not expanded catalog entries) with the imported keys.
+        for section in ("training", "parallel"):
+            raw[section] = {**raw.get(section, {}), **imported.raw.get(section, {})}
+    else:
+        body = text if text is not None else read_text(source, fmt)
+        imported = _text_importer(fmt)(body)
+        frag = copy.deepcopy(imported.raw)
+        frag_nodes = frag.get("cluster", {}).pop("nodes", None)
+        if nodes is None and frag_nodes is not None:
+            cluster["nodes"] = frag_nodes
+        frag.pop("cluster", None)
+        raw = merge(raw, frag)
+        if model:
+            raw["model"] = _model_option(model)
+    raw["name"] = name or raw.get("name") or (Path(source).stem if source is not None else f"{fmt}-import")
+    if not raw.get("cluster"):
+        raw.pop("cluster")
+    raw = apply_overrides(raw, overrides or [])
+    _require_cluster(raw, fmt)
+    if "model" not in raw:
+        raise InputError(f"{label} does not give the model shape; give --model NAME (dtsim catalog models) or "
+                         "--model path/config.json", "model")
+    if isinstance(raw["model"], dict) and "hf_config" not in raw["model"] and "vocab_size" not in raw["model"]:
+        raise InputError(f"{label} does not give the vocabulary size (it comes from the tokenizer); give "
+                         "--set model.vocab_size=N", "model.vocab_size")
+    _fill_from_world(raw, base_dir, imported, label)
+    try:
+        scenario = Scenario.model_validate(prepare_raw(raw, base_dir))
+    except ValidationError as exc:
+        raise InputError(format_validation_error(exc)) from None
+    header = [f"scenario imported by `dtsim import {fmt}` from {label}"]
+    header += ignored_lines(label, imported.ignored)
+    return scenario, scenario_yaml(raw, header), imported
+
+
+def _require_cluster(raw: dict, fmt: str) -> None:
+    if not isinstance(raw.get("cluster"), dict) or "topology" not in raw["cluster"]:
+        raise InputError(f"a {fmt} config does not say which machines run it; give --topology NAME (a file in "
+                         "topologies/, e.g. dgx-h100) and --nodes N, or --base SCENARIO", "cluster.topology")
+
+
+def _deepspeed(resolved: dict, path: Path) -> Imported:
+    from simulator.interop.deepspeed import import_config
+
+    return import_config(resolved, path)
+
+
+def _fill_from_world(raw: dict, base_dir: Path, imported: Imported, label: str) -> None:
+    """Nodes from the GPU count the config implies (or check them), and the global batch from the
+    per-rank batch when the config leaves it to the data-parallel degree."""
+    if imported.world_size is None and imported.batch_per_dp_rank is None and imported.accumulation is None:
+        return
+    topo = prepare_raw({"cluster": raw["cluster"]}, base_dir)["cluster"]["topology"]
+    per_node = int(topo["gpus_per_node"])
+    cluster = raw["cluster"]
+    world = imported.world_size
+    if world is not None:
+        if "nodes" not in cluster and "gpus" not in cluster:
+            cluster["nodes"] = -(-world // per_node)
+            if world < per_node:
+                cluster["gpus"] = world
+        have = cluster.get("gpus") or cluster.get("nodes", 1) * per_node
+        if have != world:
+            raise InputError(f"{label} runs on {world} GPUs, but the cluster has {have} "
+                             f"({cluster.get('nodes', 1)} nodes x {per_node}); fix --nodes", "cluster.nodes")
+    if imported.batch_per_dp_rank is not None and "global_batch_size" not in raw.get("training", {}):
+        n = cluster.get("gpus") or cluster.get("nodes", 1) * per_node
+        par = raw.get("parallel", {})
+        dp = n // (par.get("tp", 1) * par.get("pp", 1) * par.get("cp", 1))
+        raw.setdefault("training", {})["global_batch_size"] = imported.batch_per_dp_rank * dp
+    if imported.accumulation is not None:
+        n = cluster.get("gpus") or cluster.get("nodes", 1) * per_node
+        par, tr = raw.get("parallel", {}), raw.setdefault("training", {})
+        dp = n // (par.get("tp", 1) * par.get("pp", 1))
+        if "micro_batch_size" not in tr:
+            raise InputError(f"{label} gives gradient_accumulation_steps but not the micro-batch; give --set "
+                             "training.micro_batch_size=N or --base", "training.micro_batch_size")
+        tr["global_batch_size"] = int(tr["micro_batch_size"]) * imported.accumulation * dp
+
+
+def export_scenario(scenario: Scenario, fmt: str) -> Exported:
+    """``scenario`` as the config text of ``fmt``."""
+    return exporter(fmt)(scenario)
+
+
+def write_exports(scenario: Scenario, folder: Path, raw: dict | None = None) -> list[Path]:
+    """Every export format for ``scenario`` into ``folder`` (plus ``scenario.yaml`` when ``raw`` is
+    given); each file is written whole, so a failure leaves no half file."""
+    out = []
+    files = {EXPORT_FILES[f]: export_scenario(scenario, f).text for f in EXPORT_FORMATS}
+    if raw is not None:
+        files["scenario.yaml"] = scenario_yaml(raw, [f"best point of a dtsim sweep: {scenario.name}"])
+    for name, body in files.items():
+        path = folder / name
+        tmp = path.with_suffix(path.suffix + ".tmp")
+        tmp.write_text(body)
+        tmp.replace(path)
+        out.append(path)
+    return out
+
+
+def export_point(base_raw: dict, base_dir: Path, point: dict[str, Any], folder: Path,
+                 overrides: list[str] | None = None) -> list[Path]:
+    """``dtsim sweep --export-best``: the sweep point ``point`` (dotted path → value) of ``base_raw``
+    (with ``overrides``, the sweep's ``--set``) as a scenario file and every framework config, in
+    ``folder``. The scenario file keeps catalog and topology names where the overrides allow."""
+    from simulator.config.loader import scenario_from_dict
+    from simulator.sweep.grid import assignments
+
+    sets = [*(overrides or []), *assignments(point)]
+    scenario = scenario_from_dict(base_raw, base_dir, sets)
+    try:
+        raw = apply_overrides(base_raw, sets)
+    except InputError:  # a nested override of a catalog name: write the resolved form
+        raw = prepare_raw(base_raw, base_dir, sets)
+    raw.pop("sweep", None)
+    return write_exports(scenario, folder, raw)

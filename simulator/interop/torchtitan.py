@@ -1,0 +1,306 @@
+"""torchtitan job config (TOML) ⇄ scenario.
+
+Section and key names are torchtitan's (``torchtitan/config/job_config.py`` and the bundled
+``torchtitan/models/llama3/train_configs/*.toml``): ``[model] name, flavor``; ``[training]
+local_batch_size`` (``batch_size`` before 2025), ``global_batch_size`` (−1: local × dp),
+``seq_len``, ``steps``, ``mixed_precision_param``, ``mixed_precision_reduce``, ``enable_cpu_offload``;
+``[parallelism] data_parallel_replicate_degree``, ``data_parallel_shard_degree`` (−1: the rest),
+``fsdp_reshard_after_forward`` (``default`` / ``always`` / ``never``), ``tensor_parallel_degree``,
+``enable_async_tensor_parallel``, ``pipeline_parallel_degree``, ``pipeline_parallel_schedule``,
+``pipeline_parallel_microbatch_size``, ``context_parallel_degree``; ``[activation_checkpoint] mode``
+(``none`` / ``selective`` / ``full``); ``[float8]`` / ``[model] converters = ["float8"]``.
+torchtitan applies FSDP2 (``fully_shard``): dtsim framework ``fsdp``; replicate × shard > 1 with
+both > 1 is HSDP (``hybrid_shard``), shard 1 with replicate > 1 is DDP (``ddp``).
+"""
+
+from __future__ import annotations
+
+import tomllib
+from typing import Any
+
+from simulator.config.scenario import Scenario
+from simulator.errors import InputError
+from simulator.interop.common import DTYPES, TORCH_DTYPE, Exported, Imported, as_int
+
+FIELD = "torchtitan"
+
+#: torchtitan (model name, flavor) → dtsim catalog model (torchtitan's llama3 flavors are Llama 3.1).
+FLAVORS = {("llama3", "8B"): "llama-3.1-8b", ("llama3", "70B"): "llama-3.1-70b", ("llama3", "405B"): "llama-3.1-405b",
+           ("llama2", "7B"): "llama-2-7b", ("llama2", "13B"): "llama-2-13b", ("llama2", "70B"): "llama-2-70b"}
+#: Sections with no effect on a simulated step, with the reason.
+IGNORED_SECTIONS = {
+    "job": "job metadata", "profiling": "profiler settings", "metrics": "logging", "optimizer":
+    "optimizer hyper-parameters: no effect on step time", "lr_scheduler": "learning-rate schedule",
+    "checkpoint": "checkpointing: dtsim models it in reliability.checkpoint", "comm": "timeouts",
+    "compile": "torch.compile: the fitted kernel efficiencies cover compiled and eager runs alike",
+    "validation": "evaluation: outside the training step", "fault_tolerance": "fault tolerance settings",
+    "memory_estimation": "torchtitan's own estimator", "experimental": "experimental switches",
+}
+_SCHEDULES = {"1F1B": "1f1b", "GPipe": "gpipe", "Interleaved1F1B": "interleaved"}
+_READ = {
+    "model": {"name", "flavor", "converters", "tokenizer_path", "hf_assets_path"},
+    "training": {"local_batch_size", "batch_size", "global_batch_size", "seq_len", "steps", "mixed_precision_param",
+                 "mixed_precision_reduce", "enable_cpu_offload", "max_norm", "dataset", "dataset_path", "gc_freq",
+                 "seed", "deterministic", "compile", "warmup_steps",
+                 # before 2025 the parallel degrees lived in [training]
+                 "data_parallel_replicate_degree", "data_parallel_shard_degree", "tensor_parallel_degree",
+                 "enable_async_tensor_parallel", "enable_float8_linear", "enable_compiled_autograd"},
+    "parallelism": {"data_parallel_replicate_degree", "data_parallel_shard_degree", "fsdp_reshard_after_forward",
+                    "tensor_parallel_degree", "enable_async_tensor_parallel", "pipeline_parallel_degree",
+                    "pipeline_parallel_schedule", "pipeline_parallel_microbatch_size", "context_parallel_degree",
+                    "pipeline_parallel_split_points", "pipeline_parallel_layers_per_stage", "disable_loss_parallel",
+                    "enable_compiled_autograd", "context_parallel_rotate_method", "expert_parallel_degree"},
+    "activation_checkpoint": {"mode", "selective_ac_option"},
+    "float8": {"enable_fsdp_float8_all_gather", "precompute_float8_dynamic_scale_for_fsdp", "filter_fqns",
+               "recipe_name", "emulate", "force_recompute_fp8_weight_in_bwd", "enable_float8_linear"},
+}
+_KEY_REASONS = {
+    "tokenizer_path": "tokenizer", "hf_assets_path": "tokenizer and weights", "max_norm": "gradient clipping",
+    "dataset": "data", "dataset_path": "data", "gc_freq": "Python GC", "seed": "seed", "deterministic":
+    "determinism flags", "compile": "torch.compile: fitted efficiencies cover it", "warmup_steps": "LR warm-up",
+    "pipeline_parallel_split_points": "dtsim splits layers evenly (embedding first, logits last)",
+    "disable_loss_parallel": "loss parallelism is not modelled", "enable_compiled_autograd": "compiled autograd",
+    "context_parallel_rotate_method": "ring rotation method: dtsim models all-gather-free ring attention",
+    "selective_ac_option": "dtsim's selective recomputation re-runs the attention core",
+    "enable_fsdp_float8_all_gather": "float8 all-gather is not modelled (bf16 gathers)",
+    "precompute_float8_dynamic_scale_for_fsdp": "float8 scale detail", "filter_fqns": "float8 module filter",
+    "recipe_name": "float8 recipe", "emulate": "float8 emulation", "force_recompute_fp8_weight_in_bwd":
+    "float8 detail", "expert_parallel_degree": "MoE expert parallelism: dense models only here",
+}
+
+
+def _parse(text: str) -> dict[str, Any]:
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise InputError(f"not valid TOML: {exc}", FIELD) from None
+
+
+def import_toml(text: str) -> Imported:
+    """torchtitan TOML text → scenario fragment + ignored keys. ``Imported.world_size`` is the product
+    of the parallel degrees when none is −1; ``batch_per_dp_rank`` stands for the global batch when
+    ``global_batch_size`` is −1 or absent (the GPU count decides it)."""
+    doc = _parse(text)
+    out = Imported()
+    for section, body in doc.items():
+        if section in IGNORED_SECTIONS:
+            out.ignore(f"[{section}]", IGNORED_SECTIONS[section])
+            continue
+        if section not in _READ:
+            raise InputError(f"unknown torchtitan section [{section}]; dtsim reads [{'], ['.join(_READ)}] and "
+                             f"ignores [{'], ['.join(IGNORED_SECTIONS)}]", FIELD)
+        if not isinstance(body, dict):
+            raise InputError(f"{section} must be a table", FIELD)
+        for key in body:
+            if key not in _READ[section]:
+                raise InputError(f"unknown key {key} in [{section}]; known: {', '.join(sorted(_READ[section]))}",
+                                 f"{FIELD} {section}.{key}")
+            if key in _KEY_REASONS:
+                out.ignore(f"{section}.{key}", _KEY_REASONS[key])
+    tr = doc.get("training", {})
+    par = {**{k: v for k, v in tr.items() if k in _READ["parallelism"]}, **doc.get("parallelism", {})}
+    _model(doc.get("model", {}), tr, doc.get("float8", {}), out)
+    _parallel(par, tr, out)
+    _batch(tr, par, out)
+    ac = doc.get("activation_checkpoint", {}).get("mode", "none")
+    if ac not in ("none", "selective", "full"):
+        raise InputError(f"activation_checkpoint.mode {ac!r} must be none, selective or full", FIELD)
+    out.set("training.activation_checkpointing", ac)
+    return out
+
+
+def _model(model: dict, tr: dict, float8: dict, out: Imported) -> None:
+    name, flavor = model.get("name"), model.get("flavor")
+    if (name, flavor) in FLAVORS:
+        out.set("model", FLAVORS[(name, flavor)])
+    elif name is not None or flavor is not None:
+        out.ignore(f"model.name/flavor {name}/{flavor}", "not in dtsim's catalog: give --model NAME or a config.json")
+    precision = DTYPES.get(str(tr.get("mixed_precision_param", "bfloat16")))
+    if precision is None:
+        raise InputError(f"training.mixed_precision_param {tr['mixed_precision_param']!r} must be bfloat16 or float32",
+                         FIELD)
+    fp8 = "float8" in (model.get("converters") or []) or tr.get("enable_float8_linear") \
+        or float8.get("enable_float8_linear")
+    out.set("training.precision", "fp8" if fp8 else precision)
+
+
+def _degree(par: dict, key: str, default: int) -> int:
+    value = as_int(par.get(key, default), f"{FIELD} parallelism.{key}")
+    if value < 1 and not (key == "data_parallel_shard_degree" and value == -1):
+        raise InputError(f"must be >= 1 (or -1 for data_parallel_shard_degree), got {value}",
+                         f"{FIELD} parallelism.{key}")
+    return value
+
+
+def _parallel(par: dict, tr: dict, out: Imported) -> None:
+    replicate = _degree(par, "data_parallel_replicate_degree", 1)
+    shard = _degree(par, "data_parallel_shard_degree", -1)
+    tp, pp, cp = (_degree(par, k, 1) for k in ("tensor_parallel_degree", "pipeline_parallel_degree",
+                                                "context_parallel_degree"))
+    out.set("parallel.tp", tp)
+    out.set("parallel.pp", pp)
+    out.set("parallel.cp", cp)
+    if shard != -1:
+        out.world_size = replicate * shard * tp * pp * cp
+    if shard == 1 and replicate > 1:
+        out.set("parallel.framework", "ddp")
+        out.set("parallel.no_sync", True)
+    else:
+        out.set("parallel.framework", "fsdp")
+        strategy = "hybrid_shard" if replicate > 1 else "full_shard"
+        reshard = par.get("fsdp_reshard_after_forward", "default")
+        if reshard not in ("default", "always", "never"):
+            raise InputError(f"parallelism.fsdp_reshard_after_forward {reshard!r} must be default, always or never",
+                             FIELD)
+        if reshard == "never" and strategy == "full_shard":
+            strategy = "shard_grad_op"
+        elif reshard == "always" and pp > 1:
+            out.set("parallel.reshard_after_forward", True)
+        if strategy == "hybrid_shard":
+            out.ignore("parallelism.data_parallel_shard_degree",
+                       "dtsim's HYBRID_SHARD shards over one node's data-parallel ranks")
+        out.set("parallel.sharding_strategy", strategy)
+        reduce = DTYPES.get(str(tr.get("mixed_precision_reduce", "float32")))
+        if reduce is None:
+            raise InputError(f"training.mixed_precision_reduce {tr['mixed_precision_reduce']!r} must be float32 "
+                             "or bfloat16", FIELD)
+        out.set("parallel.reduce_dtype", reduce)
+    if tr.get("enable_cpu_offload"):
+        raise InputError("training.enable_cpu_offload: dtsim does not model FSDP2 CPU offload; remove it, or "
+                         "use a DeepSpeed scenario with offload_param: cpu", FIELD)
+    out.set("parallel.tp_comm_overlap", bool(par.get("enable_async_tensor_parallel", False)))
+    if pp > 1:
+        schedule = par.get("pipeline_parallel_schedule", "1F1B")
+        if schedule not in _SCHEDULES:
+            raise InputError(f"parallelism.pipeline_parallel_schedule {schedule!r}: dtsim models "
+                             f"{', '.join(_SCHEDULES)}", FIELD)
+        out.set("parallel.pipeline_schedule", _SCHEDULES[schedule])
+        if schedule == "Interleaved1F1B":
+            # torchtitan's looped schedules default to 2 stages per rank.
+            out.set("parallel.virtual_stages", 2)
+            if "pipeline_parallel_layers_per_stage" in par:
+                out.ignore("parallelism.pipeline_parallel_layers_per_stage",
+                           "dtsim keeps torchtitan's default of 2 virtual stages per rank; set parallel.virtual_stages")
+
+
+def _batch(tr: dict, par: dict, out: Imported) -> None:
+    local = tr.get("local_batch_size", tr.get("batch_size"))
+    if "local_batch_size" in tr and "batch_size" in tr:
+        raise InputError("training.batch_size and training.local_batch_size both given; keep local_batch_size", FIELD)
+    if "seq_len" in tr:
+        out.set("training.seq_len", as_int(tr["seq_len"], f"{FIELD} training.seq_len"))
+    pp = as_int(par.get("pipeline_parallel_degree", 1), FIELD)
+    micro = par.get("pipeline_parallel_microbatch_size", 1) if pp > 1 else local
+    if micro is not None:
+        out.set("training.micro_batch_size", as_int(micro, f"{FIELD} training.local_batch_size"))
+    glob = as_int(tr.get("global_batch_size", -1), f"{FIELD} training.global_batch_size")
+    if glob > 0:
+        out.set("training.global_batch_size", glob)
+    elif local is not None:
+        out.batch_per_dp_rank = as_int(local, f"{FIELD} training.local_batch_size")
+    if "steps" in tr:
+        out.set("training.steps", as_int(tr["steps"], f"{FIELD} training.steps"))
+
+
+def _flavor(s: Scenario) -> tuple[str, str] | None:
+    """The torchtitan (name, flavor) whose catalog shape equals the scenario's model, if any."""
+    from simulator import catalog
+
+    shape = ("n_layers", "hidden_size", "n_heads", "n_kv_heads", "ffn_hidden_size", "vocab_size", "mlp")
+    for key, name in FLAVORS.items():
+        ref = catalog.get_model(name)
+        if all(getattr(ref, k) == getattr(s.model, k) for k in shape):
+            return key
+    return None
+
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return f'"{value}"'
+    return str(value)
+
+
+def export_toml(s: Scenario) -> Exported:
+    """The torchtitan job config for ``s``."""
+    tr, par, m = s.training, s.parallel, s.model
+    notes: list[str] = []
+    dp = s.n_gpus // (par.tp * par.pp * par.cp)
+    sections: dict[str, dict[str, Any]] = {"job": {"description": s.name}}
+    flavor = _flavor(s)
+    if flavor is None:
+        notes.append(f"model {m.name}: no torchtitan flavor has this shape; register one (n_layers={m.n_layers}, "
+                     f"dim={m.hidden_size}, n_heads={m.n_heads}, n_kv_heads={m.kv_heads}, "
+                     f"vocab_size={m.vocab_size}) and set [model] flavor")
+        sections["model"] = {"name": "llama3"}
+    else:
+        sections["model"] = {"name": flavor[0], "flavor": flavor[1]}
+    if tr.precision == "fp8":
+        sections["model"]["converters"] = ["float8"]
+    training: dict[str, Any] = {}
+    if par.pp > 1:
+        training["local_batch_size"] = tr.global_batch_size // dp
+    else:
+        training["local_batch_size"] = tr.micro_batch_size
+    training["global_batch_size"] = tr.global_batch_size
+    training["seq_len"] = tr.seq_len
+    if tr.steps is not None:
+        training["steps"] = tr.steps
+    elif tr.total_tokens is not None:
+        training["steps"] = int(-(-tr.total_tokens // s.tokens_per_step))
+    if tr.precision in ("fp16", "tf32"):
+        notes.append(f"training.precision {tr.precision}: torchtitan trains in bfloat16 or float32")
+    training["mixed_precision_param"] = "float32" if tr.precision in ("fp32", "tf32") else "bfloat16"
+    parallelism: dict[str, Any] = {}
+    if par.framework == "ddp":
+        parallelism.update(data_parallel_replicate_degree=dp, data_parallel_shard_degree=1)
+        if par.distributed_optimizer:
+            notes.append("parallel.distributed_optimizer: torchtitan has no sharded-optimizer DDP")
+    elif par.framework == "fsdp" and par.sharding_strategy == "hybrid_shard":
+        shard = max(1, min(dp, s.cluster.topology.gpus_per_node // (par.tp * par.cp)))
+        while dp % shard:
+            shard -= 1
+        parallelism.update(data_parallel_replicate_degree=dp // shard, data_parallel_shard_degree=shard)
+    else:
+        parallelism.update(data_parallel_replicate_degree=1, data_parallel_shard_degree=dp)
+        if par.framework == "deepspeed":
+            notes.append(f"DeepSpeed ZeRO-{par.zero_stage}: exported as FSDP2 "
+                         + ("full sharding" if par.zero_stage == 3 else "(reshard_after_forward never)"))
+    if par.framework == "fsdp":
+        training["mixed_precision_reduce"] = TORCH_DTYPE[par.reduce_dtype or "fp32"]
+    reshard = None
+    if par.framework == "fsdp" and par.sharding_strategy == "shard_grad_op" or \
+            par.framework == "deepspeed" and par.zero_stage in (1, 2):
+        reshard = "never"
+    elif par.framework == "fsdp" and par.reshard_after_forward and par.pp > 1:
+        reshard = "always"
+    if reshard:
+        parallelism["fsdp_reshard_after_forward"] = reshard
+    parallelism["tensor_parallel_degree"] = par.tp
+    if par.tp_comm_overlap:
+        parallelism["enable_async_tensor_parallel"] = True
+    parallelism["pipeline_parallel_degree"] = par.pp
+    if par.pp > 1:
+        schedule = {v: k for k, v in _SCHEDULES.items()}[par.pipeline_schedule]
+        parallelism["pipeline_parallel_schedule"] = schedule
+        parallelism["pipeline_parallel_microbatch_size"] = tr.micro_batch_size
+        if par.virtual_stages not in (1, 2):
+            notes.append(f"parallel.virtual_stages {par.virtual_stages}: torchtitan's Interleaved1F1B default "
+                         "is 2 stages per rank; set pipeline_parallel_layers_per_stage")
+    parallelism["context_parallel_degree"] = par.cp
+    if par.offload_optimizer != "none" or par.offload_param != "none":
+        notes.append("offload: not exported (torchtitan's enable_cpu_offload offloads everything)")
+    sections["training"] = training
+    sections["parallelism"] = parallelism
+    sections["activation_checkpoint"] = {"mode": tr.activation_checkpointing}
+    lines = [f"# torchtitan job config for {s.name} (written by dtsim export); add [optimizer], [checkpoint], "
+             "dataset and tokenizer settings"]
+    lines += [f"# not expressed: {n}" for n in notes]
+    for name, body in sections.items():
+        lines.append(f"\n[{name}]")
+        for key, value in body.items():
+            rendered = "[" + ", ".join(_toml_value(v) for v in value) + "]" if isinstance(value, list) \
+                else _toml_value(value)
+            lines.append(f"{key} = {rendered}")
+    return Exported("\n".join(lines) + "\n", tuple(notes))

@@ -1,0 +1,276 @@
+"""Calibrate dtsim on the user's own measurements: ``dtsim calibrate --measured runs.yaml``.
+
+A measurements file lists runs of the user's cluster::
+
+    runs:
+      - scenario: my-8xh100.yaml          # path relative to this file (or a mapping)
+        set: [training.micro_batch_size=4] # optional overrides
+        measured: {step_time_s: 7.9}       # or tokens_per_s (whole job) or tokens_per_s_per_gpu
+      - scenario: my-64xh100.yaml
+        log: logs/run2.log                 # Megatron-LM, torchtitan or DeepSpeed log (simulator.interop.logs)
+        log_format: megatron               # optional (detected); skip: N warm-up lines (optional)
+        split: test                        # optional: train / test; default alternates rows
+
+The bundled suite's format (``simulator/validation/runs.yaml``: ``id``, inline ``scenario``,
+``measured.tokens_per_s_per_gpu``, ``split``; its expressible pure data-parallel runs) is read too,
+so the bundled calibration can be reproduced with this command.
+
+Procedure: that of the bundled calibration (``simulator.validation.calibration``, used through
+``fit`` / ``errors`` only): per GPU architecture, the four efficiencies are fitted by bounded
+steepest descent on the train rows; 2-fold cross-validation (fit on train, test on test, and the
+reverse) gives every row one held-out residual ``ln(predicted / measured tokens/s)``; the stored
+parameters are those fitted on the train rows. The profile holds the parameters, the errors and the
+residual groups from which ``dtsim run --efficiency`` draws its prediction interval
+(``simulator.validation.intervals``).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from simulator.config.loader import prepare_raw, read_yaml, scenario_from_dict
+from simulator.config.scenario import Scenario
+from simulator.errors import InputError
+from simulator.hardware.efficiency import Efficiency, for_gpu
+
+PROFILE_VERSION = 1
+
+
+@dataclass(frozen=True)
+class Case:
+    """One measured run: a resolved scenario (raw mapping, references expanded), its measured tokens/s
+    per GPU, the GPU architecture and framework, and the fold it belongs to."""
+
+    id: str
+    raw: dict
+    measured_tokens_per_s_per_gpu: float
+    arch: str
+    framework: str
+    split: str
+
+
+def _measured(row: dict, scenario: Scenario, base_dir: Path, where: str) -> float:
+    """Measured tokens/s per GPU from a row's ``measured`` mapping or its ``log``."""
+    from simulator.interop.logs import read_log
+
+    if "log" in row:
+        path = Path(row["log"])
+        reading = read_log(path if path.is_absolute() else base_dir / path, row.get("log_format"), row.get("skip"))
+        kind, value = reading.quantity, reading.value
+        if kind == "samples_per_s":
+            kind, value = "tokens_per_s", value * scenario.training.seq_len
+    else:
+        measured = row.get("measured")
+        if isinstance(measured, dict) and "id" in row and "tokens_per_s_per_gpu" in measured:
+            measured = {"tokens_per_s_per_gpu": measured["tokens_per_s_per_gpu"]}  # bundled suite rows
+        if not isinstance(measured, dict) or len(measured) != 1:
+            raise InputError("give measured: {step_time_s: X} (or tokens_per_s, tokens_per_s_per_gpu) or log: PATH",
+                             f"{where}.measured")
+        kind, value = next(iter(measured.items()))
+        if not isinstance(value, int | float) or isinstance(value, bool) or value <= 0:
+            raise InputError(f"must be a positive number, got {value!r}", f"{where}.measured.{kind}")
+    if kind == "step_time_s":
+        return scenario.tokens_per_step / value / scenario.n_gpus
+    if kind == "tokens_per_s":
+        return value / scenario.n_gpus
+    if kind == "tokens_per_s_per_gpu":
+        return float(value)
+    raise InputError(f"unknown measured key {kind!r}; one of step_time_s, tokens_per_s, tokens_per_s_per_gpu",
+                     f"{where}.measured")
+
+
+def load_cases(path: str | Path) -> list[Case]:
+    """The rows of a measurements file as cases (every scenario validated; bad rows are InputErrors)."""
+    path = Path(path)
+    doc = read_yaml(path, "--measured")
+    rows = doc.get("runs") if isinstance(doc, dict) else None
+    if not isinstance(rows, list) or not rows:
+        raise InputError(f"{path} must hold runs: [a list of rows with scenario and measured or log]", "--measured")
+    cases = []
+    for i, row in enumerate(rows):
+        where = f"runs[{i}]"
+        if not isinstance(row, dict) or "scenario" not in row:
+            raise InputError("each row needs scenario: (a path or a mapping)", where)
+        if "id" in row and "parallelism" in row:  # the bundled suite's format
+            if row["scenario"] is None or row.get("parallelism") != "pure_dp" or row.get("split") is None:
+                continue
+        spec, sets = row["scenario"], list(row.get("set") or [])
+        if isinstance(spec, str):
+            scenario_path = Path(spec) if Path(spec).is_absolute() else path.parent / spec
+            raw, base = read_yaml(scenario_path, f"{where}.scenario"), scenario_path.parent
+        elif isinstance(spec, dict):
+            raw, base = {"name": row.get("id", f"row{i}"), **spec}, path.parent
+        else:
+            raise InputError("must be a scenario path or mapping", f"{where}.scenario")
+        resolved = prepare_raw(raw, base, sets)
+        scenario = scenario_from_dict(resolved)
+        label = str(row.get("id") or f"{scenario.name}#{i}")
+        split = row.get("split") or ("train" if len(cases) % 2 == 0 else "test")
+        if split not in ("train", "test"):
+            raise InputError(f"split must be train or test, got {split!r}", f"{where}.split")
+        cases.append(Case(label, resolved, _measured(row, scenario, path.parent, where),
+                          scenario.cluster.gpu_spec.arch, scenario.parallel.framework, split))
+    if not cases:
+        raise InputError(f"{path} has no usable rows", "--measured")
+    return cases
+
+
+def _runs(cases: list[Case]) -> list[tuple[Any, Any]]:
+    """Cases as the (run, GPU) pairs ``simulator.validation.calibration`` fits on."""
+    from simulator.validation.suite import Run
+
+    out = []
+    for c in cases:
+        run = Run(id=c.id, source="user", gpu=c.arch, framework=c.framework, parallelism="pure_dp",
+                  measured={"tokens_per_s_per_gpu": c.measured_tokens_per_s_per_gpu}, scenario=c.raw,
+                  split=c.split)
+        out.append((run, scenario_from_dict({"name": c.id, **c.raw}).cluster.gpu_spec))
+    return out
+
+
+def fit_params(cases: list[Case]) -> tuple[dict[str, float], int]:
+    """The narrow interface to the bundled procedure: (fitted parameters, simulations run)."""
+    from simulator.validation import calibration as cal
+
+    result = cal.fit(_runs(cases))
+    return dict(result.params), result.evaluations
+
+
+def errors(cases: list[Case], params: dict[str, float]) -> list[float]:
+    """Signed errors predicted / measured − 1 of tokens/s per GPU under ``params``."""
+    from simulator.validation import calibration as cal
+
+    return cal.errors(_runs(cases), params) if cases else []
+
+
+@dataclass
+class ArchResult:
+    params: dict[str, float]
+    train: list[str]
+    test: list[str]
+    fit_mape: float
+    cv_mape: float | None
+    cv_residuals: dict[str, float] = field(default_factory=dict)
+    evaluations: int = 0
+    #: Signed error (predicted / measured − 1) of every row under the stored parameters.
+    row_errors: dict[str, float] = field(default_factory=dict)
+
+
+def calibrate(cases: list[Case]) -> dict[str, ArchResult]:
+    """Fit per architecture on the train rows; cross-validate over the two folds."""
+    out: dict[str, ArchResult] = {}
+    for arch in sorted({c.arch for c in cases}):
+        rows = [c for c in cases if c.arch == arch]
+        train = [c for c in rows if c.split == "train"]
+        test = [c for c in rows if c.split == "test"]
+        if not train:
+            train, test = test, []
+        params, evals = fit_params(train)
+        fit_err = errors(train, params)
+        residuals: dict[str, float] = {}
+        row_errors = dict(zip([c.id for c in train], fit_err, strict=True))
+        if test:
+            held = errors(test, params)
+            row_errors.update(zip([c.id for c in test], held, strict=True))
+            back, evals_b = fit_params(test)
+            second = errors(train, back)
+            evals += evals_b
+            for case, err in [*zip(test, held, strict=True), *zip(train, second, strict=True)]:
+                residuals[case.id] = round(math.log1p(err), 6)
+        cv = sum(abs(math.expm1(r)) for r in residuals.values()) / len(residuals) if residuals else None
+        out[arch] = ArchResult(params, [c.id for c in train], [c.id for c in test],
+                               sum(abs(e) for e in fit_err) / len(fit_err), cv, residuals, evals, row_errors)
+    return out
+
+
+def profile_dict(results: dict[str, ArchResult], cases: list[Case], source: str) -> dict:
+    """The efficiency profile: parameters per architecture, how they were fitted, and the residual
+    groups (``arch/framework``, ``arch``, ``all``) for prediction intervals."""
+    from simulator.validation.intervals import group_stats
+
+    framework = {c.id: c.framework for c in cases}
+    groups: dict[str, list[float]] = {}
+    for arch, res in results.items():
+        for case_id, r in res.cv_residuals.items():
+            for key in (f"{arch}/{framework[case_id]}", arch, "all"):
+                groups.setdefault(key, []).append(r)
+    profile: dict[str, Any] = {"profile_version": PROFILE_VERSION}
+    profile.update({arch: res.params for arch, res in results.items()})
+    profile["calibration"] = {
+        "measured": source,
+        "procedure": "simulator.validation.calibration.fit (bounded steepest descent, capped |error| objective) "
+                     "per architecture on the train rows; 2-fold cross-validation",
+        **{arch: {"fitted_on": res.train, "held_out": res.test, "fit_mape": round(res.fit_mape, 4),
+                  "cv_mape": None if res.cv_mape is None else round(res.cv_mape, 4), "simulations": res.evaluations,
+                  "rows": {c.id: {"measured_tokens_per_s_per_gpu": round(c.measured_tokens_per_s_per_gpu, 3),
+                                  "error": round(res.row_errors[c.id], 4),
+                                  "cv_error": (round(math.expm1(res.cv_residuals[c.id]), 4)
+                                               if c.id in res.cv_residuals else None)}
+                           for c in cases if c.arch == arch}}
+           for arch, res in results.items()},
+    }
+    profile["intervals"] = {
+        "source": f"dtsim calibrate --measured {source}: cross-validated residuals ln(predicted/measured tokens/s)",
+        "groups": {k: {**group_stats(v), "residuals": v} for k, v in sorted(groups.items())},
+    }
+    return profile
+
+
+@dataclass(frozen=True)
+class Profile:
+    """A loaded efficiency profile."""
+
+    path: str
+    params: dict[str, dict[str, float]]
+    intervals: dict | None
+
+    def efficiency(self, scenario: Scenario) -> Efficiency | None:
+        """The scenario GPU's efficiency from the profile, or None when the profile lacks its arch."""
+        from simulator.validation.calibration import efficiency_with
+
+        gpu = scenario.cluster.gpu_spec
+        if gpu.arch not in self.params:
+            return None
+        return efficiency_with(gpu, self.params[gpu.arch])
+
+
+def load_profile(path: str | Path) -> Profile:
+    """Read a profile written by ``dtsim calibrate`` (one error naming the key when it is not one)."""
+    from simulator.validation.calibration import PARAMS
+
+    data = read_yaml(path, "--efficiency")
+    if not isinstance(data, dict) or data.get("profile_version") != PROFILE_VERSION:
+        raise InputError(f"{path} is not an efficiency profile written by dtsim calibrate (profile_version "
+                         f"{PROFILE_VERSION})", "--efficiency")
+    params = {}
+    for arch, values in data.items():
+        if arch in ("profile_version", "calibration", "intervals"):
+            continue
+        if not isinstance(values, dict) or set(values) != set(PARAMS):
+            raise InputError(f"{arch} must map exactly {', '.join(PARAMS)} to numbers", "--efficiency")
+        params[arch] = {k: float(v) for k, v in values.items()}
+    intervals = data.get("intervals")
+    if intervals is not None and not (isinstance(intervals, dict) and intervals.get("groups")):
+        intervals = None
+    return Profile(str(path), params, intervals)
+
+
+def write_profile(profile: dict, path: Path) -> None:
+    header = "# efficiency profile written by dtsim calibrate; use with dtsim run --efficiency\n"
+    text = header + yaml.safe_dump(profile, sort_keys=False, width=110, default_flow_style=None)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
+    tmp.replace(path)
+
+
+def bundled_params(arch: str, gpu: Any) -> dict[str, float]:
+    """The bundled (catalogued) values of the fitted parameters, for comparison in reports."""
+    from simulator.validation.calibration import PARAMS
+
+    eff = for_gpu(gpu)
+    return {p: getattr(eff, p) for p in PARAMS}

@@ -1,0 +1,63 @@
+"""NCCL's tuning model (tuning.cc 2.30.7, formulas.md §3.5) against hand-computed predictions."""
+
+from __future__ import annotations
+
+import pytest
+
+from simulator.collectives import nccl_tuning as nt
+
+GiB = 2**30
+
+# 2 x DGX A100 (AMD EPYC hosts), 16 ranks, 8 per node, 16 channels of 192/16 = 12 GB/s.
+A100X2 = nt.NcclTopo(n_ranks=16, n_nodes=2, ppn=8, n_channels=16, bw_intra_GBps=12.0, bw_inter_GBps=12.0,
+                     arch="ampere", cpu_vendor="amd")
+
+
+def test_ring_simple_all_reduce_two_nodes_by_hand():
+    # steps 2(16-1) = 30, of which 2(2-1) = 2 cross nodes; intra step max(3.4, 2 us AMD x 3 Simple) = 6;
+    # inter 14; base 8.4 -> 8.4 + 28*6 + 2*14 = 204.4 us, x1.4 multi-node Simple plateau = 286.16 us.
+    assert nt.latency_us("all_reduce", "ring", "Simple", A100X2, GiB) == pytest.approx(286.16)
+    # busBw = 16 ch * 12 = 192; algbw = 192 * 16 / 30 = 102.4 GB/s
+    assert nt.bus_bandwidth_GBps("all_reduce", "ring", "Simple", A100X2, GiB) == pytest.approx(102.4)
+    t = nt.predicted_time_s("all_reduce", "ring", "Simple", A100X2, GiB)
+    assert t == pytest.approx((286.16 + GiB / (1000 * 102.4)) * 1e-6)
+
+
+def test_tree_simple_all_reduce_two_nodes_by_hand():
+    # min(0.92 * 192, 16 * 23.6 (Ampere, 2 nodes)) = 176.64, x0.5 up-and-down = 88.32 GB/s; at 1 GiB
+    # log2(2^30 / 64) = 24 >= 23: no correction factor.
+    assert nt.bus_bandwidth_GBps("all_reduce", "tree", "Simple", A100X2, GiB) == pytest.approx(88.32)
+    # 8.4 + 2 * ((8 - 1) * 4.0 + log2(2) * 14) = 92.4 us
+    assert nt.latency_us("all_reduce", "tree", "Simple", A100X2, GiB) == pytest.approx(92.4)
+
+
+def test_tree_correction_factor_at_1_MiB():
+    # log2(2^20 / 64) = 14 -> Simple factor 0.5: 88.32 * 0.5
+    assert nt.bus_bandwidth_GBps("all_reduce", "tree", "Simple", A100X2, 2**20) == pytest.approx(44.16)
+
+
+def test_nccl_prefers_ring_for_large_and_tree_for_mid_sizes_on_two_nodes():
+    assert nt.choose("all_reduce", A100X2, 8 * GiB)[:2] == ("ring", "Simple")
+    algo, _, _ = nt.choose("all_reduce", A100X2, 4 * 2**20)
+    assert algo == "tree"
+
+
+def test_nvls_single_node_h100_by_hand():
+    # 8 x H100, NVLS graph 370.8 GB/s, 16 NVLS channels, eff 0.85: 370.8 * 0.85 * 15/16 * 2 = 590.96
+    # busBw; algbw = busBw * 8 / 14. Latency: NVLink NVLS 25 us, no base.
+    t = nt.NcclTopo(n_ranks=8, n_nodes=1, ppn=8, n_channels=18, bw_intra_GBps=370.8 / 18,
+                    bw_inter_GBps=370.8 / 18, arch="hopper", nvls=True, nvls_bw_GBps=370.8)
+    assert nt.bus_bandwidth_GBps("all_reduce", "nvls", "Simple", t, GiB) == pytest.approx(370.8 * 0.85 * 15 / 16 * 2 * 8 / 14)
+    assert nt.latency_us("all_reduce", "nvls", "Simple", t, GiB) == pytest.approx(25.0)
+    assert nt.choose("all_reduce", t, GiB)[0] == "nvls"
+    assert not nt.enabled("all_reduce", "nvls", "LL128", t)
+
+
+def test_pat_only_with_one_gpu_per_node():
+    t = nt.NcclTopo(n_ranks=64, n_nodes=64, ppn=1, n_channels=2, bw_intra_GBps=23.75, bw_inter_GBps=23.75,
+                    arch="hopper")
+    assert nt.enabled("all_gather", "pat", "Simple", t)
+    assert not nt.enabled("all_reduce", "pat", "Simple", t)
+    # 8.0 + log2(64) * 14 / 3.5 + 2.8 * 64 = 8 + 24 + 179.2 = 211.2 us
+    assert nt.latency_us("all_gather", "pat", "Simple", t, GiB) == pytest.approx(211.2)
+    assert not nt.enabled("all_gather", "pat", "Simple", A100X2)

@@ -1,0 +1,87 @@
+"""The GPUs added for issue 16 / issue 12 item 3: each number typed here from the source named beside it
+(tags as in docs/hardware.md), or derived by the arithmetic written in the test."""
+
+from __future__ import annotations
+
+import pytest
+
+from simulator import catalog
+
+NEW_GPUS = ["b300", "gb200", "gb300", "h800", "a800", "h100-sxm-96gb-hbm2e", "mi325x", "mi355x"]
+
+
+def test_new_gpus_present_with_sources_and_confidence():
+    gpus = catalog.gpus()
+    for name in NEW_GPUS:
+        spec = gpus[name]
+        assert spec.sources and spec.confidence in "VSDU", name
+
+
+@pytest.mark.parametrize(
+    ("name", "dtype", "tflops"),
+    [
+        # HGX B300 table [G3]: BF16 36 PF and FP8 72 PF *with sparsity* for 8 GPUs -> /8 /2 dense.
+        ("b300", "bf16", 36_000 / 8 / 2),
+        ("b300", "fp8", 72_000 / 8 / 2),
+        ("b300", "fp32", 600 / 8),  # FP32 600 TF per 8 GPUs [G3]
+        # Lockwood's GB200 (1,200 W) table [S15]: dense BF16 2,500, FP8 5,000.
+        ("gb200", "bf16", 2500.0),
+        ("gb200", "fp8", 5000.0),
+        # GB300 NVL72: 360 PF FP8 for training over 72 GPUs [G1].
+        ("gb300", "fp8", 360_000 / 72),
+        # H800 keeps H100 SXM's tensor rates (datasheet 1,979 sparse -> 989.5 dense) [G9][S3].
+        ("h800", "bf16", 1979 / 2),
+        ("a800", "bf16", 312.0),  # A100 SXM rate [S4]
+        ("mi325x", "bf16", 1307.4),  # [S20]
+        ("mi325x", "fp8", 2614.9),
+        # MI355X: 256 CUs x 8,192 FP8 FLOP/clk/CU x 2.4 GHz [G12][G13]; BF16 half of it.
+        ("mi355x", "fp8", 256 * 8192 * 2.4e9 / 1e12),
+        ("mi355x", "bf16", 256 * 4096 * 2.4e9 / 1e12),
+    ],
+)
+def test_dense_peaks_new(name, dtype, tflops):
+    assert catalog.get_gpu(name).peak_flops(dtype) == pytest.approx(tflops * 1e12, rel=1e-4)
+
+
+@pytest.mark.parametrize(
+    ("name", "fp4_tflops"),
+    [
+        ("b200", 9000.0),  # Lockwood HGX B200 (1,000 W) dense FP4 [S15]
+        ("gb200", 10000.0),  # Lockwood GB200 (1,200 W) dense FP4 [S15]
+        ("gb300", 15000.0),  # 'Blackwell Ultra tops at 15 FP4 PFLOPS' [G11]
+    ],
+)
+def test_fp4_is_dense(name, fp4_tflops):
+    assert catalog.get_gpu(name).peak_tflops.fp4 == pytest.approx(fp4_tflops)
+
+
+def test_memory_links_and_power():
+    g = catalog.get_gpu
+    assert g("b300").hbm_GB == 288 and g("b300").hbm_bandwidth_GBps == 8000  # [G1][G2]
+    assert g("b300").tdp_W == 1100  # HGX B300 'up to 1,100 W' [G2]
+    assert g("gb300").tdp_W == 1400  # [G1]
+    assert g("gb200").hbm_GB == 186 and g("gb200").tdp_W == 1200  # [S25][S15]
+    assert g("gb300").hbm_bandwidth_GBps == 576_000 / 72  # 576 TB/s per rack [G1]
+    # NVLink 5: 1.8 TB/s bidirectional per GPU = 900 per direction.
+    for name in ("b300", "gb200", "gb300"):
+        assert g(name).nvlink_GBps_per_direction == 1800 / 2
+    # H800 / A800: 400 GB/s bidirectional NVLink = 200 per direction [G9][G10].
+    assert g("h800").nvlink_GBps_per_direction == 400 / 2
+    assert g("a800").nvlink_GBps_per_direction == 400 / 2
+    # MI355X: ~153.6 GB/s bidirectional per Infinity Fabric link [G14], one link to each of 7 peers.
+    assert g("mi355x").nvlink_GBps_per_direction == pytest.approx(153.6 / 2 * 7)
+    assert g("mi355x").tdp_W == 1400 and g("mi325x").tdp_W == 1000  # [G11][S20]
+    assert g("mi325x").hbm_GB == 256 and g("mi325x").hbm_bandwidth_GBps == 6000  # [S20]
+    # torchtitan's Grand Teton H100: "96GB HBM2e with 2.4 TB/sec", "default 500W power limit" [G8].
+    h = g("h100-sxm-96gb-hbm2e")
+    assert h.hbm_GB == 96 and h.tdp_W == 500 and h.hbm_bandwidth_GBps == 2400
+    assert h.confidence == "U"
+
+
+def test_usable_memory_uses_the_catalog_ratio():
+    # D: label_GB * 2**30 * (42,405,855,232 / 40 GiB), rounded down to a MiB (gpus.yaml header).
+    ratio = 42_405_855_232 / (40 * 2**30)
+    for name in NEW_GPUS:
+        spec = catalog.get_gpu(name)
+        expected = int(spec.hbm_GB * 2**30 * ratio) // 2**20 * 2**20
+        assert spec.hbm_usable_bytes == expected, name

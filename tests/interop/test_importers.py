@@ -1,0 +1,340 @@
+"""Importers: real-looking configs written from each framework's documented flag/key names, with the
+resulting scenario keys checked by hand; bad input is one error naming the flag, exit 2."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+
+import pytest
+from typer.testing import CliRunner
+
+from simulator.cli import app
+from simulator.errors import InputError
+from simulator.interop.megatron import import_args
+from simulator.interop.pipeline import import_scenario
+
+runner = CliRunner()
+
+# Megatron-LM flags as in examples/llama (pretrain_gpt.py), with the torchrun launcher line.
+MEGATRON = textwrap.dedent("""\
+    # Llama-3-8B-shaped pre-training
+    torchrun --nnodes 2 --nproc-per-node 8 pretrain_gpt.py \\
+      --num-layers 32 --hidden-size 4096 --ffn-hidden-size 14336 --num-attention-heads 32 \\
+      --group-query-attention --num-query-groups 8 --swiglu --normalization RMSNorm \\
+      --disable-bias-linear --position-embedding-type rope --untie-embeddings-and-output-weights \\
+      --max-position-embeddings 8192 --vocab-size 128256 --attention-dropout 0.0 --hidden-dropout 0.0 \\
+      --seq-length 8192 --micro-batch-size 1 --global-batch-size 128 --bf16 \\
+      --tensor-model-parallel-size 2 --pipeline-model-parallel-size 1 --sequence-parallel \\
+      --use-distributed-optimizer --overlap-grad-reduce --overlap-param-gather \\
+      --recompute-activations --train-iters 1000 \\
+      --lr 3e-4 --min-lr 3e-5 --lr-decay-style cosine --weight-decay 0.1 --clip-grad 1.0 \\
+      --data-path /data/c4_text_document --tokenizer-type HuggingFaceTokenizer \\
+      --save /ckpt --load /ckpt --save-interval 500 --log-interval 1 --eval-iters 10
+""")
+
+
+def test_megatron_import_hand_checked(tmp_path):
+    f = tmp_path / "args.sh"
+    f.write_text(MEGATRON)
+    s, text, imported = import_scenario("megatron", f, topology="dgx-h100")
+    m, tr, p = s.model, s.training, s.parallel
+    assert (m.n_layers, m.hidden_size, m.n_heads, m.kv_heads, m.ffn_hidden_size, m.vocab_size) == \
+        (32, 4096, 32, 8, 14336, 128256)
+    assert (m.mlp, m.norm, m.linear_bias, m.position_embedding, m.tied_embeddings, m.dropout) == \
+        ("swiglu", "rmsnorm", False, "rope", False, 0.0)
+    assert (tr.seq_len, tr.micro_batch_size, tr.global_batch_size, tr.precision) == (8192, 1, 128, "bf16")
+    assert (tr.activation_checkpointing, tr.steps) == ("selective", 1000)
+    assert (p.framework, p.tp, p.pp, p.sequence_parallel, p.distributed_optimizer) == ("ddp", 2, 1, True, True)
+    # torchrun --nnodes 2 on 8-GPU nodes: 16 GPUs, dp = 16 / 2 = 8, 128 / (1 x 8) = 16 micro-batches.
+    assert (s.n_gpus, s.dp, s.grad_accum_steps) == (16, 8, 16)
+    ignored = [k for k, _ in imported.ignored]
+    assert {"--lr", "--clip-grad", "--data-path", "--save", "--eval-iters"} <= set(ignored)
+    assert "--lr" in text and text.startswith("# scenario imported")
+
+
+def test_megatron_defaults_follow_arguments_py():
+    imp = import_args("--num-layers 2 --hidden-size 4096 --num-attention-heads 32 --swiglu --seq-length 1024 "
+                      "--vocab-size 50257 --tensor-model-parallel-size 2")
+    # ffn default with --swiglu: int((4h * 2/3) / 64) * 64 = int(10922.67 / 64) * 64 = 170 * 64.
+    assert imp.get("model.ffn_hidden_size") == 10880
+    # vocab padded to a multiple of 128 x tp = 256: ceil(50257 / 256) = 197 -> 50432.
+    assert imp.get("model.vocab_size") == 50432
+    # Megatron defaults: LayerNorm, biases, learned positions (max = seq), tied, dropout 0.1, fp32.
+    assert imp.get("model.norm") == "layernorm" and imp.get("model.linear_bias") is True
+    assert imp.get("model.position_embedding") == "learned" and imp.get("model.max_position_embeddings") == 1024
+    assert imp.get("model.tied_embeddings") is True and imp.get("model.dropout") == 0.1
+    assert imp.get("training.precision") == "fp32"
+    assert ("(absent) --overlap-grad-reduce" in [k for k, _ in imp.ignored])
+    gelu = import_args("--num-layers 2 --hidden-size 1024 --num-attention-heads 16 --seq-length 512")
+    assert gelu.get("model.ffn_hidden_size") == 4096 and gelu.get("model.mlp") == "gelu"
+
+
+def test_megatron_virtual_pipeline_from_layers_per_chunk():
+    imp = import_args("--num-layers 32 --hidden-size 1024 --num-attention-heads 16 "
+                      "--pipeline-model-parallel-size 4 --num-layers-per-virtual-pipeline-stage 2")
+    assert imp.get("parallel.virtual_stages") == 4  # 32 / (4 x 2)
+
+
+@pytest.mark.parametrize("args, needle", [
+    ("--num-layers 2 --hidden-size 64 --num-attention-heads 4 --bf16 --fp16", "--bf16 contradicts --fp16"),
+    ("--num-layers 2 --hidden-size 64 --num-attention-heads 4 --tensor-model-parallel-sise 2",
+     "unknown Megatron-LM flag --tensor-model-parallel-sise (did you mean --tensor-model-parallel-size?)"),
+    ("--num-layers 2 --num-layers 4 --hidden-size 64 --num-attention-heads 4", "--num-layers is given twice"),
+    ("--num-layers 2 --hidden-size 64 --num-attention-heads 4 --num-query-groups 2", "--group-query-attention"),
+    ("--num-layers 2 --hidden-size 64 --num-attention-heads 4 --recompute-activations "
+     "--recompute-granularity full", "contradicts --recompute-granularity full"),
+    ("--num-layers x --hidden-size 64 --num-attention-heads 4", "--num-layers: expected an integer"),
+])
+def test_megatron_bad_flags(args, needle):
+    with pytest.raises(InputError) as exc:
+        import_args(args)
+    assert needle in str(exc.value)
+
+
+def test_import_cli_errors_exit_2_and_write_nothing(tmp_path):
+    out = tmp_path / "s.yaml"
+    r = runner.invoke(app, ["import", "megatron", "--args", "--num-layers 2 --hidden-size 64 "
+                            "--num-attention-heads 4 --bogus-flag 1", "--topology", "dgx-h100", "--out", str(out)])
+    assert r.exit_code == 2 and "error:" in r.output and "--bogus-flag" in r.output
+    assert "Traceback" not in r.output and not out.exists()
+    # The cluster is not in Megatron's flags: the error names the option to give.
+    r = runner.invoke(app, ["import", "megatron", "--args", "--num-layers 2 --hidden-size 64 "
+                            "--num-attention-heads 4 --vocab-size 128 --seq-length 64 --micro-batch-size 1 "
+                            "--global-batch-size 8"])
+    assert r.exit_code == 2 and "cluster.topology" in r.output and "--topology" in r.output
+
+
+def test_import_cli_writes_a_scenario_dtsim_runs(tmp_path):
+    args = tmp_path / "args.txt"
+    args.write_text(MEGATRON)
+    out = tmp_path / "s.yaml"
+    r = runner.invoke(app, ["import", "megatron", str(args), "--topology", "dgx-h100", "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    r = runner.invoke(app, ["run", str(out), "--json", "--set", "training.global_batch_size=16"])
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)["n_gpus"] == 16
+
+
+# torchtitan: the layout of torchtitan/models/llama3/train_configs/llama3_70b.toml (64 A100 preset).
+TORCHTITAN = textwrap.dedent("""\
+    # torchtitan Config.toml
+    [job]
+    dump_folder = "./outputs"
+    description = "Llama 3 70B training"
+
+    [metrics]
+    log_freq = 10
+    enable_tensorboard = true
+
+    [model]
+    name = "llama3"
+    flavor = "70B"
+    hf_assets_path = "./assets/hf/Llama-3.1-70B"
+
+    [optimizer]
+    name = "AdamW"
+    lr = 1.5e-4
+
+    [training]
+    local_batch_size = 8
+    seq_len = 8192
+    max_norm = 1.0
+    steps = 1000
+    dataset = "c4"
+
+    [parallelism]
+    data_parallel_replicate_degree = 1
+    data_parallel_shard_degree = -1
+    tensor_parallel_degree = 8
+    pipeline_parallel_degree = 1
+    context_parallel_degree = 1
+
+    [checkpoint]
+    enable_checkpoint = false
+
+    [activation_checkpoint]
+    mode = "full"
+
+    [compile]
+    enable = false
+""")
+
+
+def test_torchtitan_import_hand_checked(tmp_path):
+    f = tmp_path / "llama3_70b.toml"
+    f.write_text(TORCHTITAN)
+    s, _, imported = import_scenario("torchtitan", f, topology="dgx-a100", nodes=8)
+    assert s.model.n_layers == 80 and s.model.hidden_size == 8192 and s.model.kv_heads == 8  # llama3 70B
+    assert (s.parallel.framework, s.parallel.sharding_strategy, s.parallel.tp) == ("fsdp", "full_shard", 8)
+    # 64 GPUs / tp 8 = dp 8; no global_batch_size: local 8 x dp 8 = 64 sequences.
+    assert (s.dp, s.training.micro_batch_size, s.training.global_batch_size) == (8, 8, 64)
+    assert (s.training.seq_len, s.training.steps, s.training.activation_checkpointing) == (8192, 1000, "full")
+    assert s.training.precision == "bf16" and s.parallel.reduce_dtype == "fp32"  # torchtitan defaults
+    assert {"[optimizer]", "[checkpoint]", "training.max_norm"} <= {k for k, _ in imported.ignored}
+
+
+def test_torchtitan_hsdp_ddp_and_errors(tmp_path):
+    hsdp = "[model]\nname='llama3'\nflavor='8B'\n[training]\nlocal_batch_size=2\nseq_len=4096\n" \
+           "[parallelism]\ndata_parallel_replicate_degree=2\ndata_parallel_shard_degree=8\n"
+    s, _, _ = import_scenario("torchtitan", text=hsdp, topology="dgx-h100")
+    # replicate 2 x shard 8 = 16 GPUs -> 2 nodes (given by the degrees); global 2 x 16.
+    assert (s.parallel.sharding_strategy, s.n_gpus, s.training.global_batch_size) == ("hybrid_shard", 16, 32)
+    ddp = hsdp.replace("data_parallel_shard_degree=8", "data_parallel_shard_degree=1")
+    s, _, _ = import_scenario("torchtitan", text=ddp, topology="dgx-h100")
+    assert (s.parallel.framework, s.n_gpus) == ("ddp", 2)
+    with pytest.raises(InputError, match="runs on 16 GPUs, but the cluster has 8"):
+        import_scenario("torchtitan", text=hsdp, topology="dgx-h100", nodes=1)
+    with pytest.raises(InputError, match="unknown key local_batch in \\[training\\]"):
+        import_scenario("torchtitan", text=hsdp.replace("local_batch_size", "local_batch"), topology="dgx-h100")
+    with pytest.raises(InputError, match="--model"):
+        import_scenario("torchtitan", text=hsdp.replace("'8B'", "'debugmodel'"), topology="dgx-h100")
+
+
+# NeMo 1.x megatron_gpt_config.yaml layout (trainer / exp_manager / model sections).
+NEMO = textwrap.dedent("""\
+    name: megatron_gpt
+    trainer:
+      devices: 8
+      num_nodes: 2
+      accelerator: gpu
+      precision: bf16
+      logger: false
+      enable_checkpointing: false
+      max_steps: 300000
+      log_every_n_steps: 10
+      val_check_interval: 2000
+      gradient_clip_val: 1.0
+    exp_manager:
+      explicit_log_dir: null
+      create_checkpoint_callback: true
+    model:
+      micro_batch_size: 2
+      global_batch_size: 256
+      tensor_model_parallel_size: 2
+      pipeline_model_parallel_size: 2
+      virtual_pipeline_model_parallel_size: null
+      encoder_seq_length: 2048
+      max_position_embeddings: 2048
+      num_layers: 24
+      hidden_size: 4096
+      ffn_hidden_size: 16384
+      num_attention_heads: 32
+      init_method_std: 0.01
+      hidden_dropout: 0.0
+      attention_dropout: 0.0
+      kv_channels: null
+      normalization: layernorm1p
+      bias: false
+      activation: gelu
+      position_embedding_type: rope
+      share_embeddings_and_output_weights: false
+      make_vocab_size_divisible_by: 128
+      tokenizer:
+        library: megatron
+        type: GPT2BPETokenizer
+      sequence_parallel: true
+      activations_checkpoint_granularity: selective
+      use_flash_attention: true
+      optim:
+        name: distributed_fused_adam
+        lr: 1.6e-4
+        weight_decay: 0.1
+      data:
+        data_prefix: [1.0, /data/my_text_document]
+""")
+
+
+def test_nemo_import_hand_checked(tmp_path):
+    f = tmp_path / "gpt3_5b.yaml"
+    f.write_text(NEMO)
+    with pytest.raises(InputError, match="model.vocab_size"):
+        import_scenario("nemo", f, topology="dgx-a100")
+    s, _, imported = import_scenario("nemo", f, topology="dgx-a100", overrides=["model.vocab_size=50304"])
+    m = s.model
+    assert (m.n_layers, m.hidden_size, m.ffn_hidden_size, m.n_heads, m.mlp, m.norm) == \
+        (24, 4096, 16384, 32, "gelu", "layernorm")
+    assert (m.linear_bias, m.position_embedding, m.tied_embeddings, m.dropout) == (False, "rope", False, 0.0)
+    # devices 8 x num_nodes 2 = 16 GPUs; dp = 16 / (2 x 2) = 4; 256 / (2 x 4) = 32 micro-batches.
+    assert (s.n_gpus, s.dp, s.grad_accum_steps, s.training.steps) == (16, 4, 32, 300000)
+    assert (s.parallel.tp, s.parallel.pp, s.parallel.sequence_parallel, s.parallel.distributed_optimizer) == \
+        (2, 2, True, True)
+    assert s.training.activation_checkpointing == "selective" and s.training.precision == "bf16"
+    assert {"model.init_method_std", "model.tokenizer", "exp_manager"} <= {k for k, _ in imported.ignored}
+    with pytest.raises(InputError, match="unknown key model.num_layer"):
+        import_scenario("nemo", text=NEMO.replace("num_layers:", "num_layer:"), topology="dgx-a100")
+
+
+def test_deepspeed_import_on_model_and_topology(tmp_path):
+    ds = tmp_path / "ds_config.json"
+    ds.write_text(json.dumps({
+        "train_batch_size": 512, "train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 16,
+        "bf16": {"enabled": True}, "gradient_clipping": 1.0,
+        "zero_optimization": {"stage": 2, "reduce_bucket_size": 2e8, "overlap_comm": True,
+                              "offload_optimizer": {"device": "cpu"}},
+    }))
+    s, text, imported = import_scenario("deepspeed", ds, model="olmo-2-7b", topology="dgx-a100",
+                                        overrides=["training.seq_len=4096"])
+    p = s.parallel
+    assert (p.framework, p.zero_stage, p.reduce_bucket_size, p.overlap_comm, p.offload_optimizer) == \
+        ("deepspeed", 2, 2e8, True, "cpu")
+    assert (s.training.global_batch_size, s.training.micro_batch_size, s.grad_accum_steps) == (512, 4, 16)
+    assert "gradient_clipping" in text and "deepspeed_config" not in text
+
+
+# Accelerate config as `accelerate config` writes it for FSDP (integer strategy 1 = FULL_SHARD and the
+# older fsdp_backward_prefetch_policy key both appear in published configs).
+ACCELERATE = textwrap.dedent("""\
+    compute_environment: LOCAL_MACHINE
+    debug: false
+    distributed_type: FSDP
+    downcast_bf16: 'no'
+    fsdp_config:
+      fsdp_auto_wrap_policy: TRANSFORMER_BASED_WRAP
+      fsdp_backward_prefetch_policy: BACKWARD_PRE
+      fsdp_cpu_ram_efficient_loading: true
+      fsdp_forward_prefetch: false
+      fsdp_offload_params: false
+      fsdp_sharding_strategy: 1
+      fsdp_state_dict_type: SHARDED_STATE_DICT
+      fsdp_sync_module_states: true
+      fsdp_use_orig_params: true
+    machine_rank: 0
+    main_training_function: main
+    mixed_precision: bf16
+    num_machines: 2
+    num_processes: 16
+    rdzv_backend: static
+    same_network: true
+    use_cpu: false
+""")
+
+
+def test_accelerate_import_hand_checked():
+    s, _, imported = import_scenario("accelerate", text=ACCELERATE, model="llama-3-8b", topology="dgx-h100",
+                                     overrides=["training.seq_len=4096", "training.micro_batch_size=2",
+                                                "training.global_batch_size=64"])
+    p = s.parallel
+    assert (p.framework, p.sharding_strategy, p.backward_prefetch, p.forward_prefetch) == \
+        ("fsdp", "full_shard", "backward_pre", False)
+    assert (s.n_gpus, s.cluster.nodes, s.training.precision) == (16, 2, "bf16")
+    assert {"fsdp_config.fsdp_auto_wrap_policy", "rdzv_backend"} <= {k for k, _ in imported.ignored}
+    with pytest.raises(InputError, match="CPU offload"):
+        import_scenario("accelerate", text=ACCELERATE.replace("fsdp_offload_params: false",
+                                                              "fsdp_offload_params: true"),
+                        model="llama-3-8b", topology="dgx-h100")
+
+
+def test_deepspeed_import_names_ignored_keys_and_refuses_typos(tmp_path):
+    ds = tmp_path / "ds.json"
+    ds.write_text(json.dumps({"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": "auto",
+                              "steps_per_print": 10, "zero_optimization": {"stage": 1}}))
+    _, text, imported = import_scenario("deepspeed", ds, model="olmo-2-7b", topology="dgx-a100",
+                                        overrides=["training.seq_len=4096", "training.global_batch_size=64"])
+    assert ("steps_per_print", "not modelled by dtsim (no effect on the simulated step)") in imported.ignored
+    assert ("gradient_accumulation_steps", "'auto': the scenario's value is kept") in imported.ignored
+    ds.write_text(json.dumps({"zero_optimization": {"stage": 2, "reduce_bucket_sise": 2e8}}))
+    with pytest.raises(InputError, match="did you mean 'zero_optimization.reduce_bucket_size'"):
+        import_scenario("deepspeed", ds, model="olmo-2-7b", topology="dgx-a100",
+                        overrides=["training.seq_len=4096", "training.global_batch_size=64",
+                                   "training.micro_batch_size=1"])
