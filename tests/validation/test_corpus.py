@@ -117,3 +117,11 @@ def test_small_mpt_shapes_match_the_benchmark_numparams(name, num_params, d_mode
     from simulator.workload.params import count
 
     assert count(get_model(name)).total == num_params - 2048 * d_model
+
+
+def test_ids_are_glob_friendly():
+    """``dtsim validate --only GLOB`` selects by id: lowercase letters, digits, '.', '_' and '-' only."""
+    import re
+
+    for run in load_runs():
+        assert re.fullmatch(r"[A-Za-z0-9._-]+", run.id), run.id
