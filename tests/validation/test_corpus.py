@@ -64,7 +64,7 @@ def test_corpus_spans_gpus_frameworks_scales_and_moe():
     assert {"FSDP", "Megatron"} <= {r.framework for r in CORPUS}
     moe = [r for r in CORPUS if r.not_expressible and r.not_expressible.startswith("MoE not simulated yet")]
     assert len(moe) >= 10
-    assert any(r.gpu == "B200" and r.expressible for r in CORPUS)
+    assert {"B200", "GB200", "GB300"} <= {r.gpu for r in CORPUS if r.expressible}
 
 
 def test_duplicate_id_is_refused():
