@@ -127,6 +127,7 @@ def simulate(scenario: Scenario, *, efficiency: Efficiency | None = None, what_i
         "framework": par.framework,
         "zero_stage": par.effective_zero_stage,
         "tp": par.tp, "pp": par.pp, "dp": ctx.mesh.dp, "cp": par.cp,
+        **({"ep": par.ep, "etp": par.etp, "edp": ctx.mesh.size("edp")} if scenario.model.moe else {}),
         "sequence_parallel": par.sequence_parallel, "distributed_optimizer": par.distributed_optimizer,
         "grad_accum_steps": ctx.n_micro,
         "micro_batch_size": tr.micro_batch_size,
@@ -164,6 +165,10 @@ def _warnings(scenario: Scenario, efficiency: Efficiency | None, mesh: Any = Non
     if mesh is not None and mesh.tp > mesh.gpus_per_node:
         out.append(f"parallel.tp={mesh.tp} exceeds the {mesh.gpus_per_node} GPUs of a node: TP groups span nodes and "
                    "their per-block collectives cross the inter-node network (dtsim run --show-placement)")
+    if mesh is not None and mesh.ep * mesh.etp > mesh.gpus_per_node:
+        out.append(f"parallel.ep={mesh.ep} x etp={mesh.etp} exceeds the {mesh.gpus_per_node} GPUs of a node: the MoE "
+                   "token all-to-alls cross the inter-node network (dtsim run --show-placement; "
+                   "parallel.moe_dispatcher: deepep sends each token once per node)")
     if efficiency is None and not is_calibrated(gpu):
         out.append(f"compute efficiencies for {gpu.name} ({gpu.arch}) are uncalibrated defaults "
                    "(validated architectures: ampere, hopper); treat step times as estimates")

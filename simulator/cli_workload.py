@@ -45,11 +45,16 @@ def flops_summary(model: ModelConfig, seq_len: int, convention: Literal["full", 
     causal = convention == "causal"
     plain = flops.step(model, 1, seq_len, causal=causal)
     full = flops.step(model, 1, seq_len, causal=causal, recompute="full")
+    moe = {}
+    if model.moe is not None:  # active = what one token uses (simulator.workload.moe)
+        moe = {"n_params_active": counts.active,
+               "n_params_active_without_input_embedding": counts.active - counts.embedding}
     return {
         "model": model.name,
         "seq_len": seq_len,
         "attention_convention": convention,
         "n_params": counts.total,
+        **moe,
         "n_params_non_embedding": counts.non_embedding,
         "n_params_embedding": counts.embedding + counts.lm_head,
         "forward_flops_per_token": plain.forward_flops_per_token,
@@ -57,7 +62,7 @@ def flops_summary(model: ModelConfig, seq_len: int, convention: Literal["full", 
         "train_flops_per_token_full_recompute": full.hardware_flops_per_token,
         "forward_flops_per_sequence": plain.forward_flops,
         "train_flops_per_sequence": plain.model_flops,
-        "six_n_flops_per_token": 6 * counts.total,
+        "six_n_flops_per_token": 6 * counts.active,  # N = active parameters for an MoE model
     }
 
 
@@ -217,7 +222,8 @@ def catalog_gpus(json_out: JsonOption = False) -> None:
 def catalog_models(json_out: JsonOption = False) -> None:
     """Models with their shapes and dtsim's exact parameter count."""
     table_data = {
-        name: {**model.model_dump(exclude_defaults=True), "n_params": params.count(model).total}
+        name: {**model.model_dump(exclude_defaults=True), "n_params": params.count(model).total,
+               "n_params_active": params.count(model).active}
         for name, model in catalog.models().items()
     }
     if json_out:
@@ -234,9 +240,10 @@ def catalog_models(json_out: JsonOption = False) -> None:
             str(model.n_heads),
             str(model.kv_heads),
             str(model.ffn_hidden_size),
-            model.mlp,
+            model.mlp + (f" MoE {model.moe.n_experts}e top-{model.moe.top_k}" if model.moe else ""),
             str(model.vocab_size),
             "yes" if model.tied_embeddings else "no",
-            fmt_count(table_data[name]["n_params"]),
+            fmt_count(table_data[name]["n_params"])
+            + (f" ({fmt_count(table_data[name]['n_params_active'])} active)" if model.moe else ""),
         )
     stdout.print(table)

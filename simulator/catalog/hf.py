@@ -8,6 +8,14 @@ Supported families and their key names (as written by each family's ``configurat
 - MPT: ``n_layers``, ``d_model``, ``n_heads``, ``expansion_ratio``, ``vocab_size``, ``no_bias``,
   ``attn_config.alibi``; MPT always ties the embedding.
 - GPT-NeoX: Llama-style names with ``hidden_act`` gelu, biases and LayerNorm, rotary positions.
+- Mixture-of-experts (``_moe``): Mixtral (``num_local_experts``, ``num_experts_per_tok``,
+  experts of ``intermediate_size``), Qwen3-MoE (``num_experts``, ``moe_intermediate_size``,
+  ``decoder_sparse_step``, per-head QK-norm), OLMoE (``num_experts``, experts of
+  ``intermediate_size``, full-width QK-norm), GPT-OSS (``num_local_experts``,
+  ``num_experts_per_tok`` or ``experts_per_token``, biases on attention, router and experts) and
+  DeepSeek-V2/V3 (``n_routed_experts``, ``n_shared_experts``, ``moe_intermediate_size``,
+  ``first_k_dense_replace``, ``moe_layer_freq`` and the MLA keys ``q_lora_rank``, ``kv_lora_rank``,
+  ``qk_nope_head_dim``, ``qk_rope_head_dim``, ``v_head_dim``; the MTP module is not counted).
 - GPT-2: ``n_layer``, ``n_embd``, ``n_head``, ``n_inner`` (None ⇒ 4·n_embd), ``n_positions``;
   learned positions, tied head, biases.
 """
@@ -85,6 +93,45 @@ def _llama_like(cfg: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+MOE_TYPES = ("mixtral", "qwen3_moe", "olmoe", "gpt_oss", "deepseek_v2", "deepseek_v3")
+
+
+def _moe(cfg: dict[str, Any]) -> dict[str, Any]:
+    """MoE families: the Llama-style keys plus the expert (and MLA) keys of each family."""
+    mt = cfg["model_type"]
+    out = _llama_like({**cfg, "model_type": "llama"})
+    top_k = cfg.get("num_experts_per_tok", cfg.get("experts_per_token"))
+    moe: dict[str, Any] = {"top_k": top_k}
+    if mt == "mixtral":
+        moe |= {"n_experts": cfg["num_local_experts"], "expert_ffn_hidden_size": cfg["intermediate_size"]}
+    elif mt == "olmoe":
+        moe |= {"n_experts": cfg["num_experts"], "expert_ffn_hidden_size": cfg["intermediate_size"]}
+        out["qk_norm"] = True
+    elif mt == "gpt_oss":
+        moe |= {"n_experts": cfg["num_local_experts"], "expert_ffn_hidden_size": cfg["intermediate_size"],
+                "router_bias": True}
+        out["linear_bias"] = True
+    elif mt == "qwen3_moe":
+        step = int(cfg.get("decoder_sparse_step", 1) or 1)
+        if cfg.get("mlp_only_layers"):
+            raise KeyError("mlp_only_layers (an irregular dense-layer list cannot be expressed; write model.moe)")
+        moe |= {"n_experts": cfg["num_experts"], "expert_ffn_hidden_size": cfg["moe_intermediate_size"],
+                "first_dense_layers": step - 1, "layer_interval": step}
+        out |= {"qk_norm": True, "qk_norm_per_head": True}
+    else:  # deepseek_v2, deepseek_v3 (the same keys)
+        moe |= {"n_experts": cfg["n_routed_experts"], "expert_ffn_hidden_size": cfg["moe_intermediate_size"],
+                "n_shared_experts": cfg.get("n_shared_experts") or 0,
+                "first_dense_layers": cfg.get("first_k_dense_replace", 0),
+                "layer_interval": cfg.get("moe_layer_freq", 1)}
+        out |= {"attention": "mla", "n_kv_heads": None, "head_dim": None}
+        out |= {k: cfg[k] for k in ("kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")}
+        out["q_lora_rank"] = cfg.get("q_lora_rank")
+    if top_k is None:
+        raise KeyError("num_experts_per_tok")
+    out["moe"] = moe
+    return out
+
+
 def model_dict_from_hf(path: Path) -> dict[str, Any]:
     """Read ``config.json`` at ``path`` and return a dict for ``ModelConfig``.
 
@@ -100,7 +147,8 @@ def model_dict_from_hf(path: Path) -> dict[str, Any]:
     if not isinstance(cfg, dict):
         raise InputError(f"{path} is not a JSON object", field)
     model_type = cfg.get("model_type", "")
-    readers: dict[str, Any] = {"gpt2": _gpt2, "mpt": _mpt, **dict.fromkeys(LLAMA_LIKE, _llama_like)}
+    readers: dict[str, Any] = {"gpt2": _gpt2, "mpt": _mpt, **dict.fromkeys(LLAMA_LIKE, _llama_like),
+                               **dict.fromkeys(MOE_TYPES, _moe)}
     if model_type not in readers:
         # Guessing would be silently wrong (an OPT config read as Llama is off by 30%).
         raise InputError(

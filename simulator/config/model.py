@@ -7,6 +7,9 @@ from typing import Literal
 from pydantic import Field, PositiveInt, model_validator
 
 from simulator.config.base import Frozen
+from simulator.config.moe import MoEConfig
+
+_MLA_KEYS = ("q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
 
 
 class ModelConfig(Frozen):
@@ -45,6 +48,23 @@ class ModelConfig(Frozen):
     #: Dropout probability in training (hidden and attention). Dropout stores 1-byte masks
     #: (Korthikanti et al. 2022 Table 2 counts them); Llama/OLMo-style models train without it.
     dropout: float = Field(0.0, ge=0, lt=1)
+    #: QK-norm over each head's ``d_h`` features, shared by the heads (Qwen3: ``RMSNorm(head_dim)``)
+    #: instead of over the full query / key width (OLMo 2, OLMoE).
+    qk_norm_per_head: bool = False
+    #: Attention kind: ``mha`` / ``gqa`` (derived from n_kv_heads when omitted) or ``mla``
+    #: (DeepSeek-V2/V3 multi-head latent attention, ``simulator.workload.mla``).
+    attention: Literal["mha", "gqa", "mla"] | None = None
+    #: MLA (DeepSeek-V2 §2.1, V3 config.json): query compression rank (null = no query
+    #: compression), KV compression rank, per-head non-RoPE and RoPE query/key widths, value width.
+    q_lora_rank: PositiveInt | None = None
+    kv_lora_rank: PositiveInt | None = None
+    qk_nope_head_dim: PositiveInt | None = None
+    qk_rope_head_dim: PositiveInt | None = None
+    v_head_dim: PositiveInt | None = None
+    #: Mixture-of-experts MLPs (``simulator.config.moe``); null = dense.
+    moe: MoEConfig | None = None
+    #: Published total and active parameter counts (display only).
+    reported_active_params: float | None = None
     #: Published parameter count, when the source gives one (used only in reports, never as a result).
     reported_params: float | None = None
     source: str = ""
@@ -58,9 +78,33 @@ class ModelConfig(Frozen):
             raise ValueError(
                 f"hidden_size ({self.hidden_size}) is not divisible by n_heads ({self.n_heads}); set head_dim"
             )
+        self._check_attention()
+        if self.qk_norm_per_head and not self.qk_norm:
+            raise ValueError("model.qk_norm_per_head needs model.qk_norm: true")
         if self.position_embedding == "learned" and self.max_position_embeddings is None:
             raise ValueError("position_embedding 'learned' needs max_position_embeddings")
         return self
+
+    def _check_attention(self) -> None:
+        kind = self.attention
+        if kind == "mha" and self.kv_heads != self.n_heads:
+            raise ValueError(f"model.attention is 'mha' but n_kv_heads ({self.kv_heads}) != n_heads ({self.n_heads}); "
+                             "use attention: gqa")
+        if kind == "gqa" and self.n_kv_heads is None:
+            raise ValueError("model.attention 'gqa' needs model.n_kv_heads")
+        given = [k for k in _MLA_KEYS if getattr(self, k) is not None]
+        if kind != "mla" and given:
+            raise ValueError(f"model.{given[0]} is an MLA key; set model.attention: mla or remove it")
+        if kind == "mla":
+            missing = [k for k in _MLA_KEYS[1:] if getattr(self, k) is None]
+            if missing:
+                raise ValueError(f"model.attention 'mla' needs model.{missing[0]} (and {', '.join(_MLA_KEYS[1:])})")
+            if self.n_kv_heads not in (None, self.n_heads):
+                raise ValueError("model.n_kv_heads must equal n_heads (or be omitted) with attention 'mla'")
+
+    @property
+    def is_mla(self) -> bool:
+        return self.attention == "mla"
 
     @property
     def kv_heads(self) -> int:

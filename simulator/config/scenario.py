@@ -112,6 +112,16 @@ class ParallelConfig(Frozen):
     #: over dp · cp. ``training.global_batch_size`` must still be a multiple of
     #: ``micro_batch_size · GPUs / (tp · pp)`` (this schema's batch check counts cp ranks as dp).
     cp: PositiveInt = 1
+    #: Expert parallelism (MoE models; Megatron-Core ``--expert-model-parallel-size``): the routed
+    #: experts split over ``ep`` ranks; ``etp`` splits each expert's width
+    #: (``--expert-tensor-parallel-size``); expert data parallel = tp·cp·dp / (ep·etp).
+    ep: PositiveInt = 1
+    etp: PositiveInt = 1
+    #: Run the shared experts while the token dispatch is in flight (``--moe-shared-expert-overlap``).
+    moe_shared_expert_overlap: bool = False
+    #: Token dispatcher: one all-to-all over the EP group (Megatron-Core ``alltoall``), or DeepEP's
+    #: two hops across nodes (each token crosses the network once per destination node, then NVLink).
+    moe_dispatcher: Literal["alltoall", "deepep"] = "alltoall"
     #: Megatron sequence parallelism (Korthikanti et al. 2022): norm/dropout activations split by tp.
     sequence_parallel: bool = False
     #: Megatron TP communication overlap (``--tp-comm-overlap``) / PyTorch async-TP: TP collectives
@@ -373,6 +383,9 @@ class Scenario(Frozen):
             raise ValueError(
                 f"training.seq_len ({t.seq_len}) exceeds the model's max_position_embeddings ({m.max_position_embeddings})"
             )
+        from simulator.config.moe import check_layout
+
+        check_layout(m, p, n, self.cluster.topology.gpus_per_node)
         try:
             self.cluster.gpu_spec.peak_flops(t.precision)
         except ValueError as exc:

@@ -42,6 +42,8 @@ class Costing:
         self._coll: dict[tuple[str, str, float], tuple[float, dict[str, Any]]] = {}
 
     def _collective(self, task: CollectiveTask) -> TaskCost:
+        if task.parts:
+            return self._parts(task)
         key = (task.op, task.group, task.nbytes)
         hit = self._coll.get(key)
         if hit is None:
@@ -66,6 +68,20 @@ class Costing:
         if task.host_s:
             args = {**args, "host_s": task.host_s}
         return TaskCost(task.count * (time_s + task.host_s), args)
+
+    def _parts(self, task: CollectiveTask) -> TaskCost:
+        """Back-to-back calls of one task, each priced alone (latency included) plus its host time."""
+        total, rows, args = 0.0, [], {}
+        for label, nbytes in task.parts:
+            one = self._collective(CollectiveTask(task.id, label, task.kind, task.op, task.group, nbytes))
+            t = one.duration_s + task.host_s
+            rows.append({"name": label, "bytes": nbytes, "time_s": t})
+            total += t
+            args = one.args
+        args = {**args, "bytes": task.nbytes, "parts": rows}
+        if task.host_s:
+            args["host_s"] = task.host_s
+        return TaskCost(task.count * total, args)
 
     def cost(self, task: Any) -> TaskCost:
         if isinstance(task, ComputeTask):

@@ -23,8 +23,8 @@ from simulator.engine.intervals import exposed, measure, subtract, union
 from simulator.engine.trace import Trace
 
 COMPUTE_KINDS = ("forward", "backward", "recompute", "optimizer")
-COMM_KINDS = ("param_allgather", "grad_reduce", "post_step_gather", "tp", "pp", "cp")
-DIMENSIONS = {"tp": ("tp",), "cp": ("cp",), "pp": ("pp",), "dp": ("param_allgather", "grad_reduce", "post_step_gather")}
+COMM_KINDS = ("param_allgather", "grad_reduce", "post_step_gather", "tp", "pp", "cp", "ep")
+DIMENSIONS = {"tp": ("tp",), "cp": ("cp",), "pp": ("pp",), "ep": ("ep",), "dp": ("param_allgather", "grad_reduce", "post_step_gather")}
 PASS_KINDS = ("forward", "backward", "recompute")
 
 
@@ -55,10 +55,12 @@ def summarize(trace: Trace) -> dict[str, Any]:
         out[f"{kind}_s"] = busy.get(("compute", kind), 0.0)
     out["cpu_optimizer_s"] = sum(v for (c, _), v in busy.items() if c == "host")
     out["optimizer_s"] += out["cpu_optimizer_s"]
-    comm: dict[str, dict[str, float]] = {kind: split(by.get(("comm", kind), [])) for kind in COMM_KINDS}
+    # "ep" (MoE token all-to-alls) appears only in runs that have them.
+    kinds = [k for k in COMM_KINDS if k != "ep" or ("comm", "ep") in by]
+    comm: dict[str, dict[str, float]] = {kind: split(by.get(("comm", kind), [])) for kind in kinds}
     comm["total"] = split(cat("comm"))
     out["communication"] = comm
-    out["by_dimension"] = {dim: split(cat("comm", kinds)) for dim, kinds in DIMENSIONS.items()}
+    out["by_dimension"] = {dim: split(cat("comm", dk)) for dim, dk in DIMENSIONS.items() if dim in kinds or dim != "ep"}
     copies = cat("copy")
     host = cat("host")
     out["offload"] = {"on_link_s": measure(copies), "exposed_s": exposed(copies + host, compute_iv),

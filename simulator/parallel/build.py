@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from simulator.errors import InputError
-from simulator.parallel import ddp, deepspeed, fsdp, pipeline
+from simulator.parallel import ddp, deepspeed, expert, fsdp, pipeline
 from simulator.parallel.context import BuildContext
 from simulator.parallel.ir import GraphBuilder, StepGraph
 from simulator.parallel.mesh import RankMesh
@@ -38,17 +38,18 @@ def build_step_graph(ctx: BuildContext) -> StepGraph:
     make_hooks, finish = _FRAMEWORKS[ctx.parallel.framework]
     if ctx.mesh.pp > 1:
         check_pipeline(ctx.parallel)
-        return pipeline.build(ctx, make_hooks, finish)
+        return pipeline.build(ctx, expert.wrap_hooks(make_hooks), finish)
     b = GraphBuilder()
     hooks = make_hooks(ctx)
-    run_micro_batches(b, ctx.work, ctx.n_micro, hooks)
+    run_micro_batches(b, ctx.work, ctx.n_micro, expert.wrap_hooks(lambda _: hooks)(ctx))
     return b.build(**finish(b, ctx, hooks))
 
 
 def mesh_for(scenario: Any, gpus_per_node: int) -> RankMesh:
     p = scenario.parallel
     cp = getattr(p, "cp", 1)
-    return RankMesh(tp=p.tp, dp=scenario.n_gpus // (p.tp * cp * p.pp), pp=p.pp, gpus_per_node=gpus_per_node, cp=cp)
+    return RankMesh(tp=p.tp, dp=scenario.n_gpus // (p.tp * cp * p.pp), pp=p.pp, gpus_per_node=gpus_per_node, cp=cp,
+                    ep=getattr(p, "ep", 1), etp=getattr(p, "etp", 1))
 
 
 def context_for(scenario: Any, work: StepWork | None = None, gpus_per_node: int | None = None) -> BuildContext:

@@ -167,11 +167,9 @@ class Zero3Hooks(Hooks):
             shares = work.layer_module_params
             order = range(len(shares) - 1, -1, -1) if backward else range(len(shares))
             scale = nbytes / sum(shares)
-            last = None
-            for i in order:
-                last = b.collective(f"allgather {phase} {unit}.{names[i]} mb{g}", "param_allgather", "all_gather",
-                                    group, shares[i] * scale, deps=deps, micro_batch=g, host_s=host_s)
-            return last
+            parts = tuple((f"allgather {phase} {unit}.{names[i]} mb{g}", shares[i] * scale) for i in order)
+            return b.collective(f"allgather {phase} {unit} mb{g}", "param_allgather", "all_gather", group,
+                                nbytes, deps=deps, micro_batch=g, host_s=host_s, parts=parts)
 
         return issue
 

@@ -21,7 +21,7 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
-CommKind = Literal["param_allgather", "grad_reduce", "post_step_gather", "tp", "pp", "cp"]
+CommKind = Literal["param_allgather", "grad_reduce", "post_step_gather", "tp", "pp", "cp", "ep"]
 ComputeKind = Literal["forward", "backward", "recompute", "optimizer"]
 CollectiveOp = Literal["all_reduce", "reduce_scatter", "all_gather", "broadcast", "reduce", "all_to_all"]
 
@@ -76,6 +76,10 @@ class CollectiveTask:
     #: Framework host time per call on the stream before the collective (e.g. DeepSpeed ZeRO-3's
     #: partitioned-parameter bookkeeping per fetch), seconds.
     host_s: float = 0.0
+    #: Back-to-back calls of different sizes issued as one task: ((label, nbytes), ...), ``nbytes``
+    #: their sum (ZeRO-3's per-module gathers of one block). Each call is priced on its own and pays
+    #: ``host_s``; the Chrome trace shows each as a sub-span.
+    parts: tuple[tuple[str, float], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,7 +15,9 @@ reason a framework would refuse the layout or a placement practitioners avoid:
   per stage when ``G`` is divisible by ``pp`` (Megatron-LM's interleaving condition);
 * DeepSpeed ZeRO-2/3 excludes ``pp > 1`` (DeepSpeed's pipeline engine refuses it), and DeepSpeed
   pipelines are 1F1B only (no interleaving);
-* context parallelism stays at the scenario's value (layouts with cp are not enumerated).
+* context parallelism stays at the scenario's value (layouts with cp are not enumerated);
+* MoE models: every ``ep`` dividing the experts and the GPUs of a stage, with ``etp`` 1 or ``tp``
+  (``simulator.parallel.expert.expand_layouts``).
 
 Ranking is the sweep's: it simulates each layout and orders by its objective. The list here is
 ordered by (tp, pp, micro-batch, v), deterministic for resumable sweeps.
@@ -67,4 +69,8 @@ def enumerate_layouts(scenario: Any, micro_batch_sizes: tuple[int, ...] | None =
                 for v in _divisors(per_stage):
                     if 1 < v <= max_virtual_stages:
                         out.append({**base, "parallel.pipeline_schedule": "interleaved", "parallel.virtual_stages": v})
+    if model.moe is not None:
+        from simulator.parallel.expert import expand_layouts
+
+        out = expand_layouts(out, scenario)
     return out

@@ -14,6 +14,9 @@ Group kinds:
 * ``dp_shard`` / ``dp_replicate``: HYBRID_SHARD splits DP into shard groups of ``shard_size``
   consecutive DP ranks (one node's worth) and replica groups across them (formulas.md §4.3);
 * ``tp``: tensor-parallel peers; ``cp``: context-parallel peers; ``pp``: a whole pipeline;
+* ``ep`` / ``etp`` / ``edp``: expert-parallel, expert-tensor-parallel and expert-data-parallel
+  peers of the MoE blocks (``simulator.parallel.expert``: ``etp × ep × edp`` re-splits a stage's
+  ``tp·cp·dp`` ranks, ETP innermost);
 * ``pp_next:s``: the [stage s, stage s+1 mod pp] pairs of every TP/CP/DP index (pipeline p2p over
   the boundary after stage ``s``; ``s = pp−1`` is the wrap-around of the interleaved schedule);
   ``pp_next`` alone means boundary 0.
@@ -34,6 +37,9 @@ class RankMesh:
     pp: int
     gpus_per_node: int
     cp: int = 1
+    #: Expert parallel and expert tensor parallel degrees (MoE models; 1 otherwise).
+    ep: int = 1
+    etp: int = 1
 
     def __post_init__(self) -> None:
         if min(self.tp, self.dp, self.pp, self.cp, self.gpus_per_node) < 1:
@@ -62,6 +68,10 @@ class RankMesh:
         """Number of ranks in one group of ``kind``."""
         if kind.startswith("pp_next"):
             return 2
+        if kind in ("ep", "etp", "edp"):
+            return {"ep": self.ep, "etp": self.etp, "edp": self.tp * self.cp * self.dp // (self.ep * self.etp)}[kind]
+        if kind in ("ep_intra", "ep_inter"):
+            return len(self.groups(kind)[0])
         return {
             "dp": self.dp * self.cp,
             "tp": self.tp,
@@ -79,6 +89,14 @@ class RankMesh:
         """Every concurrent copy of a group of ``kind``, each a list of GPU indices."""
         tp, cp, dp, pp = self.tp, self.cp, self.dp, self.pp
         r = self.rank
+        if kind in ("ep", "etp", "edp"):
+            from simulator.parallel.expert import expert_groups
+
+            return expert_groups(tp, cp, dp, pp, self.ep, self.etp, kind)
+        if kind in ("ep_intra", "ep_inter"):
+            from simulator.parallel.expert import two_hop_groups
+
+            return two_hop_groups(self.groups("ep"), self.node, kind)
         if kind == "tp":
             return [[r(t, d, p, c) for t in range(tp)] for p in range(pp) for d in range(dp) for c in range(cp)]
         if kind == "cp":

@@ -45,9 +45,12 @@ def stage_layers(n_layers: int, pp: int) -> list[int]:
 def stage_work(work: StepWork, stage: int, pp: int) -> StepWork:
     """The part of ``work`` on (virtual) stage ``stage`` of ``pp`` (block indices local to it)."""
     first, last = stage == 0, stage == pp - 1
+    layers = stage_layers(work.n_layers, pp)
+    moe = work.moe.slice(sum(layers[:stage]), layers[stage]) if work.moe is not None else None
     return dataclasses.replace(
         work,
-        n_layers=stage_layers(work.n_layers, pp)[stage],
+        moe=moe,
+        n_layers=layers[stage],
         embed_fwd=work.embed_fwd if first else (),
         embed_bwd=work.embed_bwd if first else (),
         embed_params=work.embed_params if first else 0.0,

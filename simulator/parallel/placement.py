@@ -36,6 +36,8 @@ def placement_lines(mesh: RankMesh) -> list[str]:
             lines.append(f"  {_fmt_group(mesh, group)}")
         if len(groups) > MAX_GROUPS:
             lines.append(f"  ... {len(groups) - MAX_GROUPS} more")
+    if mesh.ep > 1 or mesh.etp > 1:
+        lines += _expert_lines(mesh)
     if mesh.pp > 1:
         stages = [sorted(x for x in range(mesh.n_gpus) if (x // (mesh.tp * mesh.cp * mesh.dp)) == p)
                   for p in range(mesh.pp)]
@@ -47,4 +49,23 @@ def placement_lines(mesh: RankMesh) -> list[str]:
         lines.append(f"WARNING: {len(crossing)} of {len(mesh.groups('tp'))} TP groups span nodes "
                      f"(tp={mesh.tp}, {mesh.gpus_per_node} GPUs per node): their collectives, on the critical "
                      "path of every block, cross the inter-node network")
+    return lines
+
+
+def _expert_lines(mesh: RankMesh) -> list[str]:
+    """EP / ETP / expert-DP groups of the MoE blocks (``simulator.parallel.expert``)."""
+    lines = [f"experts: ep={mesh.ep} etp={mesh.etp} edp={mesh.size('edp')}; "
+             "stage rank = etp + etp*(ep + ep*edp), ETP innermost (Megatron-Core expert mesh)"]
+    for kind, degree in (("ep", mesh.ep), ("etp", mesh.etp), ("edp", mesh.size("edp"))):
+        if degree == 1:
+            continue
+        groups = mesh.groups(kind)
+        lines.append(f"{kind.upper()} groups ({len(groups)} of {degree}):")
+        lines += [f"  {_fmt_group(mesh, g)}" for g in groups[:MAX_GROUPS]]
+        if len(groups) > MAX_GROUPS:
+            lines.append(f"  ... {len(groups) - MAX_GROUPS} more")
+    crossing = mesh.spans_nodes("ep") if mesh.ep > 1 else []
+    if crossing:
+        lines.append(f"note: {len(crossing)} of {len(mesh.groups('ep'))} EP groups span nodes: their token "
+                     "all-to-alls cross the inter-node network")
     return lines

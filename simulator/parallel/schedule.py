@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 
-from simulator.parallel import context_parallel, tp_overlap
+from simulator.parallel import context_parallel, expert, tp_overlap
 from simulator.parallel.ir import COMPUTE, GraphBuilder
 from simulator.parallel.work import StepWork
 
@@ -121,7 +121,10 @@ def forward_pass(b: GraphBuilder, work: StepWork, g: int, hooks: Hooks, after=()
         pending = []
         layer = unit if isinstance(unit, int) else -1
         name = f"fwd {unit} mb{g}"
-        if isinstance(unit, int) and _overlapped(work):
+        if expert.is_moe(work, unit):  # MoE block: dispatch / combine around the experts
+            tid = expert.forward_block(b, work, "forward", name, deps, g, layer)
+            _tp(b, work, name, tid, g, layer)
+        elif isinstance(unit, int) and _overlapped(work):
             tid, pending = tp_overlap.forward_block(b, work, work.layer_fwd, "forward", name, deps, g, layer)
         elif isinstance(unit, int) and work.cp_kv_bytes > 0:
             tid = context_parallel.forward_block(b, work, work.layer_fwd, "forward", name, deps, g, layer)
@@ -137,6 +140,11 @@ def forward_pass(b: GraphBuilder, work: StepWork, g: int, hooks: Hooks, after=()
 def _backward_block(b: GraphBuilder, work: StepWork, unit: int, g: int, hooks: Hooks, deps: list) -> tuple[int, list]:
     """Recompute (full checkpointing) and the backward pieces of one block; returns the last compute
     task and the overlapped TP collectives the next unit must wait for."""
+    if expert.is_moe(work, unit):
+        tid = expert.backward_block(b, work, f"bwd {unit} mb{g}", deps, g, unit)
+        hooks.grads_ready(b, g, unit, tid)
+        _tp(b, work, f"bwd {unit} mb{g}", tid, g, unit)
+        return tid, []
     overlap = _overlapped(work)
     name = f"recompute {unit} mb{g}"
     if work.layer_recompute:

@@ -37,5 +37,5 @@ def calls_per_rank(graph: StepGraph, device: int | None = None) -> dict[str, int
     out: dict[str, int] = {}
     for t in graph.collectives():
         if device is None or t.device == device:
-            out[t.kind] = out.get(t.kind, 0) + t.count
+            out[t.kind] = out.get(t.kind, 0) + t.count * max(1, len(t.parts))
     return out

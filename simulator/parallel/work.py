@@ -68,6 +68,8 @@ class StepWork:
     #: A block's backward split where gradients become ready: ((name, ops, params), ...) in
     #: execution order; empty = one piece (``layer_bwd``, ``layer_params``).
     layer_bwd_pieces: tuple[tuple[str, tuple[Any, ...], float], ...] = ()
+    #: Mixture-of-experts blocks (``simulator.parallel.expert.MoEWork``); None for a dense model.
+    moe: Any = None
 
     @property
     def layer_modules(self) -> int:
@@ -90,7 +92,14 @@ def from_scenario(scenario: Any, persistence_threshold: float = 1e5) -> StepWork
     # 1/cp of the full causal work, i.e. cp × that of an s/cp-token sequence.
     b, s, tp = tr.micro_batch_size, tr.seq_len // cp, par.tp
     pb = DTYPE_BYTES["bf16" if tr.precision == "fp8" else tr.precision]
-    fwd = [_scale_attention(op, cp) for op in wops.layer_ops(model, b, s, tp, pb, tr.kernels, tr.activation_checkpointing)]
+    if model.moe is not None or model.is_mla:  # MLA attention in the dense blocks
+        from simulator.workload import moe_ops
+
+        fwd = [_scale_attention(op, cp) for op in moe_ops.dense_block_ops(model, b, s, tp, pb, tr.kernels,
+                                                                          tr.activation_checkpointing)]
+    else:
+        fwd = [_scale_attention(op, cp) for op in wops.layer_ops(model, b, s, tp, pb, tr.kernels,
+                                                                 tr.activation_checkpointing)]
     bwd_all = wops.backward_ops(fwd)
     recompute = tuple(op for op in bwd_all if op.name.startswith("recompute."))
     bwd = tuple(op for op in bwd_all if not op.name.startswith("recompute."))
@@ -106,7 +115,7 @@ def from_scenario(scenario: Any, persistence_threshold: float = 1e5) -> StepWork
                   (model.mlp_matrices - 1) * model.ffn_hidden_size]
     fused = tr.kernels.fused_adam
     layer_local = float(wparams.layer_local(model, tp))
-    return StepWork(
+    work = StepWork(
         n_layers=model.n_layers,
         layer_fwd=tuple(fwd),
         layer_bwd=bwd,
@@ -132,6 +141,11 @@ def from_scenario(scenario: Any, persistence_threshold: float = 1e5) -> StepWork
         cp_kv_bytes=float(2 * b * tr.seq_len * model.kv_dim / tp * pb) if cp > 1 else 0.0,
         layer_bwd_pieces=_split_backward(bwd, blk, layer_local),
     )
+    if model.moe is not None or model.is_mla:
+        from simulator.parallel import expert
+
+        return expert.attach(work, scenario, pb)
+    return work
 
 
 def _module_params(model: Any, gathered: float) -> tuple[float, ...]:

@@ -40,7 +40,25 @@ def trace_events(spans: Iterable[Any], process_name: str = "rank 0") -> dict[str
             "cat": f"{s.category},{s.kind}", "ts": s.start_s * 1e6, "dur": (s.end_s - s.start_s) * 1e6,
             "args": dict(s.args),
         })
+        events.extend(_sub_spans(s, tid[s.stream]))
     return {"traceEvents": events, "displayTimeUnit": "ms"}
+
+
+def _sub_spans(s: Any, thread: int) -> list[dict[str, Any]]:
+    """A task of several back-to-back calls (``args["parts"]``, e.g. ZeRO-3's per-module gathers of a
+    block) as nested events, laid end to end over the span in proportion to their priced times."""
+    parts = s.args.get("parts") if isinstance(s.args, dict) else None
+    if not parts:
+        return []
+    total = sum(p["time_s"] for p in parts) or 1.0
+    scale = (s.end_s - s.start_s) / total
+    out, t = [], s.start_s
+    for p in parts:
+        dur = p["time_s"] * scale
+        out.append({"ph": "X", "pid": getattr(s, "device", 0), "tid": thread, "name": p["name"],
+                    "cat": f"{s.category},{s.kind}", "ts": t * 1e6, "dur": dur * 1e6, "args": {"bytes": p["bytes"]}})
+        t += dur
+    return out
 
 
 def write_chrome_trace(spans: Iterable[Any], path: str | Path, process_name: str = "rank 0") -> None:

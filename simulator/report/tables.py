@@ -17,6 +17,7 @@ _COMM_LABELS = {
     "tp": "tensor parallel",
     "pp": "pipeline p2p",
     "cp": "context parallel",
+    "ep": "expert all-to-all",
 }
 
 
@@ -30,7 +31,9 @@ def render(report: StepReport, console: Console, interval: Any = None) -> None:
     lay, bd, step = report.layout, report.breakdown, report.step_time_s
     console.print(
         f"[bold]{report.scenario}[/]: {lay['framework']} ZeRO-{lay['zero_stage']} on {report.n_gpus} x {lay['gpu']} "
-        f"(dp={lay['dp']}, tp={lay['tp']}, pp={lay['pp']}, {lay['grad_accum_steps']} micro-batches of "
+        f"(dp={lay['dp']}, tp={lay['tp']}, pp={lay['pp']}, "
+        + (f"ep={lay['ep']}, etp={lay['etp']}, edp={lay['edp']}, " if "ep" in lay else "")
+        + f"{lay['grad_accum_steps']} micro-batches of "
         f"{lay['micro_batch_size']})"
     )
     summary = Table(show_header=False, box=None)
@@ -54,8 +57,8 @@ def render(report: StepReport, console: Console, interval: Any = None) -> None:
             continue
         t.add_row(key, fmt_seconds(value), "", _pct(value, step))
     for kind, label in _COMM_LABELS.items():
-        c = bd["communication"][kind]
-        if c["on_link_s"] > 0:
+        c = bd["communication"].get(kind)
+        if c and c["on_link_s"] > 0:
             t.add_row(label, fmt_seconds(c["on_link_s"]), fmt_seconds(c["exposed_s"]), _pct(c["exposed_s"], step))
     off = bd["offload"]
     if off["on_link_s"] > 0 or off["cpu_optimizer_s"] > 0:

@@ -86,7 +86,26 @@ class StepFlops:
 
 
 def layer_forward(model: ModelConfig, b: int, s: int, causal: bool) -> LayerFlops:
-    """Forward FLOPs of one block; formulas in :class:`LayerFlops`."""
+    """Forward FLOPs of one block; formulas in :class:`LayerFlops`. For an MoE or MLA model, the
+    average block (``simulator.workload.moe`` counts dense and MoE blocks apart)."""
+    if model.moe is not None or model.is_mla:
+        groups = _groups(model, b, s, causal)
+        n = model.n_layers
+        fields = ("q", "kv", "scores", "attn_v", "out_proj", "mlp")
+        return LayerFlops(**{f: sum(c * getattr(lay, f) for c, lay in groups) / n for f in fields})
+    return dense_layer_forward(model, b, s, causal)
+
+
+def _groups(model: ModelConfig, b: int, s: int, causal: bool) -> list:
+    if model.moe is not None or model.is_mla:
+        from simulator.workload import moe
+
+        return moe.layer_groups(model, b, s, causal)
+    return [(model.n_layers, dense_layer_forward(model, b, s, causal))]
+
+
+def dense_layer_forward(model: ModelConfig, b: int, s: int, causal: bool) -> LayerFlops:
+    """Forward FLOPs of one dense block; formulas in :class:`LayerFlops`."""
     h, f = model.hidden_size, model.ffn_hidden_size
     tokens = b * s
     core = 2.0 * b * s * s * model.q_dim * (0.5 if causal else 1.0)
@@ -121,11 +140,10 @@ def step(
     ``hardware = 96·B·s·l·h²·(1 + s/6h + V/16lh)`` with ``B = b·n_micro`` (Narayanan et al. SC'21
     Sec. 5.1 Eq. 3). Selective non-causal: ``72·B·s·l·h²·(1 + 2s/9h + V/12lh)`` (formulas.md §1.2).
     """
-    lay = layer_forward(model, b, s, causal)
-    n_layers = model.n_layers
-    forward = n_layers * lay.total + logits_forward(model, b, s)
-    per_layer_extra = {"none": 0.0, "selective": lay.attention_core, "full": lay.total}[recompute]
-    extra = n_layers * per_layer_extra
+    groups = _groups(model, b, s, causal)  # [(blocks, LayerFlops)]: one group unless MoE/MLA
+    forward = sum(c * lay.total for c, lay in groups) + logits_forward(model, b, s)
+    extra = sum(c * {"none": 0.0, "selective": lay.attention_core, "full": lay.total}[recompute]
+                for c, lay in groups)
     return StepFlops(
         tokens=b * s * n_micro,
         causal=causal,

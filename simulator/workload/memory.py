@@ -130,6 +130,18 @@ def zero_model_states(
     )
 
 
+def _local_params(scenario: Scenario, experts: bool = True) -> float:
+    """Parameters on the most-loaded GPU; an MoE model's experts are split over EP x ETP
+    (``experts=False``: without them, e.g. FSDP's root unit)."""
+    m, p = scenario.model, scenario.parallel
+    if m.moe is not None:
+        from simulator.workload import moe
+
+        split = moe.local(m, p.tp, p.pp, p.ep, p.etp)
+        return split.total if experts else split.dense
+    return params.local(m, p.tp, p.pp)
+
+
 def _is_16bit(scenario: Scenario) -> bool:
     return scenario.training.precision in ("bf16", "fp16", "fp8")
 
@@ -167,7 +179,12 @@ def model_states(scenario: Scenario) -> ModelStateBytes:
     stage = p.effective_zero_stage
     if p.framework == "fsdp" and stage == 2:
         stage = 3  # SHARD_GRAD_OP also stores its fp32 flat parameters sharded; the 16-bit copy is a buffer
-    st = zero_model_states(psi, _shard_degree(scenario), stage, *sizes)
+    if scenario.model.moe is not None:  # experts sharded over EP x ETP and expert-DP
+        from simulator.workload import moe_memory
+
+        st = moe_memory.model_states(scenario, zero_model_states, _shard_degree(scenario), stage, sizes)
+    else:
+        st = zero_model_states(psi, _shard_degree(scenario), stage, *sizes)
     pb, gb, ob, host = st.params_bytes, st.grads_bytes, st.optimizer_bytes, 0.0
     if p.framework == "fsdp" and p.offload_optimizer != "none":
         return ModelStateBytes(0.0, 0.0, 0.0, offloaded_bytes=st.total_bytes)
@@ -259,9 +276,17 @@ def activations(scenario: Scenario) -> ActivationBytes:
     dropout = m.dropout > 0
     common = dict(flash_attention=tr.kernels.flash_attention, precision_bytes=pb, dropout=dropout)
     per_layer = layer_activation_bytes(m, b, s, t, recompute=tr.activation_checkpointing, **common)
+    if m.moe is not None or m.is_mla:  # routed tokens / MLA tensors instead of the dense ones
+        from simulator.workload import moe_memory
+
+        per_layer += moe_memory.activation_delta_per_layer(scenario, pb)
     transient = 0.0
     if tr.activation_checkpointing == "full":
         transient = layer_activation_bytes(m, b, s, t, recompute="none", **common)
+        if m.moe is not None or m.is_mla:  # the block being recomputed holds its routed tokens too
+            from simulator.workload import moe_memory
+
+            transient += max(0.0, moe_memory.moe_block_extra(scenario, pb) + moe_memory.mla_block_extra(scenario, pb))
     n_blocks = math.ceil(m.n_layers / pp)
     in_flight = min(pp, scenario.grad_accum_steps) if pp > 1 else 1
     embedding = (MASK_BYTES * s * b * m.hidden_size if dropout else 0.0) * in_flight
@@ -306,7 +331,7 @@ def buffers(scenario: Scenario) -> BufferBytes:
     temporary per updated parameter (``_foreach_sqrt`` of the variance, ``torch/optim/adam.py``).
     """
     m, par = scenario.model, scenario.parallel
-    psi = params.local(m, par.tp, par.pp)
+    psi = _local_params(scenario)
     half = 2 if _is_16bit(scenario) else 4
     stage = par.effective_zero_stage
     on_gpu_optimizer = par.offload_optimizer == "none"
@@ -336,7 +361,7 @@ def buffers(scenario: Scenario) -> BufferBytes:
         mp = 4 if par.param_dtype == "fp32" else half
         rd = {"fp32": 4, "fp16": 2, "bf16": 2}.get(par.reduce_dtype or "", mp)
         unit = params.layer_local(m, par.tp)
-        root = psi - math.ceil(m.n_layers / par.pp) * unit
+        root = _local_params(scenario, experts=False) - math.ceil(m.n_layers / par.pp) * unit
         strategy = par.sharding_strategy
         if strategy in ("full_shard", "hybrid_shard"):
             units = 2 if par.backward_prefetch == "backward_pre" else 1

@@ -46,6 +46,12 @@ class ParamCounts:
     final_norm: int
     embedding_norm: int
     largest_layer: int
+    #: Parameters one token uses (total minus the routed experts it skips; MoE only, else total).
+    active: int = 0
+
+    def __post_init__(self) -> None:
+        if self.active == 0:
+            object.__setattr__(self, "active", self.total)
 
 
 @dataclass(frozen=True)
@@ -91,7 +97,9 @@ def layer(model: ModelConfig) -> LayerParams:
     mlp_col = up * h * f + (up * f if bias else 0)
     mlp_row_w, mlp_row_b = f * h, (h if bias else 0)
     norms = 2 * norm_params(model, h)
-    if model.qk_norm:
+    if model.qk_norm and model.qk_norm_per_head:  # Qwen3: RMSNorm(head_dim) for q and for k
+        norms += 2 * norm_params(model, model.d_head)
+    elif model.qk_norm:
         norms += norm_params(model, q) + norm_params(model, kv)
     return LayerParams(
         attention=attn_col + attn_row_w + attn_row_b,
@@ -113,8 +121,22 @@ def _position_embedding(model: ModelConfig) -> int:
     return model.max_position_embeddings * model.hidden_size
 
 
+#: The dense block, whatever the model (MoE and MLA blocks build on it in ``simulator.workload.moe``).
+dense_layer = layer
+
+
 def count(model: ModelConfig) -> ParamCounts:
-    """Exact parameter counts of ``model`` (see the module docstring for the per-module formulas)."""
+    """Exact parameter counts of ``model`` (see the module docstring for the per-module formulas);
+    mixture-of-experts and MLA models are counted by ``simulator.workload.moe``."""
+    if model.moe is not None or model.is_mla:
+        from simulator.workload import moe
+
+        return moe.count(model)
+    return dense_count(model)
+
+
+def dense_count(model: ModelConfig) -> ParamCounts:
+    """:func:`count` of a model whose blocks are all :func:`layer`."""
     blk = layer(model)
     embedding = _token_embedding(model) + _position_embedding(model)
     lm_head = 0 if model.tied_embeddings else model.hidden_size * model.vocab_size
@@ -138,7 +160,14 @@ def count(model: ModelConfig) -> ParamCounts:
 
 def layer_local(model: ModelConfig, tp: int = 1) -> int:
     """Parameters of one block held by one tensor-parallel rank: ``sharded/tp + replicated``
-    (Megatron-LM ``ColumnParallelLinear``/``RowParallelLinear``; Shoeybi et al. 2019 Sec. 3)."""
+    (Megatron-LM ``ColumnParallelLinear``/``RowParallelLinear``; Shoeybi et al. 2019 Sec. 3). For an
+    MoE / MLA model: the average block without its routed experts (those are sharded over EP and
+    gathered apart, ``simulator.parallel.expert``)."""
+    if model.moe is not None or model.is_mla:
+        from simulator.workload import moe
+
+        flags = [model.moe is not None and model.moe.is_moe_layer(i) for i in range(model.n_layers)]
+        return int(sum(moe.block_local(model, f, tp).dense for f in flags) / model.n_layers)
     blk = layer(model)
     return blk.sharded // tp + blk.replicated
 
@@ -152,8 +181,17 @@ def local(model: ModelConfig, tp: int = 1, pp: int = 1) -> int:
     embedding for the logits, as Megatron-LM does (``shared_embedding_or_output_weight``). This is
     Megatron's ``theoretical_memory_usage.py`` "most loaded shard" with the replicated pieces kept exact.
     """
-    c = count(model)
-    blocks = math.ceil(model.n_layers / pp) * layer_local(model, tp)
+    if model.moe is not None or model.is_mla:
+        from simulator.workload import moe
+
+        return int(moe.local(model, tp, pp).total)
+    return math.ceil(model.n_layers / pp) * layer_local(model, tp) + outside_local(model, tp, pp)
+
+
+def outside_local(model: ModelConfig, tp: int = 1, pp: int = 1) -> int:
+    """The embedding / head share of :func:`local` (everything but the blocks)."""
+    c = dense_count(model)
+    blocks = 0
     word = _token_embedding(model) // tp
     first = word + _position_embedding(model) + c.embedding_norm
     head = c.lm_head // tp

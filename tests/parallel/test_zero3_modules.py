@@ -21,21 +21,33 @@ def _graph(*extra: str):
     return sc, build_step_graph(context_for(sc, gpus_per_node=8))
 
 
+def _parts(g, name):
+    return next(t for t in g.tasks if t.name == name).parts
+
+
 def test_llama_style_block_is_fetched_as_seven_modules_in_trace_order():
     sc, g = _graph()
     assert sc.model.linear_modules == ("q", "k", "v", "o", "gate", "up", "down")
-    fwd = [t.name for t in g.tasks if t.name.startswith("allgather fwd 3.") and t.name.endswith(" mb0")]
+    fwd = [n for n, _ in _parts(g, "allgather fwd 3 mb0")]
     assert fwd == [f"allgather fwd 3.{m} mb0" for m in ("q", "k", "v", "o", "gate", "up", "down")]
-    bwd = [t.name for t in g.tasks if t.name.startswith("allgather bwd 3.") and t.name.endswith(" mb0")]
+    bwd = [n for n, _ in _parts(g, "allgather bwd 3 mb0")]
     assert bwd == [f"allgather bwd 3.{m} mb0" for m in ("down", "up", "gate", "o", "v", "k", "q")]
+
+
+def test_trace_shows_each_module_gather():
+    from simulator.api import simulate
+    from simulator.report.chrome_trace import trace_events
+    rep = simulate(load_scenario(SCENARIO, FAST))
+    names = [e["name"] for e in trace_events(rep.trace)["traceEvents"] if e["ph"] == "X"]
+    assert [n for n in names if n.startswith("allgather fwd 3.") and n.endswith(" mb0")] == \
+        [f"allgather fwd 3.{m} mb0" for m in ("q", "k", "v", "o", "gate", "up", "down")]
 
 
 def test_module_bytes_follow_the_weight_shapes():
     # OLMo 2 7B: h = 4096, 32 heads of 128 (q = k = v = 4096 wide), ffn 11008. Weights: q, k, v, o
     # 4096*4096 = 16,777,216 each; gate, up, down 4096*11008 = 45,088,768 each. 2 bytes per element.
     _, g = _graph()
-    size = {t.name.split()[2].split(".")[1]: t.nbytes for t in g.tasks if t.name.startswith("allgather fwd 3.")
-            and t.name.endswith(" mb0")}
+    size = {n.split()[2].split(".")[1]: b for n, b in _parts(g, "allgather fwd 3 mb0")}
     assert size["q"] == pytest.approx(4096 * 4096 * 2, rel=1e-9)
     assert size["gate"] == pytest.approx(4096 * 11008 * 2, rel=1e-9)
     assert sum(size.values()) == pytest.approx((4 * 4096 * 4096 + 3 * 4096 * 11008) * 2, rel=1e-9)
@@ -44,7 +56,7 @@ def test_module_bytes_follow_the_weight_shapes():
 def test_gpt_style_block_fuses_qkv():
     sc, g = _graph("model.mlp=gelu")
     assert sc.model.linear_modules == ("qkv", "o", "fc1", "fc2")
-    assert sum(1 for t in g.tasks if t.name.startswith("allgather fwd 3.") and t.name.endswith(" mb0")) == 4
+    assert len(_parts(g, "allgather fwd 3 mb0")) == 4
 
 
 @pytest.mark.parametrize(("bucket", "depth"), [(0, 0), (1, 0), (16_777_215, 0), (16_777_216, 1), (5e7, 1),

@@ -1,0 +1,110 @@
+"""Mixture-of-experts feed-forward layers as a user or the model catalog writes them down.
+
+Key names follow the issue's schema and map one-to-one onto Megatron-Core's MoE arguments
+(``--num-experts``, ``--moe-router-topk``, ``--moe-ffn-hidden-size``,
+``--moe-shared-expert-intermediate-size``, ``--moe-layer-freq``, ``--moe-expert-capacity-factor``)
+and onto Hugging Face config keys (``simulator.catalog.hf``).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, NonNegativeInt, PositiveFloat, PositiveInt, model_validator
+
+from simulator.config.base import Frozen
+
+#: Default load imbalance, max/mean tokens per expert of one MoE layer. Not a measurement: a
+#: capacity factor, the buffer margin over the mean tokens per expert that Switch Transformer
+#: (Fedus et al. 2021, JMLR 2022) defines in §2.2 and varies from 1.0 to 2.0 in Table 1; 1.25 is
+#: the usual setting, chosen so that with the auxiliary load-balancing loss few tokens overflow.
+#: Set ``model.moe.imbalance`` to a measured value (Megatron-Core logs it per layer) when you
+#: have one.
+DEFAULT_IMBALANCE = 1.25
+
+
+class MoEConfig(Frozen):
+    """Routed experts (and optional always-on shared experts) replacing the dense MLP of some blocks.
+
+    Every block ``i`` with ``i >= first_dense_layers`` and ``(i - first_dense_layers) % layer_interval
+    == 0`` is an MoE block; the others keep the dense MLP of width ``model.ffn_hidden_size``. Each
+    expert is an MLP of the model's ``mlp`` kind (SwiGLU: 3 matrices) and width
+    ``expert_ffn_hidden_size``; each token goes to ``top_k`` routed experts plus every shared expert.
+    """
+
+    n_experts: PositiveInt = Field(description="routed experts per MoE layer")
+    top_k: PositiveInt = Field(description="routed experts per token")
+    expert_ffn_hidden_size: PositiveInt
+    n_shared_experts: NonNegativeInt = 0
+    #: Width of ONE shared expert; defaults to ``expert_ffn_hidden_size`` (DeepSeek-V3).
+    shared_expert_ffn_hidden_size: PositiveInt | None = None
+    first_dense_layers: NonNegativeInt = 0
+    layer_interval: PositiveInt = 1
+    #: Router kind (Megatron-Core ``--moe-router-load-balancing-type``-style choice). Both are priced
+    #: as the ``h × E`` router GEMM plus a softmax/top-k pass; Sinkhorn's normalisation iterations
+    #: are not counted separately.
+    router: Literal["topk", "sinkhorn"] = "topk"
+    #: Router ``nn.Linear`` has a bias (GPT-OSS).
+    router_bias: bool = False
+    #: Expert capacity factor (tokens per expert capped at ``cf · tokens·top_k / n_experts``,
+    #: overflow dropped); ``null`` = dropless (Megatron-Core default, MegaBlocks).
+    capacity_factor: PositiveFloat | None = None
+    #: Load imbalance: max / mean tokens per expert. The most-loaded expert-parallel rank sets the
+    #: pace of the grouped GEMM and of the all-to-all; >= 1 (1 = perfectly balanced).
+    imbalance: float = Field(DEFAULT_IMBALANCE, ge=1.0)
+
+    @model_validator(mode="after")
+    def _check(self) -> MoEConfig:
+        if self.top_k > self.n_experts:
+            raise ValueError(f"model.moe.top_k ({self.top_k}) exceeds n_experts ({self.n_experts})")
+        if self.shared_expert_ffn_hidden_size is not None and self.n_shared_experts == 0:
+            raise ValueError("model.moe.shared_expert_ffn_hidden_size is set but n_shared_experts is 0; "
+                             "set n_shared_experts or remove it")
+        return self
+
+    @property
+    def effective_imbalance(self) -> float:
+        """Max/mean tokens per expert actually processed: with a capacity factor the overflow is
+        dropped, so no expert processes more than ``capacity_factor`` x the mean."""
+        if self.capacity_factor is not None:
+            return max(1.0, min(self.imbalance, self.capacity_factor))
+        return self.imbalance
+
+    @property
+    def shared_width(self) -> int:
+        return self.shared_expert_ffn_hidden_size or self.expert_ffn_hidden_size
+
+    def is_moe_layer(self, i: int) -> bool:
+        """Whether block ``i`` (0-based) has routed experts."""
+        return i >= self.first_dense_layers and (i - self.first_dense_layers) % self.layer_interval == 0
+
+    def n_moe_layers(self, n_layers: int) -> int:
+        return sum(1 for i in range(n_layers) if self.is_moe_layer(i))
+
+
+def check_layout(model, parallel, n_gpus: int, gpus_per_node: int) -> None:
+    """Expert-parallel degrees against the model and the cluster (Megatron-Core's checks in
+    ``arguments.py``: ``num_experts % ep == 0``; sequence parallelism with MoE and TP > 1)."""
+    ep, etp = parallel.ep, parallel.etp
+    moe = model.moe
+    if moe is None:
+        if ep > 1 or etp > 1:
+            raise ValueError(f"parallel.ep/etp ({ep}/{etp}) need an MoE model (model.moe); set them to 1")
+        for key in ("moe_shared_expert_overlap", "moe_dispatcher"):
+            if key in parallel.model_fields_set:
+                raise ValueError(f"parallel.{key} needs an MoE model (model.moe); remove it")
+        return
+    if moe.n_experts % ep:
+        raise ValueError(f"parallel.ep ({ep}) must divide model.moe.n_experts ({moe.n_experts})")
+    if moe.expert_ffn_hidden_size % etp:
+        raise ValueError(f"parallel.etp ({etp}) must divide model.moe.expert_ffn_hidden_size "
+                         f"({moe.expert_ffn_hidden_size})")
+    stage = n_gpus // parallel.pp
+    if stage % (ep * etp):
+        raise ValueError(f"parallel.ep x etp = {ep} x {etp} must divide the {stage} GPUs of a pipeline stage "
+                         "(tp x cp x dp); expert data parallel = stage GPUs / (ep x etp)")
+    if parallel.tp > 1 and not parallel.sequence_parallel:
+        raise ValueError("an MoE model with parallel.tp > 1 needs parallel.sequence_parallel: true "
+                         "(Megatron-Core requires it)")
+    if parallel.tp_comm_overlap:
+        raise ValueError("parallel.tp_comm_overlap with an MoE model is not modelled yet; set it to false")

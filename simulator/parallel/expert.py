@@ -1,0 +1,358 @@
+"""Expert parallelism: the expert mesh, token dispatch / combine all-to-alls and expert gradients.
+
+Mesh (Megatron-Core ``parallel_state.initialize_model_parallel``, expert rank generator with order
+"tp-ep-dp-pp"): within one pipeline stage the ``tp·cp·dp`` ranks that the attention part splits
+as TP × CP × DP are re-split for the expert part as ``etp × ep × edp`` with ETP innermost, then EP,
+then expert-data-parallel: ``stage_rank = etp_idx + etp·(ep_idx + ep·edp_idx)``, so
+``edp = tp·cp·dp / (ep·etp)``. With node-major GPU numbering, an EP group of ``ep·etp ≤`` GPUs per
+node sits inside one NVLink domain: EP is placed inside the node first, as Megatron-Core does.
+
+Per MoE block and micro-batch (Megatron-Core ``MoEAlltoAllTokenDispatcher``):
+
+* forward: attention, router and permute → **dispatch** all-to-all over the EP group (each GPU
+  sends its ``T·top_k`` token copies of ``h`` elements) → [with ``etp > 1`` an all-gather of the
+  received tokens over the ETP group] → grouped GEMM → [reduce-scatter over ETP] → **combine**
+  all-to-all (the same volume back) → unpermute;
+* backward: the mirror image (combine's backward is a dispatch of output gradients, and so on);
+  full recomputation repeats the forward's all-to-alls;
+* bytes: ``T·top_k·h·bytes`` per GPU, ``× imbalance`` for the most-loaded receiver, which sets the
+  pace. Dispatch travels in FP8 and combine in BF16 when training in FP8 (DeepSeek-V3 report §3.3.2
+  / DeepEP), both in the training dtype otherwise;
+* shared experts need no dispatch; with ``parallel.moe_shared_expert_overlap`` they run while the
+  dispatch is in flight (Megatron-Core ``--moe-shared-expert-overlap``), otherwise after the
+  routed experts;
+* expert gradients reduce over the expert-data-parallel group (not the DP group), after the last
+  micro-batch's backward of each MoE block: an all-reduce, or a reduce-scatter when the optimizer
+  states are sharded (ZeRO ≥ 1 / distributed optimizer) (Megatron-Core ``DistributedDataParallel``
+  keeps expert parameters in their own buckets reduced over the expert-DP group);
+* ZeRO-3 / FSDP FULL_SHARD / HYBRID_SHARD shard the expert weights over the expert-DP group
+  too (torchtitan shards experts over ``dp_shard`` / EP, DeepSpeed-MoE over the expert-DP group):
+  each MoE block's expert shard is all-gathered before its forward and again before its backward
+  (one block ahead, on its own stream), and its gradients are reduce-scattered every micro-batch.
+
+DeepEP dispatcher (``parallel.moe_dispatcher: deepep``; DeepSeek-V3 report §3.2.2, DeepEP's
+internode kernels): when an EP group spans ``N`` nodes, a token crosses the network once per
+destination node (to the GPU with the same index there, over its own rail) and is forwarded over
+NVLink to its experts. With ``top_k`` experts drawn uniformly over the ``N`` nodes a given node is
+hit with probability ``p = 1 − (1 − 1/N)^top_k``, so the network hop is an all-to-all over the
+``ep_inter`` group (one GPU per node) of ``N·p·T·h`` bytes-per-element and the NVLink hop an
+all-to-all over ``ep_intra`` (the group's GPUs in one node) of ``T·top_k·h``. The two hops are
+issued one after the other (DeepEP pipelines them in chunks, so this is an upper bound); the
+combine mirrors them. Node-limited routing (at most M nodes per token) is not modelled.
+
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+from simulator.parallel import context_parallel
+from simulator.parallel.ir import COMM, GraphBuilder
+
+#: Stream of the token dispatch / combine all-to-alls (their own NCCL communicator).
+EP_COMM = "comm_ep"
+#: Stream of the ZeRO-3 / FSDP all-gathers of expert weights over the expert-DP group.
+EDP_COMM = "comm_edp"
+
+
+def expert_groups(tp: int, cp: int, dp: int, pp: int, ep: int, etp: int, kind: str) -> list[list[int]]:
+    """Every concurrent copy of an ``ep`` / ``etp`` / ``edp`` group (global GPU indices)."""
+    stage = tp * cp * dp
+    edp = stage // (ep * etp)
+    out: list[list[int]] = []
+    for p in range(pp):
+        base = p * stage
+
+        def r(t: int, e: int, d: int, base: int = base) -> int:
+            return base + t + etp * (e + ep * d)
+
+        if kind == "ep":
+            out += [[r(t, e, d) for e in range(ep)] for d in range(edp) for t in range(etp)]
+        elif kind == "etp":
+            out += [[r(t, e, d) for t in range(etp)] for d in range(edp) for e in range(ep)]
+        elif kind == "edp":
+            out += [[r(t, e, d) for d in range(edp)] for e in range(ep) for t in range(etp)]
+        else:
+            raise KeyError(f"unknown expert group kind {kind!r}")
+    return out
+
+
+def two_hop_groups(ep_groups: list[list[int]], node_of, kind: str) -> list[list[int]]:
+    """DeepEP's hops of every EP group: ``ep_intra`` = the group's GPUs on one node, ``ep_inter`` =
+    the group's GPUs with the same position on each of its nodes (one per node, same rail)."""
+    out: list[list[int]] = []
+    for group in ep_groups:
+        by_node: dict[int, list[int]] = {}
+        for gpu in group:
+            by_node.setdefault(node_of(gpu), []).append(gpu)
+        chunks = list(by_node.values())
+        if kind == "ep_intra":
+            out += chunks
+        else:
+            out += [[c[i] for c in chunks] for i in range(min(len(c) for c in chunks))]
+    return out
+
+
+def node_hit_probability(n_nodes: int, top_k: int) -> float:
+    """Probability that a token's ``top_k`` experts (uniform over ``n_nodes`` nodes) include a given node."""
+    return 1.0 - (1.0 - 1.0 / n_nodes) ** top_k
+
+
+@dataclass(frozen=True)
+class MoEWork:
+    """What the graph builders need to know about the MoE blocks of one (virtual) stage."""
+
+    #: Per local block: True for an MoE block.
+    layers: tuple[bool, ...]
+    pre: tuple
+    experts: tuple
+    shared: tuple
+    post: tuple
+    bwd_pre: tuple
+    bwd_experts: tuple
+    bwd_shared: tuple
+    bwd_post: tuple
+    #: Full activation recomputation re-runs the forward (and its all-to-alls) before the backward.
+    recompute: bool
+    dispatch_bytes: float
+    combine_bytes: float
+    grad_bytes: float
+    etp: int
+    shared_overlap: bool
+    #: Expert parameters of one MoE block on one GPU (elements) and their gradient bytes per element.
+    expert_params: float
+    expert_grad_dtype_bytes: float
+    sharded_optimizer: bool
+    #: ZeRO-3 / FSDP: bytes of one MoE block's experts all-gathered before each use (0 = not sharded).
+    gather_bytes: float = 0.0
+    #: DeepEP two-hop dispatch: the network hop carries ``inter_fraction`` x the all-to-all's bytes
+    #: (``N·p/top_k``, module docstring); 0 = one all-to-all over the EP group.
+    inter_fraction: float = 0.0
+
+    def slice(self, start: int, n: int) -> MoEWork:
+        return dataclasses.replace(self, layers=self.layers[start:start + n])
+
+
+def is_moe(work: Any, unit: Any) -> bool:
+    moe = getattr(work, "moe", None)
+    return moe is not None and isinstance(unit, int) and moe.layers[unit]
+
+
+def _a2a(b: GraphBuilder, name: str, nbytes: float, dep: int | None, g: int, layer: int, etp: int,
+         gather: bool, inter: float = 0.0) -> int | None:
+    """One all-to-all over EP, or DeepEP's two hops (network then NVLink for a dispatch, the reverse
+    for a combine), plus the ETP all-gather after a dispatch or reduce-scatter before a combine;
+    returns the last task."""
+    deps = (dep,) if dep is not None else ()
+    if etp > 1 and not gather:
+        rs = b.collective(f"etp reduce_scatter {name}", "ep", "reduce_scatter", "etp", nbytes * etp,
+                          stream=EP_COMM, deps=deps, micro_batch=g, layer=layer)
+        deps = (rs,) if rs is not None else deps
+    if inter > 0:
+        hops = [("ep_inter", nbytes * inter), ("ep_intra", nbytes)]
+        for group, size in (hops if gather else hops[::-1]):
+            tid = b.collective(f"ep all_to_all {name} ({group})", "ep", "all_to_all", group, size,
+                               stream=EP_COMM, deps=deps, micro_batch=g, layer=layer)
+            deps = (tid,) if tid is not None else deps
+    else:
+        tid = b.collective(f"ep all_to_all {name}", "ep", "all_to_all", "ep", nbytes, stream=EP_COMM, deps=deps,
+                           micro_batch=g, layer=layer)
+    if etp > 1 and gather:
+        tid = b.collective(f"etp all_gather {name}", "ep", "all_gather", "etp", nbytes * etp,
+                           stream=EP_COMM, deps=(tid,) if tid is not None else (), micro_batch=g, layer=layer)
+    return tid
+
+
+def forward_block(b: GraphBuilder, work: Any, kind: str, name: str, deps, g: int, layer: int) -> int:
+    """Forward (or full recompute) of one MoE block: pre → dispatch → experts → combine → post."""
+    mw: MoEWork = work.moe
+    if work.cp_kv_bytes > 0:  # context parallel: the K/V ring beside the attention core
+        pre = context_parallel.forward_block(b, work, mw.pre, kind, f"{name} attn+router", deps, g, layer)
+    else:
+        pre = b.compute(f"{name} attn+router", kind, mw.pre, deps=deps, micro_batch=g, layer=layer)
+    d = _a2a(b, f"dispatch {name}", mw.dispatch_bytes, pre, g, layer, mw.etp, gather=True, inter=mw.inter_fraction)
+    if mw.shared and mw.shared_overlap:
+        b.compute(f"{name} shared experts", kind, mw.shared, deps=(pre,), micro_batch=g, layer=layer)
+    ex = b.compute(f"{name} experts", kind, mw.experts, deps=(d,), micro_batch=g, layer=layer)
+    if mw.shared and not mw.shared_overlap:
+        b.compute(f"{name} shared experts", kind, mw.shared, deps=(ex,), micro_batch=g, layer=layer)
+    c = _a2a(b, f"combine {name}", mw.combine_bytes, ex, g, layer, mw.etp, gather=False, inter=mw.inter_fraction)
+    return b.compute(f"{name} unpermute", kind, mw.post, deps=(c,), micro_batch=g, layer=layer)
+
+
+def backward_block(b: GraphBuilder, work: Any, name: str, deps, g: int, layer: int) -> int:
+    """Backward of one MoE block (mirror of the forward; gradients travel in the training dtype)."""
+    mw: MoEWork = work.moe
+    if mw.recompute:
+        deps = [forward_block(b, work, "recompute", f"recompute {layer} mb{g}", deps, g, layer)]
+    post = b.compute(f"{name} unpermute", "backward", mw.bwd_post, deps=deps, micro_batch=g, layer=layer)
+    c = _a2a(b, f"combine-bwd {name}", mw.grad_bytes, post, g, layer, mw.etp, gather=True, inter=mw.inter_fraction)
+    if mw.bwd_shared and mw.shared_overlap:
+        b.compute(f"{name} shared experts", "backward", mw.bwd_shared, deps=(post,), micro_batch=g, layer=layer)
+    ex = b.compute(f"{name} experts", "backward", mw.bwd_experts, deps=(c,), micro_batch=g, layer=layer)
+    if mw.bwd_shared and not mw.shared_overlap:
+        b.compute(f"{name} shared experts", "backward", mw.bwd_shared, deps=(ex,), micro_batch=g, layer=layer)
+    d = _a2a(b, f"dispatch-bwd {name}", mw.grad_bytes, ex, g, layer, mw.etp, gather=False,
+             inter=mw.inter_fraction)
+    if work.cp_kv_bytes > 0:
+        return context_parallel.backward_piece(b, work, mw.bwd_pre, f"{name} attn+router", [d], g, layer)
+    return b.compute(f"{name} attn+router", "backward", mw.bwd_pre, deps=(d,), micro_batch=g, layer=layer)
+
+
+class ExpertGradHooks:
+    """Wraps a framework's hooks: after the last micro-batch's backward of an MoE block, its expert
+    gradients reduce over the expert-data-parallel group. Everything else goes to the framework."""
+
+    def __init__(self, inner: Any, ctx: Any) -> None:
+        self.inner, self.ctx = inner, ctx
+        self._gathers: dict[tuple[str, int, int], int | None] = {}
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    def _gather(self, b, phase: str, g: int, unit: Any) -> list:
+        """ZeRO-3 / FSDP: the all-gather of ``unit``'s expert shard (issued if not yet) and, one
+        block ahead, of the next MoE block's in this pass."""
+        mw: MoEWork = self.ctx.work.moe
+        if mw.gather_bytes <= 0 or self.ctx.mesh.size("edp") <= 1 or not is_moe(self.ctx.work, unit):
+            return []
+        n = len(mw.layers)
+        order = range(n) if phase == "fwd" else range(n - 1, -1, -1)
+        moe_units = [i for i in order if mw.layers[i]]
+        pos = moe_units.index(unit)
+        for u in moe_units[pos:pos + 2]:
+            key = (phase, g, u)
+            if key not in self._gathers:
+                self._gathers[key] = b.collective(f"expert allgather {phase} {u} mb{g}", "param_allgather",
+                                                  "all_gather", "edp", mw.gather_bytes, stream=EDP_COMM,
+                                                  micro_batch=g, layer=u)
+        return [self._gathers[(phase, g, unit)]]
+
+    def pre_forward(self, b, g, unit):
+        return [*self.inner.pre_forward(b, g, unit), *self._gather(b, "fwd", g, unit)]
+
+    def post_forward(self, b, g, unit, task):
+        return self.inner.post_forward(b, g, unit, task)
+
+    def pre_backward(self, b, g, unit):
+        return [*self.inner.pre_backward(b, g, unit), *self._gather(b, "bwd", g, unit)]
+
+    def post_backward(self, b, g, unit, task):
+        return self.inner.post_backward(b, g, unit, task)
+
+    def grads_ready(self, b, g, key, task):
+        self.inner.grads_ready(b, g, key, task)
+        work, ctx = self.ctx.work, self.ctx
+        every_micro_batch = work.moe is not None and work.moe.gather_bytes > 0  # ZeRO-3 / FSDP
+        if (g != ctx.n_micro - 1 and not every_micro_batch) or not is_moe(work, key) or ctx.mesh.size("edp") <= 1:
+            return
+        mw: MoEWork = work.moe
+        op = "reduce_scatter" if mw.sharded_optimizer else "all_reduce"
+        b.collective(f"expert grad {op} {key}", "grad_reduce", op, "edp",
+                     mw.expert_params * mw.expert_grad_dtype_bytes, stream=COMM, deps=(task,), micro_batch=g,
+                     layer=key)
+
+
+def wrap_hooks(make_hooks):
+    """``make_hooks`` whose hooks also reduce expert gradients (identity for dense models)."""
+
+    def make(ctx):
+        hooks = make_hooks(ctx)
+        return ExpertGradHooks(hooks, ctx) if getattr(ctx.work, "moe", None) is not None else hooks
+
+    return make
+
+
+def attach(work: Any, scenario: Any, pb: int) -> Any:
+    """``work`` of an MoE / MLA model: per-block parameters without the experts (those reduce over
+    the expert-DP group here), the MoE blocks' ops and all-to-all volumes, and an optimizer step
+    that also updates this GPU's expert shard."""
+    from simulator.parallel.work import _scale_attention
+    from simulator.workload import moe as wmoe
+    from simulator.workload import moe_ops
+    from simulator.workload import ops as wops
+
+    model, tr, par = scenario.model, scenario.training, scenario.parallel
+    cp = getattr(par, "cp", 1)
+    b, s, tp = tr.micro_batch_size, tr.seq_len // cp, par.tp  # a CP rank holds s/cp tokens
+    ep, etp = getattr(par, "ep", 1), getattr(par, "etp", 1)
+    flags = tuple(model.moe is not None and model.moe.is_moe_layer(i) for i in range(model.n_layers))
+    dense_local = sum(wmoe.block_local(model, f, tp, ep, etp).dense for f in flags) / model.n_layers
+    changes: dict[str, Any] = {"layer_params": float(dense_local), "layer_bwd_pieces": ()}
+    mods = getattr(work, "layer_module_params", ())
+    if mods and sum(mods) > 0:  # ZeRO-3 per-module gathers: the same shares of the non-expert block
+        gathered = max(0.0, dense_local - work.layer_persistent)
+        changes["layer_module_params"] = tuple(x * gathered / sum(mods) for x in mods)
+    if model.is_mla and cp > 1:  # the ring carries the decompressed K (a·d_qk) and V (a·d_v)
+        width = model.n_heads * (model.qk_nope_head_dim + model.qk_rope_head_dim + model.v_head_dim)
+        changes["cp_kv_bytes"] = float(b * tr.seq_len * width / tp * pb)
+    if model.moe is None:
+        return dataclasses.replace(work, **changes)
+    ops = moe_ops.moe_block_ops(model, b, s, tp, pb, tr.kernels, tr.activation_checkpointing, ep, etp)
+    ops = dataclasses.replace(ops, pre=tuple(_scale_attention(op, cp) for op in ops.pre))
+    imb = model.moe.effective_imbalance
+    act_bytes = ops.routed_tokens * model.hidden_size * imb
+    fp8 = tr.precision == "fp8"
+    expert_local = wmoe.block_local(model, True, tp, ep, etp).experts
+    stage = par.effective_zero_stage
+    edp = scenario.n_gpus // (par.pp * ep * etp)
+    n_moe = sum(flags)
+    per_stage = -(-model.n_layers // par.pp)
+    opt_params = expert_local * min(n_moe, per_stage) / (edp if stage >= 1 else 1)
+    inner_opt = work.optimizer
+
+    def optimizer(n: float) -> tuple:
+        return tuple(inner_opt(n + opt_params))
+
+    def bwd(fwd_ops: tuple) -> tuple:
+        return tuple(op for op in wops.backward_ops(list(fwd_ops)) if not op.name.startswith("recompute."))
+
+    changes["moe"] = MoEWork(
+        layers=flags,
+        pre=ops.pre, experts=ops.experts, shared=ops.shared, post=ops.post,
+        bwd_pre=bwd(ops.pre), bwd_experts=bwd(ops.experts), bwd_shared=bwd(ops.shared), bwd_post=bwd(ops.post),
+        recompute=tr.activation_checkpointing == "full",
+        dispatch_bytes=act_bytes * (1 if fp8 else pb),
+        combine_bytes=act_bytes * pb,
+        grad_bytes=act_bytes * pb,
+        etp=etp,
+        shared_overlap=bool(getattr(par, "moe_shared_expert_overlap", False)),
+        expert_params=expert_local,
+        expert_grad_dtype_bytes=4.0 if par.framework == "ddp" else float(pb),
+        sharded_optimizer=stage >= 1,
+        gather_bytes=expert_local * pb if stage >= 3 else 0.0,
+    )
+    per_node = scenario.cluster.topology.gpus_per_node
+    n_nodes = (ep * etp) // per_node if ep * etp > per_node else 1
+    if getattr(par, "moe_dispatcher", "alltoall") == "deepep" and n_nodes > 1:
+        k = model.moe.top_k
+        changes["moe"] = dataclasses.replace(
+            changes["moe"], inter_fraction=n_nodes * node_hit_probability(n_nodes, k) / k)
+    changes["optimizer"] = optimizer
+    return dataclasses.replace(work, **changes)
+
+
+def expand_layouts(layouts: list[dict[str, Any]], scenario: Any) -> list[dict[str, Any]]:
+    """Each dense layout × every valid (ep, etp) of an MoE model: ``ep`` divides the experts and
+    ``ep·etp`` the GPUs of a pipeline stage; ``etp`` is 1 or the layout's ``tp`` (Megatron-Core's
+    two common choices) and divides the expert width. TP > 1 turns sequence parallelism on
+    (Megatron-Core requires it with MoE)."""
+    moe = scenario.model.moe
+    n = scenario.n_gpus
+    out: list[dict[str, Any]] = []
+    for lay in layouts:
+        tp, pp = lay["parallel.tp"], lay["parallel.pp"]
+        stage = n // pp
+        for etp in sorted({1, tp}):
+            if moe.expert_ffn_hidden_size % etp:
+                continue
+            for ep in range(1, moe.n_experts + 1):
+                if moe.n_experts % ep or stage % (ep * etp):
+                    continue
+                extra = {"parallel.ep": ep, "parallel.etp": etp}
+                if tp > 1:
+                    extra["parallel.sequence_parallel"] = True
+                out.append({**lay, **extra})
+    return out

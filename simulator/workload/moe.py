@@ -1,0 +1,208 @@
+"""Mixture-of-experts (and MLA) blocks: exact parameter counts, active parameters and FLOPs.
+
+Module structure of the reference implementations (Hugging Face ``MixtralSparseMoeBlock``,
+``Qwen3MoeSparseMoeBlock``, ``DeepseekV3MoE``, ``GptOssMLP``, ``OlmoeSparseMoeBlock``;
+Megatron-Core ``MoELayer``):
+
+* router: ``nn.Linear(h, E)`` (``E·h`` weights, ``+E`` with a router bias: GPT-OSS);
+* each routed expert is an MLP of the model's kind and width ``f_e``: ``k_mlp·h·f_e`` weights
+  (``+ (k_mlp−1)·f_e + h`` biases with ``linear_bias``: GPT-OSS ``gate_up_proj_bias``,
+  ``down_proj_bias``);
+* ``n_s`` shared experts of width ``f_s``, each ``k_mlp·h·f_s`` (DeepSeek-V3 builds them as one
+  MLP of width ``n_s·f_s``: the same count);
+* the attention, norms, embeddings and head are those of the dense model
+  (``simulator.workload.params``), or MLA (``simulator.workload.mla``).
+
+Active parameters (what one token uses) = total − the ``(E − top_k)`` routed experts it skips in
+every MoE block. This is the convention of the Mixtral, Qwen3-MoE, DeepSeek-V3 and OLMoE model cards
+(embedding and output head included); OpenAI's GPT-OSS card counts the unembedding but not the
+embedding (``active_non_embedding`` + ``lm_head``).
+
+FLOPs: routed experts do ``top_k`` expert MLPs per token, shared experts ``n_s``, the router one
+``h × E`` GEMM (Megatron-LM ``num_floating_point_operations`` counts the expert and shared-expert
+GEMMs the same way; it leaves out the router's ``2·h·E`` per token, which we count because it is a
+matrix product).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from simulator.config.model import ModelConfig
+from simulator.workload import mla
+from simulator.workload import params as wparams
+
+
+@dataclass(frozen=True)
+class BlockParams:
+    """One block's parameters by how they are stored.
+
+    ``tp_sharded`` splits over the tensor-parallel group, ``replicated`` stays whole on every TP
+    rank; ``experts`` (all ``E`` routed experts) split over expert-parallel × expert-tensor-parallel
+    ranks (``expert_each`` per expert); ``mlp`` is the dense MLP, or router + shared experts.
+    """
+
+    attention: int
+    mlp: int
+    norms: int
+    experts: int
+    expert_each: int
+    tp_sharded: int
+    replicated: int
+    active: int
+
+    @property
+    def total(self) -> int:
+        return self.attention + self.mlp + self.norms + self.experts
+
+
+def _is_moe(model: ModelConfig, i: int) -> bool:
+    return model.moe is not None and model.moe.is_moe_layer(i)
+
+
+def _mlp_params(model: ModelConfig, width: int) -> tuple[int, int, int]:
+    """(weights, column-parallel biases, row-parallel bias) of one MLP of ``width``."""
+    h, k = model.hidden_size, model.mlp_matrices
+    bias = model.linear_bias
+    return k * h * width, ((k - 1) * width if bias else 0), (h if bias else 0)
+
+
+def block(model: ModelConfig, moe_layer: bool) -> BlockParams:
+    """Parameters of one block: dense (``moe_layer=False``) or MoE (formulas: module docstring)."""
+    dense = wparams.dense_layer(model)
+    h = model.hidden_size
+    if model.is_mla:
+        att = mla.params(model)
+        attention = att.sharded + att.replicated - att.norms
+        norms = 2 * wparams.norm_params(model, h) + att.norms
+        attn_sharded, attn_repl = att.sharded, att.replicated - att.norms
+    else:
+        bias_row = h if model.linear_bias else 0
+        attention, norms = dense.attention, dense.norms
+        attn_sharded, attn_repl = dense.attention - bias_row, bias_row
+    if not moe_layer or model.moe is None:
+        w, cb, rb = _mlp_params(model, model.ffn_hidden_size)
+        total_mlp = w + cb + rb
+        return BlockParams(attention, total_mlp, norms, 0, 0, attn_sharded + w + cb, attn_repl + rb + norms,
+                           attention + total_mlp + norms)
+    m = model.moe
+    router = m.n_experts * h + (m.n_experts if m.router_bias else 0)
+    w, cb, rb = _mlp_params(model, m.expert_ffn_hidden_size)
+    each = w + cb + rb
+    sw, scb, srb = _mlp_params(model, m.shared_width)
+    shared = m.n_shared_experts * (sw + scb + srb)
+    mlp_part = router + shared
+    return BlockParams(
+        attention=attention,
+        mlp=mlp_part,
+        norms=norms,
+        experts=m.n_experts * each,
+        expert_each=each,
+        tp_sharded=attn_sharded + m.n_shared_experts * (sw + scb),
+        replicated=attn_repl + norms + router + m.n_shared_experts * srb,
+        active=attention + mlp_part + norms + m.top_k * each,
+    )
+
+
+def blocks(model: ModelConfig) -> list[BlockParams]:
+    """Every block's parameters, first to last."""
+    dense, moe_blk = block(model, False), block(model, True)
+    return [moe_blk if _is_moe(model, i) else dense for i in range(model.n_layers)]
+
+
+def count(model: ModelConfig) -> wparams.ParamCounts:
+    """Exact total and active parameter counts of an MoE and/or MLA model."""
+    blks = blocks(model)
+    base = wparams.dense_count(model)  # embeddings, head and norms outside the blocks are the same
+    outside = base.total - model.n_layers * base.per_layer
+    total = outside + sum(bk.total for bk in blks)
+    active = outside + sum(bk.active for bk in blks)
+    h = model.hidden_size
+    widest = max(model.ffn_hidden_size, model.moe.expert_ffn_hidden_size if model.moe else 0)
+    largest = max(base.embedding, h * widest, h * model.q_dim if not model.is_mla else 0)
+    return wparams.ParamCounts(
+        total=total,
+        embedding=base.embedding,
+        lm_head=base.lm_head,
+        non_embedding=total - base.embedding - base.lm_head,
+        per_layer=max(bk.total for bk in blks),
+        final_norm=base.final_norm,
+        embedding_norm=base.embedding_norm,
+        largest_layer=largest,
+        active=active,
+    )
+
+
+@dataclass(frozen=True)
+class LocalParams:
+    """Parameters one GPU holds of one block: the TP-split part and its expert shard."""
+
+    dense: float
+    experts: float
+
+    @property
+    def total(self) -> float:
+        return self.dense + self.experts
+
+
+def block_local(model: ModelConfig, moe_layer: bool, tp: int = 1, ep: int = 1, etp: int = 1) -> LocalParams:
+    """One block on one GPU: ``tp_sharded/tp + replicated`` plus ``E/ep`` experts each split over
+    ``etp`` expert-tensor-parallel ranks (Megatron-Core ``--expert-model-parallel-size``,
+    ``--expert-tensor-parallel-size``)."""
+    bk = block(model, moe_layer)
+    experts = bk.experts / ep / etp if bk.experts else 0.0
+    return LocalParams(dense=bk.tp_sharded / tp + bk.replicated, experts=experts)
+
+
+def local(model: ModelConfig, tp: int = 1, pp: int = 1, ep: int = 1, etp: int = 1) -> LocalParams:
+    """Parameters held by the most-loaded GPU of a ``tp × pp`` (× ``ep × etp``) group: the stage with
+    the most blocks (the first stages, holding any leading dense blocks, when layers do not divide),
+    plus the embedding or the head as in ``params.local``."""
+    per_stage = math.ceil(model.n_layers / pp)
+    flags = [_is_moe(model, i) for i in range(model.n_layers)]
+    best = LocalParams(0.0, 0.0)
+    for st in range(pp):
+        idx = range(st * per_stage, min(model.n_layers, (st + 1) * per_stage))
+        parts = [block_local(model, flags[i], tp, ep, etp) for i in idx]
+        cand = LocalParams(sum(p.dense for p in parts), sum(p.experts for p in parts))
+        if cand.total > best.total:
+            best = cand
+    extra = wparams.outside_local(model, tp, pp)
+    return LocalParams(best.dense + extra, best.experts)
+
+
+def n_moe_layers(model: ModelConfig) -> int:
+    return model.moe.n_moe_layers(model.n_layers) if model.moe else 0
+
+
+def layer_forward(model: ModelConfig, b: int, s: int, causal: bool, moe_layer: bool):
+    """Forward FLOPs of one block (``flops.LayerFlops``): MLA or standard attention; the dense MLP,
+    or router ``2·T·h·E`` + routed experts ``2·k_mlp·T·h·f_e·top_k`` + shared experts
+    ``2·k_mlp·T·h·f_s·n_s`` with ``T = b·s``."""
+    from simulator.workload import flops
+
+    base = flops.dense_layer_forward(model, b, s, causal)
+    if model.is_mla:
+        f = mla.forward(model, b, s, causal)
+        base = flops.LayerFlops(q=f.q, kv=f.kv, scores=f.scores, attn_v=f.attn_v, out_proj=f.out_proj,
+                                mlp=base.mlp)
+    if not moe_layer or model.moe is None:
+        return base
+    m, h, t = model.moe, model.hidden_size, b * s
+    k = model.mlp_matrices
+    mlp = 2.0 * t * h * m.n_experts + 2.0 * k * t * h * (m.top_k * m.expert_ffn_hidden_size
+                                                        + m.n_shared_experts * m.shared_width)
+    return flops.LayerFlops(q=base.q, kv=base.kv, scores=base.scores, attn_v=base.attn_v,
+                            out_proj=base.out_proj, mlp=mlp)
+
+
+def layer_groups(model: ModelConfig, b: int, s: int, causal: bool) -> list[tuple[int, object]]:
+    """[(number of blocks, their ``LayerFlops``)] for the dense and the MoE blocks."""
+    n_moe = n_moe_layers(model)
+    out = []
+    if model.n_layers - n_moe:
+        out.append((model.n_layers - n_moe, layer_forward(model, b, s, causal, False)))
+    if n_moe:
+        out.append((n_moe, layer_forward(model, b, s, causal, True)))
+    return out

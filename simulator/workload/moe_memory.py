@@ -1,0 +1,87 @@
+"""Per-GPU memory of MoE models: expert states sharded over EP × ETP and expert-DP, and the
+activations of routed tokens.
+
+* Model states: the non-expert part of the most-loaded stage is sharded like a dense model (over
+  the DP group per the ZeRO stage); each GPU holds ``E/ep`` experts of every MoE block of its
+  stage, each split over ``etp``, and ZeRO / the distributed optimizer shards those over the
+  expert-data-parallel group ``edp = tp·cp·dp/(ep·etp)`` (Megatron-Core keeps expert parameters in
+  their own buffers sharded over the expert-DP group; DeepSpeed-MoE shards expert states over the
+  expert-DP group the same way: Rajbhandari et al. 2022 "DeepSpeed-MoE" §5). ZeRO-3 / FSDP
+  shard the expert weights too and hold two MoE blocks' gathered experts at a time (the one in use
+  and the one prefetched, ``simulator.parallel.expert``), counted with the parameters.
+* Activations: in an MoE block the dense MLP's stored tensors past its input (for SwiGLU gate/up
+  ``2·2·b·s·f/t`` and the product ``2·b·s·f/t`` bytes in 16-bit, Korthikanti et al. 2022 Table 2
+  generalised to width ``f``, as ``memory.layer_activation_bytes`` counts them) are replaced by the
+  routed tokens' tensors: the permuted copies ``T·k·h`` (the experts' input, also the all-to-all
+  receive buffer), the ``k_mlp−1`` expert up projections of width ``f_e/etp`` and the activation
+  output (``× imbalance`` on the most-loaded rank), plus the shared experts' like a dense MLP of
+  width ``n_s·f_s``; ``T = b·s/(tp·cp)``. The MLP input stays (it is the router's input).
+* MLA blocks store, instead of Q, K, V and the out-projection input of width ``a·d_h``: the
+  compressed query ``d_c'`` before and after its norm, the compressed KV ``d_c + d_r`` and its
+  normalised ``d_c``, and Q, K (``a·d_qk`` each, ÷t), V and the out-projection input (``a·d_v``
+  each, ÷t).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from simulator.workload import moe as wmoe
+
+
+def _mlp_stored(tokens: float, h: int, width: float, k_mlp: int, pb: int) -> float:
+    """Bytes an MLP keeps for its backward: input, the (k_mlp − 1) up projections, the activation output."""
+    return pb * tokens * (h + (k_mlp - 1) * width + width)
+
+
+def activation_delta_per_layer(scenario: Any, pb: int) -> float:
+    """Average extra bytes per block (MoE block minus the dense block it replaces) per micro-batch;
+    0 under full recomputation (only block inputs are stored)."""
+    if scenario.training.activation_checkpointing == "full":
+        return 0.0
+    moe_part = moe_block_extra(scenario, pb) * wmoe.n_moe_layers(scenario.model) / scenario.model.n_layers
+    return moe_part + mla_block_extra(scenario, pb)
+
+
+def mla_block_extra(scenario: Any, pb: int) -> float:
+    """Extra activation bytes of one MLA attention over the dense estimate's ``2·(a·d_h + g·d_h)``."""
+    m, tr, par = scenario.model, scenario.training, scenario.parallel
+    if not m.is_mla:
+        return 0.0
+    sb, tp = tr.micro_batch_size * tr.seq_len // par.cp, par.tp
+    a, qr, kvr = m.n_heads, m.q_lora_rank or 0, m.kv_lora_rank
+    dqk, dv = m.qk_nope_head_dim + m.qk_rope_head_dim, m.v_head_dim
+    mla = 2 * qr + 2 * kvr + m.qk_rope_head_dim + (2 * a * dqk + 2 * a * dv) / tp
+    return pb * sb * (mla - (2 * m.q_dim + 2 * m.kv_dim) / tp)
+
+
+def moe_block_extra(scenario: Any, pb: int) -> float:
+    """Extra activation bytes of ONE MoE block over the dense block it replaces, one micro-batch
+    (also what a block being recomputed holds on top of the dense estimate)."""
+    m, tr, par = scenario.model, scenario.training, scenario.parallel
+    if m.moe is None:
+        return 0.0
+    b, s, tp = tr.micro_batch_size, tr.seq_len // par.cp, par.tp  # a CP rank holds s/cp tokens
+    h, k_mlp, moe = m.hidden_size, m.mlp_matrices, m.moe
+    dense = _mlp_stored(b * s, 0, m.ffn_hidden_size / tp, k_mlp, pb)
+    t = b * s / tp * moe.top_k * moe.effective_imbalance
+    routed = pb * t * h + _mlp_stored(t, 0, moe.expert_ffn_hidden_size / par.etp, k_mlp, pb)
+    shared = _mlp_stored(b * s, 0, moe.n_shared_experts * moe.shared_width / tp, k_mlp, pb) if moe.n_shared_experts else 0
+    return routed + shared - dense
+
+
+def model_states(scenario: Any, zero_model_states, shard_degree: int, stage: int, sizes: tuple) -> Any:
+    """Model-state bytes of an MoE model: the dense part over ``shard_degree``, the experts over
+    the expert-DP group (both with ``zero_model_states`` and the framework's bytes per parameter)."""
+    m, par = scenario.model, scenario.parallel
+    split = wmoe.local(m, par.tp, par.pp, par.ep, par.etp)
+    dense = zero_model_states(split.dense, shard_degree, stage, *sizes)
+    edp = max(1, scenario.n_gpus // (par.pp * par.ep * par.etp))
+    exp = zero_model_states(split.experts, edp, stage, *sizes)
+    gathered = 0.0
+    if stage >= 3 and edp > 1:  # two blocks' experts unsharded at a time, in the 16-bit working dtype
+        block = wmoe.block_local(m, True, par.tp, par.ep, par.etp).experts
+        gathered = 2 * block * (2 if scenario.training.precision in ("bf16", "fp16", "fp8") else 4)
+    return type(dense)(dense.params_bytes + exp.params_bytes + gathered, dense.grads_bytes + exp.grads_bytes,
+                       dense.optimizer_bytes + exp.optimizer_bytes)
+

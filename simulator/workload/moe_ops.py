@@ -1,0 +1,140 @@
+"""Per-kernel workload of MoE and MLA blocks on one GPU (the counterpart of ``workload.ops``).
+
+An MoE block is cut where its tokens leave and come back (the all-to-all dispatch and combine of
+``simulator.parallel.expert``): ``pre`` (attention, router, permute), ``experts`` (the grouped GEMM
+over this rank's experts), ``shared`` (shared experts, which need no dispatch) and ``post``
+(unpermute and weighted sum). Conventions (each a reason, not a measurement):
+
+* tokens per GPU entering the MoE part: ``T = b·s/tp`` (Megatron-Core requires sequence parallelism
+  with MoE and TP > 1, so each TP rank routes its own ``1/tp`` of the tokens);
+* router: a ``T × E × h`` GEMM plus a softmax / top-k pass over the ``T × E`` scores (memory-bound);
+* permute / unpermute (Megatron ``moe_permute`` / ``moe_unpermute``): read the ``T·top_k`` token
+  copies' hidden states and write them (2 passes each);
+* grouped GEMM (Megatron ``--moe-grouped-gemm``, CUTLASS grouped GEMM): ``E/ep`` GEMMs, each with
+  ``m = tokens per local expert`` rows. This rank receives ``T·top_k`` token copies on average and
+  ``imbalance ×`` that on the most-loaded rank, which sets the pace (``model.moe.imbalance``). Small
+  ``m`` runs at low efficiency through the compute model's GEMM shape factor ``m/(m + d_half)``
+  (``simulator.hardware.compute``): no separate parameter;
+* expert tensor parallelism splits each expert's width over ``etp`` ranks, which all process the
+  tokens of their EP rank;
+* shared experts run on all ``b·s`` tokens with their width split over TP, like the dense MLP;
+* MLA attention (``simulator.workload.mla``): the down projections and their norms are duplicated
+  on every TP rank; up projections column-parallel, ``o_proj`` row-parallel; the FlashAttention
+  kernel is causal with ``d_qk = d_n + d_r`` for QKᵀ and ``d_v`` for ·V.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from simulator.config.model import ModelConfig
+from simulator.workload import ops as wops
+
+
+@dataclass(frozen=True)
+class MoEBlockOps:
+    """Forward ops of one MoE block on one GPU, cut at the dispatch and the combine."""
+
+    pre: tuple
+    experts: tuple
+    shared: tuple
+    post: tuple
+    #: Token copies this GPU sends in the dispatch (and receives back in the combine): T·top_k.
+    routed_tokens: float
+
+
+def _mark(ops: list, recompute: str) -> list:
+    return [replace(op, recompute=True) for op in ops] if recompute == "full" else ops
+
+
+def _mla_attention(model: ModelConfig, b: int, s: int, tp: int, pb: int, fused: bool) -> list:
+    """Input norm through the post-attention add+norm of an MLA block (module docstring)."""
+    a, t = model.n_heads // tp, b * s
+    h = model.hidden_size
+    qr, kvr = model.q_lora_rank, model.kv_lora_rank
+    dn, dr, dv = model.qk_nope_head_dim, model.qk_rope_head_dim, model.v_head_dim
+    assert kvr and dn and dr and dv
+    dqk = dn + dr
+    out: list = []
+    if fused:
+        out += wops._add_norm("input", t * h, True, pb)
+    else:
+        out.append(wops.memory_op("input_norm", t * h, 2, pb, wops._NORM_FLOPS))
+    if qr:
+        out += [wops.gemm("q_down", t, qr, h, pb), wops.memory_op("q_down_norm", t * qr, 2, pb, wops._NORM_FLOPS),
+                wops.gemm("q_up", t, a * dqk, qr, pb)]
+    else:
+        out.append(wops.gemm("q_proj", t, a * dqk, h, pb))
+    out += [wops.gemm("kv_down", t, kvr + dr, h, pb),
+            wops.memory_op("kv_down_norm", t * kvr, 2, pb, wops._NORM_FLOPS),
+            wops.gemm("kv_up", t, a * (dn + dv), kvr, pb),
+            wops.memory_op("rotary", t * (a + 1) * dr, 2, pb, wops._ROPE_FLOPS)]
+    # FlashAttention, causal: QKᵀ 2·b·s²·a·d_qk/2 and ·V 2·b·s²·a·d_v/2; reads Q, K, V, writes O + LSE.
+    flops = 2.0 * b * s * s * a * (dqk + dv) / 2
+    io = (t * a * (2 * dqk + 2 * dv)) * pb + b * a * s * wops._LSE_BYTES
+    out.append(wops.Op("attention", "attention", flops, float(io)))
+    out.append(wops.gemm("out_proj", t, h, a * dv, pb))
+    out += wops._add_norm("post_attn", t * h, fused, pb)
+    return out
+
+
+def _attention_part(model, b, s, tp, pb, kernels, recompute) -> tuple[list, list]:
+    """(ops through the post-attention norm, the dense MLP ops after it) of one block."""
+    if model.is_mla:
+        att = _mla_attention(model, b, s, tp, pb, kernels.fused_norm_residual)
+        h, f, t = model.hidden_size, model.ffn_hidden_size, b * s
+        up = (model.mlp_matrices - 1) * f // tp
+        mlp = [wops.gemm("mlp_up", t, up, h, pb),
+               wops.memory_op(f"mlp_{model.mlp}", t * f / tp, model.mlp_matrices, pb, wops._ACT_FLOPS),
+               wops.gemm("mlp_down", t, h, f // tp, pb)]
+        if not kernels.fused_norm_residual:
+            mlp.append(wops.memory_op("output_residual_add", t * h, 3, pb, wops._ADD_FLOPS))
+        return att, mlp
+    full = wops.layer_ops(model, b, s, tp, pb, kernels, "none")
+    cut = max(i for i, op in enumerate(full) if op.name.startswith("post_attn")) + 1
+    return full[:cut], full[cut:]
+
+
+def dense_block_ops(model: ModelConfig, b: int, s: int, tp: int, pb: int, kernels, recompute: str) -> list:
+    """Forward ops of a dense block of an MoE / MLA model (MLA attention when the model has it)."""
+    if not model.is_mla:
+        return wops.layer_ops(model, b, s, tp, pb, kernels, recompute)
+    att, mlp = _attention_part(model, b, s, tp, pb, kernels, recompute)
+    return _mark(att + mlp, recompute)
+
+
+def moe_block_ops(model: ModelConfig, b: int, s: int, tp: int, pb: int, kernels, recompute: str,
+                  ep: int = 1, etp: int = 1) -> MoEBlockOps:
+    """Forward ops of one MoE block on one GPU (conventions: module docstring)."""
+    m = model.moe
+    assert m is not None
+    h, k_mlp = model.hidden_size, model.mlp_matrices
+    att, _ = _attention_part(model, b, s, tp, pb, kernels, recompute)
+    t = b * s / tp
+    routed = t * m.top_k
+    local_experts = max(1, m.n_experts // ep)
+    per_expert = max(1, round(routed * m.effective_imbalance / local_experts))
+    width = m.expert_ffn_hidden_size // etp
+    pre = att + [
+        wops.gemm("router", int(t), m.n_experts, h, pb),
+        wops.memory_op("router_topk", t * m.n_experts, 3, pb, wops._SOFTMAX_FLOPS),
+        wops.memory_op("permute", routed * h, 2, pb, 0.0),
+    ]
+    experts = [
+        wops.gemm("experts_up", per_expert, (k_mlp - 1) * width, h, pb, batch=local_experts),
+        wops.memory_op(f"experts_{model.mlp}", per_expert * local_experts * width, k_mlp, pb, wops._ACT_FLOPS),
+        wops.gemm("experts_down", per_expert, h, width, pb, batch=local_experts),
+    ]
+    shared: list = []
+    if m.n_shared_experts:
+        fs = m.n_shared_experts * m.shared_width // tp
+        shared = [
+            wops.gemm("shared_up", b * s, (k_mlp - 1) * fs, h, pb),
+            wops.memory_op(f"shared_{model.mlp}", b * s * fs, k_mlp, pb, wops._ACT_FLOPS),
+            wops.gemm("shared_down", b * s, h, fs, pb),
+        ]
+    post = [wops.memory_op("unpermute", routed * h, 2 + 1, pb, wops._ADD_FLOPS)]
+    if not kernels.fused_norm_residual:
+        post.append(wops.memory_op("output_residual_add", b * s * h, 3, pb, wops._ADD_FLOPS))
+    return MoEBlockOps(tuple(_mark(pre, recompute)), tuple(_mark(experts, recompute)),
+                       tuple(_mark(shared, recompute)), tuple(_mark(post, recompute)), routed)

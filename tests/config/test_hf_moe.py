@@ -1,0 +1,77 @@
+"""Hugging Face config.json import of the MoE families: the imported model counts exactly as the
+catalog entry written from the same config (whose counts tests/workload/test_moe_params.py derives
+by hand)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from simulator import catalog
+from simulator.catalog.hf import model_dict_from_hf
+from simulator.config.model import ModelConfig
+from simulator.errors import InputError
+from simulator.workload import params
+
+# The architecture keys of each model's published config.json (values as published).
+CONFIGS = {
+    "mixtral-8x7b": {"model_type": "mixtral", "hidden_act": "silu", "hidden_size": 4096,
+                     "intermediate_size": 14336, "num_attention_heads": 32, "num_hidden_layers": 32,
+                     "num_key_value_heads": 8, "num_local_experts": 8, "num_experts_per_tok": 2,
+                     "vocab_size": 32000, "tie_word_embeddings": False, "max_position_embeddings": 32768},
+    "qwen3-30b-a3b": {"model_type": "qwen3_moe", "hidden_act": "silu", "hidden_size": 2048,
+                      "intermediate_size": 6144, "moe_intermediate_size": 768, "num_attention_heads": 32,
+                      "num_hidden_layers": 48, "num_key_value_heads": 4, "head_dim": 128, "num_experts": 128,
+                      "num_experts_per_tok": 8, "decoder_sparse_step": 1, "mlp_only_layers": [],
+                      "vocab_size": 151936, "tie_word_embeddings": False, "max_position_embeddings": 40960},
+    "deepseek-v3": {"model_type": "deepseek_v3", "hidden_act": "silu", "hidden_size": 7168,
+                    "intermediate_size": 18432, "moe_intermediate_size": 2048, "num_attention_heads": 128,
+                    "num_hidden_layers": 61, "num_key_value_heads": 128, "n_routed_experts": 256,
+                    "n_shared_experts": 1, "num_experts_per_tok": 8, "first_k_dense_replace": 3,
+                    "moe_layer_freq": 1, "q_lora_rank": 1536, "kv_lora_rank": 512, "qk_nope_head_dim": 128,
+                    "qk_rope_head_dim": 64, "v_head_dim": 128, "vocab_size": 129280,
+                    "tie_word_embeddings": False, "max_position_embeddings": 163840, "num_nextn_predict_layers": 1},
+    "deepseek-v2": {"model_type": "deepseek_v2", "hidden_act": "silu", "hidden_size": 5120,
+                    "intermediate_size": 12288, "moe_intermediate_size": 1536, "num_attention_heads": 128,
+                    "num_hidden_layers": 60, "num_key_value_heads": 128, "n_routed_experts": 160,
+                    "n_shared_experts": 2, "num_experts_per_tok": 6, "first_k_dense_replace": 1,
+                    "moe_layer_freq": 1, "q_lora_rank": 1536, "kv_lora_rank": 512, "qk_nope_head_dim": 128,
+                    "qk_rope_head_dim": 64, "v_head_dim": 128, "vocab_size": 102400,
+                    "tie_word_embeddings": False, "max_position_embeddings": 163840},
+    "gpt-oss-120b": {"model_type": "gpt_oss", "hidden_act": "silu", "hidden_size": 2880, "intermediate_size": 2880,
+                     "num_attention_heads": 64, "num_hidden_layers": 36, "num_key_value_heads": 8, "head_dim": 64,
+                     "num_local_experts": 128, "experts_per_token": 4, "attention_bias": True,
+                     "vocab_size": 201088, "tie_word_embeddings": False, "max_position_embeddings": 131072},
+    "olmoe-1b-7b": {"model_type": "olmoe", "hidden_act": "silu", "hidden_size": 2048, "intermediate_size": 1024,
+                    "num_attention_heads": 16, "num_hidden_layers": 16, "num_key_value_heads": 16,
+                    "num_experts": 64, "num_experts_per_tok": 8, "vocab_size": 50304,
+                    "tie_word_embeddings": False, "max_position_embeddings": 4096},
+}
+
+
+def _load(tmp_path, cfg):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(cfg))
+    return ModelConfig.model_validate(model_dict_from_hf(path))
+
+
+@pytest.mark.parametrize("name", sorted(CONFIGS))
+def test_import_matches_catalog(tmp_path, name):
+    got = params.count(_load(tmp_path, CONFIGS[name]))
+    want = params.count(catalog.get_model(name))
+    assert (got.total, got.active) == (want.total, want.active)
+
+
+def test_deepseek_import_reads_mla(tmp_path):
+    m = _load(tmp_path, CONFIGS["deepseek-v3"])
+    assert m.attention == "mla" and (m.q_lora_rank, m.kv_lora_rank) == (1536, 512)
+    assert m.moe.first_dense_layers == 3 and m.moe.n_shared_experts == 1
+
+
+def test_irregular_dense_layers_refused(tmp_path):
+    cfg = {**CONFIGS["qwen3-30b-a3b"], "mlp_only_layers": [0, 5]}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(cfg))
+    with pytest.raises(InputError, match="mlp_only_layers"):
+        model_dict_from_hf(path)

@@ -1,0 +1,188 @@
+"""Expert parallelism: the expert mesh, the dispatch / combine all-to-alls and their direction of
+effect on the step (property tests)."""
+
+from __future__ import annotations
+
+import pytest
+
+from simulator.api import simulate
+from simulator.config.loader import scenario_from_dict
+from simulator.parallel.build import context_for
+from simulator.parallel.expert import expert_groups
+from simulator.parallel.ir import CollectiveTask
+from simulator.parallel.mesh import RankMesh
+from simulator.parallel.placement import placement_lines
+
+# A small MoE model (4 blocks, 16 experts of width 512, top-2) so each simulation takes < 1 s.
+TINY = {"name": "tiny-moe", "n_layers": 4, "hidden_size": 1024, "n_heads": 8, "n_kv_heads": 8,
+        "ffn_hidden_size": 2816, "vocab_size": 32000,
+        "moe": {"n_experts": 16, "top_k": 2, "expert_ffn_hidden_size": 512}}
+
+
+def _scenario(nodes=2, ep=16, sets=(), **moe):
+    raw = {
+        "name": "t", "model": {**TINY, "moe": {**TINY["moe"], **moe}},
+        "cluster": {"topology": "dgx-h100", "nodes": nodes},
+        "training": {"seq_len": 1024, "micro_batch_size": 1, "global_batch_size": 8 * nodes * 2},
+        "parallel": {"framework": "ddp", "ep": ep},
+    }
+    return scenario_from_dict(raw, overrides=list(sets))
+
+
+def test_expert_mesh_is_etp_then_ep_then_edp():
+    # 16 GPUs in one stage, etp 2, ep 4 -> edp 2: stage rank = etp + 2·(ep + 4·edp)
+    assert expert_groups(2, 1, 8, 1, 4, 2, "etp")[:2] == [[0, 1], [2, 3]]
+    assert expert_groups(2, 1, 8, 1, 4, 2, "ep")[:2] == [[0, 2, 4, 6], [1, 3, 5, 7]]
+    assert expert_groups(2, 1, 8, 1, 4, 2, "edp")[0] == [0, 8]
+    # Pipeline stage 1 starts at GPU 16.
+    assert expert_groups(2, 1, 8, 2, 4, 2, "ep")[4] == [16, 18, 20, 22]
+
+
+def test_ep_groups_inside_the_node_first():
+    mesh = RankMesh(tp=1, dp=16, pp=1, gpus_per_node=8, ep=8)
+    assert mesh.groups("ep") == [list(range(8)), list(range(8, 16))]
+    assert mesh.size("edp") == 2 and mesh.groups("edp")[0] == [0, 8]
+    text = "\n".join(placement_lines(mesh))
+    assert "EP groups (2 of 8)" in text and "[0, 1, 2, 3, 4, 5, 6, 7] (node 0)" in text
+
+
+def test_dispatch_and_combine_bytes_by_hand():
+    sc = _scenario(nodes=1, ep=8, imbalance=1.5)
+    graph = __import__("simulator.parallel.build", fromlist=["x"]).build_step_graph(context_for(sc))
+    a2a = [t for t in graph.tasks if isinstance(t, CollectiveTask) and t.op == "all_to_all"]
+    # T = b·s = 1024 tokens, top-2 copies of h = 1024 bf16 elements, x imbalance 1.5
+    assert {t.nbytes for t in a2a} == {1024 * 2 * 1024 * 2 * 1.5}
+    assert {t.group for t in a2a} == {"ep"}
+    n_micro = 16 // 8  # global batch 16 over dp 8
+    # dispatch + combine in forward, their two mirrors in backward, per block and micro-batch
+    assert len(a2a) == 4 * 4 * n_micro
+
+
+def test_fp8_dispatch_is_one_byte_combine_two():
+    sc = _scenario(nodes=1, ep=8, sets=["training.precision=fp8"])
+    mw = context_for(sc).work.moe
+    assert mw.dispatch_bytes * 2 == mw.combine_bytes == 1024 * 2 * 1024 * 2 * 1.25
+
+
+def test_breakdown_and_trace_show_the_all_to_all():
+    r = simulate(_scenario())
+    ep = r.breakdown["communication"]["ep"]
+    assert ep["on_link_s"] > 0 and 0 < ep["exposed_s"] <= ep["on_link_s"]
+    names = [s.name for s in r.trace if s.kind == "ep"]
+    assert any("dispatch fwd 0 mb0" in n for n in names) and any("combine fwd 0 mb0" in n for n in names)
+
+
+def test_doubling_imbalance_slows_the_step():
+    base = simulate(_scenario(imbalance=1.25)).step_time_s
+    worse = simulate(_scenario(imbalance=2.5)).step_time_s
+    assert worse > base
+
+
+def test_halving_inter_node_bandwidth_slows_a_cross_node_ep_step():
+    base = simulate(_scenario()).step_time_s  # ep 16 over 2 nodes: the all-to-all crosses IB
+    slow = simulate(_scenario(sets=["cluster.topology.nics.bandwidth_Gbps=200"])).step_time_s
+    assert slow > base
+
+
+@pytest.mark.parametrize(("key", "value", "match"), [
+    ("parallel.ep", 3, "must divide model.moe.n_experts"),
+    ("parallel.etp", 3, "expert_ffn_hidden_size"),
+    ("parallel.tp", 2, "sequence_parallel"),
+])
+def test_bad_expert_layouts_are_refused(key, value, match):
+    with pytest.raises(Exception, match=match):
+        _scenario(nodes=1, ep=1, sets=[f"{key}={value}"])
+
+
+def test_ep_needs_an_moe_model():
+    raw = {"name": "t", "model": "llama-3-8b", "cluster": {"topology": "dgx-h100"},
+           "training": {"seq_len": 1024, "micro_batch_size": 1, "global_batch_size": 8},
+           "parallel": {"framework": "ddp", "ep": 8}}
+    with pytest.raises(Exception, match="need an MoE model"):
+        scenario_from_dict(raw)
+
+
+def test_layouts_auto_enumerates_valid_ep_and_etp():
+    from simulator.parallel.layouts import enumerate_layouts
+
+    sc = _scenario(nodes=2, ep=1)
+    layouts = enumerate_layouts(sc, micro_batch_sizes=(1,))
+    eps = {(lay["parallel.ep"], lay["parallel.etp"]) for lay in layouts}
+    assert (16, 1) in eps and (8, 2) in eps and (1, 1) in eps
+    for lay in layouts:  # every enumerated layout passes validation
+        stage = 16 // lay["parallel.pp"]
+        assert 16 % lay["parallel.ep"] == 0 and stage % (lay["parallel.ep"] * lay["parallel.etp"]) == 0
+        _scenario(nodes=2, ep=1, sets=[f"{k}={v}" for k, v in lay.items()])
+
+
+def test_ep_is_a_sweep_axis(tmp_path):
+    import yaml
+    from typer.testing import CliRunner
+
+    from simulator.cli import app
+
+    raw = {"name": "t", "model": TINY, "cluster": {"topology": "dgx-h100", "nodes": 2},
+           "training": {"seq_len": 1024, "micro_batch_size": 1, "global_batch_size": 32},
+           "parallel": {"framework": "ddp", "ep": 8}}
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    out = tmp_path / "r.jsonl"
+    res = CliRunner().invoke(app, ["sweep", str(path), "--grid", "parallel.ep=8,16", "--out", str(out), "--json"])
+    assert res.exit_code == 0, res.output
+    rows = [__import__("json").loads(line) for line in out.read_text().splitlines()]
+    assert sorted(r["parallel.ep"] for r in rows) == [8, 16]
+
+
+def test_deepep_two_hop_groups_and_bytes():
+    mesh = RankMesh(tp=1, dp=16, pp=1, gpus_per_node=8, ep=16)
+    assert mesh.groups("ep_intra") == [list(range(8)), list(range(8, 16))]
+    assert mesh.groups("ep_inter")[:2] == [[0, 8], [1, 9]]  # same rail on each node
+    sc = _scenario(nodes=2, ep=16, sets=["parallel.moe_dispatcher=deepep"])
+    graph = __import__("simulator.parallel.build", fromlist=["x"]).build_step_graph(context_for(sc))
+    a2a = [t for t in graph.tasks if isinstance(t, CollectiveTask) and t.op == "all_to_all"]
+    full = 1024 * 2 * 1024 * 2 * 1.25  # T·top_k·h·bytes·imbalance
+    p_hit = 1 - (1 - 1 / 2) ** 2  # a node gets at least one of a token's 2 experts: 3/4
+    assert {t.group: t.nbytes for t in a2a} == {"ep_intra": full, "ep_inter": pytest.approx(2 * p_hit * full / 2)}
+    # dispatch: network hop first, then NVLink
+    first = next(t for t in a2a if "dispatch fwd 0 mb0" in t.name)
+    assert first.group == "ep_inter"
+
+
+def test_deepep_pays_off_with_many_experts_per_token():
+    """Top-8 over 2 nodes: one all-to-all sends 8 x 1/2 = 4 copies of a token over the network,
+    two hops send it 1 − 2⁻⁸ ≈ 1 time, so the expert communication shrinks despite the extra hop."""
+    plain = simulate(_scenario(top_k=8)).breakdown["communication"]["ep"]["on_link_s"]
+    two_hop = simulate(_scenario(top_k=8, sets=["parallel.moe_dispatcher=deepep"]))
+    assert two_hop.breakdown["communication"]["ep"]["on_link_s"] < plain
+
+
+def test_context_parallel_composes_with_experts():
+    """cp 2 x ep 8 on 16 GPUs: the K/V ring runs beside the attention of MoE blocks, and the
+    tokens a rank routes halve with its sequence chunk."""
+    sc = _scenario(nodes=2, ep=8, sets=["parallel.cp=2"])
+    ctx = context_for(sc)
+    assert ctx.mesh.size("edp") == 2  # 16 / 8
+    assert ctx.work.moe.dispatch_bytes == 512 * 2 * 1024 * 2 * 1.25  # b·s/cp tokens, top-2, h, bf16
+    graph = __import__("simulator.parallel.build", fromlist=["x"]).build_step_graph(ctx)
+    rings = [t for t in graph.tasks if isinstance(t, CollectiveTask) and t.group == "cp"]
+    assert any("attn+router" in t.name for t in rings)
+    assert simulate(sc).step_time_s > 0
+
+
+def test_zero3_gathers_expert_shards_over_expert_dp():
+    sc = _scenario(nodes=2, ep=8, sets=["parallel.framework=deepspeed", "parallel.zero_stage=3"])
+    ctx = context_for(sc)
+    graph = __import__("simulator.parallel.build", fromlist=["x"]).build_step_graph(ctx)
+    gathers = [t for t in graph.tasks if isinstance(t, CollectiveTask) and t.group == "edp" and t.op == "all_gather"]
+    reduces = [t for t in graph.tasks if isinstance(t, CollectiveTask) and t.group == "edp" and t.op == "reduce_scatter"]
+    n_micro = ctx.n_micro
+    # 16 experts / ep 8 = 2 per GPU, 3 matrices of 1024 x 512, bf16
+    assert {t.nbytes for t in gathers} == {2 * 3 * 1024 * 512 * 2}
+    assert len(gathers) == 4 * 2 * n_micro  # 4 MoE blocks, forward and backward, every micro-batch
+    assert len(reduces) == 4 * n_micro
+    assert simulate(sc).step_time_s > 0
+
+
+def test_cross_node_ep_is_warned():
+    assert any("all-to-alls cross the inter-node network" in w for w in simulate(_scenario()).warnings)
+    assert not any("all-to-all" in w for w in simulate(_scenario(nodes=1, ep=8)).warnings)

@@ -1,0 +1,99 @@
+"""MoE block kernels and memory: FLOPs of the op lists against the closed forms, grouped-GEMM
+shapes by tokens per expert, expert states sharded over EP and expert-DP (hand arithmetic)."""
+
+from __future__ import annotations
+
+import pytest
+
+from simulator import catalog
+from simulator.config.loader import scenario_from_dict
+from simulator.config.scenario import KernelConfig
+from simulator.workload import memory, moe, moe_ops
+
+
+def _gemm_attn_flops(ops) -> float:
+    return sum(op.flops for op in ops if op.kind in ("gemm", "attention"))
+
+
+@pytest.mark.parametrize("name", ["mixtral-8x7b", "deepseek-v3", "gpt-oss-120b"])
+def test_moe_block_ops_match_the_flop_count(name):
+    """With ep = tp = 1 and no imbalance every token copy is computed once: the GEMM + attention
+    FLOPs of the op list equal the closed-form causal block FLOPs (two independent code paths)."""
+    m = catalog.get_model(name)
+    m = m.model_copy(update={"moe": m.moe.model_copy(update={"imbalance": 1.0})})
+    b, s = 1, 2048
+    ops = moe_ops.moe_block_ops(m, b, s, 1, 2, KernelConfig(), "none")
+    got = _gemm_attn_flops(ops.pre + ops.experts + ops.shared + ops.post)
+    want = moe.layer_forward(m, b, s, causal=True, moe_layer=True).total
+    assert got == pytest.approx(want, rel=1e-9)
+
+
+def test_mla_dense_block_ops_match_the_flop_count():
+    m = catalog.get_model("deepseek-v3")
+    ops = moe_ops.dense_block_ops(m, 1, 2048, 1, 2, KernelConfig(), "none")
+    assert _gemm_attn_flops(ops) == pytest.approx(moe.layer_forward(m, 1, 2048, True, False).total, rel=1e-9)
+
+
+def test_grouped_gemm_rows_are_tokens_per_local_expert():
+    m = catalog.get_model("mixtral-8x7b")  # 8 experts, top-2, default imbalance 1.25
+    ops = moe_ops.moe_block_ops(m, 1, 4096, 1, 2, KernelConfig(), "none", ep=4)
+    up = ops.experts[0]
+    # 4096 tokens x 2 copies x 1.25 on the busiest rank, over its 8/4 = 2 experts
+    assert (up.m, up.batch, up.n, up.k) == (4096 * 2 * 1.25 / 2, 2, 2 * 14336, 4096)
+
+
+def _mixtral(ep: int, stage: int) -> object:
+    raw = {"name": "t", "model": "mixtral-8x7b", "cluster": {"topology": "dgx-h100", "nodes": 2},
+           "training": {"seq_len": 4096, "micro_batch_size": 1, "global_batch_size": 64},
+           "parallel": {"framework": "deepspeed", "zero_stage": stage, "ep": ep}}
+    return scenario_from_dict(raw)
+
+
+def test_expert_states_shard_over_ep_and_expert_dp():
+    h, f, L, V = 4096, 14336, 32, 32000
+    expert = 3 * h * f
+    dense_block = (2 * h * 4096 + 2 * h * 1024) + 8 * h + 2 * h  # attention, router, norms
+    dense = L * dense_block + 2 * V * h + h
+    # 16 GPUs, ep 8 -> each GPU holds 1 expert per block; expert-DP = 16 / 8 = 2; DP = 16.
+    st = memory.model_states(_mixtral(8, 1))
+    assert st.params_bytes == pytest.approx(2 * (dense + L * expert))
+    assert st.grads_bytes == pytest.approx(2 * (dense + L * expert))
+    assert st.optimizer_bytes == pytest.approx(12 * dense / 16 + 12 * L * expert / 2)
+    # ZeRO-2 also shards the gradients, each over its own group.
+    st2 = memory.model_states(_mixtral(8, 2))
+    assert st2.grads_bytes == pytest.approx(2 * dense / 16 + 2 * L * expert / 2)
+
+
+def test_moe_block_activations_by_hand():
+    from simulator.workload import moe_memory
+
+    sc = _mixtral(8, 1)  # b = 1, s = 4096, tp = 1, bf16, imbalance 1.25, no recomputation
+    h, f = 4096, 14336
+    dense = 2 * 4096 * (2 * f + f)  # gate and up outputs, SwiGLU product (the input stays: router)
+    t = 4096 * 2 * 1.25  # routed token copies on the busiest rank
+    routed = 2 * t * h + 2 * t * (2 * f + f)  # permuted copies, expert gate/up outputs, product
+    assert moe_memory.moe_block_extra(sc, 2) == pytest.approx(routed - dense)
+    # every Mixtral block is MoE, so the per-layer average is the same
+    assert moe_memory.activation_delta_per_layer(sc, 2) == pytest.approx(routed - dense)
+
+
+def test_mla_activations_by_hand():
+    from simulator.workload import moe_memory
+
+    raw = {"name": "t", "model": "deepseek-v3", "cluster": {"topology": "dgx-h100", "nodes": 32},
+           "training": {"seq_len": 4096, "micro_batch_size": 1, "global_batch_size": 256},
+           "parallel": {"framework": "ddp", "ep": 32, "pp": 8}}
+    sc = scenario_from_dict(raw)
+    a = 128
+    mla = 2 * 1536 + 2 * 512 + 64 + 2 * a * 192 + 2 * a * 128  # q latents, kv latents, rope key, Q, K, V, out input
+    dense_estimate = 2 * 7168 + 2 * 7168  # 2·(a·d_h + g·d_h) with d_h = h/a = 56
+    assert moe_memory.mla_block_extra(sc, 2) == pytest.approx(2 * 4096 * (mla - dense_estimate))
+
+
+def test_zero3_shards_expert_weights_and_holds_two_gathered_blocks():
+    h, f, L, V = 4096, 14336, 32, 32000
+    expert = 3 * h * f
+    dense = L * ((2 * h * 4096 + 2 * h * 1024) + 8 * h + 2 * h) + 2 * V * h + h
+    st = memory.model_states(_mixtral(8, 3))
+    # dense over DP 16, experts (1 per GPU per block) over expert-DP 2, plus 2 blocks' experts gathered
+    assert st.params_bytes == pytest.approx(2 * dense / 16 + 2 * L * expert / 2 + 2 * expert * 2)
