@@ -62,8 +62,10 @@ def test_corpus_spans_gpus_frameworks_scales_and_moe():
     gpus = {r.gpu for r in CORPUS}
     assert {"A100", "H100", "H200", "B200"} <= gpus
     assert {"FSDP", "Megatron"} <= {r.framework for r in CORPUS}
-    moe = [r for r in CORPUS if r.not_expressible and r.not_expressible.startswith("MoE not simulated yet")]
+    moe_models = {"deepseek-v3", "qwen3-30b-a3b", "qwen3-235b-a22b", "gpt-oss-120b"}
+    moe = [r for r in CORPUS if r.expressible and r.scenario["model"] in moe_models]
     assert len(moe) >= 10
+    assert all("model.moe.imbalance=1.0" in r.overrides for r in moe)  # the source force-balances experts
     assert {"B200", "GB200", "GB300"} <= {r.gpu for r in CORPUS if r.expressible}
 
 
