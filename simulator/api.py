@@ -2,18 +2,23 @@
 
 Wires every layer in one readable function (ARCHITECTURE.md §1.8): the cluster graph and collective
 model (network), the compute model (hardware), the step graph (parallel), the executor (engine),
-the FLOP and memory accounting (workload), and the report. Nothing here keeps state between calls.
+the FLOP and memory accounting (workload), and the report. The only state kept between calls is
+the per-process cache of cluster graphs and collective models (``simulator.model_cache``), keyed by
+all they depend on.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
+from simulator import model_cache
 from simulator.collectives import CollectiveModel
 from simulator.config.scenario import Scenario
 from simulator.engine.costing import Costing
 from simulator.engine.executor import simulate as run_graph
+from simulator.engine.gcpause import gc_paused
 from simulator.engine.summary import pass_window, stage_row, summarize
 from simulator.engine.trace import Trace
 from simulator.hardware.compute import RooflineComputeModel
@@ -21,9 +26,9 @@ from simulator.hardware.efficiency import Efficiency, for_gpu, is_calibrated
 from simulator.network import build_cluster
 from simulator.parallel.build import build_step_graph, context_for
 from simulator.parallel.checks import check_supported
-from simulator.parallel.stage_memory import apply_to_breakdown, stage_activations
 from simulator.parallel.volume import bytes_per_rank, calls_per_rank
 from simulator.report.step_report import StepReport
+from simulator.steady_state import Played, play_step
 from simulator.workload import flops, memory
 
 
@@ -78,16 +83,23 @@ def _summaries(trace: Any) -> tuple[int, dict[str, Any], list[dict[str, float]]]
 
 
 def simulate(scenario: Scenario, *, efficiency: Efficiency | None = None, what_if: WhatIf = WhatIf(),
-             collective_model: Any = None, compute_model: Any = None, cluster: Any = None) -> StepReport:
+             collective_model: Any = None, compute_model: Any = None, cluster: Any = None,
+             exact: bool = False) -> StepReport:
     """Simulate one optimizer step of ``scenario`` on its representative ranks (one per pipeline stage).
 
     ``collective_model`` / ``compute_model`` replace the network or compute layer (tests, studies);
     ``cluster`` reuses an already built cluster graph of the same topology and size (sweeps).
+    Long gradient accumulation and 1F1B pipelines are extrapolated from their steady state
+    (``simulator.steady_state``, checked, without a per-span trace); ``exact=True`` simulates every
+    micro-batch and keeps the trace.
     """
     check_supported(scenario)
     cl, tr, par = scenario.cluster, scenario.training, scenario.parallel
     gpu = cl.gpu_spec
     eff = efficiency or for_gpu(gpu)
+    if cluster is None and collective_model is None:
+        collective_model = model_cache.PROCESS.get(scenario)  # built once per process and cluster
+        cluster = collective_model.cluster
     cluster = cluster or build_cluster(cl.topology, _nodes(scenario), gpu)
     collectives = collective_model or CollectiveModel(cluster, fidelity=cl.network_fidelity,
                                                       algorithm=cl.collective_algorithm)
@@ -96,25 +108,36 @@ def simulate(scenario: Scenario, *, efficiency: Efficiency | None = None, what_i
     compute = compute_model or RooflineComputeModel(gpu, tr.precision, eff, flops_scale=what_if.flops_scale,
                                                     hbm_scale=what_if.hbm_scale)
     ctx = context_for(scenario, gpus_per_node=cluster.gpus_per_node)
-    graph = build_step_graph(ctx)
     pcie = cluster.host_bandwidth_Bps_per_gpu * eff.pcie_fraction
     per_node = cluster.gpus_per_node
     costing = Costing(compute, collectives, ctx.mesh, pcie, eff.cpu_adam_params_per_s_per_node / per_node,
                       eff.nvme_Bps_per_node / per_node)
-    trace = run_graph(graph, costing.costs(graph), eff.compute_slowdown_during_comm)
-    device, summary, stages = _summaries(trace)
+
+    def play(n: int) -> Played:
+        sample = ctx if n == ctx.n_micro else dataclasses.replace(ctx, n_micro=n)
+        graph = build_step_graph(sample)
+        trace = run_graph(graph, costing.costs(graph), eff.compute_slowdown_during_comm)
+        device, summary, stages = _summaries(trace)
+        return Played(n, graph, trace, device, summary, stages, bytes_per_rank(graph, ctx.mesh, device),
+                      calls_per_rank(graph, device), len(graph.tasks))
+
+    with gc_paused():
+        played = play_step(play, ctx.n_micro, par.pp, par.pipeline_schedule, par.virtual_stages, exact=exact)
+    graph, device, summary, stages = played.graph, played.device, played.summary, played.stages
     causal = tr.attention_flops == "causal"
     # Selective recomputation re-runs the attention core; with FlashAttention nothing extra runs
     # (its backward already recomputes QKᵀ, counted in the kernel's time), so HFU adds nothing.
     recompute = tr.activation_checkpointing
     if recompute == "selective" and tr.kernels.flash_attention:
         recompute = "none"
-    step_flops = flops.step(scenario.model, tr.micro_batch_size, tr.seq_len,
-                            n_micro=scenario.grad_accum_steps * scenario.dp, causal=causal,
-                            recompute=recompute)
+    n_seq_micro = scenario.grad_accum_steps * scenario.dp
+    step_flops = flops.step(scenario.model, tr.micro_batch_size, tr.seq_len, n_micro=n_seq_micro,
+                            causal=causal, recompute=recompute)
+    # HFU counts the FLOPs the kernels execute: a causal FlashAttention kernel skips the masked half
+    # whatever the MFU convention (an unfused kernel computes the whole score matrix), so HFU ≤ 100%.
+    executed = flops.step(scenario.model, tr.micro_batch_size, tr.seq_len, n_micro=n_seq_micro,
+                          causal=tr.kernels.flash_attention, recompute=recompute)
     mem = memory.breakdown(scenario).as_dict()
-    if par.pp > 1 or par.cp > 1 or (par.sequence_parallel and par.tp > 1):
-        mem = apply_to_breakdown(mem, stage_activations(scenario), scenario.memory.fragmentation)
     breakdown = {k: summary[k] for k in ("forward_s", "backward_s", "recompute_s", "optimizer_s", "idle_s",
                                          "compute_busy_s", "bubble_s")}
     breakdown["offload"] = summary["offload"]
@@ -132,7 +155,7 @@ def simulate(scenario: Scenario, *, efficiency: Efficiency | None = None, what_i
         "grad_accum_steps": ctx.n_micro,
         "micro_batch_size": tr.micro_batch_size,
         "gpu": gpu.name, "nodes": _nodes(scenario),
-        "tasks": len(graph.tasks),
+        "tasks": played.tasks,
         **{k: v for k, v in graph.meta.items() if k in ("sharding_strategy", "prefetch_depth", "schedule",
                                                           "stage_layers", "virtual_stages")},
     }
@@ -142,26 +165,33 @@ def simulate(scenario: Scenario, *, efficiency: Efficiency | None = None, what_i
         tokens_per_step=scenario.tokens_per_step,
         n_gpus=scenario.n_gpus,
         model_flops=step_flops.model_flops,
-        hardware_flops=step_flops.hardware_flops,
+        hardware_flops=executed.hardware_flops,
         peak_flops_per_gpu=gpu.peak_flops(tr.precision),
         breakdown=breakdown,
         memory=mem,
-        bytes_per_rank=bytes_per_rank(graph, ctx.mesh, device),
+        bytes_per_rank=played.bytes_per_rank,
         layout=layout,
         conventions={
             "mfu": f"model FLOPs (3x forward, attention '{tr.attention_flops}') / (step time x GPUs x dense "
                    f"{tr.precision} peak)",
-            "hfu": "as MFU, counting recomputed FLOPs",
+            "hfu": "FLOPs executed (attention as the kernel runs it: causal with FlashAttention, else full; "
+                   "recomputation included) / (step time x GPUs x dense peak)",
         },
-        trace=trace.spans,
-        warnings=_warnings(scenario, efficiency, ctx.mesh),
-        collective_calls=calls_per_rank(graph, device),
+        trace=played.trace.spans if played.trace is not None else (),
+        warnings=_warnings(scenario, efficiency, ctx.mesh, step_flops.model_flops / (
+            summary["step_time_s"] * scenario.n_gpus * gpu.peak_flops(tr.precision))),
+        collective_calls=played.calls,
     )
 
 
-def _warnings(scenario: Scenario, efficiency: Efficiency | None, mesh: Any = None) -> tuple[str, ...]:
+def _warnings(scenario: Scenario, efficiency: Efficiency | None, mesh: Any = None,
+              mfu: float = 0.0) -> tuple[str, ...]:
     gpu = scenario.cluster.gpu_spec
     out = []
+    if mfu > 1:
+        out.append(f"MFU {100 * mfu:.1f}% exceeds 100% because training.attention_flops 'full' counts the masked "
+                   "half of causal attention that the kernels skip; HFU counts executed FLOPs "
+                   "(set training.attention_flops: causal for MFU by the executed convention)")
     if mesh is not None and mesh.tp > mesh.gpus_per_node:
         out.append(f"parallel.tp={mesh.tp} exceeds the {mesh.gpus_per_node} GPUs of a node: TP groups span nodes and "
                    "their per-block collectives cross the inter-node network (dtsim run --show-placement)")

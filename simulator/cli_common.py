@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import json
 import math
+import os
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -12,6 +13,7 @@ from typing import Any
 import typer
 from pydantic import ValidationError
 from rich.console import Console
+from rich.markup import escape
 
 from simulator.config.loader import format_validation_error
 from simulator.errors import InputError
@@ -19,13 +21,22 @@ from simulator.errors import InputError
 #: Exit code for bad input (unknown name, misspelt key, impossible layout, unreadable file).
 EXIT_BAD_INPUT = 2
 
-stdout = Console()
+class _PipeConsole(Console):
+    """A console that stops quietly with exit 0 when its reader closes the pipe (``dtsim ... | head``;
+    rich's default exits 1). Output files are written before anything is printed."""
+
+    def on_broken_pipe(self) -> None:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        raise SystemExit(0)
+
+
+stdout = _PipeConsole()
 stderr = Console(stderr=True)
 
 
 def fail(message: str) -> typer.Exit:
     """Print ``error: message`` to stderr and return the Exit to raise (code 2)."""
-    stderr.print(f"[bold red]error:[/] {message}", highlight=False, markup=True, soft_wrap=True)
+    stderr.print(f"[bold red]error:[/] {escape(message)}", highlight=False, markup=True, soft_wrap=True)
     return typer.Exit(EXIT_BAD_INPUT)
 
 
@@ -35,13 +46,22 @@ def handle_errors(func: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
-            return func(*args, **kwargs)
+            result = func(*args, **kwargs)
+            sys.stdout.flush()  # inside the handler: a closed pipe is met here, not at exit
+            return result
         except InputError as exc:
             raise fail(str(exc)) from None
         except ValidationError as exc:
             raise fail(format_validation_error(exc)) from None
         except FileNotFoundError as exc:
             raise fail(f"file not found: {exc.filename or exc}") from None
+        except BrokenPipeError:
+            # The reader closed the pipe (``| head``): stop quietly, as Unix tools do; files are
+            # written before anything is printed, so nothing is lost.
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            raise typer.Exit(0) from None
+        except OSError as exc:  # a file that became unwritable after the up-front checks
+            raise fail(f"cannot access {exc.filename or 'a file'}: {exc.strerror or exc}") from None
 
     return wrapper
 

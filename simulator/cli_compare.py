@@ -5,14 +5,17 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from simulator.cli_common import handle_errors, print_json, stdout
-from simulator.config.loader import load_raw, scenario_from_dict
+from simulator.cli_output import check_output
+from simulator.config.loader import load_raw, resolve_scenario_path, scenario_from_dict
 from simulator.config.scenario import Scenario
 from simulator.errors import InputError
 from simulator.study import evaluate, flat_summary
@@ -49,8 +52,9 @@ def _variants(paths: list[Path], vary: list[str], overrides: list[str]) -> list[
     if len(paths) > 1:
         if vary:
             raise InputError("--vary takes one base scenario, not several files", "--vary")
+        paths = [resolve_scenario_path(p) for p in paths]
         return [(p.stem, scenario_from_dict(load_raw(p), p.parent, overrides)) for p in paths]
-    base_path = paths[0]
+    base_path = resolve_scenario_path(paths[0])
     raw = load_raw(base_path)
     if vary:
         axes = []
@@ -97,9 +101,9 @@ def rank(columns: list[dict]) -> list[int]:
 
 def compare_command(
     scenarios: Annotated[list[Path], typer.Argument(help="scenario YAML files (or one, with --vary)")],
-    vary: Annotated[list[str] | None, typer.Option("--vary", help="dotted.path=v1,v2 (repeatable)")] = None,
-    overrides: Annotated[list[str] | None, typer.Option("--set", help="dotted.path=value for all")] = None,
-    allow_different_models: Annotated[bool, typer.Option("--allow-different-models")] = False,
+    vary: Annotated[list[str] | None, typer.Option("--vary", metavar="PATH=V1,V2", help="dotted.path=v1,v2 (repeatable)")] = None,
+    overrides: Annotated[list[str] | None, typer.Option("--set", metavar="PATH=VALUE", help="dotted.path=value for all")] = None,
+    allow_different_models: Annotated[bool, typer.Option("--allow-different-models", help="compare scenarios of different models")] = False,
     png: Annotated[Path | None, typer.Option("--png", help="write a bar chart")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
 ) -> None:
@@ -109,6 +113,7 @@ def compare_command(
 
 @handle_errors
 def _compare(paths, vary, overrides, allow_different, png, json_out) -> None:
+    check_output(png, "--png", (".png",), [resolve_scenario_path(p) for p in paths])
     variants = _variants(paths, vary, overrides)
     first = variants[0][1]
     for label, scenario in variants[1:]:
@@ -131,23 +136,23 @@ def _compare(paths, vary, overrides, allow_different, png, json_out) -> None:
     if json_out:
         print_json({"configurations": ranked})
         return
-    table = Table(title=f"{first.model.name}: comparison (ranked: fits, then cost, then step time)")
+    table = Table(title=f"{escape(first.model.name)}: comparison (ranked: fits, then cost, then step time)")
     table.add_column("")
     for col in ranked:
-        table.add_column(f"#{col['rank']} {col['label']}", justify="right")
+        table.add_column(f"#{col['rank']} {escape(str(col['label']))}", justify="right")
     for key, label, larger, fmt in ROWS:
         values = [col.get(key) for col in ranked]
         present = [v for v in values if v is not None]
         best = (max(present) if larger else min(present)) if present and larger is not None else None
         cells = []
         for v in values:
-            text = "-" if v is None else fmt(v)
+            text = "-" if v is None else ("never" if isinstance(v, float) and math.isinf(v) else fmt(v))
             cells.append(f"[bold green]{text}[/]" if best is not None and v == best and len(present) > 1 else text)
         table.add_row(label, *cells)
     stdout.print(table)
     for col in ranked:
         if col["oom_reason"]:
-            stdout.print(f"[bold red]{col['label']} does not fit:[/] {col['oom_reason']}")
+            stdout.print(f"[bold red]{escape(str(col['label']))} does not fit:[/] {escape(str(col['oom_reason']))}")
 
 
 def write_compare_png(columns: list[dict], path: Path) -> None:

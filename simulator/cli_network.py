@@ -17,10 +17,12 @@ from rich.console import Console
 from rich.table import Table
 
 from simulator.cli_common import handle_errors
+from simulator.cli_output import check_output
 from simulator.collectives import ALGORITHMS, FIDELITIES, OPS, CollectiveModel
 from simulator.config.topology import load_topology
 from simulator.errors import InputError
 from simulator.network import Cluster, build_cluster
+from simulator.parallel.checks import check_flow_size
 from simulator.units import parse_bytes
 
 topology_app = typer.Typer(help="Inspect cluster topologies (topologies/*.yaml).", no_args_is_help=True)
@@ -88,7 +90,11 @@ def _collective(topology: str, nodes: int, op: str, algo: str, fidelity: str, mi
     for value, valid, option in ((op, OPS, "--op"), (algo, ALGORITHMS, "--algo"), (fidelity, FIDELITIES, "--fidelity")):
         if value not in valid:
             raise InputError(f"unknown value {value!r}; valid: {', '.join(valid)}", field=option)
+    check_flow_size(fidelity, nodes, "--fidelity")
     cluster, n = _cluster_for(topology, nodes, gpus)
+    if algo == "nvls" and not cluster.topology.nvls:
+        raise InputError(f"{cluster.topology.name} has no NVLink SHARP (NVLS needs NVSwitch with nvls: true, "
+                         "H100 and later); use --algo auto, ring, tree or hierarchical", "--algo")
     model = CollectiveModel(cluster, fidelity=fidelity, algorithm=algo)
     group = [0, n - 1] if op == "send_recv" else list(range(n))
     if nbytes is not None:
@@ -100,6 +106,10 @@ def _collective(topology: str, nodes: int, op: str, algo: str, fidelity: str, mi
         r = model.run(op, [group], size)
         rows.append({"bytes": size, "time_s": r.time_s, "algbw_GBps": r.algbw_GBps, "busbw_GBps": r.busbw_GBps,
                      "algorithm": r.algorithm, "protocol": r.protocol})
+    fallback = sorted({r["algorithm"] for r in rows if algo != "auto" and not r["algorithm"].startswith(algo)})
+    if fallback:
+        Console(stderr=True).print(f"[yellow]warning:[/] --algo {algo} does not apply here; the model used "
+                                   f"{', '.join(fallback)}", highlight=False, soft_wrap=True)
     console = Console()
     if as_json:
         doc = {"topology": cluster.topology.name, "nodes": cluster.nodes, "gpus": n, "op": op,
@@ -118,8 +128,8 @@ def _collective(topology: str, nodes: int, op: str, algo: str, fidelity: str, mi
 @topology_app.command("show")
 def show(
     name: str = typer.Argument(..., help="bundled topology name or YAML path"),
-    nodes: int = typer.Option(1, "--nodes", "-N"),
-    as_json: bool = typer.Option(False, "--json"),
+    nodes: int = typer.Option(1, "--nodes", "-N", help="number of nodes"),
+    as_json: bool = typer.Option(False, "--json", help="print JSON instead of a table"),
     png: Path | None = typer.Option(None, "--png", help="draw the graph to this PNG (needs matplotlib)"),
     graphml: Path | None = typer.Option(None, "--graphml", help="write the graph as GraphML"),
 ) -> None:
@@ -129,12 +139,21 @@ def show(
 
 @handle_errors
 def _show(name: str, nodes: int, as_json: bool, png: Path | None, graphml: Path | None) -> None:
+    check_output(png, "--png", (".png",))
+    check_output(graphml, "--graphml", (".graphml", ".xml"), (png,))
+    if png is not None and nodes > MAX_DRAWN_NODES:
+        raise InputError(f"--png draws at most {MAX_DRAWN_NODES} nodes (a larger drawing is unreadable and takes "
+                         f"minutes); use --nodes {MAX_DRAWN_NODES} or fewer for the picture", "--png")
     cluster, _ = _cluster_for(name, nodes, None)
     stats = cluster.stats()
     if graphml is not None:
         write_graphml(cluster, graphml)
     if png is not None:
-        write_png(cluster, png)
+        try:
+            from simulator.report.topology_png import write_topology_png
+        except ImportError:  # pragma: no cover - depends on the environment
+            raise InputError("drawing needs matplotlib: pip install 'dtsim[plot]'", field="--png") from None
+        write_topology_png(cluster, png)
     if as_json:
         typer.echo(json.dumps(stats, indent=2))
         return
@@ -150,43 +169,13 @@ def _show(name: str, nodes: int, as_json: bool, png: Path | None, graphml: Path 
     Console().print(table)
 
 
+#: Largest cluster ``topology show --png`` draws, in nodes.
+MAX_DRAWN_NODES = 64
+
+
 def write_graphml(cluster: Cluster, path: Path) -> None:
     """GraphML with the graph's typed nodes and edge attributes (``None`` stored as -1)."""
     g = nx.DiGraph()
     g.add_nodes_from((n, {k: (-1 if v is None else v) for k, v in d.items()}) for n, d in cluster.graph.nodes(data=True))
     g.add_edges_from(cluster.graph.edges(data=True))
     nx.write_graphml(g, str(path))
-
-
-def write_png(cluster: Cluster, path: Path) -> None:
-    """Layered drawing (GPUs, switches, CPUs, NICs, leaves, spines); matplotlib imported here only."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError as exc:  # pragma: no cover - depends on the environment
-        raise InputError("drawing needs matplotlib: pip install 'dtsim[plot]'", field="--png") from exc
-    layer = {"gpu": 2, "nvswitch": 3, "pcie_switch": 1, "cpu": 0, "nic": 4, "leaf": 5, "spine": 6}
-    src = cluster.graph
-    g = nx.Graph()
-
-    def order(n: str) -> tuple:
-        d = src.nodes[n]
-        return (layer[d["type"]], d.get("node") if d.get("node") is not None else -1, d.get("block", 0), d["index"])
-
-    g.add_nodes_from((n, {**src.nodes[n], "layer": layer[src.nodes[n]["type"]]}) for n in sorted(src.nodes, key=order))
-    g.add_edges_from(src.edges())
-    pos = nx.multipartite_layout(g, subset_key="layer", align="horizontal")
-    colours = {"gpu": "tab:green", "nvswitch": "tab:purple", "pcie_switch": "tab:gray", "cpu": "tab:blue",
-               "nic": "tab:orange", "leaf": "tab:red", "spine": "tab:brown"}
-    fig, ax = plt.subplots(figsize=(12, 7))
-    nx.draw_networkx_edges(g, pos, ax=ax, alpha=0.2, width=0.5)
-    for kind, colour in colours.items():
-        nodes = [n for n, d in g.nodes(data=True) if d["type"] == kind]
-        nx.draw_networkx_nodes(g, pos, nodelist=nodes, node_color=colour, node_size=30, label=kind, ax=ax)
-    ax.legend(loc="upper right", fontsize=8)
-    ax.set_title(f"{cluster.topology.name} x {cluster.nodes}")
-    ax.axis("off")
-    fig.savefig(path, dpi=120, bbox_inches="tight")
-    plt.close(fig)

@@ -7,15 +7,18 @@ fit in GPU memory (the report is printed with the reason) unless ``--allow-oom``
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Annotated
 
 import typer
 from pydantic import ValidationError
+from rich.markup import escape
 
 from simulator.cli_common import handle_errors, print_json, stderr, stdout
+from simulator.cli_output import check_output
 from simulator.config.deepspeed_import import apply_deepspeed_config
-from simulator.config.loader import format_validation_error, load_raw, prepare_raw
+from simulator.config.loader import format_validation_error, load_raw, prepare_raw, resolve_scenario_path
 from simulator.config.scenario import Scenario
 from simulator.errors import InputError
 from simulator.parallel.build import mesh_for
@@ -30,7 +33,7 @@ from simulator.units import fmt_bytes, fmt_seconds
 EXIT_OOM = 3
 
 SetOption = Annotated[
-    list[str] | None, typer.Option("--set", help="override a scenario key: dotted.path=value (repeatable)")
+    list[str] | None, typer.Option("--set", metavar="PATH=VALUE", help="override a scenario key: dotted.path=value (repeatable)")
 ]
 JsonOption = Annotated[bool, typer.Option("--json", help="print machine-readable JSON on stdout")]
 TraceOption = Annotated[Path | None, typer.Option("--trace", help="write a Chrome trace (Perfetto) of the step")]
@@ -38,6 +41,9 @@ OomOption = Annotated[bool, typer.Option("--allow-oom", help="exit 0 even if the
 PlacementOption = Annotated[bool, typer.Option(
     "--show-placement", help="print which GPUs form each TP / CP / PP / DP group (stderr with --json)")]
 PngOption = Annotated[Path | None, typer.Option("--png", help="draw the step's per-stream timeline and breakdown")]
+ExactOption = Annotated[bool, typer.Option(
+    "--exact", help="simulate every micro-batch (default: long accumulation and 1F1B steady states are "
+                    "extrapolated after an exactness check; --trace and --png imply --exact)")]
 DsOption = Annotated[Path | None, typer.Option("--deepspeed", help="DeepSpeed JSON config to apply to the scenario")]
 EffOption = Annotated[Path | None, typer.Option(
     "--efficiency", help="efficiency profile from dtsim calibrate (your cluster's fitted efficiencies and intervals)")]
@@ -51,6 +57,7 @@ def _load_profile(path: Path):
 
 def load_run_scenario(path: Path, overrides: list[str] | None, deepspeed: Path | None) -> tuple[Scenario, list[str]]:
     """Scenario file → overrides → (DeepSpeed JSON) → validated Scenario, plus import warnings."""
+    path = resolve_scenario_path(path)
     raw = prepare_raw(load_raw(path), path.parent, overrides or [])
     warnings: list[str] = []
     ds_ref = deepspeed or (raw.get("parallel", {}) or {}).get("deepspeed_config")
@@ -75,21 +82,25 @@ def run_command(
     show_placement: PlacementOption = False,
     png: PngOption = None,
     efficiency: EffOption = None,
+    exact: ExactOption = False,
 ) -> None:
     """Simulate one optimizer step: step time, breakdown (exposed vs on-link comm), MFU, memory;
     then the whole run (duration, goodput, cost, energy) when the scenario has a token budget."""
-    code = _run(scenario, overrides, json_out, trace, allow_oom, deepspeed, show_placement, png, efficiency)
+    code = _run(scenario, overrides, json_out, trace, allow_oom, deepspeed, show_placement, png, efficiency, exact)
     if code:
         raise typer.Exit(code)
 
 
 @handle_errors
 def _run(path: Path, overrides, json_out: bool, trace: Path | None, allow_oom: bool, deepspeed: Path | None,
-         show_placement: bool = False, png: Path | None = None, efficiency: Path | None = None) -> int:
-    # Output folders are checked first: bad input writes nothing and prints no half report.
-    for option, target in (("--trace", trace), ("--png", png)):
-        if target is not None and not target.parent.is_dir():
-            raise InputError(f"folder {target.parent} does not exist", option)
+         show_placement: bool = False, png: Path | None = None, efficiency: Path | None = None,
+         exact: bool = False) -> int:
+    # Outputs are checked first: bad input writes nothing and prints no half report.
+    inputs = (resolve_scenario_path(path), deepspeed, efficiency)
+    check_output(trace, "--trace", (".json",), inputs)
+    check_output(png, "--png", (".png",), inputs)
+    if trace is not None and png is not None and trace.resolve() == png.resolve():
+        raise InputError("--trace and --png name the same file", "--png")
     scenario, warnings = load_run_scenario(path, overrides, deepspeed)
     if show_placement:
         check_layout(scenario)
@@ -97,17 +108,30 @@ def _run(path: Path, overrides, json_out: bool, trace: Path | None, allow_oom: b
         for line in placement_lines(mesh_for(scenario, scenario.cluster.topology.gpus_per_node)):
             out.print(line, highlight=False, soft_wrap=True, markup=False)
     profile = _load_profile(efficiency) if efficiency is not None else None
-    result, profile_warnings = run_scenario(scenario, profile)
+    # The trace and the timeline picture need every span: no steady-state extrapolation for them.
+    result, profile_warnings = run_scenario(scenario, profile, exact=exact or trace is not None or png is not None)
     for line in [*warnings, *profile_warnings]:
-        stderr.print(f"[yellow]warning:[/] {line}", highlight=False, soft_wrap=True)
+        stderr.print(f"[yellow]warning:[/] {escape(line)}", highlight=False, soft_wrap=True)
     report, run, interval = result.step, result.run, result.interval
     for line in report.warnings:
-        stderr.print(f"[yellow]warning:[/] {line}", highlight=False, soft_wrap=True)
+        stderr.print(f"[yellow]warning:[/] {escape(line)}", highlight=False, soft_wrap=True)
+    # Files first: a reader that stops early (``| head``) must not cost the trace or the picture.
+    if trace is not None:
+        write_chrome_trace(report.trace, trace, process_name=f"{scenario.name} rank 0")
+    if png is not None:
+        write_step_png(report, png)
     if json_out:
         print_json(result.to_dict())
     else:
         render(report, stdout, interval=interval)
-        if run is not None:
+        if run is not None and not math.isfinite(run.wall_clock_s):
+            stdout.print(
+                f"run: {run.steps:,} steps, {fmt_seconds(run.duration_s)} of training; never finishes with failures: "
+                f"the job MTBF ({fmt_seconds(run.mtbf_s)}) is too short for any progress between failures "
+                "(goodput 0); raise reliability.gpu_mtbf_hours or use fewer GPUs",
+                highlight=False, soft_wrap=True,
+            )
+        elif run is not None:
             checkpoint = (f"checkpoint every {fmt_seconds(run.checkpoint_interval_s)} "
                           f"({fmt_bytes(run.checkpoint_bytes)}, {fmt_seconds(run.checkpoint_stall_s)} stall)"
                           if run.checkpoint_interval_s else "no checkpoints")
@@ -119,10 +143,6 @@ def _run(path: Path, overrides, json_out: bool, trace: Path | None, allow_oom: b
                 f"1M tokens); {run.energy_kwh / 1000:,.1f} MWh",
                 highlight=False, soft_wrap=True,
             )
-    if trace is not None:
-        write_chrome_trace(report.trace, trace, process_name=f"{scenario.name} rank 0")
-    if png is not None:
-        write_step_png(report, png)
     if not report.fits:
         mem = report.memory
         stderr.print(

@@ -4,6 +4,7 @@ the wall-clock/cost Pareto front and optional charts."""
 from __future__ import annotations
 
 import json
+import math
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -11,22 +12,24 @@ from typing import Annotated
 import typer
 from pydantic import ValidationError
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
 from simulator.cli_common import handle_errors, print_json, stdout
-from simulator.config.loader import load_raw, prepare_raw, scenario_from_dict
+from simulator.cli_output import check_output
+from simulator.config.loader import load_raw, prepare_raw, resolve_scenario_path, scenario_from_dict
 from simulator.config.scenario import Scenario
 from simulator.errors import InputError
 from simulator.parallel.layouts import enumerate_layouts
 from simulator.sweep.analysis import OBJECTIVES, best, pareto_front
-from simulator.sweep.grid import combine, parse_grid, points, sweep_id
+from simulator.sweep.grid import MAX_POINTS, combine, parse_grid, points, sweep_id
 from simulator.sweep.runner import run_sweep
 from simulator.sweep.store import ResultStore
 
 GridOption = Annotated[
     list[str] | None,
-    typer.Option("--grid", help="dotted.path=v1,v2,... or dotted.path=start:stop:log|lin:count (repeatable)"),
+    typer.Option("--grid", metavar="PATH=VALUES", help="dotted.path=v1,v2,... or dotted.path=start:stop:log|lin:count (repeatable)"),
 ]
 
 
@@ -55,26 +58,27 @@ def sweep_command(
     png: Annotated[Path | None, typer.Option("--png", help="write charts to this PNG")] = None,
     layouts: Annotated[str | None, typer.Option("--layouts", help="auto: every valid (tp, pp, micro-batch, "
                                                  "virtual stages) layout for the GPU count")] = None,
-    overrides: Annotated[list[str] | None, typer.Option("--set", help="dotted.path=value for every point")] = None,
+    overrides: Annotated[list[str] | None, typer.Option("--set", metavar="PATH=VALUE", help="dotted.path=value for every point")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="print the summary as JSON")] = False,
     export_best: Annotated[Path | None, typer.Option(
         "--export-best", help="write the best point's scenario and DeepSpeed/Megatron/torchtitan/FSDP/Accelerate "
         "configs into this folder")] = None,
+    max_points: Annotated[int, typer.Option("--max-points", min=1, help="refuse grids with more points "
+                                            "than this")] = MAX_POINTS,
 ) -> None:
     """Simulate every point of a grid of overrides and report the best one and the Pareto front."""
     _sweep(scenario, grid, out, workers, backend, address, resume, objective, png, layouts, overrides or [],
-           json_out, export_best)
+           json_out, export_best, max_points)
 
 
 @handle_errors
 def _sweep(path: Path, grid_specs, out, workers, backend, address, resume, objective, png, layouts, overrides,
-           json_out, export_best: Path | None = None) -> None:
+           json_out, export_best: Path | None = None, max_points: int = MAX_POINTS) -> None:
     if export_best is not None and not export_best.is_dir():
         raise InputError(f"folder {export_best} does not exist", "--export-best")
-    if out is not None and not out.parent.is_dir():
-        raise InputError(f"folder {out.parent} does not exist", "--out")
-    if png is not None and not png.parent.is_dir():
-        raise InputError(f"folder {png.parent} does not exist", "--png")
+    path = resolve_scenario_path(path)
+    check_output(out, "--out", (".csv", ".jsonl", ".parquet"), (path,))
+    check_output(png, "--png", (".png",), (path, out))
     # --set edits the base (references resolved) before anything else; the fingerprint includes it.
     base_raw = prepare_raw(load_raw(path), path.parent, overrides) if overrides else load_raw(path)
     file_sweep = base_raw.get("sweep") or {}
@@ -85,11 +89,15 @@ def _sweep(path: Path, grid_specs, out, workers, backend, address, resume, objec
         raise InputError(f"unknown objective {objective!r}; valid: {', '.join(OBJECTIVES)}", "--objective")
     if layouts not in (None, "auto"):
         raise InputError(f"unknown --layouts {layouts!r}; the only value is auto", "--layouts")
-    grid = parse_grid(grid_specs, file_sweep.get("grid"), allow_empty=layouts == "auto")
+    grid = parse_grid(grid_specs, file_sweep.get("grid"), allow_empty=layouts == "auto", max_points=max_points)
     # The base scenario must itself be valid (a broken base would make every row invalid).
     base = scenario_from_dict(base_raw, path.parent)
     _check_grid_values(base_raw, path.parent, grid, [])
     layout_points = enumerate_layouts(base) if layouts == "auto" else []
+    n_points = math.prod(len(v) for v in grid.values()) * max(1, len(layout_points))
+    if n_points > max_points:
+        raise InputError(f"the sweep has {n_points:,} points (grid x layouts), above the limit of {max_points:,}; "
+                         "raise it with --max-points", "--max-points")
     all_points = combine(points(grid), layout_points)
     if resume and out is None:
         raise InputError("--resume needs --out (the file to continue)", "--resume")
@@ -163,18 +171,18 @@ def _report(rows: list[dict], grid: dict, objective: str, out: Path | None, png:
         table.add_column("value", justify="right")
         for key in [*grid, "step_time_s", "tokens_per_s", "mfu", "wall_clock_s", "cost_usd"]:
             value = top.get(key)
-            table.add_row(key, f"{float(value):.4g}" if isinstance(value, float) else str(value))
+            table.add_row(escape(key), f"{float(value):.4g}" if isinstance(value, float) else escape(str(value)))
         stdout.print(table)
     if front:
         table = Table(title="Pareto front: expected wall-clock vs cost")
         for col in [*grid, "wall_clock_days", "cost_usd"]:
-            table.add_column(col, justify="right")
+            table.add_column(escape(col), justify="right")
         for r in front:
-            table.add_row(*[str(r.get(k)) for k in grid], f"{float(r['wall_clock_s']) / 86400:.2f}",
+            table.add_row(*[escape(str(r.get(k))) for k in grid], f"{float(r['wall_clock_s']) / 86400:.2f}",
                           f"{float(r['cost_usd']):,.0f}")
         stdout.print(table)
     if out:
-        stdout.print(f"rows written to {out}")
+        stdout.print(f"rows written to {escape(str(out))}")
 
 
 tune_app = typer.Typer(help="Find the settings that minimise simulated step time.", no_args_is_help=True)
@@ -183,7 +191,7 @@ tune_app = typer.Typer(help="Find the settings that minimise simulated step time
 @tune_app.command("buckets")
 def tune_buckets(
     scenario: Annotated[Path, typer.Argument(help="scenario YAML")],
-    overrides: Annotated[list[str] | None, typer.Option("--set", help="dotted.path=value (repeatable)")] = None,
+    overrides: Annotated[list[str] | None, typer.Option("--set", metavar="PATH=VALUE", help="dotted.path=value (repeatable)")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
 ) -> None:
     """Bucket size(s) that minimise step time for the scenario's framework, and the gain over its default."""
@@ -195,6 +203,7 @@ def _tune(path: Path, overrides: list[str], json_out: bool) -> None:
     from simulator.api import simulate
     from simulator.sweep.tune import tune
 
+    path = resolve_scenario_path(path)
     raw = load_raw(path)
     base = scenario_from_dict(raw, path.parent, overrides)
 
@@ -218,7 +227,7 @@ def _tune(path: Path, overrides: list[str], json_out: bool) -> None:
     if json_out:
         print_json(data)
         return
-    table = Table(title=f"bucket tuning: {base.name} ({base.parallel.framework}, ZeRO {data['zero_stage']})")
+    table = Table(title=f"bucket tuning: {escape(base.name)} ({base.parallel.framework}, ZeRO {data['zero_stage']})")
     for col in ("setting", "default", "best"):
         table.add_column(col, justify="right")
     for k in result.keys:

@@ -5,11 +5,13 @@ Simulates every run of the bundled validation suite (``simulator/validation/runs
 and MAPE overall, for the pure data-parallel runs and their held-out part, by GPU, framework and
 parallelism kind, plus the worst five. Runs without a scenario, or that dtsim refuses (``InputError``), are listed as skipped.
 
-Exit codes: 0 ok; 1 MAPE of the simulated runs above ``--max-mape``; 2 bad input.
+Exit codes: 0 ok; 1 MAPE of the simulated runs above ``--max-mape``, or no run simulated (every
+selected run skipped: nothing was validated); 2 bad input.
 """
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Annotated
 
@@ -17,6 +19,7 @@ import typer
 from rich.console import Console
 
 from simulator.cli_common import handle_errors, print_json, stderr, stdout
+from simulator.cli_output import check_output
 from simulator.errors import InputError
 from simulator.validation.render import README_END, README_START, markdown, print_table, scatter_png, splice
 from simulator.validation.suite import load_runs, select, try_run
@@ -31,15 +34,20 @@ JsonOption = Annotated[bool, typer.Option("--json", help="print machine-readable
 MaxOption = Annotated[float | None, typer.Option("--max-mape", help="exit 1 when the MAPE (percent) exceeds this")]
 PngOption = Annotated[Path | None, typer.Option("--png", help="write a predicted-vs-measured scatter plot (PNG)")]
 MdOption = Annotated[Path | None, typer.Option("--markdown", help="write the markdown report (docs/validation.md)")]
+MemoryOption = Annotated[bool, typer.Option("--memory", help="validate the memory model against measured peak "
+                                             "memory per GPU (simulator/validation/memory_runs.yaml)")]
 ReadmeOption = Annotated[Path | None, typer.Option("--readme", help="replace the report between the "
                                                      "validation markers of this file (README.md)")]
 
 
 def validate_command(only: OnlyOption = None, kind: KindOption = None, json_out: JsonOption = False,
                      max_mape: MaxOption = None, png: PngOption = None, markdown_out: MdOption = None,
-                     readme: ReadmeOption = None) -> None:
+                     readme: ReadmeOption = None, memory_runs: MemoryOption = False) -> None:
     """Simulate the published runs of the validation suite; measured vs predicted, MAPE by group."""
-    code = _validate(only, kind, json_out, max_mape, png, markdown_out, readme)
+    if memory_runs:
+        code = _validate_memory(only, json_out, max_mape)
+    else:
+        code = _validate(only, kind, json_out, max_mape, png, markdown_out, readme)
     if code:
         raise typer.Exit(code)
 
@@ -56,19 +64,89 @@ def _command_line(only: str | None, kind: str | None, png: Path | None, md: Path
 
 
 @handle_errors
+def _validate_memory(only: str | None, json_out: bool, max_mape: float | None) -> int:
+    """``--memory``: measured peak memory per GPU vs ``workload.memory.breakdown``."""
+    from rich.markup import escape
+    from rich.table import Table
+
+    from simulator.validation import memory_suite
+
+    sources, runs = memory_suite.load()
+    runs = tuple(select(runs, only))
+    if not runs and not select(memory_suite.load_boundaries(), only):
+        raise InputError(f"no memory validation run matches --only {only!r}", "--only")
+    rows = [memory_suite.row(r, sources) for r in runs]
+    bounds = [memory_suite.boundary_row(b, sources) for b in select(memory_suite.load_boundaries(), only)]
+    summary = memory_suite.summarize(rows, bounds)
+    if json_out:
+        print_json({"rows": rows, "boundaries": bounds, "summary": summary})
+    else:
+        console = stdout if stdout.is_terminal else Console(width=150)
+        table = Table(title="memory per GPU: measured vs dtsim")
+        for col in ("run", "source detail", "measured GiB", "dtsim GiB", "error"):
+            table.add_column(col, justify="left" if col in ("run", "source detail") else "right")
+        for r in rows:
+            cells = ((f"{r['predicted_GiB']:.1f}", f"{100 * r['error']:+.1f}%") if "error" in r else ("-", "skipped"))
+            table.add_row(escape(r["id"]), escape(r["detail"]), f"{r['measured_GiB']:.1f}", *cells)
+        console.print(table)
+        mape = summary["mape"]
+        console.print(f"MAPE {'-' if mape is None else f'{100 * mape:.1f}%'} over {summary['simulated']} runs; "
+                      f"misses beyond ±{100 * summary['tolerance']:.0f}%: {len(summary['misses'])}", highlight=False)
+        for m in summary["misses"]:
+            console.print(f"  {m['id']} ({100 * m['error']:+.1f}%): {m['cause']}", markup=False, highlight=False,
+                          soft_wrap=True)
+        b = summary["boundaries"]
+        if b["n"]:
+            console.print(f"fit boundaries: {b['agree']} of {b['n']} fits/OOM verdicts agree", highlight=False)
+            for d in b["disagree"]:
+                console.print(f"  {d['id']}: reported {d['outcome']}, dtsim {d['predicted']}: {d['cause']}",
+                              markup=False, highlight=False, soft_wrap=True)
+        for s in summary["skipped_runs"]:
+            console.print(f"  skipped {s['id']}: {s['reason']}", markup=False, highlight=False, soft_wrap=True)
+        for key, text in sources.items():
+            console.print(f"source {key}: {text}", markup=False, highlight=False, soft_wrap=True)
+    if summary["simulated"] == 0 and summary["boundaries"]["n"] == 0:
+        stderr.print("[bold red]error: no memory run was simulated: nothing was validated[/]", highlight=False)
+        return EXIT_MAPE
+    if max_mape is not None and summary["mape"] is not None and 100 * summary["mape"] > max_mape:
+        stderr.print(f"[bold red]memory MAPE {100 * summary['mape']:.1f}% exceeds --max-mape {max_mape:g}%[/]",
+                     highlight=False)
+        return EXIT_MAPE
+    return 0
+
+
+def _simulate_all(runs: list, show: bool) -> list[dict]:
+    """Every run simulated in order; a progress bar on a terminal's stderr (the full suite takes minutes)."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    rows = []
+    with Progress(TextColumn("validate {task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=Console(stderr=True), disable=not show, transient=True) as progress:
+        task = progress.add_task("", total=len(runs))
+        for run in runs:
+            progress.update(task, description=run.id)
+            rows.append(row(try_run(run)))
+            progress.advance(task)
+    return rows
+
+
+@handle_errors
 def _validate(only: str | None, kind: str | None, json_out: bool, max_mape: float | None, png: Path | None,
               md: Path | None, readme: Path | None = None) -> int:
+    check_output(png, "--png", (".png",))
+    check_output(md, "--markdown", (".md", ".markdown"), (png,))
     if readme is not None:
         if not readme.is_file():
             raise InputError(f"file not found: {readme}", "--readme")
-        if README_START not in readme.read_text():
+        check_output(readme, "--readme", (), (png, md))
+        if README_START not in readme.read_text(encoding="utf-8", errors="replace"):
             raise InputError(f"{readme} has no {README_START} ... {README_END} markers", "--readme")
     if kind not in (None, "pure_dp", "tp_pp"):
         raise InputError(f"--kind must be pure_dp or tp_pp, got {kind!r}")
     runs = [r for r in select(load_runs(), only) if kind is None or r.parallelism == kind]
     if not runs:
         raise InputError(f"no validation run matches --only {only!r}" + (f" and --kind {kind}" if kind else ""))
-    rows = [row(try_run(r)) for r in runs]
+    rows = _simulate_all(runs, show=not json_out and sys.stderr.isatty())
     summary = summarize(rows)
     if json_out:
         print_json({"rows": rows, "summary": summary})
@@ -84,6 +162,10 @@ def _validate(only: str | None, kind: str | None, json_out: bool, max_mape: floa
         # The README sits at the root; the scatter plot is written beside the markdown report.
         image = (png.as_posix() if png else "docs/validation.png")
         readme.write_text(splice(readme.read_text(), markdown(rows, summary, command, image=image, level=2)))
+    if summary["simulated"] == 0:
+        stderr.print(f"[bold red]error: no run was simulated ({summary['skipped']} of {summary['runs']} skipped): "
+                     "nothing was validated[/]", highlight=False)
+        return EXIT_MAPE
     if max_mape is not None and summary["mape"] is not None and 100 * summary["mape"] > max_mape:
         stderr.print(f"[bold red]MAPE {100 * summary['mape']:.1f}% exceeds --max-mape {max_mape:g}%[/]",
                      highlight=False)

@@ -6,6 +6,8 @@ from pathlib import Path
 from typing import Annotated, Literal
 
 import typer
+from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from simulator import catalog
@@ -18,7 +20,7 @@ from simulator.units import fmt_bytes, fmt_count
 from simulator.workload import flops, memory, params
 
 SetOption = Annotated[
-    list[str] | None, typer.Option("--set", help="override a scenario key: dotted.path=value (repeatable)")
+    list[str] | None, typer.Option("--set", metavar="PATH=VALUE", help="override a scenario key: dotted.path=value (repeatable)")
 ]
 JsonOption = Annotated[bool, typer.Option("--json", help="print machine-readable JSON on stdout")]
 
@@ -171,8 +173,10 @@ def _memory(path: Path, overrides: list[str] | None, json_out: bool) -> None:
         print_json(result)
         return
     gpu = scenario.cluster.gpu_spec
-    table = Table(title=f"{scenario.name}: memory per GPU on {gpu.name} (dp={scenario.dp}, "
-                  f"ZeRO {scenario.parallel.effective_zero_stage}, {scenario.parallel.framework})")
+    par = scenario.parallel
+    layout = f"dp={scenario.dp}" + "".join(f", {k}={getattr(par, k)}" for k in ("tp", "cp", "pp") if getattr(par, k) > 1)
+    table = Table(title=f"{escape(scenario.name)}: memory per GPU on {gpu.name} ({layout}, "
+                  f"ZeRO {par.effective_zero_stage}, {par.framework})")
     table.add_column("component")
     table.add_column("bytes", justify="right")
     table.add_column("", justify="right")
@@ -182,11 +186,39 @@ def _memory(path: Path, overrides: list[str] | None, json_out: bool) -> None:
     table.add_row("[bold]total", f"{result['total_bytes']:,.0f}", fmt_bytes(result["total_bytes"]))
     table.add_row("usable HBM", f"{result['hbm_bytes']:,.0f}", fmt_bytes(result["hbm_bytes"]))
     stdout.print(table)
+    if result.get("stages"):
+        stages = Table(title="per pipeline stage (the most loaded is reported above)")
+        for col in ("stage", "layers", "micro-batches in flight", "activations", "total"):
+            stages.add_column(col, justify="right")
+        for r in result["stages"]:
+            stages.add_row(str(r["stage"]), str(r["layers"]), f"{r['in_flight']:g}",
+                           fmt_bytes(r["activations_bytes"]), fmt_bytes(r["total_bytes"]))
+        stdout.print(stages)
     verdict = "[green]fits[/]" if result["fits"] else "[bold red]does not fit[/]"
     stdout.print(f"{verdict}: headroom {fmt_bytes(result['headroom_bytes'])}")
 
 
 catalog_app = typer.Typer(help="List the catalogued GPUs and models.", no_args_is_help=True)
+
+
+def _catalog_table(title: str, columns: tuple[str, ...], rows: list[list[str]],
+                   left: tuple[str, ...] = ("name",)) -> Table:
+    """A catalog table whose cells never truncate or fold (names are what users type, numbers are
+    read whole): every cell is no-wrap; :func:`_print_wide` gives it the width it needs."""
+    table = Table(title=title)
+    for col in columns:
+        table.add_column(col, justify="left" if col in left else "right", no_wrap=True)
+    for r in rows:
+        table.add_row(*r)
+    return table
+
+
+def _print_wide(table: Table) -> None:
+    """Print at the table's natural width even when the terminal or pipe is narrower (the terminal
+    wraps lines instead of rich cutting names to "a100-…")."""
+    needed = Console(width=10_000).measure(table).maximum
+    console = stdout if needed <= stdout.width else Console(width=needed)
+    console.print(table)
 
 
 @catalog_app.command("gpus")
@@ -196,13 +228,10 @@ def catalog_gpus(json_out: JsonOption = False) -> None:
     if json_out:
         print_json({name: spec.model_dump() for name, spec in specs.items()})
         return
-    table = Table(title="GPU catalog (dense peaks; GeForce: FP32-accumulate rates)")
-    for col in ("name", "bf16/fp16 TFLOP/s", "fp8", "fp4", "HBM", "HBM GB/s", "NVLink GB/s/dir", "PCIe", "TDP W",
-                "conf.", "sources"):
-        table.add_column(col, justify="left" if col in ("name", "sources") else "right", no_wrap=col == "name")
+    rows = []
     for spec in specs.values():
         pk = spec.peak_tflops
-        table.add_row(
+        rows.append([
             spec.name,
             f"{pk.bf16 or pk.fp16 or 0:g}",
             f"{pk.fp8:g}" if pk.fp8 else "-",
@@ -214,8 +243,11 @@ def catalog_gpus(json_out: JsonOption = False) -> None:
             f"{spec.tdp_W:g}",
             spec.confidence,
             ",".join(spec.sources),
-        )
-    stdout.print(table)
+        ])
+    table = _catalog_table("GPU catalog (dense peaks; GeForce: FP32-accumulate rates)",
+                           ("name", "bf16/fp16 TFLOP/s", "fp8", "fp4", "HBM", "HBM GB/s", "NVLink GB/s/dir", "PCIe",
+                            "TDP W", "conf.", "sources"), rows, left=("name", "sources"))
+    _print_wide(table)
 
 
 @catalog_app.command("models")
@@ -229,21 +261,13 @@ def catalog_models(json_out: JsonOption = False) -> None:
     if json_out:
         print_json(table_data)
         return
-    table = Table(title="Model catalog")
-    for col in ("name", "layers", "hidden", "heads", "kv", "ffn", "mlp", "vocab", "tied", "params"):
-        table.add_column(col, justify="left" if col in ("name", "mlp") else "right")
-    for name, model in catalog.models().items():
-        table.add_row(
-            name,
-            str(model.n_layers),
-            str(model.hidden_size),
-            str(model.n_heads),
-            str(model.kv_heads),
-            str(model.ffn_hidden_size),
-            model.mlp + (f" MoE {model.moe.n_experts}e top-{model.moe.top_k}" if model.moe else ""),
-            str(model.vocab_size),
-            "yes" if model.tied_embeddings else "no",
-            fmt_count(table_data[name]["n_params"])
-            + (f" ({fmt_count(table_data[name]['n_params_active'])} active)" if model.moe else ""),
-        )
-    stdout.print(table)
+    rows = [[name, str(model.n_layers), str(model.hidden_size), str(model.n_heads), str(model.kv_heads),
+             str(model.ffn_hidden_size),
+             model.mlp + (f" MoE {model.moe.n_experts}e top-{model.moe.top_k}" if model.moe else ""),
+             str(model.vocab_size), "yes" if model.tied_embeddings else "no",
+             fmt_count(table_data[name]["n_params"])
+             + (f" ({fmt_count(table_data[name]['n_params_active'])} active)" if model.moe else "")]
+            for name, model in catalog.models().items()]
+    table = _catalog_table("Model catalog", ("name", "layers", "hidden", "heads", "kv", "ffn", "mlp", "vocab", "tied",
+                                             "params"), rows, left=("name", "mlp"))
+    _print_wide(table)

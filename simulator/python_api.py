@@ -89,9 +89,10 @@ class Result:
                 "run": self.run.as_dict() if self.run else None}
 
 
-def run_scenario(scenario: Scenario, profile: Any = None) -> tuple[Result, list[str]]:
+def run_scenario(scenario: Scenario, profile: Any = None, exact: bool = False) -> tuple[Result, list[str]]:
     """Evaluate a validated scenario (with an optional ``user_calibration.Profile``): the result and
-    warnings about the profile. ``dtsim run`` calls this."""
+    warnings about the profile. ``dtsim run`` calls this; ``exact`` simulates every micro-batch
+    (no steady-state extrapolation) and keeps the per-span trace."""
     from simulator.study import evaluate
     from simulator.validation.intervals import interval_for_report, step_time_interval
 
@@ -100,7 +101,7 @@ def run_scenario(scenario: Scenario, profile: Any = None) -> tuple[Result, list[
     arch = scenario.cluster.gpu_spec.arch
     if profile is not None and eff is None:
         warnings.append(f"{profile.path} has no fitted values for {arch}; the bundled efficiencies are used")
-    ev = evaluate(scenario, efficiency=eff)
+    ev = evaluate(scenario, efficiency=eff, exact=exact)
     if eff is not None and profile.intervals:
         interval = step_time_interval(ev.step.step_time_s, arch, ev.step.layout["framework"], data=profile.intervals)
     else:

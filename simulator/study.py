@@ -82,14 +82,16 @@ class Reuse:
         return self._models[key]
 
 
-def evaluate(scenario: Scenario, reuse: Reuse | None = None, efficiency=None) -> Evaluation:
+def evaluate(scenario: Scenario, reuse: Reuse | None = None, efficiency=None, exact: bool = False) -> Evaluation:
     """Simulate one step, then plan the run from the simulated step time and utilisation.
-    ``efficiency`` replaces the catalogued compute efficiencies (a user calibration profile)."""
+    ``efficiency`` replaces the catalogued compute efficiencies (a user calibration profile);
+    ``exact`` simulates every micro-batch (no steady-state extrapolation) and keeps the trace."""
     if reuse is None:
-        step = simulate(scenario, efficiency=efficiency)
+        step = simulate(scenario, efficiency=efficiency, exact=exact)
     else:
         model = reuse.collective_model(scenario)
-        step = simulate(scenario, cluster=model.cluster, collective_model=model, efficiency=efficiency)
+        step = simulate(scenario, cluster=model.cluster, collective_model=model, efficiency=efficiency,
+                        exact=exact)
     busy = min(1.0, step.breakdown["compute_busy_s"] / step.step_time_s)
     return Evaluation(scenario, step, plan_run(scenario, step.step_time_s, busy_fraction=busy))
 

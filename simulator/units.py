@@ -90,6 +90,15 @@ def fmt_seconds(t: float) -> str:
     return f"{t / YEAR_S:.2f} years"
 
 
+def fmt_seconds_range(low: float, high: float) -> str:
+    """Format an interval with both ends in the unit :func:`fmt_seconds` picks for the upper end
+    ("54.4–62.1 min", never "65.253 s–2.1 min")."""
+    unit = fmt_seconds(high).split(" ", 1)[1]
+    scale = {"µs": 1e-6, "ms": 1e-3, "s": 1.0, "min": 60.0, "h": HOUR_S, "days": DAY_S, "years": YEAR_S}[unit]
+    digits = {"µs": 1, "ms": 2, "s": 3, "min": 1, "h": 1, "days": 1, "years": 2}[unit]
+    return f"{low / scale:.{digits}f}–{high / scale:.{digits}f} {unit}"
+
+
 def fmt_count(x: float) -> str:
     """Format a large count (parameters, FLOPs) with an SI suffix: 8.03B, 1.17e23."""
     if abs(x) >= 1e15:

@@ -9,14 +9,13 @@ import difflib
 from functools import lru_cache
 from importlib import resources
 
-import yaml
-
+from simulator import yamlio
 from simulator.config.hardware import GPUSpec
 from simulator.config.model import ModelConfig
 
 
 def _read(name: str) -> list[dict]:
-    return yaml.safe_load(resources.files(__package__).joinpath(name).read_text())
+    return yamlio.safe_load(resources.files(__package__).joinpath(name).read_text())
 
 
 @lru_cache(maxsize=1)

@@ -14,36 +14,19 @@ import typing
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import BaseModel, ValidationError
 
 from simulator import catalog
+from simulator.bundled import bundled_dir
 from simulator.catalog.hf import model_dict_from_hf
 from simulator.config.overrides import apply_overrides
 from simulator.config.scenario import Scenario
 from simulator.config.topology import resolve_topology_path
+from simulator.config.yamlio import read_yaml
 from simulator.errors import InputError
 
 #: Keys whose value is a name the loader resolves into a mapping.
 _REFERENCE_KEYS = ("model", "cluster.topology", "cluster.gpu")
-
-
-def read_yaml(path: str | Path, field: str | None = None) -> Any:
-    """Parse a YAML file; a missing file or malformed YAML is an ``InputError``."""
-    path = Path(path)
-    try:
-        text = path.read_text()
-    except FileNotFoundError:
-        raise InputError(f"file not found: {path}", field) from None
-    except OSError as exc:
-        raise InputError(f"cannot read {path}: {exc.strerror}", field) from None
-    try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        problem = getattr(exc, "problem", None) or str(exc)
-        raise InputError(f"malformed YAML in {path}{where}: {problem}", field) from None
 
 
 def _resolve_model(raw: Any, base_dir: Path) -> Any:
@@ -175,8 +158,20 @@ def scenario_from_dict(raw: Any, base_dir: Path | None = None, overrides: list[s
         raise InputError(format_validation_error(exc)) from None
 
 
+def resolve_scenario_path(path: str | Path) -> Path:
+    """``path`` if it exists, else the bundled scenario of that name (``olmo-2-7b-8xh100`` or
+    ``scenarios/olmo-2-7b-8xh100.yaml`` from any folder, also in an installed package)."""
+    path = Path(path)
+    if path.exists():
+        return path
+    name = path.name if path.suffix in (".yaml", ".yml") else f"{path.name}.yaml"
+    bundled = bundled_dir("scenarios") / name
+    return bundled if bundled.is_file() else path
+
+
 def load_raw(path: str | Path) -> dict:
     """Read a scenario file as a raw dict (for sweeps and compare, which edit before validating)."""
+    path = resolve_scenario_path(path)
     raw = read_yaml(path)
     if not isinstance(raw, dict):
         raise InputError(f"{path} does not hold a YAML mapping")
@@ -185,5 +180,5 @@ def load_raw(path: str | Path) -> dict:
 
 def load_scenario(path: str | Path, overrides: list[str] | None = None) -> Scenario:
     """Load, override, resolve and validate a scenario file."""
-    path = Path(path)
+    path = resolve_scenario_path(path)
     return scenario_from_dict(load_raw(path), path.parent, overrides)

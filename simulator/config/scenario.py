@@ -63,6 +63,9 @@ class ClusterConfig(Frozen):
                 raise ValueError(
                     f"cluster.gpus ({self.gpus}) must be a multiple of the node size ({per_node}) when it spans nodes"
                 )
+        if self.collective_algorithm == "nvls" and not self.topology.nvls:
+            raise ValueError(f"cluster.collective_algorithm nvls: topology {self.topology.name} has no NVLink SHARP "
+                             "(nvls: true on an NVSwitch node); use auto, ring, tree or hierarchical")
         return self
 
 
@@ -109,8 +112,7 @@ class ParallelConfig(Frozen):
     pp: PositiveInt = 1
     #: Context parallelism (Megatron-Core ``context_parallel_size``, ring attention): the sequence
     #: split over ``cp`` ranks; the batch splits over dp = GPUs / (tp · cp · pp), gradients reduce
-    #: over dp · cp. ``training.global_batch_size`` must still be a multiple of
-    #: ``micro_batch_size · GPUs / (tp · pp)`` (this schema's batch check counts cp ranks as dp).
+    #: over dp · cp. ``training.global_batch_size`` must be a multiple of ``micro_batch_size · dp``.
     cp: PositiveInt = 1
     #: Expert parallelism (MoE models; Megatron-Core ``--expert-model-parallel-size``): the routed
     #: experts split over ``ep`` ranks; ``etp`` splits each expert's width
@@ -134,6 +136,13 @@ class ParallelConfig(Frozen):
     #: Model chunks per pipeline stage for the interleaved schedule (Megatron
     #: ``--num-layers-per-virtual-pipeline-stage`` = layers / (pp · virtual_stages)).
     virtual_stages: PositiveInt = 1
+    #: Megatron-Core uneven pipeline placement (``simulator.parallel.pipeline_split``): blocks on the
+    #: first / last GPU stage (``--decoder-first/last-pipeline-num-layers``), or the embedding / loss
+    #: counted as one layer slot each (``--account-for-embedding/loss-in-pipeline-split``).
+    decoder_first_pipeline_num_layers: PositiveInt | None = None
+    decoder_last_pipeline_num_layers: PositiveInt | None = None
+    account_for_embedding_in_pipeline_split: bool = False
+    account_for_loss_in_pipeline_split: bool = False
     #: Megatron distributed optimizer (``--use-distributed-optimizer``) with framework ddp: gradients
     #: reduce-scattered, optimizer states sharded over DP, parameters all-gathered (ZeRO-1-like).
     distributed_optimizer: bool = False
@@ -339,8 +348,11 @@ class Scenario(Frozen):
 
     @property
     def dp(self) -> int:
-        """Data-parallel degree: GPUs / (tp · pp)."""
-        return self.n_gpus // (self.parallel.tp * self.parallel.pp)
+        """Data-parallel degree, the ranks that split the batch: GPUs / (tp · cp · pp) (the cp ranks of
+        a group share its sequences; Megatron-Core ``parallel_state``: ``data_parallel_size =
+        world / (tp · cp · pp)``)."""
+        p = self.parallel
+        return self.n_gpus // (p.tp * p.cp * p.pp)
 
     @property
     def grad_accum_steps(self) -> int:
@@ -357,10 +369,11 @@ class Scenario(Frozen):
         n = self.n_gpus
         if p.pp > m.n_layers:
             raise ValueError(f"parallel.pp ({p.pp}) exceeds the number of layers ({m.n_layers})")
-        if n % (p.tp * p.pp):
+        if n % (p.tp * p.cp * p.pp):
+            cp = f" x cp={p.cp}" if p.cp > 1 else ""
             raise ValueError(
-                f"parallel: tp x pp = {p.tp} x {p.pp} = {p.tp * p.pp} does not divide the {n} GPUs; "
-                "dp = GPUs / (tp x pp) must be an integer"
+                f"parallel: tp={p.tp}{cp} x pp={p.pp} = {p.tp * p.cp * p.pp} does not divide the {n} GPUs; "
+                f"dp = GPUs / (tp x {'cp x ' if p.cp > 1 else ''}pp) must be an integer"
             )
         if m.n_heads % p.tp or m.kv_heads % p.tp:
             raise ValueError(

@@ -11,7 +11,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Literal
 
-import yaml
 from pydantic import (
     Field,
     NonNegativeFloat,
@@ -22,11 +21,14 @@ from pydantic import (
     model_validator,
 )
 
+from simulator.bundled import bundled_dir
 from simulator.config.base import Frozen
+from simulator.config.yamlio import read_yaml
 from simulator.errors import InputError
 
-#: The repository's bundled topology folder (``topologies/`` beside the package).
-BUNDLED_TOPOLOGY_DIR = Path(__file__).resolve().parents[2] / "topologies"
+#: The bundled topology folder: ``topologies/`` beside the package, or its installed copy
+#: (``simulator.bundled``).
+BUNDLED_TOPOLOGY_DIR = bundled_dir("topologies")
 
 
 class NVSwitchFabric(Frozen):
@@ -216,8 +218,4 @@ def load_topology(ref: str, base_dir: Path | None = None) -> TopologyConfig:
         path = resolve_topology_path(ref, base_dir)
     except FileNotFoundError as exc:
         raise InputError(str(exc), field="topology") from None
-    try:
-        data = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as exc:
-        raise InputError(f"cannot parse {path}: {exc}", field="topology") from None
-    return parse_topology(data, str(path))
+    return parse_topology(read_yaml(path, field="topology"), str(path))

@@ -1,5 +1,8 @@
 """Resolve every task of a ``StepGraph`` to a duration: compute model, collective model, PCIe, CPU.
 
+Costs are memoised per distinct compute op tuple and per distinct collective (operation, group,
+bytes, count, host time): tasks that share one get the same (read-only) ``TaskCost``.
+
 Collectives are evaluated by the network layer for the real placed group together with every
 concurrent copy of it (``RankMesh.groups(kind)``), and cached by (operation, group kind, bytes), so
 the cost of a step grows with layers × micro-batches × buckets, not with the GPU count
@@ -40,6 +43,8 @@ class Costing:
         self.nvme_Bps = nvme_Bps
         self._groups: dict[str, list[list[int]]] = {}
         self._coll: dict[tuple[str, str, float], tuple[float, dict[str, Any]]] = {}
+        self._ops: dict[int, tuple[tuple, TaskCost]] = {}
+        self._task_costs: dict[tuple, TaskCost] = {}
 
     def _collective(self, task: CollectiveTask) -> TaskCost:
         if task.parts:
@@ -82,12 +87,24 @@ class Costing:
         if task.host_s:
             args["host_s"] = task.host_s
         return TaskCost(task.count * total, args)
+    def _compute(self, ops: tuple) -> TaskCost:
+        """Memoised per distinct ``ops`` tuple (the builders reuse one tuple per unit and pass); the
+        tuple is kept with its cost so its ``id`` cannot be reused while the entry lives."""
+        hit = self._ops.get(id(ops))
+        if hit is None or hit[0] is not ops:
+            hit = self._ops[id(ops)] = (ops, TaskCost(self.compute.time(ops)))
+        return hit[1]
 
     def cost(self, task: Any) -> TaskCost:
         if isinstance(task, ComputeTask):
-            return TaskCost(self.compute.time(task.ops))
+            return self._compute(task.ops)
         if isinstance(task, CollectiveTask):
-            return self._collective(task)
+            # parts carry their own labels (the trace's sub-spans), so they are part of the key
+            key = (task.op, task.group, task.nbytes, task.count, task.host_s, task.parts)
+            hit = self._task_costs.get(key)
+            if hit is None:
+                hit = self._task_costs[key] = self._collective(task)
+            return hit
         if isinstance(task, CopyTask):
             return TaskCost(task.nbytes / self.pcie_Bps, {"bytes": task.nbytes, "direction": task.direction})
         if isinstance(task, HostTask):

@@ -28,7 +28,7 @@ from simulator.parallel.ir import COMPUTE, CollectiveTask, ComputeTask, CopyTask
 _EPS = 1e-15
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class TaskCost:
     """Resolved cost of one task: its duration on an idle GPU (s) and annotations for the trace."""
 
@@ -36,14 +36,11 @@ class TaskCost:
     args: dict[str, Any] = field(default_factory=dict)
 
 
+_CATEGORY = {ComputeTask: "compute", CollectiveTask: "comm", CopyTask: "copy"}
+
+
 def _category(task: Task) -> str:
-    if isinstance(task, ComputeTask):
-        return "compute"
-    if isinstance(task, CollectiveTask):
-        return "comm"
-    if isinstance(task, CopyTask):
-        return "copy"
-    return "host"
+    return _CATEGORY.get(type(task), "host")
 
 
 class _Device:
@@ -131,22 +128,24 @@ class Simulation:
 
     def _stream(self, env, device: _Device, stream: str, tasks: list[Task], done, spans: list[Span]):
         is_comm_stream = self.slowdown > 0 and any(isinstance(t, CollectiveTask) for t in tasks)
+        slow_compute = stream == COMPUTE and self.slowdown > 0
+        costs, timeout, append = self.costs, env.timeout, spans.append
         for task in tasks:
             for dep in task.deps:
                 if not done[dep].processed:
                     yield done[dep]
-            cost = self.costs[task.id]
+            cost = costs[task.id]
             start = env.now
-            if stream == COMPUTE and self.slowdown > 0 and isinstance(task, ComputeTask):
+            category = _CATEGORY.get(type(task), "host")
+            if slow_compute and category == "compute":
                 yield device.compute(cost.duration_s)
-            elif is_comm_stream and isinstance(task, CollectiveTask):
+            elif is_comm_stream and category == "comm":
                 device.bump(+1)
-                yield env.timeout(cost.duration_s)
+                yield timeout(cost.duration_s)
                 device.bump(-1)
             else:
-                yield env.timeout(cost.duration_s)
-            spans.append(Span(task.id, task.name, stream, _category(task), task.kind, start, env.now, cost.args,
-                              task.device))
+                yield timeout(cost.duration_s)
+            append(Span(task.id, task.name, stream, category, task.kind, start, env.now, cost.args, task.device))
             done[task.id].succeed()
 
 

@@ -13,19 +13,32 @@ Interval = tuple[float, float]
 
 def union(intervals: Iterable[Interval]) -> list[Interval]:
     """Sorted, disjoint, merged intervals covering the same time as the input (empty ones dropped)."""
-    merged: list[list[float]] = []
-    for start, end in sorted(i for i in intervals if i[1] > i[0]):
-        if merged and start <= merged[-1][1]:
-            if end > merged[-1][1]:
-                merged[-1][1] = end
+    items = [i for i in intervals if i[1] > i[0]]
+    if not items:
+        return []
+    items.sort()
+    out: list[Interval] = []
+    lo, hi = items[0]
+    for start, end in items:
+        if start <= hi:
+            if end > hi:
+                hi = end
         else:
-            merged.append([start, end])
-    return [(a, b) for a, b in merged]
+            out.append((lo, hi))
+            lo, hi = start, end
+    out.append((lo, hi))
+    return out
 
 
 def measure(intervals: Iterable[Interval]) -> float:
     """Total length of the union of the intervals, s."""
-    return sum(b - a for a, b in union(intervals))
+    return length(union(intervals))
+
+
+def length(merged: Iterable[Interval]) -> float:
+    """Total length of intervals that are already a union (sorted, disjoint), s; equals ``measure``
+    of them bit for bit (a union of a union is itself)."""
+    return sum(b - a for a, b in merged)
 
 
 def subtract(a: Iterable[Interval], b: Iterable[Interval], merged: bool = False) -> list[Interval]:

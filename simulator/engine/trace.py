@@ -6,9 +6,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Span:
-    """One task's execution on one stream, [start_s, end_s).
+    """One task's execution on one stream, [start_s, end_s). Slotted, not frozen (a frozen
+    dataclass's ``__init__`` costs five times more, once per task); never mutated once recorded.
 
     ``category`` is "compute", "comm", "copy" or "host"; ``kind`` the report bucket (forward,
     backward, recompute, optimizer, param_allgather, grad_reduce, post_step_gather, offload, ...).

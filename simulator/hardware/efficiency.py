@@ -6,8 +6,7 @@ from dataclasses import dataclass, fields, replace
 from functools import lru_cache
 from importlib import resources
 
-import yaml
-
+from simulator import yamlio
 from simulator.config.hardware import GPUSpec
 
 
@@ -28,7 +27,7 @@ class Efficiency:
 
 @lru_cache(maxsize=1)
 def _table() -> dict[str, dict]:
-    return yaml.safe_load(resources.files(__package__).joinpath("efficiency.yaml").read_text())
+    return yamlio.safe_load(resources.files(__package__).joinpath("efficiency.yaml").read_text())
 
 
 def for_gpu(gpu: GPUSpec) -> Efficiency:

@@ -63,5 +63,5 @@ def context_for(scenario: Any, work: StepWork | None = None, gpus_per_node: int 
 
 def n_micro(scenario: Any) -> int:
     """Micro-batches per step per rank: ``B / (b · dp)`` with ``dp = GPUs / (tp·cp·pp)`` (the cp ranks
-    of a group share its sequences; ``Scenario.grad_accum_steps`` counts cp as data parallel)."""
-    return scenario.grad_accum_steps * getattr(scenario.parallel, "cp", 1)
+    of a group share its sequences), i.e. ``Scenario.grad_accum_steps``."""
+    return scenario.grad_accum_steps

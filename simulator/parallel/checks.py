@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from simulator.errors import InputError
+from simulator.parallel import pipeline_split
 from simulator.parallel.build import check_pipeline, n_micro
 
 
@@ -46,14 +47,21 @@ def check_layout(scenario: Any) -> None:
             raise InputError(
                 f"pp={p.pp} x virtual_stages={v} = {p.pp * v} virtual stages exceed the {m.n_layers} layers",
                 "parallel.virtual_stages")
-        if p.framework != "fsdp" and m.n_layers % (p.pp * v):
+        if p.framework != "fsdp" and not pipeline_split.is_custom(p) and m.n_layers % (p.pp * v):
             raise InputError(
                 f"virtual_stages={v} must divide the layers per stage: {m.n_layers} layers / pp={p.pp} / "
-                f"v={v} is not an integer (Megatron needs equal chunks)", "parallel.virtual_stages")
+                f"v={v} is not an integer (Megatron needs equal chunks); or place the embedding and loss as "
+                "layer slots (account_for_embedding_in_pipeline_split, account_for_loss_in_pipeline_split) or "
+                "set decoder_first/last_pipeline_num_layers", "parallel.virtual_stages")
         if n_micro(scenario) % p.pp:
             raise InputError(
                 f"the interleaved schedule needs the micro-batches per step ({n_micro(scenario)} = "
                 f"global_batch_size / (micro_batch_size x dp)) divisible by pp={p.pp}", "parallel.virtual_stages")
+    if pipeline_split.is_custom(p):
+        v = p.virtual_stages if p.pipeline_schedule == "interleaved" else 1
+        why = "needs parallel.pp >= 2" if p.pp < 2 else pipeline_split.split_error(m.n_layers, p.pp, v, p)
+        if why:
+            raise InputError(f"uneven pipeline placement: {why}", "parallel.pp")
     if p.cp > 1:
         if n % (p.tp * p.cp * p.pp):
             raise InputError(
@@ -65,10 +73,33 @@ def check_layout(scenario: Any) -> None:
     check_pipeline(p)
 
 
+#: Largest cluster the flow fidelity simulates: it shares every link among all concurrent flows, and
+#: one 1 GB all-reduce takes 13 s at 1,024 DGX H100 nodes and 35 s at 4,096 (measured on the dev
+#: machine), so a whole step above this would run for many minutes.
+MAX_FLOW_NODES = 1024
+
+
+def check_flow_size(fidelity: str, nodes: int, field: str) -> None:
+    if fidelity == "flow" and nodes > MAX_FLOW_NODES:
+        raise InputError(f"the flow fidelity simulates at most {MAX_FLOW_NODES:,} nodes (every link's sharing is "
+                         f"solved; {nodes:,} nodes would take many minutes); use the analytical fidelity", field)
+
+
+#: Most micro-batches per step per rank the step engine plays (each is a forward and a backward of
+#: every block; 10⁴ already take minutes). Published runs use at most a few hundred.
+MAX_MICRO_BATCHES = 10_000
+
+
 def check_supported(scenario: Any) -> None:
     """``check_layout`` plus what is valid but not simulated (``dtsim validate`` lists these as
     skipped with the message)."""
     check_layout(scenario)
+    if n_micro(scenario) > MAX_MICRO_BATCHES:
+        raise InputError(f"{n_micro(scenario):,} micro-batches per step (global_batch_size / (micro_batch_size x dp)) "
+                         f"exceed the {MAX_MICRO_BATCHES:,} the step engine plays; raise training.micro_batch_size "
+                         "or use more GPUs", "training.global_batch_size")
+    per_node = scenario.cluster.topology.gpus_per_node
+    check_flow_size(scenario.cluster.network_fidelity, -(-scenario.n_gpus // per_node), "cluster.network_fidelity")
     p = scenario.parallel
     if p.cp > 1:
         if p.framework == "deepspeed":

@@ -15,7 +15,11 @@ reason a framework would refuse the layout or a placement practitioners avoid:
   per stage when ``G`` is divisible by ``pp`` (Megatron-LM's interleaving condition);
 * DeepSpeed ZeRO-2/3 excludes ``pp > 1`` (DeepSpeed's pipeline engine refuses it), and DeepSpeed
   pipelines are 1F1B only (no interleaving);
-* context parallelism stays at the scenario's value (layouts with cp are not enumerated);
+* context parallelism ``cp`` where dtsim simulates it (framework ddp/Megatron or fsdp/torchtitan,
+  FlashAttention, not HYBRID_SHARD, not TP communication overlap): every ``cp`` dividing
+  ``GPUs / tp`` with ``2·cp`` dividing ``seq_len`` (load-balanced causal CP, Megatron-Core
+  ``get_batch_on_this_cp_rank``); ``dp = GPUs / (tp · cp · pp)``. Elsewhere cp stays at the
+  scenario's value.
 * MoE models: every ``ep`` dividing the experts and the GPUs of a stage, with ``etp`` 1 or ``tp``
   (``simulator.parallel.expert.expand_layouts``).
 
@@ -45,32 +49,48 @@ def enumerate_layouts(scenario: Any, micro_batch_sizes: tuple[int, ...] | None =
     model, tr, par = scenario.model, scenario.training, scenario.parallel
     n = scenario.n_gpus
     per_node = scenario.cluster.topology.gpus_per_node
-    cp = par.cp
     bs = micro_batch_sizes or DEFAULT_MICRO_BATCHES
     no_pipeline = par.framework == "deepspeed" and par.zero_stage >= 2
+    with_cp = (par.framework in ("ddp", "fsdp") and tr.kernels.flash_attention
+               and not (par.framework == "fsdp" and par.sharding_strategy == "hybrid_shard"))
     out: list[dict[str, Any]] = []
     for tp in _divisors(min(per_node, n)):
-        if per_node % tp or model.n_heads % tp or model.kv_heads % tp or n % (tp * cp):
+        if per_node % tp or model.n_heads % tp or model.kv_heads % tp:
             continue
-        for pp in _divisors(n // (tp * cp)):
-            if pp > model.n_layers or (pp > 1 and no_pipeline):
-                continue
-            dp = n // (tp * cp * pp)
-            for b in sorted(set(bs)):
-                # The schema counts cp ranks as data parallel in its batch check: B % (b·dp·cp) == 0.
-                if tr.global_batch_size % (b * dp * cp):
-                    continue
-                n_micro = tr.global_batch_size // (b * dp)
-                base = {"parallel.tp": tp, "parallel.pp": pp, "training.micro_batch_size": b}
-                out.append({**base, "parallel.pipeline_schedule": "1f1b", "parallel.virtual_stages": 1})
-                if pp == 1 or model.n_layers % pp or n_micro % pp or par.framework == "deepspeed":
-                    continue
-                per_stage = model.n_layers // pp
-                for v in _divisors(per_stage):
-                    if 1 < v <= max_virtual_stages:
-                        out.append({**base, "parallel.pipeline_schedule": "interleaved", "parallel.virtual_stages": v})
+        if with_cp and not (par.tp_comm_overlap and tp > 1):
+            cps = [c for c in _divisors(n // tp) if tr.seq_len % (2 * c) == 0 or c == 1]
+        else:
+            cps = [par.cp] if n % (tp * par.cp) == 0 else []
+        for cp in cps:
+            out += _layouts(scenario, tp, cp, bs, no_pipeline, max_virtual_stages, with_cp)
     if model.moe is not None:
         from simulator.parallel.expert import expand_layouts
 
         out = expand_layouts(out, scenario)
+    return out
+
+
+def _layouts(scenario: Any, tp: int, cp: int, bs: tuple[int, ...], no_pipeline: bool, max_virtual_stages: int,
+             with_cp: bool) -> list[dict[str, Any]]:
+    model, tr, par = scenario.model, scenario.training, scenario.parallel
+    n = scenario.n_gpus
+    out: list[dict[str, Any]] = []
+    for pp in _divisors(n // (tp * cp)):
+        if pp > model.n_layers or (pp > 1 and no_pipeline):
+            continue
+        dp = n // (tp * cp * pp)
+        for b in sorted(set(bs)):
+            if tr.global_batch_size % (b * dp):
+                continue
+            n_micro = tr.global_batch_size // (b * dp)
+            base = {"parallel.tp": tp, "parallel.pp": pp, "training.micro_batch_size": b}
+            if with_cp:
+                base["parallel.cp"] = cp
+            out.append({**base, "parallel.pipeline_schedule": "1f1b", "parallel.virtual_stages": 1})
+            if pp == 1 or model.n_layers % pp or n_micro % pp or par.framework == "deepspeed":
+                continue
+            per_stage = model.n_layers // pp
+            for v in _divisors(per_stage):
+                if 1 < v <= max_virtual_stages:
+                    out.append({**base, "parallel.pipeline_schedule": "interleaved", "parallel.virtual_stages": v})
     return out

@@ -66,6 +66,10 @@ class RankMesh:
 
     def size(self, kind: str) -> int:
         """Number of ranks in one group of ``kind``."""
+        if kind == "dp":  # the frequent kinds without building the table (graph builders ask per task)
+            return self.dp * self.cp
+        if kind == "tp":
+            return self.tp
         if kind.startswith("pp_next"):
             return 2
         if kind in ("ep", "etp", "edp"):

@@ -2,7 +2,8 @@
 
 The model is cut into ``p·v`` virtual stages (``v`` = ``parallel.virtual_stages``, 1 unless
 interleaved); virtual stage ``j`` runs on GPU stage ``j mod p`` (Megatron's chunk placement).
-Blocks are split as evenly as possible (the first ``L mod (p·v)`` virtual stages take one more);
+Blocks are placed by ``simulator.parallel.pipeline_split`` (as evenly as possible by default, or
+Megatron's uneven placements);
 the first virtual stage also holds the embedding, the last the head (output layer and loss), so
 stages are uneven even when blocks divide. Each stage issues its items in the schedule's order
 (``simulator.parallel.pipeline_order``).
@@ -30,22 +31,17 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 
-from simulator.parallel import pipeline_order
+from simulator.parallel import pipeline_order, pipeline_split
 from simulator.parallel.context import BuildContext
 from simulator.parallel.ir import P2P, GraphBuilder, StepGraph
 from simulator.parallel.schedule import Hooks, backward_pass, forward_pass
 from simulator.parallel.work import StepWork
 
 
-def stage_layers(n_layers: int, pp: int) -> list[int]:
-    base, extra = divmod(n_layers, pp)
-    return [base + (1 if s < extra else 0) for s in range(pp)]
-
-
-def stage_work(work: StepWork, stage: int, pp: int) -> StepWork:
-    """The part of ``work`` on (virtual) stage ``stage`` of ``pp`` (block indices local to it)."""
-    first, last = stage == 0, stage == pp - 1
-    layers = stage_layers(work.n_layers, pp)
+def stage_work(work: StepWork, stage: int, layers: list[int]) -> StepWork:
+    """The part of ``work`` on (virtual) stage ``stage`` holding ``layers[stage]`` blocks (block
+    indices local to it; ``layers`` from ``pipeline_split.virtual_stage_layers``)."""
+    first, last = stage == 0, stage == len(layers) - 1
     moe = work.moe.slice(sum(layers[:stage]), layers[stage]) if work.moe is not None else None
     return dataclasses.replace(
         work,
@@ -105,7 +101,8 @@ def build(ctx: BuildContext, make_hooks: Callable[[BuildContext], Hooks],
     schedule = ctx.parallel.pipeline_schedule
     v = ctx.parallel.virtual_stages if schedule == "interleaved" else 1
     n_virtual = pp * v
-    ctxs = [dataclasses.replace(ctx, work=stage_work(ctx.work, j, n_virtual)) for j in range(n_virtual)]
+    layers = pipeline_split.virtual_stage_layers(ctx.work.n_layers, pp, v, ctx.parallel)
+    ctxs = [dataclasses.replace(ctx, work=stage_work(ctx.work, j, layers)) for j in range(n_virtual)]
     hooks = [make_hooks(c) for c in ctxs]
     if ctx.parallel.framework == "deepspeed":
         hooks = [_AfterSend(h, m - 1) for h in hooks]
@@ -151,6 +148,5 @@ def build(ctx: BuildContext, make_hooks: Callable[[BuildContext], Hooks],
         b.device = j % pp
         inner = hooks[j].inner if isinstance(hooks[j], _AfterSend) else hooks[j]
         meta = {**finish(b, ctxs[j], inner), **meta}
-    layers = stage_layers(ctx.work.n_layers, n_virtual)
     per_gpu = [sum(layers[c * pp + s] for c in range(v)) for s in range(pp)]
     return b.build(**meta, pp=pp, schedule=schedule, virtual_stages=v, stage_layers=per_gpu)

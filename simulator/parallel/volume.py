@@ -25,10 +25,14 @@ def bytes_per_rank(graph: StepGraph, mesh: RankMesh, device: int | None = None) 
     """Per-rank bytes on the wire per step, keyed by communication kind (of one pipeline stage's
     representative when ``device`` is given; with pp = 1 there is only device 0)."""
     out: dict[str, float] = {}
+    factors: dict[tuple[str, str], float] = {}
     for t in graph.collectives():
         if device is not None and t.device != device:
             continue
-        out[t.kind] = out.get(t.kind, 0.0) + t.count * t.nbytes * per_rank_factor(t.op, mesh.size(t.group))
+        factor = factors.get((t.op, t.group))
+        if factor is None:
+            factor = factors[t.op, t.group] = per_rank_factor(t.op, mesh.size(t.group))
+        out[t.kind] = out.get(t.kind, 0.0) + t.count * t.nbytes * factor
     return out
 
 

@@ -5,10 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from simulator.report.step_report import StepReport
-from simulator.units import fmt_bytes, fmt_seconds
+from simulator.units import fmt_bytes, fmt_seconds, fmt_seconds_range
 
 _COMM_LABELS = {
     "param_allgather": "param all-gather",
@@ -29,21 +30,23 @@ def render(report: StepReport, console: Console, interval: Any = None) -> None:
     """The run report; ``interval`` (``simulator.validation.intervals.Interval``) adds the expected
     error band of the step time from the validation residuals."""
     lay, bd, step = report.layout, report.breakdown, report.step_time_s
+    n_micro = lay["grad_accum_steps"]
+    cp = f", cp={lay['cp']}" if lay.get("cp", 1) > 1 else ""
     console.print(
-        f"[bold]{report.scenario}[/]: {lay['framework']} ZeRO-{lay['zero_stage']} on {report.n_gpus} x {lay['gpu']} "
-        f"(dp={lay['dp']}, tp={lay['tp']}, pp={lay['pp']}, "
+        f"[bold]{escape(report.scenario)}[/]: {lay['framework']} ZeRO-{lay['zero_stage']} on {report.n_gpus} x "
+        f"{lay['gpu']} (dp={lay['dp']}, tp={lay['tp']}{cp}, pp={lay['pp']}, "
         + (f"ep={lay['ep']}, etp={lay['etp']}, edp={lay['edp']}, " if "ep" in lay else "")
-        + f"{lay['grad_accum_steps']} micro-batches of "
-        f"{lay['micro_batch_size']})"
+        + f"{n_micro} micro-batch{'' if n_micro == 1 else 'es'} of {lay['micro_batch_size']})"
     )
     summary = Table(show_header=False, box=None)
     step_text = fmt_seconds(step)
     if interval is not None:
-        step_text += (f", {100 * interval.coverage:.0f}% interval {fmt_seconds(interval.low_s)}–"
-                      f"{fmt_seconds(interval.high_s)} (validation residuals: {interval.group}, {interval.n_runs} runs)")
+        step_text += (f", {100 * interval.coverage:.0f}% interval {fmt_seconds_range(interval.low_s, interval.high_s)} "
+                      f"(validation residuals: {interval.group}, {interval.n_runs} runs)")
     summary.add_row("step time", step_text)
     summary.add_row("tokens/s", f"{report.tokens_per_s:,.0f}  ({report.tokens_per_s_per_gpu:,.0f} per GPU)")
-    summary.add_row("MFU / HFU", f"{100 * report.mfu:.1f}% / {100 * report.hfu:.1f}%")
+    convention = "causal" if "attention 'causal'" in report.conventions.get("mfu", "") else "full"
+    summary.add_row(f"MFU ({convention} attn) / HFU", f"{100 * report.mfu:.1f}% / {100 * report.hfu:.1f}%")
     console.print(summary)
 
     t = Table(title="where the step goes (representative rank)")

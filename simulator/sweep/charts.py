@@ -1,7 +1,8 @@
 """Sweep charts (matplotlib, imported only when a chart is asked for).
 
-Left: step time against the first numeric swept key, one line per value of the next swept key
-(e.g. step time vs bucket size, one line per ZeRO stage). Right: expected wall-clock vs cost of every
+Left: step time against the numeric swept key with the most values, one line per combination of
+the other swept keys (e.g. step time vs bucket size, one line per ZeRO stage), the legend beside
+the plot; integer keys get integer ticks; a sweep without a feasible point says so. Right: expected wall-clock vs cost of every
 feasible point with the Pareto front marked.
 """
 
@@ -31,29 +32,33 @@ def write_sweep_png(rows: list[dict], grid: dict[str, list], front: list[dict], 
 
     ok = [r for r in rows if r.get("status") == "ok"]
     numeric = [p for p, vals in grid.items() if len(vals) > 1 and all(_num(v) is not None for v in vals)]
-    # The numeric key with the most values is the x axis (a bucket-size range); the varied key with
-    # the fewest values names the lines (a ZeRO stage).
+    # The numeric key with the most values is the x axis (a bucket-size range); every other varied key
+    # together names a line, so a line joins only points that differ in x (no sawtooth across axes).
     x_key = max(numeric, key=lambda p: len(grid[p])) if numeric else next(iter(grid))
     others = [p for p in grid if p != x_key and len(grid[p]) > 1]
-    series_key = min(others, key=lambda p: len(grid[p])) if others else None
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4.5))
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(13, 4.8))
 
-    groups: dict[Any, list[dict]] = {}
+    groups: dict[tuple, list[dict]] = {}
     for r in ok:
-        groups.setdefault(r.get(series_key) if series_key else "all", []).append(r)
-    for label, members in sorted(groups.items(), key=lambda kv: str(kv[0])):
+        groups.setdefault(tuple(r.get(k) for k in others), []).append(r)
+    for key, members in sorted(groups.items(), key=lambda kv: str(kv[0])):
         pts = sorted((_num(r[x_key]) or 0.0, float(r["step_time_s"])) for r in members if _num(r[x_key]) is not None)
         if pts:
-            ax1.plot([p[0] for p in pts], [p[1] for p in pts], marker="o",
-                     label=f"{series_key}={_label(label)}" if series_key else None)
+            label = ", ".join(f"{k}={_label(v)}" for k, v in zip(others, key, strict=True)) or None
+            ax1.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=label)
     xs = [_num(v) for v in grid[x_key]]
     if xs and all(x and x > 0 for x in xs) and max(xs) / min(xs) >= 20:
         ax1.set_xscale("log")
+    elif xs and all(x is not None and float(x).is_integer() for x in xs):
+        ax1.set_xticks(sorted(set(xs)))  # integer keys (micro-batch, tp): no 1.25 ticks
     ax1.set_xlabel(x_key)
     ax1.set_ylabel("step time (s)")
     ax1.set_title("step time")
-    if series_key:
-        ax1.legend(fontsize=8)
+    if not ok:
+        ax1.text(0.5, 0.5, "no feasible point: every point was invalid\nor out of memory (see the results file)",
+                 ha="center", va="center", transform=ax1.transAxes)
+    elif others:
+        ax1.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)  # beside, not over
     ax1.grid(alpha=0.3)
 
     pairs = [(_num(r.get("wall_clock_s")), _num(r.get("cost_usd"))) for r in ok]

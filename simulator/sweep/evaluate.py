@@ -17,9 +17,9 @@ from simulator.sweep.summary import OUTPUT_KEYS, summarize
 
 def evaluate_chunk(base_raw: dict, base_dir: str, chunk: list[tuple[int, dict[str, Any]]],
                    extra: dict[str, Any]) -> list[dict[str, Any]]:
-    """Evaluate several points with one ``Reuse`` memo (clusters and collective plans are shared)."""
-    reuse = Reuse()
-    return [evaluate_point(base_raw, base_dir, index, point, extra, reuse) for index, point in chunk]
+    """Evaluate several points; clusters and collective plans are shared by every point of the
+    worker process (``simulator.model_cache``)."""
+    return [evaluate_point(base_raw, base_dir, index, point, extra) for index, point in chunk]
 
 
 def evaluate_point(base_raw: dict, base_dir: str, index: int, point: dict[str, Any],

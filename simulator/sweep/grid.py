@@ -71,7 +71,12 @@ def check_path(path: str, field: str = "--grid") -> None:
         raise InputError(f"unknown dotted path {path!r}{hint}; valid paths: {', '.join(valid)}", field)
 
 
-def parse_range(text: str) -> list[float]:
+#: Most points a sweep expands to unless the user raises it (``dtsim sweep --max-points``): a
+#: 10⁸-point grid would take gigabytes before the first simulation.
+MAX_POINTS = 100_000
+
+
+def parse_range(text: str, max_points: int = MAX_POINTS) -> list[float]:
     """``start:stop:log|lin:count`` → ``count`` values from start to stop inclusive.
 
     Log ranges are geometric (``1e6:1e9:log:4`` → 1e6, 1e7, 1e8, 1e9); values are rounded to 12
@@ -86,6 +91,9 @@ def parse_range(text: str) -> list[float]:
         raise InputError(f"range {text!r}: start and stop must be numbers and count an integer", "--grid") from None
     if count < 1:
         raise InputError(f"range {text!r}: count must be at least 1", "--grid")
+    if count > max_points:
+        raise InputError(f"range {text!r}: {count:,} values exceed the sweep limit of {max_points:,} points; "
+                         "use fewer or raise the limit with --max-points", "--grid")
     if parts[2] == "log" and (start <= 0 or stop <= 0):
         raise InputError(f"range {text!r}: a log range needs positive start and stop", "--grid")
     if count == 1:
@@ -98,27 +106,44 @@ def parse_range(text: str) -> list[float]:
     return [float(f"{v:.12g}") for v in values]
 
 
-def parse_values(spec: str | list[Any]) -> list[Any]:
+def parse_values(spec: str | list[Any], max_points: int = MAX_POINTS, path: str = "") -> list[Any]:
     """A list as given, a range, or comma-separated YAML scalars."""
     if isinstance(spec, list):
         values = spec
+    elif not isinstance(spec, str):
+        raise InputError(f"sweep.grid.{path} must be a list of values or a range 'start:stop:log|lin:count', "
+                         f"got {spec!r}", "sweep.grid")
     elif spec.count(":") == 3:
-        values = parse_range(spec)
+        values = parse_range(spec, max_points)
     else:
         values = [parse_value(v.strip()) for v in spec.split(",") if v.strip() != ""]
     return values
 
 
-def parse_grid(specs: list[str] | None, from_file: dict[str, Any] | None = None, allow_empty: bool = False) -> Grid:
-    """Merge the scenario file's ``sweep.grid`` with ``--grid`` options (the options win per path)."""
+def parse_grid(specs: list[str] | None, from_file: Any = None, allow_empty: bool = False,
+               max_points: int = MAX_POINTS) -> Grid:
+    """Merge the scenario file's ``sweep.grid`` with ``--grid`` options (the options win per path; a
+    path given twice on the command line is refused). The product may not exceed ``max_points``."""
+    if from_file is not None and not isinstance(from_file, dict):
+        raise InputError(f"sweep.grid must map dotted paths to lists of values, got {from_file!r}", "sweep.grid")
     grid: Grid = {}
     for path, spec in (from_file or {}).items():
-        grid[path] = parse_values(spec)
+        grid[str(path)] = parse_values(spec, max_points, str(path))
+    seen: set[str] = set()
     for spec in specs or []:
         if "=" not in spec:
             raise InputError(f"grid {spec!r} must look like dotted.path=v1,v2,... or path=start:stop:log:count", "--grid")
         path, _, values = spec.partition("=")
-        grid[path.strip()] = parse_values(values)
+        path = path.strip()
+        if path in seen:
+            raise InputError(f"--grid {path} is given twice; put all its values in one --grid {path}=v1,v2,...",
+                             "--grid")
+        seen.add(path)
+        grid[path] = parse_values(values, max_points, path)
+    size = math.prod(len(v) for v in grid.values())
+    if size > max_points:
+        raise InputError(f"the grid has {size:,} points, above the sweep limit of {max_points:,}; "
+                         "use fewer values or raise the limit with --max-points", "--grid")
     if not grid and not allow_empty:
         raise InputError("the grid is empty: give --grid dotted.path=v1,v2 or a sweep.grid section", "--grid")
     for path, values in grid.items():

@@ -6,6 +6,9 @@ on the backend, the worker count or the completion order: rows are keyed and sor
 
 from __future__ import annotations
 
+import os
+import signal
+import threading
 import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import ProcessPoolExecutor, as_completed
@@ -20,6 +23,8 @@ from simulator.sweep.store import ResultStore
 
 #: Seconds between atomic flushes while a sweep runs (the final flush always happens).
 FLUSH_EVERY_S = 1.0
+#: Seconds between a worker's checks that its parent is alive.
+PARENT_POLL_S = 0.5
 #: Points per task: a task shares one Reuse memo, so larger chunks reuse more; smaller ones balance
 #: the workers and report progress more often.
 CHUNK = 8
@@ -31,6 +36,27 @@ def _chunks(tasks: Chunk, size: int) -> list[Chunk]:
     return [tasks[i : i + size] for i in range(0, len(tasks), size)]
 
 
+def _exit_with_parent(parent: int) -> None:
+    """Worker initializer: a worker whose parent dies (``kill -9`` of ``dtsim sweep``) exits too. On
+    Linux the kernel signals it (``prctl(PR_SET_PDEATHSIG)``); everywhere a daemon thread sees the
+    parent change and exits within a second."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG = 1
+    except (OSError, AttributeError):
+        pass
+    if os.getppid() != parent:
+        os._exit(1)
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(PARENT_POLL_S)
+        os._exit(1)
+
+    threading.Thread(target=watch, daemon=True).start()
+
+
 def _local(chunks: list[Chunk], base_raw: dict, base_dir: str, workers: int,
            extra: dict[str, Any]) -> Iterable[list[dict]]:
     if workers <= 1:
@@ -39,7 +65,7 @@ def _local(chunks: list[Chunk], base_raw: dict, base_dir: str, workers: int,
             for index, point in chunk:
                 yield [evaluate_point(base_raw, base_dir, index, point, extra, reuse)]
         return
-    with ProcessPoolExecutor(max_workers=workers) as pool:
+    with ProcessPoolExecutor(max_workers=workers, initializer=_exit_with_parent, initargs=(os.getpid(),)) as pool:
         futures = [pool.submit(evaluate_chunk, base_raw, base_dir, chunk, extra) for chunk in chunks]
         for future in as_completed(futures):
             yield future.result()

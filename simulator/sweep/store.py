@@ -83,14 +83,33 @@ def _coerce(text: str) -> Any:
 
 
 def _decode(path: Path) -> list[dict[str, Any]]:
+    """The complete rows of a results file. A row cut short (a file truncated outside dtsim: a full
+    disk, a copy interrupted) is dropped, so resuming simulates that point again."""
     if path.suffix == ".jsonl":
-        return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        lines = [line for line in path.read_text().splitlines() if line.strip()]
+        rows = []
+        for i, line in enumerate(lines):
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError:
+                if i != len(lines) - 1:
+                    raise
+        return rows
     if path.suffix == ".csv":
         with path.open(newline="") as fh:
-            return [{k: _coerce(v) for k, v in row.items()} for row in csv.DictReader(fh)]
+            reader = csv.DictReader(fh)
+            return [{k: _coerce(v) for k, v in row.items()} for row in reader
+                    if None not in row and None not in row.values()]
     import pyarrow.parquet as pq
 
     return pq.read_table(path).to_pylist()
+
+
+def _file_mode() -> int:
+    """``0o666`` less the process umask: the mode ``open()`` would give a new file."""
+    mask = os.umask(0)
+    os.umask(mask)
+    return 0o666 & ~mask
 
 
 class ResultStore:
@@ -146,6 +165,7 @@ class ResultStore:
                 fh.write(data)
                 fh.flush()
                 os.fsync(fh.fileno())
+            os.chmod(tmp, _file_mode())  # mkstemp makes 0600; a results file gets the user's umask
             os.replace(tmp, self.path)
         except BaseException:
             Path(tmp).unlink(missing_ok=True)

@@ -21,7 +21,7 @@ from importlib import resources
 from statistics import NormalDist
 from typing import Any
 
-import yaml
+from simulator import yamlio
 
 #: Fewest residuals a group needs before its own spread is used.
 MIN_RUNS = 5
@@ -45,7 +45,7 @@ def load_residuals(text: str | None = None) -> dict[str, Any]:
     """The bundled ``intervals.yaml`` (or ``text`` in the same format)."""
     if text is None:
         text = resources.files(__package__).joinpath("intervals.yaml").read_text()
-    return yaml.safe_load(text)
+    return yamlio.safe_load(text)
 
 
 def group_stats(residuals: list[float]) -> dict[str, float]:

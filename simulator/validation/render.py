@@ -52,6 +52,11 @@ def print_table(rows: Sequence[dict[str, Any]], summary: dict[str, Any], console
     console.print(groups)
     console.print("worst five: " + ", ".join(f"{w['id']} ({100 * w['error']:+.1f}%)" for w in summary["worst"]),
                   highlight=False, soft_wrap=True)
+    tol = summary.get("tolerance", 0.15)
+    console.print(f"misses beyond ±{100 * tol:.0f}%: {len(summary.get('misses', []))}", highlight=False)
+    for m in summary.get("misses", []):
+        console.print(f"  {m['id']} ({100 * m['error']:+.1f}%): {m['cause']}", highlight=False, soft_wrap=True,
+                      markup=False)
     console.print(f"skipped {summary['skipped']} of {summary['runs']} runs:", highlight=False)
     for s in summary["skipped_runs"]:
         console.print(f"  {s['id']}: {s['reason']}", highlight=False, soft_wrap=True, markup=False)
@@ -93,6 +98,10 @@ def markdown(rows: Sequence[dict[str, Any]], summary: dict[str, Any], command: s
             metric, meas, pred = headline(r)
             lines.append(f"| {r['id']} | {r['gpu']} | {r['framework']} | {r['parallelism']} | {r['split'] or ''} "
                          f"| {metric} | {_num(meas, metric)} | {_num(pred, metric)} | {100 * r['error']:+.1f}% |")
+    tol = summary.get("tolerance", 0.15)
+    lines += ["", f"{h}# Misses beyond ±{100 * tol:.0f}%", "", "| run | error | cause |", "|---|---:|---|"]
+    lines += [f"| {m['id']} | {100 * m['error']:+.1f}% | {m['cause'].replace('|', '/')} |"
+              for m in summary.get("misses", [])]
     lines += ["", f"{h}# Skipped", "", "| run | reason |", "|---|---|"]
     lines += [f"| {s['id']} | {s['reason'].replace('|', '/')} |" for s in summary["skipped_runs"]]
     return "\n".join(lines) + "\n"

@@ -18,8 +18,7 @@ from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
 
-import yaml
-
+from simulator import yamlio
 from simulator.api import simulate
 from simulator.config.loader import scenario_from_dict
 from simulator.config.scenario import Scenario
@@ -76,7 +75,7 @@ def load_runs(text: str | None = None, files: Sequence[str] = RUN_FILES) -> tupl
     out: list[Run] = []
     known = {f for f in Run.__dataclass_fields__ if f not in ("overrides", "extra")}
     for t in texts:
-        for raw in yaml.safe_load(t)["runs"]:
+        for raw in yamlio.safe_load(t)["runs"]:
             kwargs = {k: v for k, v in raw.items() if k in known}
             extra = {k: v for k, v in raw.items() if k not in known and k != "set"}
             out.append(Run(overrides=tuple(raw.get("set") or ()), extra=extra, **kwargs))

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from simulator.validation.misses import TOLERANCE, misses
 from simulator.validation.suite import Outcome
 
 #: Labels of the parallelism kinds.
@@ -68,7 +69,8 @@ def _by(rows: Sequence[dict[str, Any]], key: str) -> dict[str, dict[str, Any]]:
 
 def summarize(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """Counts, MAPE overall / pure-DP / held-out (``split: test``), by GPU, framework and
-    parallelism kind, the worst five runs, and the skipped runs with their reasons."""
+    parallelism kind, the worst five runs, every miss beyond the per-run tolerance with its cause
+    (``simulator.validation.misses``), and the skipped runs with their reasons."""
     done = [r for r in rows if "error" in r]
     pure = [r for r in done if r["parallelism"] == KINDS["pure_dp"]]
     held = [r for r in pure if r["split"] == "test"]
@@ -85,5 +87,7 @@ def summarize(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
         "by_framework": _by(done, "framework"),
         "by_parallelism": _by(done, "parallelism"),
         "worst": [{"id": r["id"], "error": r["error"]} for r in worst],
+        "tolerance": TOLERANCE,
+        "misses": misses(done),
         "skipped_runs": [{"id": r["id"], "reason": r["skipped"]} for r in rows if "skipped" in r],
     }

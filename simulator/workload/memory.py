@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
+from typing import Any
 
 from simulator.config.model import ModelConfig
 from simulator.config.scenario import Scenario
+from simulator.parallel import pipeline_order, pipeline_split
 from simulator.workload import params
 from simulator.workload.flops import Recompute
 
@@ -49,7 +51,7 @@ class ActivationBytes:
     """Activation memory of the in-flight micro-batches on the most-loaded pipeline stage.
 
     ``per_layer`` is what one block stores for one micro-batch under the recompute mode;
-    ``layers = per_layer · layers_per_stage · in_flight``; ``recompute_transient`` is one block's
+    ``layers = per_layer · blocks_on_stage · in_flight`` (``in_flight`` in whole-stage units); ``recompute_transient`` is one block's
     full activations, live while full recomputation rebuilds it; ``logits`` the output layer and
     cross-entropy buffers (last stage).
     """
@@ -59,7 +61,7 @@ class ActivationBytes:
     recompute_transient: float
     embedding: float
     logits: float
-    in_flight: int
+    in_flight: float
     total_bytes: float
 
 
@@ -101,9 +103,17 @@ class MemoryBreakdown:
     fits: bool
     headroom_bytes: float
     offloaded_bytes: float
+    #: With pipeline parallelism, one row per GPU stage: ``stage``, ``layers``, ``in_flight``,
+    #: ``activations_bytes``, ``total_bytes``.
+    stages: tuple[dict[str, float], ...] = ()
 
-    def as_dict(self) -> dict[str, float | bool]:
-        return asdict(self)
+    def as_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        if not self.stages:
+            del out["stages"]
+        else:
+            out["stages"] = [dict(r) for r in self.stages]
+        return out
 
 
 # --- model states ------------------------------------------------------------------------------
@@ -147,16 +157,20 @@ def _is_16bit(scenario: Scenario) -> bool:
 
 
 def _shard_degree(scenario: Scenario) -> int:
-    """GPUs a ZeRO/FSDP shard spans: all of dp, or one node's DP ranks for FSDP HYBRID_SHARD."""
+    """GPUs a ZeRO/FSDP shard spans: the data × context parallel ranks (Megatron's distributed
+    optimizer shards over ``dp·cp``, torchtitan's FSDP over ``dp_shard_cp``), or one node's DP ranks
+    for FSDP HYBRID_SHARD."""
     p = scenario.parallel
+    degree = scenario.dp * p.cp
     if p.framework == "fsdp" and p.sharding_strategy == "hybrid_shard":
         per_node_dp = max(1, scenario.cluster.topology.gpus_per_node // (p.tp * p.pp))
-        return min(scenario.dp, per_node_dp)
-    return scenario.dp
+        return min(degree, per_node_dp)
+    return degree
 
 
-def model_states(scenario: Scenario) -> ModelStateBytes:
-    """Model states on the most-loaded GPU (Ψ = ``params.local(model, tp, pp)``).
+def model_states(scenario: Scenario, psi: float | None = None) -> ModelStateBytes:
+    """Model states of a GPU holding ``psi`` parameters (default: the most-loaded stage's,
+    ``params.local(model, tp, pp)``).
 
     * DeepSpeed: the ZeRO formulas with 2/2/12 B per parameter in 16-bit training, 4/4/8 in fp32
       (no master copy). ``offload_optimizer`` moves the optimizer states and, from stage 2, the
@@ -169,11 +183,18 @@ def model_states(scenario: Scenario) -> ModelStateBytes:
       and SHARD_GRAD_OP, nothing for NO_SHARD); the 16-bit unsharded copies are buffers.
       ``offload_optimizer`` = ``CPUOffload(offload_params=True)``, which keeps parameters,
       gradients and the optimizer step on the host.
+    * Megatron's distributed optimizer (framework ddp, ``distributed_optimizer``) in 16-bit training:
+      16-bit parameters, fp32 gradient buffer (``main_grad``), fp32 master + Adam m, v sharded over
+      ``dp·cp``: ``6 + 12/d`` B per parameter (Megatron-LM ``theoretical_memory_usage.py``:
+      ``num_bytes_per_parameter = 6 + 12 / data_parallel_size``).
     """
     p = scenario.parallel
-    psi = params.local(scenario.model, p.tp, p.pp)
+    if psi is None:
+        psi = params.local(scenario.model, p.tp, p.pp)
     if p.framework == "deepspeed" and _is_16bit(scenario):
         sizes = (2, 2, 12)
+    elif p.framework == "ddp" and p.distributed_optimizer and _is_16bit(scenario):
+        sizes = (2, 4, 12)
     else:
         sizes = (4, 4, 8)
     stage = p.effective_zero_stage
@@ -261,20 +282,45 @@ def logits_activation_bytes(
     return 2 * p * s * b * model.hidden_size + (p + LOGPROB_BYTES) * s * b * model.vocab_size / tp
 
 
-def activations(scenario: Scenario) -> ActivationBytes:
-    """Activation bytes on the most-loaded pipeline stage, per :func:`layer_activation_bytes`.
+def _pipeline(scenario: Scenario) -> tuple[str, int, list[int]]:
+    """(schedule, virtual stages, blocks per GPU stage) of the scenario's pipeline."""
+    par = scenario.parallel
+    schedule = par.pipeline_schedule if par.pp > 1 else "1f1b"
+    v = par.virtual_stages if schedule == "interleaved" else 1
+    return schedule, v, pipeline_split.gpu_stage_layers(scenario.model.n_layers, par.pp, v, par)
 
-    1F1B pipelining keeps ``min(p, G)`` micro-batches in flight on the first stage, one on the last
-    (Narayanan et al. SC'21 Sec. 2.2; Megatron ``theoretical_memory_usage.py``); each stage holds
-    ``⌈l/p⌉`` blocks. Full recomputation stores the block inputs and, while recomputing one block for
-    its backward, that block's full activations (Korthikanti Table 2 note). The embedding keeps a
-    dropout mask ``sbh`` per micro-batch when dropout is on. Logits buffers live on the last stage.
+
+def _in_flight(schedule: str, stage: int, pp: int, n_micro: int, v: int) -> float:
+    """``pipeline_order.in_flight``, without walking millions of micro-batches: GPipe holds all
+    ``m``; 1F1B and interleaved 1F1B reach their peak within the warm-up (fewer than ``2·p·v``
+    chunk-forwards), so any ``m`` beyond ``4·p·v`` (kept a multiple of ``p``) gives the same peak."""
+    if schedule == "gpipe":
+        return float(n_micro)
+    cap = 4 * pp * v
+    return pipeline_order.in_flight(schedule, stage, pp, min(n_micro, cap), v)
+
+
+def stage_activations(scenario: Scenario) -> list[ActivationBytes]:
+    """Activation bytes on every GPU pipeline stage, per :func:`layer_activation_bytes`.
+
+    A stage holding ``n_s`` blocks with ``k_s`` micro-batches in flight stores
+    ``per_layer · n_s · k_s``; ``k_s`` is counted on the schedule's own order
+    (``pipeline_order.in_flight``): GPipe ``m``; 1F1B ``min(p−s, m)`` (Narayanan et al. SC'21 §2.2;
+    Megatron ``theoretical_memory_usage.py``); interleaved ``L·(1 + (p−1)/(p·v))`` layers on stage 0
+    (Korthikanti et al. 2022 §4.2.3). Blocks per stage from ``pipeline_split`` (Megatron's
+    placements). Sequence parallelism divides the norm/dropout region by ``t``; context parallelism
+    makes every term one of the rank's ``s/cp`` tokens (Korthikanti's formulas with ``s → s/cp``).
+    Full recomputation stores the block inputs and, while recomputing one block for its backward,
+    that block's full activations (Korthikanti Table 2 note). The first stage adds the embedding's
+    dropout mask ``sbh`` per in-flight micro-batch when dropout is on; the last stage the logits
+    buffers of one micro-batch.
     """
     m, tr, par = scenario.model, scenario.training, scenario.parallel
-    b, s, t, pp = tr.micro_batch_size, tr.seq_len, par.tp, par.pp
+    b, s, t, pp = tr.micro_batch_size, tr.seq_len // par.cp, par.tp, par.pp
     pb = 2 if _is_16bit(scenario) else 4
     dropout = m.dropout > 0
-    common = dict(flash_attention=tr.kernels.flash_attention, precision_bytes=pb, dropout=dropout)
+    common = dict(flash_attention=tr.kernels.flash_attention, precision_bytes=pb, dropout=dropout,
+                  sequence_parallel=par.sequence_parallel and t > 1)
     per_layer = layer_activation_bytes(m, b, s, t, recompute=tr.activation_checkpointing, **common)
     if m.moe is not None or m.is_mla:  # routed tokens / MLA tensors instead of the dense ones
         from simulator.workload import moe_memory
@@ -287,31 +333,32 @@ def activations(scenario: Scenario) -> ActivationBytes:
             from simulator.workload import moe_memory
 
             transient += max(0.0, moe_memory.moe_block_extra(scenario, pb) + moe_memory.mla_block_extra(scenario, pb))
-    n_blocks = math.ceil(m.n_layers / pp)
-    in_flight = min(pp, scenario.grad_accum_steps) if pp > 1 else 1
-    embedding = (MASK_BYTES * s * b * m.hidden_size if dropout else 0.0) * in_flight
+    schedule, v, blocks = _pipeline(scenario)
+    n_micro = scenario.grad_accum_steps
     logits = logits_activation_bytes(m, b, s, t, pb)
-    first = per_layer * n_blocks * in_flight + embedding
-    if pp == 1:
-        total = first + transient + logits
-    else:
-        total = max(first, per_layer * n_blocks + logits) + transient
-    return ActivationBytes(
-        per_layer=per_layer,
-        layers=per_layer * n_blocks * in_flight,
-        recompute_transient=transient,
-        embedding=embedding,
-        logits=logits,
-        in_flight=in_flight,
-        total_bytes=total,
-    )
+    rows = []
+    for st in range(pp):
+        k = _in_flight(schedule, st, pp, n_micro, v) if pp > 1 else 1
+        layers = per_layer * blocks[st] * k
+        embedding = MASK_BYTES * s * b * m.hidden_size * math.ceil(k) if (st == 0 and dropout) else 0.0
+        head = logits if st == pp - 1 else 0.0
+        rows.append(ActivationBytes(per_layer=per_layer, layers=layers, recompute_transient=transient,
+                                    embedding=embedding, logits=head, in_flight=k,
+                                    total_bytes=layers + transient + embedding + head))
+    return rows
+
+
+def activations(scenario: Scenario) -> ActivationBytes:
+    """Activations of the pipeline stage that stores the most (:func:`stage_activations`)."""
+    return max(stage_activations(scenario), key=lambda a: a.total_bytes)
 
 
 # --- buffers -----------------------------------------------------------------------------------
 
 
-def buffers(scenario: Scenario) -> BufferBytes:
-    """Communication and gathering buffers per framework (formulas.md §2.5).
+def buffers(scenario: Scenario, psi: float | None = None, blocks: int | None = None) -> BufferBytes:
+    """Communication and gathering buffers per framework (formulas.md §2.5), on a GPU holding
+    ``psi`` parameters in ``blocks`` transformer blocks (default: the most-loaded stage's).
 
     * DeepSpeed stage 0: one flattened all-reduce bucket of ≤ 5e8 elements (16-bit).
     * DeepSpeed stages 1–2 (``contiguous_gradients``): ``reduce_bucket_size`` 16-bit "ipg" buffers,
@@ -323,6 +370,13 @@ def buffers(scenario: Scenario) -> BufferBytes:
       for the root), plus 2 block units with ``backward_prefetch=backward_pre`` (current + next,
       ``limit_all_gathers`` caps in-flight all-gathers at 2) else 1, plus one unit's unsharded
       gradients; SHARD_GRAD_OP keeps every unsharded parameter from forward to backward.
+    * FSDP under a pipeline (torchtitan): parameters gathered in micro-batch 0 stay unsharded for the
+      step (``reshard_after_forward=False`` with PP) and gradients accumulate unsharded, in
+      ``reduce_dtype``, until the last micro-batch's reduce-scatter (FSDP2
+      ``set_requires_gradient_sync(False)``; ``unsharded_accumulated_grad``): the whole stage's
+      parameters and gradients unsharded.
+    * Megatron's distributed optimizer: gradients live in the contiguous fp32 ``main_grad`` buffer
+      counted in the model states (reduce-scattered in place), so no bucket copy.
     * NCCL communicator buffers: ``memory.nccl_buffers_bytes``.
 
     Optimizer-step transients: DeepSpeed stages 1–3 upcast the 16-bit gradient partition to fp32
@@ -331,7 +385,10 @@ def buffers(scenario: Scenario) -> BufferBytes:
     temporary per updated parameter (``_foreach_sqrt`` of the variance, ``torch/optim/adam.py``).
     """
     m, par = scenario.model, scenario.parallel
-    psi = _local_params(scenario)
+    if psi is None:
+        psi = _local_params(scenario)
+    if blocks is None:
+        blocks = math.ceil(m.n_layers / par.pp)
     half = 2 if _is_16bit(scenario) else 4
     stage = par.effective_zero_stage
     on_gpu_optimizer = par.offload_optimizer == "none"
@@ -356,14 +413,18 @@ def buffers(scenario: Scenario) -> BufferBytes:
     elif par.framework == "ddp":
         # fp32 gradients under AMP are copied into flat buckets of the same total size, unless
         # gradient_as_bucket_view makes them views (PyTorch distributed.py docstring, formulas.md §2.5).
-        comm = 0.0 if par.gradient_as_bucket_view else 4 * psi
+        comm = 0.0 if (par.gradient_as_bucket_view or par.distributed_optimizer) else 4 * psi
     else:
         mp = 4 if par.param_dtype == "fp32" else half
         rd = {"fp32": 4, "fp16": 2, "bf16": 2}.get(par.reduce_dtype or "", mp)
         unit = params.layer_local(m, par.tp)
-        root = _local_params(scenario, experts=False) - math.ceil(m.n_layers / par.pp) * unit
+        dense = psi if m.moe is None else _local_params(scenario, experts=False)
+        root = dense - blocks * unit
         strategy = par.sharding_strategy
-        if strategy in ("full_shard", "hybrid_shard"):
+        if par.pp > 1 and strategy != "no_shard":
+            gathered = mp * psi
+            comm = rd * psi
+        elif strategy in ("full_shard", "hybrid_shard"):
             units = 2 if par.backward_prefetch == "backward_pre" else 1
             gathered = mp * (root + units * unit)
             comm = rd * unit
@@ -376,36 +437,57 @@ def buffers(scenario: Scenario) -> BufferBytes:
 # --- the verdict -------------------------------------------------------------------------------
 
 
-def breakdown(scenario: Scenario) -> MemoryBreakdown:
-    """Everything on the most-loaded GPU and whether it fits its usable HBM.
-
-    The activations and the optimizer-step transient (:class:`BufferBytes`) are never live together,
-    so the peak counts the larger: ``peak_transient = max(activations, optimizer_step)``.
-    ``fragmentation = memory.fragmentation × (states + peak_transient + buffers − NCCL)``: the caching
-    allocator's reserve over what it hands out (formulas.md §2.6; NCCL allocates outside it).
-    ``total = states + peak_transient + buffers + cuda_context + fragmentation``; fits iff
-    ``total ≤ cluster.gpu.hbm_usable_bytes``.
-    """
-    st = model_states(scenario)
-    buf = buffers(scenario)
-    act = activations(scenario).total_bytes
+def _verdict(scenario: Scenario, st: ModelStateBytes, buf: BufferBytes, act: float) -> dict[str, float]:
     allocated = st.total_bytes + max(act, buf.optimizer_step) + buf.total_bytes
     frag = scenario.memory.fragmentation * (allocated - buf.nccl)
-    ctx = scenario.memory.cuda_context_bytes
-    total = allocated + frag + ctx
+    return {"activations_bytes": act, "fragmentation_bytes": frag,
+            "total_bytes": allocated + frag + scenario.memory.cuda_context_bytes}
+
+
+def breakdown(scenario: Scenario) -> MemoryBreakdown:
+    """Everything on the most-loaded GPU and whether it fits its usable HBM. The one memory model:
+    ``dtsim memory``, ``run``, ``compare`` and ``sweep`` all report this.
+
+    Every GPU pipeline stage is evaluated with its own parameters (``params.stage_local``, blocks from
+    ``pipeline_split``), model states, buffers and activations (:func:`stage_activations`); the
+    stage with the largest total is reported, and with ``p > 1`` every stage's totals are listed
+    under ``stages``. The activations and the optimizer-step transient (:class:`BufferBytes`) are
+    never live together, so the peak counts the larger: ``peak_transient = max(activations,
+    optimizer_step)``. ``fragmentation = memory.fragmentation × (states + peak_transient + buffers −
+    NCCL)``: the caching allocator's reserve over what it hands out (formulas.md §2.6; NCCL allocates
+    outside it). ``total = states + peak_transient + buffers + cuda_context + fragmentation``; fits
+    iff ``total ≤ cluster.gpu.hbm_usable_bytes``.
+    """
+    m, par = scenario.model, scenario.parallel
+    _, _, blocks = _pipeline(scenario)
+    acts = stage_activations(scenario)
+    best = None
+    rows = []
+    for st in range(par.pp):
+        psi = params.stage_local(m, par.tp, par.pp, st, blocks[st])
+        states = model_states(scenario, psi)
+        buf = buffers(scenario, psi, blocks[st])
+        v = _verdict(scenario, states, buf, acts[st].total_bytes)
+        rows.append({"stage": st, "layers": blocks[st], "in_flight": acts[st].in_flight,
+                     "activations_bytes": acts[st].total_bytes, "total_bytes": v["total_bytes"]})
+        if best is None or v["total_bytes"] > best[3]["total_bytes"]:
+            best = (states, buf, acts[st], v)
+    assert best is not None
+    states, buf, _, v = best
     hbm = float(scenario.cluster.gpu_spec.hbm_usable_bytes)
     return MemoryBreakdown(
-        params_bytes=st.params_bytes,
-        grads_bytes=st.grads_bytes,
-        optimizer_bytes=st.optimizer_bytes,
-        activations_bytes=act,
+        params_bytes=states.params_bytes,
+        grads_bytes=states.grads_bytes,
+        optimizer_bytes=states.optimizer_bytes,
+        activations_bytes=v["activations_bytes"],
         buffers_bytes=buf.total_bytes,
         optimizer_step_bytes=buf.optimizer_step,
-        cuda_context_bytes=ctx,
-        fragmentation_bytes=frag,
-        total_bytes=total,
+        cuda_context_bytes=scenario.memory.cuda_context_bytes,
+        fragmentation_bytes=v["fragmentation_bytes"],
+        total_bytes=v["total_bytes"],
         hbm_bytes=hbm,
-        fits=total <= hbm,
-        headroom_bytes=hbm - total,
-        offloaded_bytes=st.offloaded_bytes,
+        fits=v["total_bytes"] <= hbm,
+        headroom_bytes=hbm - v["total_bytes"],
+        offloaded_bytes=states.offloaded_bytes,
+        stages=tuple(rows) if par.pp > 1 else (),
     )

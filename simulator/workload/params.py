@@ -199,3 +199,19 @@ def outside_local(model: ModelConfig, tp: int = 1, pp: int = 1) -> int:
         return blocks + first + head + c.final_norm
     last_head = head if head else word  # tied: the last stage holds a copy of the word embedding
     return blocks + max(first, last_head + c.final_norm)
+
+
+def stage_local(model: ModelConfig, tp: int, pp: int, stage: int, blocks: int) -> int:
+    """Parameters one tensor-parallel rank of GPU pipeline stage ``stage`` holds with ``blocks``
+    transformer blocks: the blocks, plus the embeddings on the first stage and the final norm and
+    output projection on the last (with tied embeddings and ``p > 1`` the last stage keeps its own
+    copy of the word embedding, Megatron ``shared_embedding_or_output_weight``); cf. :func:`local`."""
+    c = count(model)
+    total = blocks * layer_local(model, tp)
+    word = _token_embedding(model) // tp
+    if stage == 0:
+        total += word + _position_embedding(model) + c.embedding_norm
+    if stage == pp - 1:
+        head = c.lm_head // tp
+        total += (head if (head or pp == 1) else word) + c.final_norm
+    return total

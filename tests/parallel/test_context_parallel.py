@@ -9,8 +9,8 @@ import pytest
 from simulator.api import simulate
 from simulator.config.loader import load_scenario
 from simulator.parallel.build import build_step_graph, context_for
-from simulator.parallel.stage_memory import stage_activations
 from simulator.parallel.volume import bytes_per_rank
+from simulator.workload.memory import stage_activations
 
 FIXTURE = Path(__file__).resolve().parent / "ddp-olmo-8xh100.yaml"
 BASE = ["training.seq_len=4096", "training.global_batch_size=16", "training.micro_batch_size=1"]
@@ -48,13 +48,13 @@ def test_cp_keeps_per_rank_work_and_gradient_volume_of_pure_dp():
 
 
 def test_cp_halves_activations_per_micro_batch():
-    a1 = stage_activations(_sc())[0]["activations_bytes"]
-    a2 = stage_activations(_sc("parallel.cp=2"))[0]["activations_bytes"]
+    a1 = stage_activations(_sc())[0].total_bytes
+    a2 = stage_activations(_sc("parallel.cp=2"))[0].total_bytes
     assert a2 == pytest.approx(a1 / 2, rel=1e-9)
 
 
 def test_cp_simulates_and_reports_the_cp_dimension():
-    r = simulate(_sc("parallel.cp=2", "parallel.tp=2"))
+    r = simulate(_sc("parallel.cp=2", "parallel.tp=2"), exact=True)
     cp = r.breakdown["by_dimension"]["cp"]
     assert cp["on_link_s"] > 0 and 0 <= cp["exposed_s"] <= cp["on_link_s"]
     assert r.layout["cp"] == 2 and r.layout["dp"] == 2 and r.layout["grad_accum_steps"] == 8

@@ -90,13 +90,16 @@ def test_virtual_stages_imply_interleaved():
 
 
 def test_enumerate_layouts_small_case_by_hand():
-    # 2 GPUs, global batch 2: (tp, pp) ∈ {(1,1): dp 2, b 1; (1,2): dp 1, b 1|2; (2,1): dp 1, b 1|2} = 5
-    # 1F1B layouts, plus interleaved for (1,2), b=1 (G = 2 divisible by pp): v ∈ {2,4,8} | 16 → 8.
+    # 2 GPUs, global batch 2: (tp, cp, pp) ∈ {(1,1,1): dp 2, b 1; (1,1,2): dp 1, b 1|2; (2,1,1): dp 1, b 1|2;
+    # (1,2,1): dp 1, b 1|2 (seq 1024 divisible by 2·cp = 4)} = 7 1F1B layouts, plus interleaved for
+    # (1,1,2), b=1 (G = 2 divisible by pp): v ∈ {2,4,8} | 16 → 10.
     sc = load_scenario(FIXTURE, ["cluster.gpus=2", "training.global_batch_size=2"])
     layouts = enumerate_layouts(sc)
-    assert len(layouts) == 8
-    assert {"parallel.tp": 1, "parallel.pp": 2, "training.micro_batch_size": 1,
+    assert len(layouts) == 10
+    assert {"parallel.tp": 1, "parallel.pp": 2, "training.micro_batch_size": 1, "parallel.cp": 1,
             "parallel.pipeline_schedule": "interleaved", "parallel.virtual_stages": 4} in layouts
+    assert {"parallel.tp": 1, "parallel.pp": 1, "training.micro_batch_size": 2, "parallel.cp": 2,
+            "parallel.pipeline_schedule": "1f1b", "parallel.virtual_stages": 1} in layouts
 
 
 def test_enumerated_layouts_are_all_valid():
@@ -107,12 +110,24 @@ def test_enumerated_layouts_are_all_valid():
     for lay in layouts:
         variant = load_scenario(FIXTURE, [f"{k}={v}" for k, v in lay.items()])
         check_supported(variant)
-        assert variant.dp * lay["parallel.tp"] * lay["parallel.pp"] == 8
+        assert variant.dp * lay["parallel.tp"] * lay["parallel.cp"] * lay["parallel.pp"] == 8
 
 
 def test_enumerate_layouts_respects_deepspeed_zero3():
     sc = load_scenario(FIXTURE, ["parallel.framework=deepspeed", "parallel.zero_stage=3"])
-    assert all(lay["parallel.pp"] == 1 for lay in enumerate_layouts(sc))
+    layouts = enumerate_layouts(sc)
+    assert all(lay["parallel.pp"] == 1 for lay in layouts)
+    assert all("parallel.cp" not in lay for lay in layouts)  # DeepSpeed's Ulysses is not simulated
+
+
+def test_enumerate_layouts_includes_context_parallel_degrees():
+    # 8 GPUs, seq 1024: cp ∈ {1, 2, 4, 8} all divide 8 and 2·cp divides 1024; with tp = 2, cp ≤ 4.
+    sc = load_scenario(FIXTURE, [])
+    cps = {(lay["parallel.tp"], lay["parallel.cp"]) for lay in enumerate_layouts(sc)}
+    assert {(1, 1), (1, 2), (1, 4), (1, 8), (2, 4), (8, 1)} <= cps and (2, 8) not in cps
+    # Without FlashAttention ring attention is not simulated: cp stays 1.
+    plain = load_scenario(FIXTURE, ["training.kernels.flash_attention=false"])
+    assert {lay.get("parallel.cp", 1) for lay in enumerate_layouts(plain)} == {1}
 
 
 def test_tp_across_nodes_runs_with_a_warning():

@@ -13,7 +13,8 @@ from simulator.errors import InputError
 from simulator.parallel.build import build_step_graph
 from simulator.parallel.context import BuildContext
 from simulator.parallel.mesh import RankMesh
-from simulator.parallel.pipeline import one_f_one_b, stage_layers
+from simulator.parallel.pipeline import one_f_one_b
+from simulator.parallel.pipeline_split import virtual_stage_layers as stage_layers
 from simulator.parallel.volume import bytes_per_rank
 from tests.parallel.fakes import AlphaBeta, SumCompute, work
 

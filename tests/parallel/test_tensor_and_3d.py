@@ -17,8 +17,8 @@ from simulator.parallel import ddp
 from simulator.parallel.build import build_step_graph, context_for
 from simulator.parallel.context import BuildContext
 from simulator.parallel.mesh import RankMesh
-from simulator.parallel.stage_memory import stage_activations
 from simulator.parallel.volume import bytes_per_rank, per_rank_factor
+from simulator.workload.memory import stage_activations
 from tests.parallel.fakes import AlphaBeta, SumCompute, work
 
 FIXTURE = Path(__file__).resolve().parent / "ddp-olmo-8xh100.yaml"
@@ -37,7 +37,7 @@ def test_tp_pp_one_is_exactly_data_parallel():
     # Degree-1 keys are no-ops: same spans as the plain scenario.
     same = _scenario("training.global_batch_size=64", "training.seq_len=1024", "parallel.sequence_parallel=true",
                      "parallel.tp_comm_overlap=true", "parallel.pipeline_schedule=gpipe")
-    assert _spans(simulate(base)) == _spans(simulate(same))
+    assert _spans(simulate(base, exact=True)) == _spans(simulate(same, exact=True))
     # And the composition root's graph equals the framework builder's own (no pipeline wrapper).
     ctx = context_for(base)
     assert build_step_graph(ctx).tasks == ddp.build(ctx).tasks
@@ -127,17 +127,17 @@ def test_per_stage_memory_follows_in_flight_micro_batches():
     rows = {sched: stage_activations(_scenario(*sets, f"parallel.pipeline_schedule={sched}"))
             for sched in ("1f1b", "gpipe")}
     # Stages 1 and 2 hold neither embedding nor logits: activations = per_layer · layers · in-flight.
-    per_layer = rows["1f1b"][1]["activations_bytes"] / (layers * 3)
-    assert rows["1f1b"][2]["activations_bytes"] == pytest.approx(per_layer * layers * 2)
-    assert rows["gpipe"][1]["activations_bytes"] == pytest.approx(per_layer * layers * m)
+    per_layer = rows["1f1b"][1].total_bytes / (layers * 3)
+    assert rows["1f1b"][2].total_bytes == pytest.approx(per_layer * layers * 2)
+    assert rows["gpipe"][1].total_bytes == pytest.approx(per_layer * layers * m)
     inter = stage_activations(_scenario(*sets, "parallel.virtual_stages=2"))
     # Interleaved stage 1: 2(p−s−1) + (v−1)p + 1 = 9 chunks of layers/2 blocks.
-    assert inter[1]["activations_bytes"] == pytest.approx(per_layer * layers / 2 * 9)
+    assert inter[1].total_bytes == pytest.approx(per_layer * layers / 2 * 9)
 
 
 def test_simulate_reports_bubble_dimensions_and_stage_memory():
     sc = _scenario("training.global_batch_size=64", "training.seq_len=1024", "parallel.pp=2", "parallel.tp=2")
-    r = simulate(sc)
+    r = simulate(sc, exact=True)
     bd = r.breakdown
     assert bd["bubble_s"] > 0
     assert set(bd["by_dimension"]) == {"tp", "cp", "pp", "dp"}
@@ -151,8 +151,8 @@ def test_sequence_parallel_divides_norm_and_dropout_activations_by_tp():
     # Korthikanti et al. 2022 Table 2: the norm/dropout region, 4p·sbh per block (no dropout here, so no
     # masks), is split over t with SP: the saving per block is 4·2·s·b·h·(1 − 1/t), here t = 4.
     sets = ["training.seq_len=1024", "training.micro_batch_size=1", "parallel.tp=4"]
-    plain = stage_activations(_scenario(*sets))[0]["activations_bytes"]
-    sp = stage_activations(_scenario(*sets, "parallel.sequence_parallel=true"))[0]["activations_bytes"]
+    plain = stage_activations(_scenario(*sets))[0].total_bytes
+    sp = stage_activations(_scenario(*sets, "parallel.sequence_parallel=true"))[0].total_bytes
     sc = _scenario(*sets)
     assert sc.model.dropout == 0
     sbh = 1024 * 1 * sc.model.hidden_size
@@ -187,8 +187,8 @@ def test_p2p_crosses_the_real_links_of_each_boundary():
     # pp = 2 inside one DGX H100 (stages on GPUs 0-3 and 4-7: NVLink) vs across two nodes (dp = 2,
     # stage 1 on node 1: the boundary crosses InfiniBand): the same activation send is slower.
     sets = ["training.global_batch_size=16", "training.seq_len=1024", "parallel.pp=2"]
-    inside = simulate(_scenario(*sets, "parallel.tp=4"))
-    across = simulate(_scenario(*sets, "parallel.tp=4", "cluster.nodes=2", "training.global_batch_size=32"))
+    inside = simulate(_scenario(*sets, "parallel.tp=4"), exact=True)
+    across = simulate(_scenario(*sets, "parallel.tp=4", "cluster.nodes=2", "training.global_batch_size=32"), exact=True)
 
     def send_s(r):
         return max(s.duration_s for s in r.trace if s.kind == "pp")

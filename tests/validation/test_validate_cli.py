@@ -84,6 +84,7 @@ def test_unexpressible_runs_are_listed_as_skipped():
     result = runner.invoke(app, ["validate", "--only", "mlperf-*", "--json"])
     out = json.loads(result.stdout)
     assert out["summary"]["simulated"] == 0 and out["summary"]["skipped"] == 2
+    assert result.exit_code == 1 and "no run was simulated" in result.output  # nothing validated: a failure
     assert all(s["reason"].startswith("not expressible") for s in out["summary"]["skipped_runs"])
 
 
