@@ -1,8 +1,11 @@
-"""The bundled validation suite (``runs.yaml``): published runs in scenario form, and simulating one.
+"""The bundled validation suite (``runs.yaml`` + ``runs_corpus.yaml``): published runs in scenario form,
+and simulating one.
 
 ``runs.yaml`` holds all 72 entries of the calibration set (shared/reference/published_runs.yaml,
-schema_version 1), each with its source, the measured figures, the source's FLOP convention and
-either a dtsim scenario or the reason none can be written (``not_expressible``). Converting a run is
+schema_version 1); ``runs_corpus.yaml`` the larger corpus of further published runs (framework benchmark
+tables), same schema, each with a ``source_key`` naming its publication. Every run has its source, the
+measured figures, the source's FLOP convention and either a dtsim scenario or the reason none can be
+written (``not_expressible``). Converting a run is
 ``scenario_from_dict({"name": id, **scenario}, overrides=set)``: the same path a scenario file takes,
 so ``--set`` style overrides get the same validation.
 """
@@ -10,7 +13,7 @@ so ``--set`` style overrides get the same validation.
 from __future__ import annotations
 
 import fnmatch
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
@@ -43,6 +46,8 @@ class Run:
     assumed: str | None = None
     not_expressible: str | None = None
     split: str | None = None
+    #: The publication the run comes from (leave-one-source-out cross-validation holds each out once).
+    source_key: str | None = None
     extra: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     @property
@@ -50,20 +55,35 @@ class Run:
         return self.scenario is not None
 
     @property
+    def publication(self) -> str:
+        """``source_key`` where the entry has one, else its ``source`` text (one publication per value)."""
+        return self.source_key or self.source
+
+    @property
     def measured_tokens_per_s_per_gpu(self) -> float:
         return float(self.measured["tokens_per_s_per_gpu"])
 
 
-def load_runs(text: str | None = None) -> tuple[Run, ...]:
-    """All runs of the bundled ``runs.yaml`` (or of ``text``, same format), in file order."""
-    if text is None:
-        text = resources.files(__package__).joinpath("runs.yaml").read_text()
-    out = []
+#: The bundled run files, read in this order.
+RUN_FILES = ("runs.yaml", "runs_corpus.yaml")
+
+
+def load_runs(text: str | None = None, files: Sequence[str] = RUN_FILES) -> tuple[Run, ...]:
+    """All runs of the bundled ``runs.yaml`` then ``runs_corpus.yaml`` (or of ``files`` among them, or of
+    ``text``, same format), in file order. Ids are unique across the files (``InputError`` otherwise)."""
+    texts = [text] if text is not None else [resources.files(__package__).joinpath(f).read_text() for f in files]
+    out: list[Run] = []
     known = {f for f in Run.__dataclass_fields__ if f not in ("overrides", "extra")}
-    for raw in yamlio.safe_load(text)["runs"]:
-        kwargs = {k: v for k, v in raw.items() if k in known}
-        extra = {k: v for k, v in raw.items() if k not in known and k != "set"}
-        out.append(Run(overrides=tuple(raw.get("set") or ()), extra=extra, **kwargs))
+    for t in texts:
+        for raw in yamlio.safe_load(t)["runs"]:
+            kwargs = {k: v for k, v in raw.items() if k in known}
+            extra = {k: v for k, v in raw.items() if k not in known and k != "set"}
+            out.append(Run(overrides=tuple(raw.get("set") or ()), extra=extra, **kwargs))
+    seen: set[str] = set()
+    for run in out:
+        if run.id in seen:
+            raise InputError(f"id {run.id!r} appears twice; give each run a unique id", "runs[].id")
+        seen.add(run.id)
     return tuple(out)
 
 

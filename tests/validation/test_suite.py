@@ -13,7 +13,7 @@ SHARED = Path(__file__).resolve().parents[3] / "shared" / "reference" / "publish
 
 
 def test_all_72_runs_with_unique_ids_and_33_pure_dp():
-    runs = load_runs()
+    runs = load_runs(files=("runs.yaml",))
     assert len(runs) == 72
     assert len({r.id for r in runs}) == 72
     assert sum(r.parallelism == "pure_dp" for r in runs) == 33
@@ -34,7 +34,7 @@ def test_every_scenario_validates():
 
 
 def test_split_covers_the_pure_dp_runs_and_only_them():
-    for run in load_runs():
+    for run in load_runs(files=("runs.yaml",)):
         if run.parallelism == "pure_dp" and run.expressible and "calibration_excluded" not in run.extra:
             assert run.split in ("train", "test"), run.id
         else:
@@ -67,7 +67,7 @@ def test_select_by_glob():
 @pytest.mark.skipif(not SHARED.exists(), reason="../shared not present")
 def test_measured_figures_match_the_calibration_set():
     source = {r["id"]: r for r in yaml.safe_load(SHARED.read_text())["runs"]}
-    for run in load_runs():
+    for run in load_runs(files=("runs.yaml",)):
         src = source[run.id]
         assert run.parallelism == ("pure_dp" if src["pure_data_parallel"] else "tp_pp")
         for key in ("tflops_per_gpu", "mfu", "hfu"):

@@ -1,0 +1,129 @@
+"""The validation corpus (``simulator/validation/runs_corpus.yaml``): complete entries, unique ids,
+publication keys, and FLOP conventions that reproduce the sources' own figures by hand."""
+
+from __future__ import annotations
+
+from importlib import resources
+
+import pytest
+import yaml
+
+from simulator.errors import InputError
+from simulator.validation.suite import load_runs, scenario_for
+
+CORPUS = load_runs(files=("runs_corpus.yaml",))
+
+
+def test_ids_unique_across_both_files():
+    ids = [r.id for r in load_runs()]
+    assert len(ids) == len(set(ids))
+    assert len(ids) >= 150
+
+
+def test_every_run_names_its_publication():
+    """Leave-one-source-out cross-validation needs the publication of every run, in both files."""
+    runs = load_runs()
+    assert all(r.source_key for r in runs)
+    by_key: dict[str, set[str]] = {}
+    for r in runs:
+        by_key.setdefault(r.source_key, set()).add(r.gpu)
+    assert len(by_key) >= 20
+
+
+def test_no_measurement_is_listed_twice():
+    """A corpus row already in runs.yaml would count one measurement twice in every MAPE."""
+    seen: dict[tuple, str] = {}
+    for r in load_runs():
+        sc = r.scenario or r.extra.get("pending_scenario") or {}
+        tr = sc.get("training", {})
+        key = (r.source_key, r.gpu, r.extra.get("n_gpus"), str(sc.get("model")), tr.get("seq_len"),
+               tr.get("precision"), tr.get("global_batch_size"), r.measured.get("tokens_per_s_per_gpu"))
+        if r.expressible:
+            assert key not in seen, (r.id, seen.get(key))
+            seen[key] = r.id
+
+
+def test_every_corpus_run_is_complete():
+    for run in CORPUS:
+        assert run.source and run.source_key and run.flops_convention, run.id
+        assert run.extra.get("source_detail"), run.id
+        assert run.measured.get("tokens_per_s_per_gpu", 0) > 0, run.id
+        assert run.split is None, run.id  # no corpus run is part of the fixed calibration split
+        assert run.expressible != bool(run.not_expressible), run.id
+
+
+def test_every_corpus_scenario_validates():
+    for run in CORPUS:
+        if run.expressible:
+            assert scenario_for(run).n_gpus == run.extra["n_gpus"], run.id
+
+
+def test_corpus_spans_gpus_frameworks_scales_and_moe():
+    gpus = {r.gpu for r in CORPUS}
+    assert {"A100", "H100", "H200", "B200"} <= gpus
+    assert {"FSDP", "Megatron"} <= {r.framework for r in CORPUS}
+    moe_models = {"deepseek-v3", "qwen3-30b-a3b", "qwen3-235b-a22b", "gpt-oss-120b"}
+    moe = [r for r in CORPUS if r.expressible and r.scenario["model"] in moe_models]
+    assert len(moe) >= 10
+    assert all("model.moe.imbalance=1.0" in r.overrides for r in moe)  # the source force-balances experts
+    assert {"B200", "GB200", "GB300"} <= {r.gpu for r in CORPUS if r.expressible}
+
+
+def test_duplicate_id_is_refused():
+    text = yaml.safe_dump({"runs": [{"id": "a", "source": "s", "gpu": "A100", "framework": "FSDP",
+                                     "parallelism": "pure_dp", "measured": {}}] * 2})
+    with pytest.raises(InputError, match="'a' appears twice"):
+        load_runs(text)
+
+
+def test_llmfoundry_mfu_convention_by_hand():
+    """MPT-1b, H100, 8 GPUs, seq 2048 row: NumParams 1,315,950,592; MFU 41.82 %; 45,455 tokens/s/GPU.
+    collect_results.py: FLOP/token = 6·N + 12·n_layers·d_model·seq (24 layers, d_model 2048, mpt-1b.yaml)."""
+    run = next(r for r in CORPUS if r.id == "llmfoundry-mpt1b-h100-8gpu-seq2048")
+    per_token = 6 * 1_315_950_592 + 12 * 24 * 2048 * 2048
+    assert run.flops_per_token == pytest.approx(per_token, rel=2e-3)
+    assert per_token * 45_455 / 989.5e12 == pytest.approx(0.4182, abs=5e-4)
+
+
+def test_nemo_tflops_pair_by_hand():
+    """NeMo 24.07 LLAMA2-7B row: 16,847 tokens/s/GPU at 776 model TFLOP/s/GPU -> 776e12 / 16,847 FLOP/token."""
+    run = next(r for r in CORPUS if r.id == "nemo2407-llama2-7b-8gpu-fp8")
+    assert run.flops_per_token == pytest.approx(776e12 / 16_847, rel=1e-5)
+    # ~6 N + attention for Llama 2 7B (6.74e9 params): the convention is model FLOPs, no recompute.
+    assert 6 * 6.74e9 < run.flops_per_token < 8 * 6.74e9
+
+
+def test_corpus_file_ships_with_the_package():
+    assert resources.files("simulator.validation").joinpath("runs_corpus.yaml").is_file()
+
+
+def test_nemo_2407_flop_formula_by_hand_for_nemotron_340b():
+    """NeMo 24.07 ``flops_formulas.nemotron`` per token: L·h²·(12 + 12·G/A + 12·f/h + 12·s/h + 6·V/(L·h)), with the
+    Nemotron-4 340B shape of NeMo's Nemotron4Config340B (L 96, h 18432, A 96, G 8, f 73728; s 4096; V 256000).
+    The table's pair (678 TFLOP/s at 322 tokens/s/GPU) agrees to the rounding of its 3-digit TFLOP/s."""
+    run = next(r for r in CORPUS if r.id == "nemo2407-nemotron-340b-128gpu-fp8")
+    L, h, A, G, f, s, V = 96, 18432, 96, 8, 73728, 4096, 256000
+    per_token = L * h * h * (12 + 12 * G / A + 12 * f / h + 12 * s / h + 6 * V / (L * h))
+    assert run.flops_per_token == pytest.approx(per_token, rel=2e-3)
+    assert run.scenario["model"] == "nemotron-4-340b"
+
+
+@pytest.mark.parametrize(("name", "num_params", "d_model"), [
+    ("mpt-125m", 125_311_488, 768), ("mpt-350m", 355_985_408, 1024),
+    ("mpt-760m", 760_470_528, 1536), ("mpt-1b", 1_315_950_592, 2048),
+])
+def test_small_mpt_shapes_match_the_benchmark_numparams(name, num_params, d_model):
+    """llm-foundry benchmark table, seq 2048 rows: NumParams includes a learned-position table of
+    2048 x d_model that the catalog (ALiBi, no position parameters) leaves out; the rest matches exactly."""
+    from simulator.catalog import get_model
+    from simulator.workload.params import count
+
+    assert count(get_model(name)).total == num_params - 2048 * d_model
+
+
+def test_ids_are_glob_friendly():
+    """``dtsim validate --only GLOB`` selects by id: lowercase letters, digits, '.', '_' and '-' only."""
+    import re
+
+    for run in load_runs():
+        assert re.fullmatch(r"[A-Za-z0-9._-]+", run.id), run.id
