@@ -83,11 +83,13 @@ def from_scenario(scenario: Any, persistence_threshold: float = 1e5) -> StepWork
     # 1/cp of the full causal work, i.e. cp × that of an s/cp-token sequence.
     b, s, tp = tr.micro_batch_size, tr.seq_len // cp, par.tp
     pb = DTYPE_BYTES["bf16" if tr.precision == "fp8" else tr.precision]
-    fwd = [_scale_attention(op, cp) for op in wops.layer_ops(model, b, s, tp, pb, tr.kernels, tr.activation_checkpointing)]
+    fp8 = tr.kernels.fp8_recipe if tr.precision == "fp8" else None
+    fwd = [_scale_attention(op, cp)
+           for op in wops.layer_ops(model, b, s, tp, pb, tr.kernels, tr.activation_checkpointing, fp8=fp8)]
     bwd_all = wops.backward_ops(fwd)
     recompute = tuple(op for op in bwd_all if op.name.startswith("recompute."))
     bwd = tuple(op for op in bwd_all if not op.name.startswith("recompute."))
-    head_all = wops.head_ops(model, b, s, tp, pb)
+    head_all = wops.head_ops(model, b, s, tp, pb, tr.kernels)
     n_embed = 2 if model.embedding_norm else 1
     embed_fwd, head_fwd = head_all[:n_embed], head_all[n_embed:]
     counts = wparams.count(model)
@@ -111,7 +113,7 @@ def from_scenario(scenario: Any, persistence_threshold: float = 1e5) -> StepWork
         layer_params=layer_local,
         embed_params=float((counts.embedding + counts.embedding_norm) / tp),
         head_params=float(counts.lm_head / tp + counts.final_norm),
-        optimizer=lambda n: tuple(wops.optimizer_ops(n, fused)),
+        optimizer=lambda n: tuple(wops.optimizer_ops(n, fused, tr.grad_clipping)),
         layer_persistent=float(min(_largest_tensor_below(persistence_threshold, small), blk.total)),
         head_persistent=float(counts.final_norm if counts.final_norm < persistence_threshold else 0),
         layer_modules=2 + model.mlp_matrices,
