@@ -81,24 +81,31 @@ CE_LAUNCHES_EAGER, CE_LAUNCHES_COMPILED = 3, 2
 FA_BWD_LAUNCHES, NORM_BWD_LAUNCHES, EMBEDDING_BWD_LAUNCHES = 3, 2, 3
 
 # --- FP8 (``training.precision: fp8``) ------------------------------------------------------------
-#: Extra HBM traffic per element for the FP8 casts around one linear GEMM, in bytes of the 16-bit
-#: source tensor's elements, and the kernels they take, per recipe. Forward: the input activation and
-#: the weight are cast to FP8 with a transposed copy for the backward GEMMs (read 2 B, write 1 + 1 B);
-#: backward: the output gradient likewise. ``delayed`` (Transformer Engine delayed scaling): amax is
-#: taken inside the fused cast-transpose (TE ``cast_transpose``), 1 kernel per tensor; ``current`` /
-#: ``tensorwise`` (TE current scaling, torchao tensorwise): an amax pass first (read 2 B more), 2
-#: kernels; ``rowwise`` (torchao rowwise): row-scaled and column-scaled copies each read the tensor
-#: (read 2 + 2 B, write 1 + 1 B), 2 kernels; ``mxfp8`` (Blackwell block scaling): 1 kernel writing
-#: both layouts plus 1/32 B of E8M0 scales each (negligible here). Without ``compile`` torchao's
-#: tensorwise/rowwise casts are eager chains (abs, amax, scale, clamp, cast, transpose: 4 kernels).
-FP8_RECIPES: dict[str, tuple[float, int]] = {
-    "delayed": (4.0, 1),
-    "current": (6.0, 2),
-    "tensorwise": (6.0, 2),
-    "rowwise": (6.0, 2),
-    "mxfp8": (4.0, 1),
+#: The FP8 casts around one linear GEMM, per recipe: extra HBM bytes per element of the 16-bit tensor
+#: cast, and kernels, for a standalone cast and for a cast fused into the kernel that produces the
+#: tensor (``None``: never fused). Each cast writes the FP8 tensor and a transposed FP8 copy for the
+#: backward GEMMs (Hopper FP8 GEMMs take only the TN layout): read 2 B, write 1 + 1 B = 4 B.
+#: ``delayed`` (Transformer Engine delayed scaling): amax comes from the previous iterations, so the
+#: cast fuses into the producer (TE ``LayerNormLinear``/``LayerNormMLP`` write the FP8 output of the
+#: norm or activation: only the transposed copy, 1 B, is extra); standalone ``cast_transpose`` 1 kernel.
+#: ``current`` (TE current scaling): the amax of this tensor must be known before scaling: the producer
+#: computes it, then a cast-transpose kernel reads the tensor again (4 B, 1 kernel); standalone an amax
+#: pass first (6 B, 2 kernels). ``tensorwise``/``rowwise`` (torchao float8): an amax reduction, then
+#: the cast (+ the column-scaled copy for rowwise): 6 B, 2 kernels, never fused into the producer
+#: (without ``compile`` the eager chain abs/amax/scale/clamp/cast/transpose is 4 kernels).
+#: ``mxfp8`` (Blackwell, 1×32 block scales, local amax): like ``delayed``.
+#: The weights are cast once per optimizer step (TE caches the FP8 weights across the micro-batches of
+#: a step; torchao with FSDP casts the shard before the FP8 all-gather): ``optimizer_ops``.
+FP8_RECIPES: dict[str, tuple[float, int, tuple[float, int] | None]] = {
+    "delayed": (4.0, 1, (1.0, 0)),
+    "current": (6.0, 2, (4.0, 1)),
+    "tensorwise": (6.0, 2, None),
+    "rowwise": (6.0, 2, None),
+    "mxfp8": (4.0, 1, (1.0, 0)),
 }
 FP8_EAGER_TORCHAO_LAUNCHES = 4
+#: Once-per-step weight cast: read 2 B, write the FP8 weight and its transpose (1 + 1 B).
+FP8_WEIGHT_CAST_BYTES = 4
 
 
 @dataclass(frozen=True)
@@ -127,6 +134,8 @@ class Op:
     linear: bool = False
     #: Kernels of this op's backward; 0 = the default rule of ``_backward``.
     bwd_launches: int = 0
+    #: The FP8 recipe of an FP8 cast op (``FP8_RECIPES``), else empty.
+    fp8_recipe: str = ""
 
     @property
     def shape(self) -> tuple[int, int, int] | None:
@@ -199,18 +208,20 @@ def _attention_ops(model: ModelConfig, b: int, s: int, tp: int, pb: int, flash: 
 
 
 def _linear(name: str, m: int, n: int, k: int, pb: int, launches: int, fp8: str | None,
-            eager_cast: bool) -> list[Op]:
+            eager_cast: bool, producer_fused: bool = False) -> list[Op]:
     """A linear-layer GEMM (``launches`` > 1 when eager code keeps its projections separate, e.g.
-    torchtitan's ``wq``/``wk``/``wv``), preceded under FP8 by its cast op (``FP8_RECIPES``): input
-    ``m·k`` and weight ``k·n`` elements forward; the backward casts the output gradient ``m·n``."""
+    torchtitan's ``wq``/``wk``/``wv``), preceded under FP8 by the cast of its input ``m·k``
+    (``FP8_RECIPES``; ``producer_fused``: the input comes from a norm or activation kernel the recipe
+    can fuse the cast into); its backward casts the output gradient ``m·n`` (standalone)."""
     op = replace(gemm(name, m, n, k, pb), launches=launches, linear=True)
     if fp8 is None:
         return [op]
-    per_el, kernels = FP8_RECIPES[fp8]
+    per_el, kernels, fused = FP8_RECIPES[fp8]
     if eager_cast and fp8 in ("tensorwise", "rowwise"):
         kernels = FP8_EAGER_TORCHAO_LAUNCHES
-    cast = Op(f"{name}.fp8_cast", "memory", 0.0, per_el * (m * k + k * n), m=m, n=n, k=k,
-              launches=2 * kernels * launches, bwd_launches=kernels * launches)
+    fwd_el, fwd_k = fused if (producer_fused and fused is not None) else (per_el, kernels)
+    cast = Op(f"{name}.fp8_cast", "memory", 0.0, fwd_el * m * k, m=m, n=n, k=k, fp8_recipe=fp8,
+              launches=max(fwd_k * launches, 1), bwd_launches=kernels * launches)
     return [cast, op]
 
 
@@ -250,7 +261,8 @@ def layer_ops(
         ops += _add_norm("input", tokens * h, True, pb)
     else:
         ops.append(_norm("input_norm", tokens * h, pb, eager_rms))
-    ops += _linear("qkv", tokens, (model.q_dim + 2 * model.kv_dim) // t, h, pb, 1 if fused else 3, fp8, eager_cast)
+    ops += _linear("qkv", tokens, (model.q_dim + 2 * model.kv_dim) // t, h, pb, 1 if fused else 3, fp8, eager_cast,
+                   producer_fused=fused)
     qk_el = tokens * (model.q_dim + model.kv_dim) / t
     if model.qk_norm:
         if fused:
@@ -271,14 +283,15 @@ def layer_ops(
     ops += _linear("out_proj", tokens, h, model.q_dim // t, pb, 1, fp8, eager_cast)
     ops += _add_norm("post_attn", tokens * h, fused, pb, eager_rms)
     up = (model.mlp_matrices - 1) * f // t
-    ops += _linear("mlp_up", tokens, up, h, pb, 1 if fused else model.mlp_matrices - 1, fp8, eager_cast)
+    ops += _linear("mlp_up", tokens, up, h, pb, 1 if fused else model.mlp_matrices - 1, fp8, eager_cast,
+                   producer_fused=fused)
     # GELU: read f, write f; SwiGLU: read gate and up (2f), write f (eager: silu, then multiply).
     if model.mlp == "swiglu" and not fused:
         ops.append(replace(memory_op("mlp_swiglu", tokens * f / t, EAGER_SWIGLU_PASSES, pb, _ACT_FLOPS),
                            launches=EAGER_SWIGLU_LAUNCHES))
     else:
         ops.append(memory_op(f"mlp_{model.mlp}", tokens * f / t, model.mlp_matrices, pb, _ACT_FLOPS))
-    ops += _linear("mlp_down", tokens, h, f // t, pb, 1, fp8, eager_cast)
+    ops += _linear("mlp_down", tokens, h, f // t, pb, 1, fp8, eager_cast, producer_fused=fused)
     if not fused:
         ops.append(memory_op("output_residual_add", tokens * h, 3, pb, _ADD_FLOPS))
     if recompute == "full":
@@ -308,8 +321,8 @@ def _backward(op: Op) -> list[Op]:
             )
         ]
     if op.name.endswith(".fp8_cast"):
-        # the output gradient (m × n) cast and transposed, at the recipe's bytes per element
-        per_el = op.bytes / (op.m * op.k + op.k * op.n)
+        # the output gradient (m × n) cast and transposed, standalone, at the recipe's bytes per element
+        per_el = FP8_RECIPES[op.fp8_recipe][0]
         return [replace(op, name=f"{op.name}.bwd", bytes=per_el * op.m * op.n, recompute=False,
                         launches=launches)]
     return [
@@ -406,13 +419,15 @@ def _mta_launches(n: float) -> int:
     return max(1, math.ceil(n / MTA_ELEMENTS_PER_LAUNCH))
 
 
-def optimizer_ops(n_params_local: float, fused_adam: bool, grad_clipping: bool = False) -> list[Op]:
+def optimizer_ops(n_params_local: float, fused_adam: bool, grad_clipping: bool = False,
+                  fp8_weight_cast: bool = False) -> list[Op]:
     """Adam step over the ``n_params_local`` parameters this GPU updates (memory-bound).
 
     Fused: one op of ``30`` B/param. Unfused (torch ``foreach``): 8 elementwise passes, ``78`` B/param
     in total (table ``_ADAM_UNFUSED_PASSES``). FLOPs ``≈ 12`` per parameter either way. Each pass is
     ``multi_tensor_apply`` launches (``MTA_ELEMENTS_PER_LAUNCH``). ``grad_clipping`` adds the global-norm
-    clipping before the step (``GRAD_CLIP_*``).
+    clipping before the step (``GRAD_CLIP_*``); ``fp8_weight_cast`` the once-per-step FP8 cast of
+    the updated weights (``FP8_WEIGHT_CAST_BYTES``).
     """
     n = float(n_params_local)
     mta = _mta_launches(n)
@@ -420,8 +435,9 @@ def optimizer_ops(n_params_local: float, fused_adam: bool, grad_clipping: bool =
     if grad_clipping:
         out += [Op("grad_norm", "memory", n, GRAD_CLIP_NORM_BYTES * n, launches=mta + GRAD_CLIP_SMALL_KERNELS),
                 Op("grad_clip_scale", "memory", n, GRAD_CLIP_SCALE_BYTES * n, launches=mta)]
+    cast = [Op("fp8_weight_cast", "memory", 0.0, FP8_WEIGHT_CAST_BYTES * n, launches=mta)] if fp8_weight_cast else []
     if fused_adam:
-        return out + [Op("adam", "memory", ADAM_FLOPS_PER_PARAM * n, _ADAM_FUSED_BYTES * n, launches=mta)]
+        return out + [Op("adam", "memory", ADAM_FLOPS_PER_PARAM * n, _ADAM_FUSED_BYTES * n, launches=mta)] + cast
     per_kernel = ADAM_FLOPS_PER_PARAM / len(_ADAM_UNFUSED_PASSES)
     return out + [Op(name, "memory", per_kernel * n, (rd + wr) * n, launches=mta)
-                  for name, rd, wr in _ADAM_UNFUSED_PASSES]
+                  for name, rd, wr in _ADAM_UNFUSED_PASSES] + cast

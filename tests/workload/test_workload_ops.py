@@ -85,19 +85,25 @@ def test_eager_llama_block_is_the_aten_chains(llama3_8b):
 
 
 def test_fp8_casts_every_linear_gemm_and_nothing_else(llama3_8b):
-    """FP8: a cast op before each of the 4 linear GEMMs, input m·k + weight k·n elements at the
-    recipe's bytes per element (delayed: read 2 + write 1 + transposed 1 = 4 B; current: +2 B amax read);
-    backward casts the output gradient m·n; the attention core has no cast."""
+    """FP8: a cast op before each of the 4 linear GEMMs over its input (m·k elements). Standalone cast
+    = read 2 B + write FP8 1 B + transposed copy 1 B = 4 B/el (delayed), + 2 B amax read (current).
+    Delayed scaling fuses the cast into the producing norm/activation (TE LayerNormLinear/MLP): only
+    the transposed copy (1 B) is extra; current scaling re-reads (4 B). out_proj's input comes from
+    attention: standalone. The backward casts the output gradient m·n standalone; attention has none."""
     b, s, pb = 2, 2048, 2
-    m = b * s
-    for recipe, per_el in (("delayed", 4), ("current", 6)):
+    m, h, f = b * s, 4096, 14336
+    for recipe, standalone, fused in (("delayed", 4, 1), ("current", 6, 4)):
         fwd = ops.layer_ops(llama3_8b, b, s, 1, pb, FLASH, fp8=recipe)
         casts = {op.name: op for op in fwd if op.name.endswith(".fp8_cast")}
         assert set(casts) == {"qkv.fp8_cast", "out_proj.fp8_cast", "mlp_up.fp8_cast", "mlp_down.fp8_cast"}
-        assert casts["mlp_down.fp8_cast"].bytes == per_el * (m * 14336 + 14336 * 4096)
+        assert casts["mlp_down.fp8_cast"].bytes == fused * m * f
+        assert casts["out_proj.fp8_cast"].bytes == standalone * m * h
         bwd = {op.name: op for op in ops.backward_ops(fwd)}
-        assert bwd["mlp_down.fp8_cast.bwd"].bytes == per_el * m * 4096
+        assert bwd["mlp_down.fp8_cast.bwd"].bytes == standalone * m * h
         assert {op.name for op in fwd if op.linear} == {"qkv", "out_proj", "mlp_up", "mlp_down"}
+    # the weights are cast once per step, with the optimizer: 4 B per parameter
+    opt = ops.optimizer_ops(1000, True, fp8_weight_cast=True)
+    assert opt[-1].name == "fp8_weight_cast" and opt[-1].bytes == 4000
 
 
 def test_unfused_attention_ops(gpt3_175b):
