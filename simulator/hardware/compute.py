@@ -3,7 +3,8 @@
 * GEMM: ``t = max(F / (P · e_mamf · s(m,n,k)), B / (BW · e_hbm))`` with ``P`` the dense peak of the
   math mode, ``e_mamf`` the max-achievable-matmul fraction (hardware.md §4, [S1]) and the shape
   factor ``s`` from tile and wave quantisation on the GPU's SMs (``simulator.hardware.kernels``).
-* Attention (fused FlashAttention kernel): ``t = max(F / (P16 · e_flash), B / (BW · e_hbm))``; the
+* Attention (fused FlashAttention kernel): ``t = max(F / (P16 · e_flash · a(s)), B / (BW · e_hbm))``
+  with ``a(s)`` the main-loop fill over the causal key length (``attention_factor``); the
   unfused path arrives as GEMM plus memory-bound ops from the workload and needs no special case.
 * Memory-bound ops (norms, activations, softmax, optimizer): ``t = B / (BW · e_hbm)``.
 * Every op of ``n`` kernels takes at least ``n`` GPU launch floors, and a list of ops (one compute
@@ -50,6 +51,17 @@ class RooflineComputeModel:
         m, n, k = shape
         return gemm_shape_factor(int(m), int(n), int(k), batch, self.sms, self.tiles, self.eff.gemm_half_dim)
 
+    def attention_factor(self, kv_len: int) -> float:
+        """Main-loop fill of a causal FlashAttention kernel: each query tile loops over ``kv_len / 2``
+        keys on average and pays a fixed prologue/epilogue (load Q, write O and the LSE), the same
+        per-tile fill as a GEMM's ``k / (k + gemm_half_dim)``; 1 when the length is unknown. So the
+        fitted ``flash_attention_fraction`` is the long-sequence rate, and short sequences run slower
+        (FlashAttention-2 benchmarks: throughput grows with sequence length)."""
+        if not kv_len:
+            return 1.0
+        keys = kv_len / 2
+        return keys / (keys + self.eff.gemm_half_dim)
+
     def op_time(self, op: Any) -> float:
         """GPU seconds for one op with attributes ``kind``, ``flops``, ``bytes``, (GEMM) ``shape`` and
         (optionally) ``launches``: the roofline time, at least one launch floor per kernel."""
@@ -62,7 +74,8 @@ class RooflineComputeModel:
                                                                      getattr(op, "batch", 1))
             return max(op.flops / rate, mem_t, floor)
         if op.kind == "attention":
-            return max(op.flops / (self.attn_peak * self.eff.flash_attention_fraction), mem_t, floor)
+            rate = self.attn_peak * self.eff.flash_attention_fraction * self.attention_factor(getattr(op, "k", 0))
+            return max(op.flops / rate, mem_t, floor)
         return max(mem_t, floor)
 
     def host_time(self, ops: tuple) -> float:

@@ -197,7 +197,8 @@ def _attention_ops(model: ModelConfig, b: int, s: int, tp: int, pb: int, flash: 
         # FA forward: 4·b·s²·a·d_h, /2 causal (FA benchmark `flops` helper); reads Q, K, V, writes O + LSE.
         flops = 4.0 * b * s * s * heads * d / 2
         io = (2 * q_el + 2 * kv_el) * pb + b * heads * s * _LSE_BYTES
-        return [Op("attention", "attention", flops, float(io), bwd_launches=FA_BWD_LAUNCHES)]
+        # k: the key/value length each query tile loops over (the compute model's main-loop fill)
+        return [Op("attention", "attention", flops, float(io), k=s, bwd_launches=FA_BWD_LAUNCHES)]
     # Unfused (e.g. Megatron's fused scale-mask-softmax between two batched GEMMs): full s×s matrix.
     scores_el = b * heads * s * s
     return [
