@@ -86,3 +86,22 @@ def test_attention_fill_grows_with_sequence_length():
     op = Op("attention", "attention", 1e12, 1.0, k=8192)
     expected = 1e12 / (989.5e12 * eff.flash_attention_fraction * 4096 / 4224)
     assert model.op_time(op) == pytest.approx(expected, rel=1e-3)
+
+
+def test_a_tiny_block_costs_its_kernel_count_times_the_dispatch():
+    """A 64-wide Llama-style block: every kernel is far below 10 µs of GPU work, so the forward is
+    host-bound: fused kernels 9 launches (add+norm, qkv, rotary, attention, out, add+norm, gate+up,
+    SwiGLU, down) = 90 µs eager dispatch; eager PyTorch 34 launches = 340 µs; compiled 9 × 3 µs."""
+    from simulator.config.model import ModelConfig
+    from simulator.workload.ops import layer_ops
+
+    tiny = ModelConfig(name="tiny", n_layers=2, hidden_size=64, n_heads=2, n_kv_heads=2, ffn_hidden_size=256,
+                       vocab_size=1000, mlp="swiglu", norm="rmsnorm")
+    eager_model = RooflineComputeModel(A100, "bf16", for_gpu(A100), launch=kernels.EAGER)
+    compiled_model = RooflineComputeModel(A100, "bf16", for_gpu(A100), launch=kernels.COMPILED)
+    fused = tuple(layer_ops(tiny, 1, 64, 1, 2, KernelConfig()))
+    eager = tuple(layer_ops(tiny, 1, 64, 1, 2, KernelConfig(fused_norm_residual=False)))
+    compiled = tuple(layer_ops(tiny, 1, 64, 1, 2, KernelConfig(fused_norm_residual=False, compile=True)))
+    assert eager_model.time(fused) == pytest.approx(9 * 10e-6)
+    assert eager_model.time(eager) == pytest.approx(34 * 10e-6)
+    assert compiled_model.time(compiled) == pytest.approx(9 * 3e-6)
