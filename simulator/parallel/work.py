@@ -130,7 +130,9 @@ def from_scenario(scenario: Any, persistence_threshold: float = 1e5) -> StepWork
 def _scale_attention(op: Any, cp: int) -> Any:
     if cp == 1 or getattr(op, "kind", "") != "attention":
         return op
-    return dataclasses.replace(op, flops=op.flops * cp, bytes=op.bytes * cp)
+    # ring attention: one attention kernel per KV chunk, cp chunks per pass
+    return dataclasses.replace(op, flops=op.flops * cp, bytes=op.bytes * cp, launches=op.launches * cp,
+                               bwd_launches=op.bwd_launches * cp)
 
 
 def _split_backward(bwd: tuple, blk: wparams.LayerParams, layer_local: float) -> tuple:
