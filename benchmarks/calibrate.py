@@ -1,20 +1,21 @@
-"""Calibrate the compute-efficiency parameters per GPU architecture, with 2-fold cross-validation.
+"""Calibrate the compute-efficiency parameters per GPU architecture, with leave-one-source-out CV.
 
-Inputs (fixed, versioned): the bundled suite ``simulator/validation/runs.yaml`` — its expressible
-pure data-parallel runs, split once into ``train`` / ``test`` (``split`` field; rule in the file
-header) — and the simulator itself. For each GPU architecture with training runs:
+Inputs (fixed, versioned): the runs ``simulator.validation.suite.load_runs()`` returns — their
+expressible, not ``calibration_excluded``, pure data-parallel runs — and the simulator itself. For each
+GPU architecture with such runs (``simulator.validation.calibration``):
 
-1. fit the four parameters of ``simulator.validation.calibration`` on the ``train`` runs (stored);
-2. evaluate them on the ``test`` runs: the held-out error, the honest figure;
-3. fit again on ``test`` and evaluate on ``train`` (the second fold), so that every run gets one
-   cross-validated residual; these residuals feed the prediction intervals.
+1. fit the four parameters on all of them (stored in ``efficiency.yaml``);
+2. hold out every publication once: refit on the other publications and predict the held-out runs
+   (the out-of-fold error, the honest figure; every fold is printed and written);
+3. the out-of-fold residuals feed the prediction intervals of ``dtsim run``.
 
-Outputs: the generated block of ``simulator/hardware/efficiency.yaml`` (the parameters, the runs
-they were fitted on and the errors they achieve) and ``simulator/validation/intervals.yaml``
-(cross-validated log residuals per ``arch/framework``, ``arch`` and ``all``).
+Outputs (generated; do not edit by hand): the calibrated block of ``simulator/hardware/efficiency.yaml``
+(parameters, provenance, folds), ``simulator/validation/intervals.yaml`` (out-of-fold log residuals per
+``arch/framework``, ``arch`` and ``all``) and ``docs/calibration.md`` (the folds and the out-of-fold MAPE
+by group).
 
-Run: ``python benchmarks/calibrate.py`` (writes; ~5 min on 2 cores), ``--check`` (refit and exit 1
-when the stored values differ), ``--dry-run`` (print only).
+Run: ``python benchmarks/calibrate.py`` (writes), ``--check`` (refit and exit 1 when the stored
+values differ), ``--dry-run`` (print only).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import argparse
 import math
 import re
 import sys
+import time
 from pathlib import Path
 
 import yaml
@@ -34,55 +36,110 @@ from simulator.validation.suite import load_runs, scenario_for
 ROOT = Path(__file__).resolve().parents[1]
 EFFICIENCY = ROOT / "simulator" / "hardware" / "efficiency.yaml"
 INTERVALS = ROOT / "simulator" / "validation" / "intervals.yaml"
+DOC = ROOT / "docs" / "calibration.md"
 BEGIN = "# >>> calibrated: written by benchmarks/calibrate.py from simulator/validation/runs.yaml; do not edit"
 END = "# <<< calibrated"
 
 
-def calibrate() -> tuple[dict, dict]:
-    """(efficiency block as a dict, intervals data) from the bundled suite."""
+def _framework(run) -> str:
+    return scenario_for(run).parallel.framework
+
+
+def calibrate(log=print) -> tuple[dict, dict, str]:
+    """(efficiency block as a dict, intervals data, markdown report) from ``load_runs()``."""
     runs = load_runs()
-    train, test = cal.cases_by_arch(runs, "train"), cal.cases_by_arch(runs, "test")
+    by_arch = cal.fitting_cases(runs)
     block: dict = {}
     provenance: dict = {}
     residuals: dict[str, list[float]] = {}
-    for arch in sorted(train):
-        fit_a = cal.fit(train[arch])
-        fit_b = cal.fit(test.get(arch, [])) if test.get(arch) else None
-        train_err = cal.errors(train[arch], fit_a.params)
-        held_err = cal.errors(test.get(arch, []), fit_a.params)
-        second = cal.errors(train[arch], fit_b.params) if fit_b else []
-        block[arch] = fit_a.params
+    oof: list[tuple[str, str, str, str, float]] = []  # (arch, framework, source, run id, error)
+    all_folds: list[cal.Fold] = []
+    for arch in sorted(by_arch):
+        cases = by_arch[arch]
+        t0 = time.perf_counter()
+        full = cal.fit(cases, arch)
+        in_sample = cal.errors(cases, full.params)
+        log(f"{arch}: fitted {full.params} on {len(cases)} runs: objective {full.objective:.4f}, "
+            f"in-sample MAPE {cal.mape(in_sample):.1%} ({full.evaluations} evaluations, "
+            f"{time.perf_counter() - t0:.0f} s)")
+        folds = cal.leave_one_source_out(arch, cases, full)
+        for f in folds:
+            log(f"  fold held out {f.source}: fitted {f.params}; held-out MAPE {cal.mape(f.errors):.1%} over "
+                + ", ".join(f"{i} {100 * e:+.1f}%" for i, e in zip(f.run_ids, f.errors, strict=True)))
+            for run_id, err in zip(f.run_ids, f.errors, strict=True):
+                run = next(c.run for c in cases if c.run.id == run_id)
+                fw = _framework(run)
+                oof.append((arch, fw, f.source, run_id, err))
+                r = round(math.log1p(err), 6)
+                for key in (f"{arch}/{fw}", arch, "all"):
+                    residuals.setdefault(key, []).append(r)
+        all_folds += folds
+        errs = [e for f in folds for e in f.errors]
+        block[arch] = full.params
         provenance[arch] = {
-            "fitted_on": [r.id for r, _ in train[arch]],
-            "held_out": [r.id for r, _ in test.get(arch, [])],
-            "train_objective": round(fit_a.objective, 6),
-            "train_mape": round(cal.mape(train_err), 4),
-            "held_out_mape": round(cal.mape(held_err), 4),
-            "held_out_worst": round(max((abs(e) for e in held_err), default=0.0), 4),
-            "second_fold_params": fit_b.params if fit_b else None,
-            "second_fold_held_out_mape": round(cal.mape(second), 4) if fit_b else None,
-            "evaluations": fit_a.evaluations,
+            "fitted_on": [c.run.id for c in cases],
+            "objective": round(full.objective, 6),
+            "in_sample_mape": round(cal.mape(in_sample), 4),
+            "out_of_fold_mape": round(cal.mape(errs), 4),
+            "out_of_fold_worst": round(max((abs(e) for e in errs), default=0.0), 4),
+            "on_bound": cal.on_bound(full.params, arch),
+            "evaluations": full.evaluations,
+            "folds": {f.source: {"params": f.params, "held_out": list(f.run_ids),
+                                 "mape": round(cal.mape(f.errors), 4)} for f in folds},
         }
-        cv = list(zip(test.get(arch, []), held_err, strict=True))
-        cv += list(zip(train[arch], second, strict=True)) if fit_b else []
-        for (run, _), err in cv:
-            framework = scenario_for(run).parallel.framework
-            r = round(math.log1p(err), 6)
-            for key in (f"{arch}/{framework}", arch, "all"):
-                residuals.setdefault(key, []).append(r)
+        log(f"{arch}: leave-one-source-out MAPE {cal.mape(errs):.1%} over {len(errs)} runs; "
+            f"parameters on a bound: {cal.on_bound(full.params, arch) or 'none'}")
     block["calibration"] = {
         "script": "benchmarks/calibrate.py",
-        "suite": "simulator/validation/runs.yaml (expressible pure data-parallel runs; split train/test)",
-        "objective": f"mean of min(|error|, {cal.CAP}) of tokens/s per GPU over the train runs of one architecture",
-        "search": f"steepest descent on a {cal.STEP} grid from {cal.values(tuple(cal.START[p] for p in cal.PARAMS))}",
+        "suite": "load_runs(): expressible pure data-parallel runs not calibration_excluded",
+        "objective": f"mean of min(|error|, {cal.CAP}) of tokens/s per GPU over the runs of one architecture",
+        "search": (f"steepest descent on a {cal.STEP} grid at scales {list(cal.SCALES)} from "
+                   f"{cal.values(tuple(cal.START[p] for p in cal.PARAMS))}; folds from the full fit at scale 1"),
+        "cross_validation": "leave one source (publication) out",
         "network": "not refitted here: network efficiencies are fitted by the network layer against nccl-tests",
         **provenance,
     }
     intervals = {
-        "source": "benchmarks/calibrate.py: 2-fold cross-validated residuals ln(predicted/measured tokens/s)",
+        "source": "benchmarks/calibrate.py: leave-one-source-out residuals ln(predicted/measured tokens/s)",
         "groups": {k: {**group_stats(v), "residuals": v} for k, v in sorted(residuals.items())},
     }
-    return block, intervals
+    return block, intervals, render_doc(block, all_folds, oof)
+
+
+def render_doc(block: dict, folds: list[cal.Fold], oof: list[tuple[str, str, str, str, float]]) -> str:
+    lines = ["# Calibration of the compute model", "",
+             "Generated by `python benchmarks/calibrate.py`; do not edit by hand. Method and bounds: "
+             "`simulator/validation/calibration.py`. Three parameters per GPU architecture (`hbm_fraction` is measured, not fitted) are fitted on the "
+             "expressible pure data-parallel runs of the validation suite; every publication is held out once "
+             "(leave-one-source-out) and its runs predicted with the parameters fitted without it. Error = "
+             "predicted / measured − 1 of tokens/s per GPU.", "",
+             "## Fitted parameters", "",
+             "| architecture | " + " | ".join(cal.PARAMS) + " | on a bound | in-sample MAPE | out-of-fold MAPE |",
+             "|---" * (len(cal.PARAMS) + 4) + "|"]
+    for arch, p in block["calibration"].items():
+        if not isinstance(p, dict) or "fitted_on" not in p:
+            continue
+        box = cal.bounds(arch)
+        vals = " | ".join(f"{block[arch][n]:.2f} ({box[n][0] * cal.STEP:.2f}–{box[n][1] * cal.STEP:.2f})"
+                          for n in cal.PARAMS)
+        lines.append(f"| {arch} | {vals} | {', '.join(p['on_bound']) or 'none'} | {100 * p['in_sample_mape']:.1f}% "
+                     f"| {100 * p['out_of_fold_mape']:.1f}% |")
+    lines += ["", "## Folds", "", "| architecture | held-out source | parameters fitted without it | run | error |",
+              "|---|---|---|---|---|"]
+    for f in folds:
+        params = ", ".join(f"{v:.2f}" for v in f.params.values())
+        for i, (run_id, err) in enumerate(zip(f.run_ids, f.errors, strict=True)):
+            lines.append(f"| {f.arch if i == 0 else ''} | {f.source if i == 0 else ''} | {params if i == 0 else ''} "
+                         f"| {run_id} | {100 * err:+.1f}% |")
+    lines += ["", "## Out-of-fold MAPE by group", "", "| group | runs | MAPE |", "|---|---|---|"]
+    groups: dict[str, list[float]] = {}
+    for arch, fw, _source, _rid, err in oof:
+        for key in ("all", f"GPU arch: {arch}", f"framework: {fw}", f"{arch}/{fw}"):
+            groups.setdefault(key, []).append(err)
+    for key, errs in groups.items():
+        lines.append(f"| {key} | {len(errs)} | {100 * cal.mape(errs):.1f}% |")
+    lines.append("")
+    return "\n".join(lines)
 
 
 def render_block(block: dict) -> str:
@@ -95,7 +152,7 @@ def stored_block(text: str) -> dict:
     return yaml.safe_load(match.group(1)) if match else {}
 
 
-def write(block: dict, intervals: dict) -> None:
+def write(block: dict, intervals: dict, doc: str) -> None:
     text = EFFICIENCY.read_text()
     new = render_block(block)
     if BEGIN in text:
@@ -105,6 +162,7 @@ def write(block: dict, intervals: dict) -> None:
     EFFICIENCY.write_text(text)
     INTERVALS.write_text("# written by benchmarks/calibrate.py; do not edit\n"
                          + yaml.safe_dump(intervals, sort_keys=False, width=110, default_flow_style=None))
+    DOC.write_text(doc)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -112,16 +170,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--check", action="store_true", help="refit; exit 1 when stored parameters differ")
     ap.add_argument("--dry-run", action="store_true", help="print the result without writing")
     args = ap.parse_args(argv)
-    block, intervals = calibrate()
+    t0 = time.perf_counter()
+    block, intervals, doc = calibrate(log=lambda s: print(s, flush=True))
     print(render_block(block))
+    print(f"calibration took {time.perf_counter() - t0:.0f} s")
     if args.check:
         stored = stored_block(EFFICIENCY.read_text())
         same = all(stored.get(a) == block[a] for a in block if a != "calibration")
         print("stored parameters reproduced" if same else "stored parameters DIFFER: rerun benchmarks/calibrate.py")
         return 0 if same else 1
     if not args.dry_run:
-        write(block, intervals)
-        print(f"wrote {EFFICIENCY.relative_to(ROOT)} and {INTERVALS.relative_to(ROOT)}")
+        write(block, intervals, doc)
+        print(f"wrote {EFFICIENCY.relative_to(ROOT)}, {INTERVALS.relative_to(ROOT)} and {DOC.relative_to(ROOT)}")
     return 0
 
 

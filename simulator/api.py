@@ -23,6 +23,7 @@ from simulator.engine.summary import pass_window, stage_row, summarize
 from simulator.engine.trace import Trace
 from simulator.hardware.compute import RooflineComputeModel
 from simulator.hardware.efficiency import Efficiency, for_gpu, is_calibrated
+from simulator.hardware.kernels import launch_costs
 from simulator.network import build_cluster
 from simulator.parallel.build import build_step_graph, context_for
 from simulator.parallel.checks import check_supported
@@ -106,7 +107,7 @@ def simulate(scenario: Scenario, *, efficiency: Efficiency | None = None, what_i
     if what_if.network_scale != 1.0:
         collectives = _ScaledCollectives(collectives, what_if.network_scale)
     compute = compute_model or RooflineComputeModel(gpu, tr.precision, eff, flops_scale=what_if.flops_scale,
-                                                    hbm_scale=what_if.hbm_scale)
+                                                    hbm_scale=what_if.hbm_scale, launch=launch_costs(tr.kernels))
     ctx = context_for(scenario, gpus_per_node=cluster.gpus_per_node)
     pcie = cluster.host_bandwidth_Bps_per_gpu * eff.pcie_fraction
     per_node = cluster.gpus_per_node

@@ -75,6 +75,12 @@ class KernelConfig(Frozen):
     flash_attention: bool = True
     fused_norm_residual: bool = True
     fused_adam: bool = True
+    #: torch.compile (Inductor): elementwise chains fused into one kernel each, dispatched by generated
+    #: code instead of the eager dispatcher (``simulator.hardware.kernels``).
+    compile: bool = False
+    #: FP8 scaling recipe when ``training.precision`` is fp8: Transformer Engine ``delayed`` or
+    #: ``current`` scaling, torchao float8 ``tensorwise`` or ``rowwise``, Blackwell ``mxfp8``.
+    fp8_recipe: Literal["delayed", "current", "tensorwise", "rowwise", "mxfp8"] = "delayed"
 
 
 class TrainingConfig(Frozen):
@@ -92,6 +98,9 @@ class TrainingConfig(Frozen):
     #: FlashAttention benchmarks). Kernel time always uses causal work.
     attention_flops: Literal["full", "causal"] = "full"
     kernels: KernelConfig = KernelConfig()
+    #: Gradient clipping by global norm before the optimizer step (Megatron ``--clip-grad``,
+    #: torchtitan ``max_norm``; on in most LLM recipes): one read and one read-write of the gradients.
+    grad_clipping: bool = True
 
     @model_validator(mode="after")
     def _check_budget(self) -> TrainingConfig:

@@ -1,14 +1,19 @@
-"""Compute model: time of one op (and of a list of ops) on one GPU, by roofline.
+"""Compute model: time of one op (and of a list of ops) on one GPU, by roofline, per kernel.
 
 * GEMM: ``t = max(F / (P · e_mamf · s(m,n,k)), B / (BW · e_hbm))`` with ``P`` the dense peak of the
   math mode, ``e_mamf`` the max-achievable-matmul fraction (hardware.md §4, [S1]) and the shape
-  factor ``s = Π_d d/(d + d_half)`` over ``d ∈ (m, n, k)``.
-* Attention (fused FlashAttention kernel): ``t = max(F / (P16 · e_flash), B / (BW · e_hbm))``; the
+  factor ``s`` from tile and wave quantisation on the GPU's SMs (``simulator.hardware.kernels``).
+* Attention (fused FlashAttention kernel): ``t = max(F / (P16 · e_flash · a(s)), B / (BW · e_hbm))``
+  with ``a(s)`` the main-loop fill over the causal key length (``attention_factor``); the
   unfused path arrives as GEMM plus memory-bound ops from the workload and needs no special case.
 * Memory-bound ops (norms, activations, softmax, optimizer): ``t = B / (BW · e_hbm)``.
+* Every op of ``n`` kernels takes at least ``n`` GPU launch floors, and a list of ops (one compute
+  task) takes ``max(Σ GPU time, Σ host dispatch)`` (``simulator.hardware.kernels``).
 
-Units: FLOP, bytes, seconds. fp8 training runs the linear-layer GEMMs at the fp8 rate and attention
-at the 16-bit rate (FlashAttention-3 FP8 exists but is not the default in training stacks).
+Units: FLOP, bytes, seconds. fp8 training runs the linear-layer GEMMs (``Op.linear``) at the fp8
+rate; attention, the logits GEMM and the unfused attention GEMMs at the 16-bit rate (Transformer
+Engine and torchao leave the output layer and attention in BF16; FlashAttention-3 FP8 is not the
+default in training stacks).
 """
 
 from __future__ import annotations
@@ -17,47 +22,72 @@ from typing import Any
 
 from simulator.config.hardware import Dtype, GPUSpec
 from simulator.hardware.efficiency import Efficiency
+from simulator.hardware.kernels import DEFAULT_TILES, EAGER, TILES, LaunchCosts, gemm_shape_factor, sm_count
 
 
 class RooflineComputeModel:
     """Per GPU and training dtype. ``speedup`` scales peak FLOP/s (a what-if knob; 1 = datasheet)."""
 
     def __init__(self, gpu: GPUSpec, dtype: Dtype, efficiency: Efficiency, *, flops_scale: float = 1.0,
-                 hbm_scale: float = 1.0) -> None:
+                 hbm_scale: float = 1.0, launch: LaunchCosts = EAGER) -> None:
         self.gpu = gpu
         self.eff = efficiency
-        self.gemm_peak = gpu.peak_flops(dtype) * flops_scale
+        self.launch = launch
+        self.sms = sm_count(gpu.name)
+        self.tiles = TILES.get(gpu.arch, DEFAULT_TILES)
         attn_dtype: Dtype = "bf16" if dtype == "fp8" else dtype
         if gpu.peak_tflops.bf16 is None and attn_dtype == "bf16":
             attn_dtype = "fp16"
+        self.fp8 = dtype == "fp8"
+        self.gemm_peak = gpu.peak_flops(dtype) * flops_scale
         self.attn_peak = gpu.peak_flops(attn_dtype) * flops_scale
         self.hbm_Bps = gpu.hbm_bandwidth_Bps * efficiency.hbm_fraction * hbm_scale
         self._cache: dict[int, tuple[tuple, float]] = {}
 
-    def shape_factor(self, shape: tuple[float, ...] | None) -> float:
-        """``Π d/(d + d_half)`` over the GEMM dimensions; 1 when the shape is unknown."""
+    def shape_factor(self, shape: tuple[int, ...] | None, batch: int = 1) -> float:
+        """Tile/wave quantisation × main-loop fill of a GEMM ``(m, n, k)``; 1 when the shape is unknown."""
         if not shape:
             return 1.0
-        factor = 1.0
-        for d in shape:
-            factor *= d / (d + self.eff.gemm_half_dim)
-        return factor
+        m, n, k = shape
+        return gemm_shape_factor(int(m), int(n), int(k), batch, self.sms, self.tiles, self.eff.gemm_half_dim)
+
+    def attention_factor(self, kv_len: int) -> float:
+        """Main-loop fill of a causal FlashAttention kernel: each query tile loops over ``kv_len / 2``
+        keys on average and pays a fixed prologue/epilogue (load Q, write O and the LSE), the same
+        per-tile fill as a GEMM's ``k / (k + gemm_half_dim)``; 1 when the length is unknown. So the
+        fitted ``flash_attention_fraction`` is the long-sequence rate, and short sequences run slower
+        (FlashAttention-2 benchmarks: throughput grows with sequence length)."""
+        if not kv_len:
+            return 1.0
+        keys = kv_len / 2
+        return keys / (keys + self.eff.gemm_half_dim)
 
     def op_time(self, op: Any) -> float:
-        """Seconds for one op with attributes ``kind``, ``flops``, ``bytes`` and (GEMM) ``shape``."""
+        """GPU seconds for one op with attributes ``kind``, ``flops``, ``bytes``, (GEMM) ``shape`` and
+        (optionally) ``launches``: the roofline time, at least one launch floor per kernel."""
         mem_t = op.bytes / self.hbm_Bps
+        floor = getattr(op, "launches", 1) * self.launch.gpu_floor_s
         if op.kind == "gemm":
-            rate = self.gemm_peak * self.eff.gemm_fraction * self.shape_factor(getattr(op, "shape", None))
-            return max(op.flops / rate, mem_t)
+            # fp8 recipes run only the linear layers in FP8; the rest stays 16-bit
+            peak = self.gemm_peak if (not self.fp8 or getattr(op, "linear", False)) else self.attn_peak
+            rate = peak * self.eff.gemm_fraction * self.shape_factor(getattr(op, "shape", None),
+                                                                     getattr(op, "batch", 1))
+            return max(op.flops / rate, mem_t, floor)
         if op.kind == "attention":
-            return max(op.flops / (self.attn_peak * self.eff.flash_attention_fraction), mem_t)
-        return mem_t
+            rate = self.attn_peak * self.eff.flash_attention_fraction * self.attention_factor(getattr(op, "k", 0))
+            return max(op.flops / rate, mem_t, floor)
+        return max(mem_t, floor)
+
+    def host_time(self, ops: tuple) -> float:
+        """CPU seconds to dispatch the kernels of ``ops``."""
+        return sum(getattr(op, "launches", 1) for op in ops) * self.launch.host_s
 
     def time(self, ops: tuple) -> float:
-        """Sum of op times; cached per ops tuple (builders share one tuple across layers)."""
+        """``max(Σ GPU op time, Σ host dispatch)``; cached per ops tuple (builders share one tuple
+        across layers)."""
         hit = self._cache.get(id(ops))
         if hit is not None and hit[0] is ops:
             return hit[1]
-        total = sum(self.op_time(op) for op in ops)
+        total = max(sum(self.op_time(op) for op in ops), self.host_time(ops))
         self._cache[id(ops)] = (ops, total)
         return total

@@ -31,13 +31,14 @@ def _table() -> dict[str, dict]:
 
 
 def for_gpu(gpu: GPUSpec) -> Efficiency:
-    """Defaults overlaid with the GPU architecture's entry.
+    """Defaults overlaid with the architecture's measured values (``measured``), then its entry.
 
     The GEMM fraction used by the compute model is ``MAMF × gemm_sustained_of_mamf``, MAMF from the
     GPU catalog (or the planning default when the catalog has none).
     """
     table = _table()
     values = dict(table["default"])
+    values.update(table.get("measured", {}).get(gpu.arch, {}))
     values.update(table.get(gpu.arch, {}))
     names = {f.name for f in fields(Efficiency)}
     eff = Efficiency(**{k: float(v) for k, v in values.items() if k in names})

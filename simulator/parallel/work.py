@@ -92,18 +92,19 @@ def from_scenario(scenario: Any, persistence_threshold: float = 1e5) -> StepWork
     # 1/cp of the full causal work, i.e. cp × that of an s/cp-token sequence.
     b, s, tp = tr.micro_batch_size, tr.seq_len // cp, par.tp
     pb = DTYPE_BYTES["bf16" if tr.precision == "fp8" else tr.precision]
+    fp8 = tr.kernels.fp8_recipe if tr.precision == "fp8" else None
     if model.moe is not None or model.is_mla:  # MLA attention in the dense blocks
         from simulator.workload import moe_ops
 
         fwd = [_scale_attention(op, cp) for op in moe_ops.dense_block_ops(model, b, s, tp, pb, tr.kernels,
-                                                                          tr.activation_checkpointing)]
+                                                                          tr.activation_checkpointing, fp8=fp8)]
     else:
-        fwd = [_scale_attention(op, cp) for op in wops.layer_ops(model, b, s, tp, pb, tr.kernels,
-                                                                 tr.activation_checkpointing)]
+        fwd = [_scale_attention(op, cp)
+               for op in wops.layer_ops(model, b, s, tp, pb, tr.kernels, tr.activation_checkpointing, fp8=fp8)]
     bwd_all = wops.backward_ops(fwd)
     recompute = tuple(op for op in bwd_all if op.name.startswith("recompute."))
     bwd = tuple(op for op in bwd_all if not op.name.startswith("recompute."))
-    head_all = wops.head_ops(model, b, s, tp, pb)
+    head_all = wops.head_ops(model, b, s, tp, pb, tr.kernels)
     n_embed = 2 if model.embedding_norm else 1
     embed_fwd, head_fwd = head_all[:n_embed], head_all[n_embed:]
     counts = wparams.count(model)
@@ -127,7 +128,7 @@ def from_scenario(scenario: Any, persistence_threshold: float = 1e5) -> StepWork
         layer_params=layer_local,
         embed_params=float((counts.embedding + counts.embedding_norm) / tp),
         head_params=float(counts.lm_head / tp + counts.final_norm),
-        optimizer=lambda n: tuple(wops.optimizer_ops(n, fused)),
+        optimizer=lambda n: tuple(wops.optimizer_ops(n, fused, tr.grad_clipping, fp8_weight_cast=fp8 is not None)),
         layer_persistent=float(min(_largest_tensor_below(persistence_threshold, small), blk.total)),
         head_persistent=float(counts.final_norm if counts.final_norm < persistence_threshold else 0),
         layer_module_names=model.linear_modules,
@@ -162,7 +163,9 @@ def _module_params(model: Any, gathered: float) -> tuple[float, ...]:
 def _scale_attention(op: Any, cp: int) -> Any:
     if cp == 1 or getattr(op, "kind", "") != "attention":
         return op
-    return dataclasses.replace(op, flops=op.flops * cp, bytes=op.bytes * cp)
+    # ring attention: one attention kernel per KV chunk, cp chunks per pass
+    return dataclasses.replace(op, flops=op.flops * cp, bytes=op.bytes * cp, launches=op.launches * cp,
+                               bwd_launches=op.bwd_launches * cp)
 
 
 def _split_backward(bwd: tuple, blk: wparams.LayerParams, layer_local: float) -> tuple:

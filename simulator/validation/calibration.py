@@ -1,56 +1,80 @@
-"""Fitting the compute model's efficiency parameters per GPU architecture (used by benchmarks/calibrate.py).
+"""Fitting the compute model's efficiency parameters per GPU architecture, with leave-one-source-out
+cross-validation (used by benchmarks/calibrate.py).
 
-What is fitted (four physically meaningful numbers per architecture, never per run):
+What is fitted (three physically meaningful numbers per architecture, never per run):
 
 * ``gemm_sustained_of_mamf``: sustained GEMM rate in a training step / best-shape microbenchmark
   (MAMF, hardware.md §4 [S1]); the compute model uses ``mamf_fraction × this`` of dense peak;
-* ``flash_attention_fraction``: fused attention kernel rate / 16-bit dense peak ([S52][S53]);
-* ``hbm_fraction``: achieved / datasheet HBM bandwidth of memory-bound ops ([S56][S57]);
+* ``flash_attention_fraction``: fused attention kernel rate / 16-bit dense peak, long-sequence
+  asymptote ([S52][S53]);
 * ``compute_slowdown_during_comm``: compute kernels run ``1/(1+x)`` as fast while an NCCL kernel
   shares the GPU (overlap slowdown).
 
-The network efficiency parameters are not refitted here: they belong to the network layer and are
-fitted there against nccl-tests bus-bandwidth curves (tests/collectives/test_calibration.py).
+Not fitted, because they are measured directly: ``hbm_fraction`` (the achieved / datasheet HBM
+bandwidth of streaming kernels per architecture, [S56][S57], ``efficiency.yaml``); launch floors, host
+dispatch and GEMM tile/wave quantisation (``simulator.hardware.kernels``). The network efficiency parameters are not refitted here either: they
+belong to the network layer and are fitted there against nccl-tests bus-bandwidth curves.
 
-Method: the objective is the mean absolute relative error of tokens/s per GPU over the training
-runs of one architecture, each run's error capped at ``CAP`` (a redescending, outlier-robust loss:
-a run missed by more than 25 % is a structural miss, e.g. DeepSpeed 2021 ZeRO-3 collapsing at 96+
-nodes, which efficiency parameters must not chase); the search is a steepest descent on a fixed grid (``STEP`` apart,
-inside ``BOUNDS``, from ``START``, the datasheet-derived priors), moving to the best of the 8
-neighbours (± one step in one parameter, in a fixed order) while that strictly lowers the
-objective. Grid values are integers in units of ``STEP``, so the result is exactly reproducible.
+Runs: the expressible pure data-parallel runs of ``load_runs()`` (whatever files it reads) that are
+not ``calibration_excluded``, grouped by GPU architecture. Pure data parallelism keeps the fit away
+from tensor/pipeline-parallel network effects the compute parameters must not absorb.
+
+Method: the objective is the mean absolute relative error of tokens/s per GPU over the fitting runs of
+one architecture, each run's error capped at ``CAP`` (a redescending, outlier-robust loss: a run
+missed by more than 25 % is a structural miss, e.g. DeepSpeed 2021 ZeRO-3 collapsing at 96+ nodes,
+which efficiency parameters must not chase). The search is a steepest descent on a fixed grid, coarse
+to fine (``SCALES`` grid units of ``STEP``), inside ``bounds(arch)``, from ``START``: at each scale it
+moves to the best of the 6 neighbours (± one scale step in one parameter, in a fixed order) while
+that strictly lowers the objective. Grid values are integers in units of ``STEP``, so the result is
+exactly reproducible.
+
+Cross-validation: every publication (``source_key``) is held out once: the parameters are refitted on
+the other sources' runs of the architecture (descent from the full fit at the finest scale) and the
+held-out source's runs are predicted with them. These out-of-fold errors are the honest accuracy and
+feed the prediction intervals of ``dtsim run``.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
+from typing import Any
 
 from simulator.config.hardware import GPUSpec
 from simulator.hardware.efficiency import Efficiency, for_gpu
-from simulator.validation.suite import Run, scenario_for, simulate_run
+from simulator.validation.suite import Run, scenario_for
 
 #: The fitted parameters, in the order the search visits them.
-PARAMS = ("gemm_sustained_of_mamf", "flash_attention_fraction", "hbm_fraction", "compute_slowdown_during_comm")
+PARAMS = ("gemm_sustained_of_mamf", "flash_attention_fraction", "compute_slowdown_during_comm")
 #: Grid spacing of every parameter.
 STEP = 0.01
-#: Starting point (grid units): sustained 0.75 of MAMF and HBM 0.85 (hardware.md §4 planning factor
-#: and [S56][S57]); FlashAttention 0.50 of peak (between FA2's 72 % on A100 and ~35 % on H100, [S52]
-#: [S53]); overlap slowdown 0.20 (NCCL holds 16–32 of 108–132 SMs).
-START = {"gemm_sustained_of_mamf": 75, "flash_attention_fraction": 50, "hbm_fraction": 85,
-         "compute_slowdown_during_comm": 20}
-#: Physically plausible ranges (grid units), inclusive, from the microbenchmarks (hardware.md §4):
-#: sustained GEMM 0.60–0.95 of MAMF; FlashAttention 0.35 (FA2 on H100, [S53]) to 0.75 (FA3 forward,
-#: [S53]; FA2 72 % end-to-end on A100, [S52]); HBM 0.80–0.92 (84–88 % measured, ~90 % the best any
-#: kernel reaches, [S56][S57]); overlap slowdown 0.05–0.35 (overlap studies: 10–30 % slower GEMMs).
-BOUNDS = {"gemm_sustained_of_mamf": (60, 95), "flash_attention_fraction": (35, 75), "hbm_fraction": (80, 92),
-          "compute_slowdown_during_comm": (5, 35)}
+#: Coarse-to-fine descent scales (grid units).
+SCALES = (4, 2, 1)
+#: Starting point (grid units): sustained 0.75 of MAMF (hardware.md §4 planning factor); FlashAttention
+#: 0.55 of peak (inside both architectures' ranges below); overlap slowdown 0.20 (NCCL holds 16–32 of
+#: 108–132 SMs).
+START = {"gemm_sustained_of_mamf": 75, "flash_attention_fraction": 55, "compute_slowdown_during_comm": 20}
+#: Physically plausible ranges (grid units), inclusive, from microbenchmarks (hardware.md §4):
+#: sustained GEMM 0.60–0.95 of MAMF; overlap slowdown 0.05–0.35 (NCCL's 16–32 channels hold 12–30 % of 108–132
+#: SMs; overlap studies report 10–30 % slower GEMMs). FlashAttention per architecture, over the
+#: kernel generations the validation runs used: Ampere 0.25–0.73 (Dao 2023, FlashAttention-2
+#: abstract: FlashAttention-1 reaches "only 25–40 % of the theoretical maximum FLOPs/s" on A100,
+#: FlashAttention-2 "50–73 %"; 2022–23 runs such as llm-foundry's used FA1-era or Triton kernels;
+#: [S52]); Hopper 0.35–0.75 (FA2 ~35 % of H100 peak, FA3 up to 75 %, [S53]).
+BOUNDS = {"gemm_sustained_of_mamf": (60, 95), "flash_attention_fraction": (35, 75), "compute_slowdown_during_comm": (5, 35)}
+ARCH_BOUNDS = {"ampere": {"flash_attention_fraction": (25, 73)}}
 #: Per-run error beyond which a run no longer pulls the fit (the issue-7 "no run worse than" bound).
 CAP = 0.25
-#: Safety limit on descent moves.
+#: Safety limit on descent moves per scale.
 MAX_MOVES = 200
 
 Point = tuple[int, ...]
+
+
+def bounds(arch: str) -> dict[str, tuple[int, int]]:
+    """The search box of an architecture (grid units)."""
+    return {**BOUNDS, **ARCH_BOUNDS.get(arch, {})}
 
 
 def values(point: Point) -> dict[str, float]:
@@ -63,6 +87,29 @@ def point_of(params: dict[str, float]) -> Point:
     return tuple(int(round(params[name] / STEP)) for name in PARAMS)
 
 
+def on_bound(params: dict[str, float], arch: str) -> list[str]:
+    """The parameters that sit on an edge of ``bounds(arch)`` (a sign of missing physics)."""
+    box = bounds(arch)
+    return [n for n, k in zip(PARAMS, point_of(params), strict=True) if k in box[n]]
+
+
+_ARXIV = re.compile(r"arXiv:\s*(\d{4}\.\d{4,5})", re.I)
+_REPO = re.compile(r"\b([A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+)\s+(?:docs/|scripts/|README|src/)")
+
+
+def source_key(run: Run) -> str:
+    """The publication a run comes from: its arXiv id, else the GitHub repository its table is in,
+    else the source text up to the first comma or parenthesis."""
+    text = run.source.strip("'\" ")
+    m = _ARXIV.search(text)
+    if m:
+        return f"arXiv:{m.group(1)}"
+    m = _REPO.search(text)
+    if m:
+        return m.group(1)
+    return re.split(r"[,(]", text, maxsplit=1)[0].strip()
+
+
 def efficiency_with(gpu: GPUSpec, params: dict[str, float]) -> Efficiency:
     """The catalogued efficiency of ``gpu`` with the fitted parameters replaced."""
     base = for_gpu(gpu)
@@ -70,17 +117,36 @@ def efficiency_with(gpu: GPUSpec, params: dict[str, float]) -> Efficiency:
     return replace(base, gemm_fraction=mamf * params["gemm_sustained_of_mamf"],
                    gemm_sustained_of_mamf=params["gemm_sustained_of_mamf"],
                    flash_attention_fraction=params["flash_attention_fraction"],
-                   hbm_fraction=params["hbm_fraction"],
                    compute_slowdown_during_comm=params["compute_slowdown_during_comm"])
 
 
-def errors(runs: Sequence[tuple[Run, GPUSpec]], params: dict[str, float]) -> list[float]:
-    """Signed relative throughput errors (predicted / measured − 1) of ``runs`` under ``params``."""
-    out = []
-    for run, gpu in runs:
-        report = simulate_run(run, efficiency_with(gpu, params))
-        out.append(report.tokens_per_s_per_gpu / run.measured_tokens_per_s_per_gpu - 1.0)
-    return out
+@dataclass
+class Case:
+    """One fitting run with its GPU, and the parts of a simulation that do not depend on the fitted
+    parameters (validated scenario, cluster graph, collective model with its cache), built once."""
+
+    run: Run
+    gpu: GPUSpec
+    _parts: tuple[Any, Any, Any] | None = None
+
+    def simulate(self, params: dict[str, float]) -> Any:
+        from simulator.api import _nodes, simulate
+        from simulator.collectives import CollectiveModel
+        from simulator.network import build_cluster
+
+        if self._parts is None:
+            scn = scenario_for(self.run)
+            cl = scn.cluster
+            cluster = build_cluster(cl.topology, _nodes(scn), cl.gpu_spec)
+            coll = CollectiveModel(cluster, fidelity=cl.network_fidelity, algorithm=cl.collective_algorithm)
+            self._parts = (scn, cluster, coll)
+        scn, cluster, coll = self._parts
+        return simulate(scn, efficiency=efficiency_with(self.gpu, params), collective_model=coll, cluster=cluster)
+
+
+def errors(cases: Sequence[Case], params: dict[str, float]) -> list[float]:
+    """Signed relative throughput errors (predicted / measured − 1) of ``cases`` under ``params``."""
+    return [c.simulate(params).tokens_per_s_per_gpu / c.run.measured_tokens_per_s_per_gpu - 1.0 for c in cases]
 
 
 def mape(errs: Sequence[float]) -> float:
@@ -103,22 +169,25 @@ class Fit:
     moves: int
 
 
-def neighbours(point: Point) -> list[Point]:
-    """± one grid step in each parameter, in ``PARAMS`` order (minus first), inside ``BOUNDS``."""
+def neighbours(point: Point, scale: int = 1, box: dict[str, tuple[int, int]] | None = None) -> list[Point]:
+    """± ``scale`` grid steps in each parameter, in ``PARAMS`` order (minus first), inside ``box``
+    (default ``BOUNDS``), clipped to the box edge."""
+    box = box or BOUNDS
     out = []
     for i, name in enumerate(PARAMS):
-        lo, hi = BOUNDS[name]
-        for delta in (-1, 1):
-            k = point[i] + delta
-            if lo <= k <= hi:
+        lo, hi = box[name]
+        for delta in (-scale, scale):
+            k = min(hi, max(lo, point[i] + delta))
+            if k != point[i]:
                 out.append(point[:i] + (k,) + point[i + 1:])
     return out
 
 
-def descend(objective: Callable[[Point], float], start: Point) -> tuple[Point, float, int, int]:
-    """Steepest descent on the grid: (best point, its objective, evaluations, moves).
-
-    Ties keep the earlier neighbour; a move needs a strict improvement, so the search terminates."""
+def descend(objective: Callable[[Point], float], start: Point, scales: Sequence[int] = (1,),
+            box: dict[str, tuple[int, int]] | None = None) -> tuple[Point, float, int, int]:
+    """Steepest descent on the grid, at each of ``scales`` in turn: (best point, its objective,
+    evaluations, moves). Ties keep the earlier neighbour; a move needs a strict improvement, so the
+    search terminates."""
     cache: dict[Point, float] = {}
 
     def f(p: Point) -> float:
@@ -127,34 +196,76 @@ def descend(objective: Callable[[Point], float], start: Point) -> tuple[Point, f
         return cache[p]
 
     point, best, moves = start, f(start), 0
-    while moves < MAX_MOVES:
-        candidate = min(neighbours(point), key=f)
-        if not f(candidate) < best:
-            break
-        point, best, moves = candidate, f(candidate), moves + 1
+    for scale in scales:
+        for _ in range(MAX_MOVES):
+            candidates = neighbours(point, scale, box)
+            if not candidates:
+                break
+            candidate = min(candidates, key=f)
+            if not f(candidate) < best:
+                break
+            point, best, moves = candidate, f(candidate), moves + 1
     return point, best, len(cache), moves
 
 
-def fit(runs: Sequence[tuple[Run, GPUSpec]], start: dict[str, int] | None = None) -> Fit:
-    """Fit the four parameters of one architecture on ``runs`` (pairs of run and its GPU)."""
-    start_point = tuple((start or START)[name] for name in PARAMS)
-    point, best, evals, moves = descend(lambda p: objective(errors(runs, values(p))), start_point)
+def fit(cases: Sequence[Case], arch: str, start: Point | None = None, scales: Sequence[int] = SCALES) -> Fit:
+    """Fit the four parameters of one architecture on ``cases``."""
+    start_point = start or tuple(START[name] for name in PARAMS)
+    point, best, evals, moves = descend(lambda p: objective(errors(cases, values(p))), start_point, scales,
+                                        bounds(arch))
     return Fit(values(point), best, evals, moves)
 
 
-def is_local_minimum(runs: Sequence[tuple[Run, GPUSpec]], params: dict[str, float]) -> tuple[bool, float]:
-    """Whether no grid neighbour of ``params`` strictly improves the objective (the descent's stop
-    condition), and the objective at ``params``: the quick reproducibility check."""
+def is_local_minimum(cases: Sequence[Case], params: dict[str, float], arch: str) -> tuple[bool, float]:
+    """Whether no finest-scale grid neighbour of ``params`` strictly improves the objective (the
+    descent's stop condition), and the objective at ``params``: the quick reproducibility check."""
     point = point_of(params)
-    here = objective(errors(runs, values(point)))
-    return all(not objective(errors(runs, values(n))) < here for n in neighbours(point)), here
+    here = objective(errors(cases, values(point)))
+    return all(not objective(errors(cases, values(n))) < here for n in neighbours(point, 1, bounds(arch))), here
 
 
-def cases_by_arch(runs: Sequence[Run], split: str) -> dict[str, list[tuple[Run, GPUSpec]]]:
-    """Expressible pure data-parallel runs of one ``split`` (``train``/``test``), grouped by GPU arch."""
-    out: dict[str, list[tuple[Run, GPUSpec]]] = {}
+def fitting_cases(runs: Sequence[Run]) -> dict[str, list[Case]]:
+    """Expressible pure data-parallel runs not ``calibration_excluded``, grouped by GPU arch."""
+    out: dict[str, list[Case]] = {}
     for run in runs:
-        if run.split == split and run.parallelism == "pure_dp" and run.expressible:
+        if run.parallelism == "pure_dp" and run.expressible and not run.extra.get("calibration_excluded"):
             gpu = scenario_for(run).cluster.gpu_spec
-            out.setdefault(gpu.arch, []).append((run, gpu))
+            out.setdefault(gpu.arch, []).append(Case(run, gpu))
     return out
+
+
+@dataclass(frozen=True)
+class Fold:
+    """One leave-one-source-out fold: the held-out source, the parameters fitted without it, the
+    held-out runs and their out-of-fold errors."""
+
+    arch: str
+    source: str
+    params: dict[str, float]
+    run_ids: tuple[str, ...]
+    errors: tuple[float, ...]
+    evaluations: int
+
+
+def leave_one_source_out(arch: str, cases: Sequence[Case], full: Fit) -> list[Fold]:
+    """Every source of ``cases`` held out once (sources in sorted order)."""
+    folds = []
+    for source in sorted({source_key(c.run) for c in cases}):
+        held = [c for c in cases if source_key(c.run) == source]
+        rest = [c for c in cases if source_key(c.run) != source]
+        f = fit(rest, arch, start=point_of(full.params), scales=(1,)) if rest else full
+        folds.append(Fold(arch, source, f.params, tuple(c.run.id for c in held), tuple(errors(held, f.params)),
+                          f.evaluations))
+    return folds
+
+
+def out_of_fold_efficiency(run: Run) -> Efficiency | None:
+    """The efficiency fitted without ``run``'s publication (its stored leave-one-source-out fold in
+    ``efficiency.yaml``), or ``None`` (the stored full fit applies) when that publication took no
+    part in calibrating the run's GPU architecture."""
+    from simulator.hardware.efficiency import _table
+
+    gpu = scenario_for(run).cluster.gpu_spec
+    folds = (_table().get("calibration", {}).get(gpu.arch) or {}).get("folds") or {}
+    fold = folds.get(source_key(run))
+    return efficiency_with(gpu, fold["params"]) if fold else None

@@ -127,11 +127,19 @@ class Outcome:
         return self.predicted_tokens_per_s_per_gpu / self.run.measured_tokens_per_s_per_gpu - 1.0
 
 
-def try_run(run: Run, efficiency: Efficiency | None = None) -> Outcome:
-    """Simulate, or record why not: not expressible, or refused by dtsim (``InputError``)."""
+def try_run(run: Run, efficiency: Efficiency | None = None, *, out_of_fold: bool = True) -> Outcome:
+    """Simulate, or record why not: not expressible, or refused by dtsim (``InputError``).
+
+    With ``out_of_fold`` (default) and no ``efficiency`` given, a run whose publication took part in
+    the calibration of its GPU architecture is simulated with the parameters fitted without that
+    publication (its leave-one-source-out fold), so every reported error is out of sample."""
     if not run.expressible:
         return Outcome(run, skipped=f"not expressible: {run.not_expressible}")
     try:
+        if efficiency is None and out_of_fold:
+            from simulator.validation.calibration import out_of_fold_efficiency
+
+            efficiency = out_of_fold_efficiency(run)
         return Outcome(run, report=simulate_run(run, efficiency))
     except InputError as exc:
         return Outcome(run, skipped=f"refused by dtsim: {exc}")

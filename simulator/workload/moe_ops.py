@@ -95,10 +95,11 @@ def _attention_part(model, b, s, tp, pb, kernels, recompute) -> tuple[list, list
     return full[:cut], full[cut:]
 
 
-def dense_block_ops(model: ModelConfig, b: int, s: int, tp: int, pb: int, kernels, recompute: str) -> list:
+def dense_block_ops(model: ModelConfig, b: int, s: int, tp: int, pb: int, kernels, recompute: str,
+                    fp8: str | None = None) -> list:
     """Forward ops of a dense block of an MoE / MLA model (MLA attention when the model has it)."""
     if not model.is_mla:
-        return wops.layer_ops(model, b, s, tp, pb, kernels, recompute)
+        return wops.layer_ops(model, b, s, tp, pb, kernels, recompute, fp8=fp8)
     att, mlp = _attention_part(model, b, s, tp, pb, kernels, recompute)
     return _mark(att + mlp, recompute)
 

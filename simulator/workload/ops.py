@@ -26,6 +26,7 @@ Conventions (each a reason, not a measurement):
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 from typing import Literal, Protocol
 
@@ -48,10 +49,63 @@ MEMORY_BWD = 2.0
 
 
 class Kernels(Protocol):
-    """The kernel switches of ``training.kernels`` this module reads."""
+    """The kernel switches of ``training.kernels`` this module reads (``compile`` and ``fp8_recipe``
+    are read with ``getattr`` defaults ``False`` / ``"delayed"``)."""
 
     flash_attention: bool
     fused_norm_residual: bool
+
+
+# --- Eager PyTorch kernel lists -------------------------------------------------------------------
+# Without fused kernels (``fused_norm_residual: false`` and ``compile: false``) an op is the chain of
+# ATen kernels its PyTorch code issues; each kernel reads and writes its tensors in full. Passes are in
+# units of ``elements × precision_bytes`` (an fp32 intermediate of a 16-bit tensor counts 2).
+#: RMSNorm as torch code (Llama reference / ``torch.nn.RMSNorm`` eager composite): ``x.float()``
+#: (read 2, write 4 B), ``pow(2)`` (4, 4), ``mean(-1)`` (4, ~0), ``+eps``/``rsqrt`` (tiny), ``x * r``
+#: (4, 4), ``type_as`` (4, 2), ``* weight`` (2, 2): 8 kernels, 36 B per element = 18 passes of 2 B.
+EAGER_RMSNORM_LAUNCHES, EAGER_RMSNORM_PASSES = 8, 18
+#: Rotary embedding as torch code (Llama reference ``apply_rotary_emb``) per tensor: ``float()``
+#: (2, 4), complex multiply by the frequencies (8, 8), ``type_as`` (4, 2): 3 kernels, 28 B = 14
+#: passes; q and k together 6 kernels. Fused (Megatron/TE fused RoPE, Inductor): 1 kernel, 2 passes.
+EAGER_ROPE_LAUNCHES_PER_TENSOR, EAGER_ROPE_PASSES = 3, 14
+#: SwiGLU as torch code ``silu(gate) * up``: silu (read f, write f) + multiply (read 2f, write f):
+#: 2 kernels, 5 passes of ``b·s·f`` (fused: 1 kernel, 3 passes).
+EAGER_SWIGLU_LAUNCHES, EAGER_SWIGLU_PASSES = 2, 5
+#: Cross-entropy as torch code: ``logits.float()``, ``log_softmax``, ``nll_loss``: 3 kernels
+#: (Inductor fuses them into 2: the row max/sum reduction and the loss).
+CE_LAUNCHES_EAGER, CE_LAUNCHES_COMPILED = 3, 2
+#: Backward kernel counts (autograd): FlashAttention-2 backward = 3 kernels (``dot(dO, O)``
+#: preprocess, the main backward, the dQ fp32→16-bit conversion; FA2 ``flash_bwd_launch_template.h``);
+#: a fused norm 2 (dx, then the dγ/dβ column reduction); the embedding's dense backward 3 (sort,
+#: segment reduce, scatter).
+FA_BWD_LAUNCHES, NORM_BWD_LAUNCHES, EMBEDDING_BWD_LAUNCHES = 3, 2, 3
+
+# --- FP8 (``training.precision: fp8``) ------------------------------------------------------------
+#: The FP8 casts around one linear GEMM, per recipe: extra HBM bytes per element of the 16-bit tensor
+#: cast, and kernels, for a standalone cast and for a cast fused into the kernel that produces the
+#: tensor (``None``: never fused). Each cast writes the FP8 tensor and a transposed FP8 copy for the
+#: backward GEMMs (Hopper FP8 GEMMs take only the TN layout): read 2 B, write 1 + 1 B = 4 B.
+#: ``delayed`` (Transformer Engine delayed scaling): amax comes from the previous iterations, so the
+#: cast fuses into the producer (TE ``LayerNormLinear``/``LayerNormMLP`` write the FP8 output of the
+#: norm or activation: only the transposed copy, 1 B, is extra); standalone ``cast_transpose`` 1 kernel.
+#: ``current`` (TE current scaling): the amax of this tensor must be known before scaling: the producer
+#: computes it, then a cast-transpose kernel reads the tensor again (4 B, 1 kernel); standalone an amax
+#: pass first (6 B, 2 kernels). ``tensorwise``/``rowwise`` (torchao float8): an amax reduction, then
+#: the cast (+ the column-scaled copy for rowwise): 6 B, 2 kernels, never fused into the producer
+#: (without ``compile`` the eager chain abs/amax/scale/clamp/cast/transpose is 4 kernels).
+#: ``mxfp8`` (Blackwell, 1×32 block scales, local amax): like ``delayed``.
+#: The weights are cast once per optimizer step (TE caches the FP8 weights across the micro-batches of
+#: a step; torchao with FSDP casts the shard before the FP8 all-gather): ``optimizer_ops``.
+FP8_RECIPES: dict[str, tuple[float, int, tuple[float, int] | None]] = {
+    "delayed": (4.0, 1, (1.0, 0)),
+    "current": (6.0, 2, (4.0, 1)),
+    "tensorwise": (6.0, 2, None),
+    "rowwise": (6.0, 2, None),
+    "mxfp8": (4.0, 1, (1.0, 0)),
+}
+FP8_EAGER_TORCHAO_LAUNCHES = 4
+#: Once-per-step weight cast: read 2 B, write the FP8 weight and its transpose (1 + 1 B).
+FP8_WEIGHT_CAST_BYTES = 4
 
 
 @dataclass(frozen=True)
@@ -72,6 +126,16 @@ class Op:
     k: int = 0
     batch: int = 1
     recompute: bool = False
+    #: Kernels this op launches (eager PyTorch splits one op into several; the compute model charges
+    #: each launch a GPU floor and a host dispatch cost, ``simulator.hardware.kernels``).
+    launches: int = 1
+    #: A linear-layer GEMM (QKV, output projection, MLP): the GEMMs FP8 recipes run in FP8; attention
+    #: and the logits GEMM stay 16-bit (``fp8_gemm`` in the compute model).
+    linear: bool = False
+    #: Kernels of this op's backward; 0 = the default rule of ``_backward``.
+    bwd_launches: int = 0
+    #: The FP8 recipe of an FP8 cast op (``FP8_RECIPES``), else empty.
+    fp8_recipe: str = ""
 
     @property
     def shape(self) -> tuple[int, int, int] | None:
@@ -104,13 +168,22 @@ def memory_op(
     )
 
 
-def _add_norm(name: str, tokens_h: float, fused: bool, pb: int) -> list[Op]:
-    """Residual add followed by a norm: fused 4 passes, else add (3) + norm (2)."""
+def _norm(name: str, elements: float, pb: int, eager_rms: bool) -> Op:
+    """One norm: a fused kernel (2 passes), or eager RMSNorm's chain (``EAGER_RMSNORM_*``)."""
+    if eager_rms:
+        return replace(memory_op(name, elements, EAGER_RMSNORM_PASSES, pb, _NORM_FLOPS),
+                       launches=EAGER_RMSNORM_LAUNCHES, bwd_launches=2 * EAGER_RMSNORM_LAUNCHES)
+    return replace(memory_op(name, elements, 2, pb, _NORM_FLOPS), bwd_launches=NORM_BWD_LAUNCHES)
+
+
+def _add_norm(name: str, tokens_h: float, fused: bool, pb: int, eager_rms: bool = False) -> list[Op]:
+    """Residual add followed by a norm: fused 4 passes, else add (3) + norm (2, or eager RMSNorm)."""
     if fused:
-        return [memory_op(f"{name}_add_norm", tokens_h, 4, pb, _ADD_FLOPS + _NORM_FLOPS)]
+        return [replace(memory_op(f"{name}_add_norm", tokens_h, 4, pb, _ADD_FLOPS + _NORM_FLOPS),
+                        bwd_launches=NORM_BWD_LAUNCHES)]
     return [
         memory_op(f"{name}_residual_add", tokens_h, 3, pb, _ADD_FLOPS),
-        memory_op(f"{name}_norm", tokens_h, 2, pb, _NORM_FLOPS),
+        _norm(f"{name}_norm", tokens_h, pb, eager_rms),
     ]
 
 
@@ -124,7 +197,8 @@ def _attention_ops(model: ModelConfig, b: int, s: int, tp: int, pb: int, flash: 
         # FA forward: 4·b·s²·a·d_h, /2 causal (FA benchmark `flops` helper); reads Q, K, V, writes O + LSE.
         flops = 4.0 * b * s * s * heads * d / 2
         io = (2 * q_el + 2 * kv_el) * pb + b * heads * s * _LSE_BYTES
-        return [Op("attention", "attention", flops, float(io))]
+        # k: the key/value length each query tile loops over (the compute model's main-loop fill)
+        return [Op("attention", "attention", flops, float(io), k=s, bwd_launches=FA_BWD_LAUNCHES)]
     # Unfused (e.g. Megatron's fused scale-mask-softmax between two batched GEMMs): full s×s matrix.
     scores_el = b * heads * s * s
     return [
@@ -132,6 +206,24 @@ def _attention_ops(model: ModelConfig, b: int, s: int, tp: int, pb: int, flash: 
         memory_op("attn_softmax", scores_el, 2, pb, _SOFTMAX_FLOPS),
         gemm("attn_v", s, d, s, pb, batch=b * heads),
     ]
+
+
+def _linear(name: str, m: int, n: int, k: int, pb: int, launches: int, fp8: str | None,
+            eager_cast: bool, producer_fused: bool = False) -> list[Op]:
+    """A linear-layer GEMM (``launches`` > 1 when eager code keeps its projections separate, e.g.
+    torchtitan's ``wq``/``wk``/``wv``), preceded under FP8 by the cast of its input ``m·k``
+    (``FP8_RECIPES``; ``producer_fused``: the input comes from a norm or activation kernel the recipe
+    can fuse the cast into); its backward casts the output gradient ``m·n`` (standalone)."""
+    op = replace(gemm(name, m, n, k, pb), launches=launches, linear=True)
+    if fp8 is None:
+        return [op]
+    per_el, kernels, fused = FP8_RECIPES[fp8]
+    if eager_cast and fp8 in ("tensorwise", "rowwise"):
+        kernels = FP8_EAGER_TORCHAO_LAUNCHES
+    fwd_el, fwd_k = fused if (producer_fused and fused is not None) else (per_el, kernels)
+    cast = Op(f"{name}.fp8_cast", "memory", 0.0, fwd_el * m * k, m=m, n=n, k=k, fp8_recipe=fp8,
+              launches=max(fwd_k * launches, 1), bwd_launches=kernels * launches)
+    return [cast, op]
 
 
 def layer_ops(
@@ -142,6 +234,7 @@ def layer_ops(
     precision_bytes: int,
     kernels: Kernels,
     recompute: Recompute = "none",
+    fp8: str | None = None,
 ) -> list[Op]:
     """Forward kernels of ONE transformer block on one GPU, in execution order.
 
@@ -150,33 +243,56 @@ def layer_ops(
     masked half too). ``recompute`` marks the ops that checkpointing re-runs: all of them (full) or the
     attention core (selective; with FlashAttention nothing is stored for it, so nothing is marked,
     since the FA backward already recomputes QKᵀ).
+
+    Kernel styles: ``kernels.compile`` (torch.compile/Inductor) or ``fused_norm_residual`` (Megatron,
+    Transformer Engine, Apex fused kernels) give one kernel per norm, rotary and activation; otherwise
+    the op is eager PyTorch code: RMSNorm, rotary and SwiGLU become their ATen chains (``EAGER_*``)
+    and the projections separate GEMMs (q, k, v; gate, up). ``fp8`` (a ``FP8_RECIPES`` name) adds the
+    cast ops of every linear GEMM; the attention core stays 16-bit.
     """
     pb = precision_bytes
     h, f, t = model.hidden_size, model.ffn_hidden_size, tp
     tokens = b * s
-    fused = kernels.fused_norm_residual
+    compiled = bool(getattr(kernels, "compile", False))
+    fused = kernels.fused_norm_residual or compiled
+    eager_rms = not fused and model.norm == "rmsnorm"
+    eager_cast = not compiled
     ops: list[Op] = []
     if fused:  # the previous block's output residual add, fused with this block's input norm
         ops += _add_norm("input", tokens * h, True, pb)
     else:
-        ops.append(memory_op("input_norm", tokens * h, 2, pb, _NORM_FLOPS))
-    ops.append(gemm("qkv", tokens, (model.q_dim + 2 * model.kv_dim) // t, h, pb))
+        ops.append(_norm("input_norm", tokens * h, pb, eager_rms))
+    ops += _linear("qkv", tokens, (model.q_dim + 2 * model.kv_dim) // t, h, pb, 1 if fused else 3, fp8, eager_cast,
+                   producer_fused=fused)
     qk_el = tokens * (model.q_dim + model.kv_dim) / t
     if model.qk_norm:
-        ops.append(memory_op("qk_norm", qk_el, 2, pb, _NORM_FLOPS))
+        if fused:
+            ops.append(_norm("qk_norm", qk_el, pb, False))
+        else:
+            norm = _norm("qk_norm", qk_el, pb, eager_rms)  # q and k normed separately
+            ops.append(replace(norm, launches=2 * norm.launches, bwd_launches=2 * norm.bwd_launches))
     if model.position_embedding == "rope":
-        ops.append(memory_op("rotary", qk_el, 2, pb, _ROPE_FLOPS))
+        if fused:
+            ops.append(memory_op("rotary", qk_el, 2, pb, _ROPE_FLOPS))
+        else:
+            ops.append(replace(memory_op("rotary", qk_el, EAGER_ROPE_PASSES, pb, _ROPE_FLOPS),
+                               launches=2 * EAGER_ROPE_LAUNCHES_PER_TENSOR))
     core = _attention_ops(model, b, s, t, pb, kernels.flash_attention)
     if recompute == "selective" and not kernels.flash_attention:
         core = [replace(op, recompute=True) for op in core]
     ops += core
-    ops.append(gemm("out_proj", tokens, h, model.q_dim // t, pb))
-    ops += _add_norm("post_attn", tokens * h, fused, pb)
+    ops += _linear("out_proj", tokens, h, model.q_dim // t, pb, 1, fp8, eager_cast)
+    ops += _add_norm("post_attn", tokens * h, fused, pb, eager_rms)
     up = (model.mlp_matrices - 1) * f // t
-    ops.append(gemm("mlp_up", tokens, up, h, pb))
-    # GELU: read f, write f; SwiGLU: read gate and up (2f), write f.
-    ops.append(memory_op(f"mlp_{model.mlp}", tokens * f / t, model.mlp_matrices, pb, _ACT_FLOPS))
-    ops.append(gemm("mlp_down", tokens, h, f // t, pb))
+    ops += _linear("mlp_up", tokens, up, h, pb, 1 if fused else model.mlp_matrices - 1, fp8, eager_cast,
+                   producer_fused=fused)
+    # GELU: read f, write f; SwiGLU: read gate and up (2f), write f (eager: silu, then multiply).
+    if model.mlp == "swiglu" and not fused:
+        ops.append(replace(memory_op("mlp_swiglu", tokens * f / t, EAGER_SWIGLU_PASSES, pb, _ACT_FLOPS),
+                           launches=EAGER_SWIGLU_LAUNCHES))
+    else:
+        ops.append(memory_op(f"mlp_{model.mlp}", tokens * f / t, model.mlp_matrices, pb, _ACT_FLOPS))
+    ops += _linear("mlp_down", tokens, h, f // t, pb, 1, fp8, eager_cast, producer_fused=fused)
     if not fused:
         ops.append(memory_op("output_residual_add", tokens * h, 3, pb, _ADD_FLOPS))
     if recompute == "full":
@@ -193,6 +309,7 @@ def _backward(op: Op) -> list[Op]:
             replace(op, name=f"{op.name}.dgrad", m=m, n=k, k=n, recompute=False),
             replace(op, name=f"{op.name}.wgrad", m=k, n=n, k=m, recompute=False),
         ]
+    launches = op.bwd_launches or op.launches
     if op.kind == "attention":
         return [
             replace(
@@ -201,8 +318,14 @@ def _backward(op: Op) -> list[Op]:
                 flops=ATTENTION_BWD_FLOPS * op.flops,
                 bytes=ATTENTION_BWD_BYTES * op.bytes,
                 recompute=False,
+                launches=launches,
             )
         ]
+    if op.name.endswith(".fp8_cast"):
+        # the output gradient (m × n) cast and transposed, standalone, at the recipe's bytes per element
+        per_el = FP8_RECIPES[op.fp8_recipe][0]
+        return [replace(op, name=f"{op.name}.bwd", bytes=per_el * op.m * op.n, recompute=False,
+                        launches=launches)]
     return [
         replace(
             op,
@@ -210,6 +333,7 @@ def _backward(op: Op) -> list[Op]:
             flops=MEMORY_BWD * op.flops,
             bytes=MEMORY_BWD * op.bytes,
             recompute=False,
+            launches=launches,
         )
     ]
 
@@ -233,7 +357,8 @@ def backward_ops(fwd_ops: list[Op]) -> list[Op]:
     return out
 
 
-def head_ops(model: ModelConfig, b: int, s: int, tp: int, precision_bytes: int) -> list[Op]:
+def head_ops(model: ModelConfig, b: int, s: int, tp: int, precision_bytes: int,
+             kernels: Kernels | None = None) -> list[Op]:
     """Forward kernels outside the blocks: embedding gather (+ learned positions), final norm,
     logits GEMM (vocab-parallel, ``V/t`` columns) and cross-entropy.
 
@@ -246,13 +371,17 @@ def head_ops(model: ModelConfig, b: int, s: int, tp: int, precision_bytes: int) 
     h, tokens = model.hidden_size, b * s
     emb_passes = 4 if model.position_embedding == "learned" else 2
     logits_el = tokens * model.vocab_size / tp
-    ops = [memory_op("embedding", tokens * h, emb_passes, pb, 0.0)]
+    compiled = bool(getattr(kernels, "compile", False))
+    fused = kernels is None or kernels.fused_norm_residual or compiled
+    eager_rms = not fused and model.norm == "rmsnorm"
+    ops = [replace(memory_op("embedding", tokens * h, emb_passes, pb, 0.0), bwd_launches=EMBEDDING_BWD_LAUNCHES)]
     if model.embedding_norm:
-        ops.append(memory_op("embedding_norm", tokens * h, 2, pb, _NORM_FLOPS))
+        ops.append(_norm("embedding_norm", tokens * h, pb, eager_rms))
+    ce_launches = CE_LAUNCHES_COMPILED if compiled else CE_LAUNCHES_EAGER
     ops += [
-        memory_op("final_norm", tokens * h, 2, pb, _NORM_FLOPS),
+        _norm("final_norm", tokens * h, pb, eager_rms),
         gemm("logits", tokens, model.vocab_size // tp, h, pb),
-        memory_op("cross_entropy", logits_el, 3, pb, _SOFTMAX_FLOPS),
+        replace(memory_op("cross_entropy", logits_el, 3, pb, _SOFTMAX_FLOPS), launches=ce_launches),
     ]
     return ops
 
@@ -276,14 +405,40 @@ _ADAM_UNFUSED_PASSES: tuple[tuple[str, int, int], ...] = (
 ADAM_FLOPS_PER_PARAM = 12.0
 
 
-def optimizer_ops(n_params_local: float, fused_adam: bool) -> list[Op]:
+#: ``multi_tensor_apply`` (PyTorch ``aten/src/ATen/native/cuda/MultiTensorApply.cuh``, Apex
+#: ``csrc/multi_tensor_apply.cuh``): a launch covers at most 320 blocks of ``kChunkSize = 65536``
+#: elements, so a pass over ``n`` parameters launches ``ceil(n / (65536·320))`` kernels (the tensor-count
+#: limit per launch, 36–110, only matters for many tiny tensors and is not modelled).
+MTA_ELEMENTS_PER_LAUNCH = 65536 * 320
+#: Gradient clipping by global norm (``torch.nn.utils.clip_grad_norm_``, foreach; Megatron
+#: ``clip_grad_norm_fp32``): ``_foreach_norm`` reads the fp32 gradients (4 B/param), then stack,
+#: norm and the clip coefficient (3 small kernels), then ``_foreach_mul_`` reads and writes them (8 B).
+GRAD_CLIP_NORM_BYTES, GRAD_CLIP_SCALE_BYTES, GRAD_CLIP_SMALL_KERNELS = 4, 8, 3
+
+
+def _mta_launches(n: float) -> int:
+    return max(1, math.ceil(n / MTA_ELEMENTS_PER_LAUNCH))
+
+
+def optimizer_ops(n_params_local: float, fused_adam: bool, grad_clipping: bool = False,
+                  fp8_weight_cast: bool = False) -> list[Op]:
     """Adam step over the ``n_params_local`` parameters this GPU updates (memory-bound).
 
-    Fused: one op of ``30`` B/param. Unfused: 8 elementwise kernels, ``78`` B/param in total
-    (table ``_ADAM_UNFUSED_PASSES``). FLOPs ``≈ 12`` per parameter either way.
+    Fused: one op of ``30`` B/param. Unfused (torch ``foreach``): 8 elementwise passes, ``78`` B/param
+    in total (table ``_ADAM_UNFUSED_PASSES``). FLOPs ``≈ 12`` per parameter either way. Each pass is
+    ``multi_tensor_apply`` launches (``MTA_ELEMENTS_PER_LAUNCH``). ``grad_clipping`` adds the global-norm
+    clipping before the step (``GRAD_CLIP_*``); ``fp8_weight_cast`` the once-per-step FP8 cast of
+    the updated weights (``FP8_WEIGHT_CAST_BYTES``).
     """
     n = float(n_params_local)
+    mta = _mta_launches(n)
+    out: list[Op] = []
+    if grad_clipping:
+        out += [Op("grad_norm", "memory", n, GRAD_CLIP_NORM_BYTES * n, launches=mta + GRAD_CLIP_SMALL_KERNELS),
+                Op("grad_clip_scale", "memory", n, GRAD_CLIP_SCALE_BYTES * n, launches=mta)]
+    cast = [Op("fp8_weight_cast", "memory", 0.0, FP8_WEIGHT_CAST_BYTES * n, launches=mta)] if fp8_weight_cast else []
     if fused_adam:
-        return [Op("adam", "memory", ADAM_FLOPS_PER_PARAM * n, _ADAM_FUSED_BYTES * n)]
+        return out + [Op("adam", "memory", ADAM_FLOPS_PER_PARAM * n, _ADAM_FUSED_BYTES * n, launches=mta)] + cast
     per_kernel = ADAM_FLOPS_PER_PARAM / len(_ADAM_UNFUSED_PASSES)
-    return [Op(name, "memory", per_kernel * n, (rd + wr) * n) for name, rd, wr in _ADAM_UNFUSED_PASSES]
+    return out + [Op(name, "memory", per_kernel * n, (rd + wr) * n, launches=mta)
+                  for name, rd, wr in _ADAM_UNFUSED_PASSES] + cast

@@ -9,7 +9,7 @@ import yaml
 
 from simulator.catalog import get_gpu
 from simulator.hardware.efficiency import for_gpu, is_calibrated
-from simulator.validation.calibration import BOUNDS, PARAMS, STEP
+from simulator.validation.calibration import PARAMS, STEP, bounds
 
 
 def _table() -> dict:
@@ -30,7 +30,7 @@ def test_for_gpu_applies_the_fitted_values(gpu, arch):
 def test_fitted_values_lie_inside_the_physical_bounds(arch):
     fitted = _table()[arch]
     for name in PARAMS:
-        lo, hi = BOUNDS[name]
+        lo, hi = bounds(arch)[name]
         assert lo * STEP - 1e-9 <= fitted[name] <= hi * STEP + 1e-9, name
 
 
@@ -38,3 +38,10 @@ def test_uncalibrated_architecture_uses_defaults():
     spec = get_gpu("v100")
     assert not is_calibrated(spec)
     assert for_gpu(spec).compute_slowdown_during_comm == _table()["default"]["compute_slowdown_during_comm"]
+
+
+@pytest.mark.parametrize(("gpu", "measured"), [("a100-80gb", 1.80 / 2.04), ("h100-sxm", 2.8 / 3.35)])
+def test_hbm_fraction_is_the_measured_one_not_fitted(gpu, measured):
+    """A100 80GB read kernel 1.80 of 2.04 TB/s [S56]; H100 coalesced loads 2.8 of 3.35 TB/s [S57]."""
+    assert for_gpu(get_gpu(gpu)).hbm_fraction == pytest.approx(measured, abs=0.005)
+    assert "hbm_fraction" not in PARAMS

@@ -51,15 +51,59 @@ def test_gemm_shapes_and_bytes(llama3_8b):
     assert att.bytes == pb * b * s * (2 * 4096 + 2 * 1024) / tp + 4 * b * (32 // tp) * s
 
 
-def test_fused_norm_residual_saves_two_passes_per_block(llama3_8b):
+def test_fused_norm_residual_saves_two_passes_per_block(gpt3_175b):
     b, s, pb = 1, 1024, 2
     fused = KernelConfig(fused_norm_residual=True)
     unfused = KernelConfig(fused_norm_residual=False)
+    # LayerNorm (one native kernel either way), GELU, learned positions:
     # unfused: norm 2 + add 3 + norm 2 + add 3 = 10 passes of b·s·h; fused add+norm: 2 × 4 = 8.
-    saved = _bytes(ops.layer_ops(llama3_8b, b, s, 1, pb, unfused), "memory") - _bytes(
-        ops.layer_ops(llama3_8b, b, s, 1, pb, fused), "memory"
+    saved = _bytes(ops.layer_ops(gpt3_175b, b, s, 1, pb, unfused), "memory") - _bytes(
+        ops.layer_ops(gpt3_175b, b, s, 1, pb, fused), "memory"
     )
-    assert saved == 2 * b * s * 4096 * pb
+    assert saved == 2 * b * s * 12288 * pb
+
+
+def test_eager_llama_block_is_the_aten_chains(llama3_8b):
+    """Eager PyTorch (no fused kernels, no compile): RMSNorm 8 kernels / 18 passes, rotary 3 kernels /
+    14 passes per tensor, SwiGLU 2 kernels / 5 passes, separate q/k/v and gate/up GEMMs."""
+    b, s, pb = 1, 1024, 2
+    h, q, kv, f = 4096, 4096, 1024, 14336
+    eager = ops.layer_ops(llama3_8b, b, s, 1, pb, KernelConfig(fused_norm_residual=False))
+    compiled = ops.layer_ops(llama3_8b, b, s, 1, pb, KernelConfig(fused_norm_residual=False, compile=True))
+    # eager: norm 18 + add 3 + norm 18 + add 3 = 42 passes of b·s·h, rotary 14 of b·s·(q+kv), SwiGLU 5 of b·s·f;
+    # compiled (= fused): add+norm 4 + add+norm 4 = 8, rotary 2, SwiGLU 3.
+    assert _bytes(eager, "memory") == pb * b * s * (42 * h + 14 * (q + kv) + 5 * f)
+    assert _bytes(compiled, "memory") == pb * b * s * (8 * h + 2 * (q + kv) + 3 * f)
+    launches = {op.name: op.launches for op in eager}
+    # 2 norms × 8 + 2 adds + q,k,v + rotary 6 + attention + out + gate,up + silu,mul + down
+    assert sum(launches.values()) == 16 + 2 + 3 + 6 + 1 + 1 + 2 + 2 + 1
+    assert sum(op.launches for op in compiled) == 2 + 1 + 1 + 1 + 1 + 1 + 1 + 1
+    # eager backward: GEMMs dgrad+wgrad, FlashAttention-2 3 kernels, memory ops as in autograd
+    bwd = ops.backward_ops(eager)
+    assert next(op for op in bwd if op.name == "attention.bwd").launches == 3
+    assert next(op for op in bwd if op.name == "input_norm.bwd").launches == 16
+
+
+def test_fp8_casts_every_linear_gemm_and_nothing_else(llama3_8b):
+    """FP8: a cast op before each of the 4 linear GEMMs over its input (m·k elements). Standalone cast
+    = read 2 B + write FP8 1 B + transposed copy 1 B = 4 B/el (delayed), + 2 B amax read (current).
+    Delayed scaling fuses the cast into the producing norm/activation (TE LayerNormLinear/MLP): only
+    the transposed copy (1 B) is extra; current scaling re-reads (4 B). out_proj's input comes from
+    attention: standalone. The backward casts the output gradient m·n standalone; attention has none."""
+    b, s, pb = 2, 2048, 2
+    m, h, f = b * s, 4096, 14336
+    for recipe, standalone, fused in (("delayed", 4, 1), ("current", 6, 4)):
+        fwd = ops.layer_ops(llama3_8b, b, s, 1, pb, FLASH, fp8=recipe)
+        casts = {op.name: op for op in fwd if op.name.endswith(".fp8_cast")}
+        assert set(casts) == {"qkv.fp8_cast", "out_proj.fp8_cast", "mlp_up.fp8_cast", "mlp_down.fp8_cast"}
+        assert casts["mlp_down.fp8_cast"].bytes == fused * m * f
+        assert casts["out_proj.fp8_cast"].bytes == standalone * m * h
+        bwd = {op.name: op for op in ops.backward_ops(fwd)}
+        assert bwd["mlp_down.fp8_cast.bwd"].bytes == standalone * m * h
+        assert {op.name for op in fwd if op.linear} == {"qkv", "out_proj", "mlp_up", "mlp_down"}
+    # the weights are cast once per step, with the optimizer: 4 B per parameter
+    opt = ops.optimizer_ops(1000, True, fp8_weight_cast=True)
+    assert opt[-1].name == "fp8_weight_cast" and opt[-1].bytes == 4000
 
 
 def test_unfused_attention_ops(gpt3_175b):
@@ -113,3 +157,15 @@ def test_optimizer_bytes_per_parameter():
     # lerp 12, mul 8, addcmul 12, sqrt 8, div 8, add 8, addcdiv 16, cast 6 bytes per parameter
     assert sum(op.bytes for op in unfused) == 78 * n
     assert sum(op.flops for op in unfused) == pytest.approx(fused.flops)
+
+
+def test_optimizer_launches_and_grad_clipping():
+    # multi_tensor_apply: 320 blocks × 65,536 elements per launch -> 7e9 params need ceil(333.8) = 334
+    n = 7_000_000_000
+    (adam,) = ops.optimizer_ops(n, fused_adam=True)
+    assert adam.launches == 334
+    clip = ops.optimizer_ops(n, fused_adam=True, grad_clipping=True)
+    assert [op.name for op in clip] == ["grad_norm", "grad_clip_scale", "adam"]
+    # norm reads fp32 grads (4 B), the scale reads and writes them (8 B)
+    assert clip[0].bytes + clip[1].bytes == 12 * n
+    assert clip[0].launches == 334 + 3

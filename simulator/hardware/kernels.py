@@ -1,0 +1,108 @@
+"""Kernel-level costs: the launch floor and host dispatch of every kernel, and GEMM tile/wave quantisation.
+
+Launch model. The CPU issues kernels asynchronously onto the compute stream; the GPU runs them in
+order. Within one compute task (a block's forward, its backward, the optimizer step) the CPU runs
+ahead of the GPU, so the task takes
+
+    T = max( Σ_kernels max(gpu_floor_s, roofline time),  Σ_kernels host_s )
+
+— GPU-bound when kernels are large (the host's dispatch hides behind them), host-bound when they are
+smaller than their dispatch cost (small models, small micro-batches, high tensor parallelism).
+
+Sources for the constants (``LaunchCosts``):
+
+* Eager PyTorch dispatch per op: Python (~1 µs) + pybind11 (~1 µs) + autograd recording (1–3 µs) +
+  ATen dispatcher (1–2 µs) + backend selection (1–5 µs) + ``cudaLaunchKernel`` (1–3 µs on CUDA 12+),
+  "~5–25 µs of CPU-side work per op" (J. Lin, "From PyTorch op to kernel launch", GPU kernel
+  lessons, jiahuanglin.xyz/all_lessons/gpu_kernel_serving/18_pytorch_to_kernel.html); NVIDIA's Nsight
+  Systems guide measures ~20 µs for one PyTorch element-wise op round trip on a V100 (as quoted by
+  groundy.com, "Every CUDA kernel pays a launch tax"). We take 10 µs, inside that range.
+* torch.compile (Inductor) calls its kernels from generated wrapper code, skipping the Python op,
+  pybind11, autograd and ATen dispatcher layers: what remains is the driver launch, 1–3 µs (same
+  table); we take its upper end, 3 µs.
+* GPU floor: a kernel occupies the GPU at least for its launch, 1–3 µs (same table; driver enqueue and
+  block dispatch); we take 2 µs.
+
+GEMM shape efficiency (``gemm_shape_factor``): cuBLAS/CUTLASS tile the ``m × n`` output in
+``Tm × Tn`` tiles, one thread block per tile per SM; with ``T`` tiles on ``S`` SMs the GEMM runs
+``ceil(T/S)`` waves and its tensor-core utilisation is ``m·n / (ceil(T/S)·S·Tm·Tn)`` (tile padding and
+the idle SMs of the last wave; NVIDIA "Matrix Multiplication Background User's Guide", §"Tile
+Quantization" and §"Wave Quantization", docs.nvidia.com/deeplearning/performance/dl-performance-
+matrix-multiplication). The library picks the tile that fits the shape best among its candidates:
+128×128 on A100 (CUTLASS/cuBLAS default Ampere tile), 128×256 and 128×128 on Hopper (CUTLASS 3
+warp-specialised default tiles). Along ``k`` each tile pays a fixed main-loop fill and epilogue,
+modelled as ``k / (k + gemm_half_dim)`` (``efficiency.yaml``).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+#: SMs per GPU, from the vendor whitepapers: V100 80 (Volta whitepaper), A100 108 (A100 whitepaper
+#: Table 1; A800 is the same GA100 configuration), H100 SXM5 132 and H100 PCIe 114 (H100 whitepaper
+#: Table 2; H800 and H200 use the SXM5 GH100 configuration, H100 NVL the 132-SM one). Longest prefix
+#: of the catalog name wins; a GPU not listed gets no wave quantisation (tile padding only).
+SM_COUNT: dict[str, int] = {
+    "v100": 80,
+    "a100": 108,
+    "a800": 108,
+    "h100": 132,
+    "h100-pcie": 114,
+    "h100-nvl": 132,
+    "h800": 132,
+    "h200": 132,
+}
+
+#: Output tile candidates (Tm, Tn) per architecture (see module docstring).
+TILES: dict[str, tuple[tuple[int, int], ...]] = {
+    "ampere": ((128, 128),),
+    "hopper": ((128, 256), (128, 128)),
+}
+DEFAULT_TILES: tuple[tuple[int, int], ...] = ((128, 128),)
+
+
+@dataclass(frozen=True)
+class LaunchCosts:
+    """Per-kernel CPU dispatch (``host_s``) and GPU floor (``gpu_floor_s``), seconds."""
+
+    host_s: float
+    gpu_floor_s: float
+
+
+EAGER = LaunchCosts(host_s=10e-6, gpu_floor_s=2e-6)
+COMPILED = LaunchCosts(host_s=3e-6, gpu_floor_s=2e-6)
+#: No launch costs (the pure roofline; unit tests of other layers).
+NONE = LaunchCosts(host_s=0.0, gpu_floor_s=0.0)
+
+
+def launch_costs(kernels: object) -> LaunchCosts:
+    """The launch costs of a ``training.kernels`` setting: compiled or eager dispatch."""
+    return COMPILED if getattr(kernels, "compile", False) else EAGER
+
+
+def sm_count(gpu_name: str) -> int | None:
+    """SMs of a catalogued GPU (longest matching name prefix of ``SM_COUNT``), ``None`` if unknown."""
+    best = None
+    for prefix in SM_COUNT:
+        if gpu_name.startswith(prefix) and (best is None or len(prefix) > len(best)):
+            best = prefix
+    return SM_COUNT[best] if best is not None else None
+
+
+def wave_efficiency(m: int, n: int, batch: int, sms: int | None, tiles: tuple[tuple[int, int], ...]) -> float:
+    """Best ``m·n·batch / (waves·S·Tm·Tn)`` over the tile candidates (tile + wave quantisation);
+    with ``sms`` unknown, tile padding only (``m·n / (ceil(m/Tm)·Tm·ceil(n/Tn)·Tn)``)."""
+    best = 0.0
+    for tm, tn in tiles:
+        n_tiles = math.ceil(m / tm) * math.ceil(n / tn) * batch
+        slots = n_tiles if sms is None else math.ceil(n_tiles / sms) * sms
+        best = max(best, m * n * batch / (slots * tm * tn))
+    return best
+
+
+def gemm_shape_factor(m: int, n: int, k: int, batch: int, sms: int | None,
+                      tiles: tuple[tuple[int, int], ...], k_half: float) -> float:
+    """Fraction of the large-GEMM rate a ``(m, n, k) × batch`` GEMM reaches: wave quantisation of
+    its output tiles times the main-loop fill ``k / (k + k_half)``."""
+    return wave_efficiency(m, n, batch, sms, tiles) * k / (k + k_half)

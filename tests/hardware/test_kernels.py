@@ -1,0 +1,107 @@
+"""Kernel-level costs: tile/wave quantisation by hand, launch floors, host-bound tasks, FP8 GEMM selection."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from simulator.catalog import get_gpu
+from simulator.config.scenario import KernelConfig
+from simulator.hardware import kernels
+from simulator.hardware.compute import RooflineComputeModel
+from simulator.hardware.efficiency import for_gpu
+from simulator.workload.ops import Op, gemm, memory_op
+
+H100 = get_gpu("h100-sxm")
+A100 = get_gpu("a100-80gb")
+
+
+def test_sm_counts_from_the_whitepapers():
+    assert kernels.sm_count("a100-80gb") == 108 and kernels.sm_count("a100-40gb") == 108
+    assert kernels.sm_count("h100-sxm") == 132 and kernels.sm_count("h100-pcie") == 114
+    assert kernels.sm_count("mi300x") is None
+
+
+def test_wave_quantisation_by_hand_on_a100():
+    # 1024 x 1024 output in 128 x 128 tiles: 64 tiles, one wave on 108 SMs -> 64/108 busy
+    assert kernels.wave_efficiency(1024, 1024, 1, 108, ((128, 128),)) == pytest.approx(64 / 108)
+    # 4096 x 4096: 1024 tiles in ceil(1024/108) = 10 waves -> 1024 / 1080
+    assert kernels.wave_efficiency(4096, 4096, 1, 108, ((128, 128),)) == pytest.approx(1024 / 1080)
+    # tile padding: 100 x 128 fills 100/128 of one tile; unknown SM count: padding only
+    assert kernels.wave_efficiency(100, 128, 1, None, ((128, 128),)) == pytest.approx(100 / 128)
+    # k fill: 1024 / (1024 + 128)
+    assert kernels.gemm_shape_factor(1024, 1024, 1024, 1, 108, ((128, 128),), 128) == pytest.approx(
+        64 / 108 * 1024 / 1152)
+
+
+def test_hopper_picks_the_tile_that_fills_the_gpu_better():
+    # 2048 x 2048: 128x256 -> 16·8 = 128 tiles on 132 SMs, 1 wave (128/132); 128x128 -> 256 tiles,
+    # 2 waves (256/264): the same 0.9697, and 128x256 comes first
+    both = ((128, 256), (128, 128))
+    assert kernels.wave_efficiency(2048, 2048, 1, 132, both) == pytest.approx(128 / 132)
+    # 1024 x 2560: 128x256 -> 8·10 = 80 tiles (80/132); 128x128 -> 160 tiles, 2 waves (160/264): 0.606
+    assert kernels.wave_efficiency(1024, 2560, 1, 132, both) == pytest.approx(160 / 264)
+
+
+def test_each_kernel_takes_at_least_the_launch_floor():
+    model = RooflineComputeModel(A100, "bf16", for_gpu(A100), launch=kernels.EAGER)
+    tiny = dataclasses.replace(memory_op("tiny", 10, 2, 2, 1.0), launches=8)
+    assert model.op_time(tiny) == pytest.approx(8 * 2e-6)
+
+
+def test_a_task_of_small_kernels_is_host_bound_and_large_kernels_hide_dispatch():
+    model = RooflineComputeModel(A100, "bf16", for_gpu(A100), launch=kernels.EAGER)
+    small = tuple(memory_op(f"m{i}", 1000, 2, 2, 1.0) for i in range(50))
+    assert model.time(small) == pytest.approx(50 * 10e-6)  # 10 µs host dispatch each
+    compiled = RooflineComputeModel(A100, "bf16", for_gpu(A100), launch=kernels.COMPILED)
+    assert compiled.time(small) == pytest.approx(50 * 3e-6)
+    big = (gemm("g", 8192, 8192, 8192, 2),) + small
+    gpu = sum(model.op_time(op) for op in big)
+    assert model.time(big) == pytest.approx(gpu) and gpu > 50 * 10e-6
+
+
+def test_launch_costs_follow_the_compile_switch():
+    assert kernels.launch_costs(KernelConfig()) is kernels.EAGER
+    assert kernels.launch_costs(KernelConfig(compile=True)) is kernels.COMPILED
+
+
+def test_fp8_runs_only_linear_gemms_at_the_fp8_rate():
+    eff = for_gpu(H100)
+    model = RooflineComputeModel(H100, "fp8", eff, launch=kernels.NONE)
+    shape = (8192, 8192, 8192)
+    linear = dataclasses.replace(gemm("mlp_up", *shape, 2), linear=True)
+    logits = gemm("logits", *shape, 2)
+    # datasheet dense peaks: H100 SXM FP8 1,979 TFLOP/s, BF16 989.5 TFLOP/s: exactly 2x
+    assert model.op_time(logits) / model.op_time(linear) == pytest.approx(1979 / 989.5, rel=1e-6)
+
+
+def test_attention_fill_grows_with_sequence_length():
+    eff = for_gpu(H100)
+    model = RooflineComputeModel(H100, "bf16", eff, launch=kernels.NONE)
+    # causal: s/2 keys per query tile on average; fill (s/2) / (s/2 + 128)
+    assert model.attention_factor(2048) == pytest.approx(1024 / 1152)
+    assert model.attention_factor(512) == pytest.approx(256 / 384)
+    assert model.attention_factor(0) == 1.0
+    op = Op("attention", "attention", 1e12, 1.0, k=8192)
+    expected = 1e12 / (989.5e12 * eff.flash_attention_fraction * 4096 / 4224)
+    assert model.op_time(op) == pytest.approx(expected, rel=1e-3)
+
+
+def test_a_tiny_block_costs_its_kernel_count_times_the_dispatch():
+    """A 64-wide Llama-style block: every kernel is far below 10 µs of GPU work, so the forward is
+    host-bound: fused kernels 9 launches (add+norm, qkv, rotary, attention, out, add+norm, gate+up,
+    SwiGLU, down) = 90 µs eager dispatch; eager PyTorch 34 launches = 340 µs; compiled 9 × 3 µs."""
+    from simulator.config.model import ModelConfig
+    from simulator.workload.ops import layer_ops
+
+    tiny = ModelConfig(name="tiny", n_layers=2, hidden_size=64, n_heads=2, n_kv_heads=2, ffn_hidden_size=256,
+                       vocab_size=1000, mlp="swiglu", norm="rmsnorm")
+    eager_model = RooflineComputeModel(A100, "bf16", for_gpu(A100), launch=kernels.EAGER)
+    compiled_model = RooflineComputeModel(A100, "bf16", for_gpu(A100), launch=kernels.COMPILED)
+    fused = tuple(layer_ops(tiny, 1, 64, 1, 2, KernelConfig()))
+    eager = tuple(layer_ops(tiny, 1, 64, 1, 2, KernelConfig(fused_norm_residual=False)))
+    compiled = tuple(layer_ops(tiny, 1, 64, 1, 2, KernelConfig(fused_norm_residual=False, compile=True)))
+    assert eager_model.time(fused) == pytest.approx(9 * 10e-6)
+    assert eager_model.time(eager) == pytest.approx(34 * 10e-6)
+    assert compiled_model.time(compiled) == pytest.approx(9 * 3e-6)
