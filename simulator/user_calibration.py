@@ -120,8 +120,9 @@ def load_cases(path: str | Path) -> list[Case]:
     return cases
 
 
-def _runs(cases: list[Case]) -> list[tuple[Any, Any]]:
-    """Cases as the (run, GPU) pairs ``simulator.validation.calibration`` fits on."""
+def _runs(cases: list[Case]) -> list[Any]:
+    """Cases as the fitting cases (run, GPU) ``simulator.validation.calibration`` fits on."""
+    from simulator.validation.calibration import Case as FitCase
     from simulator.validation.suite import Run
 
     out = []
@@ -129,7 +130,7 @@ def _runs(cases: list[Case]) -> list[tuple[Any, Any]]:
         run = Run(id=c.id, source="user", gpu=c.arch, framework=c.framework, parallelism="pure_dp",
                   measured={"tokens_per_s_per_gpu": c.measured_tokens_per_s_per_gpu}, scenario=c.raw,
                   split=c.split)
-        out.append((run, scenario_from_dict({"name": c.id, **c.raw}).cluster.gpu_spec))
+        out.append(FitCase(run, scenario_from_dict({"name": c.id, **c.raw}).cluster.gpu_spec))
     return out
 
 
@@ -137,7 +138,7 @@ def fit_params(cases: list[Case]) -> tuple[dict[str, float], int]:
     """The narrow interface to the bundled procedure: (fitted parameters, simulations run)."""
     from simulator.validation import calibration as cal
 
-    result = cal.fit(_runs(cases))
+    result = cal.fit(_runs(cases), cases[0].arch)
     return dict(result.params), result.evaluations
 
 

@@ -43,14 +43,18 @@ def test_synthetic_measurements_recover_the_efficiencies(tmp_path):
     # GEMM-bound (h 4096), attention-bound (16k tokens) and memory-bound (h 256) rows identify the
     # GEMM, FlashAttention and HBM fractions; one GPU has no communication, so the overlap slowdown
     # stays at its prior (0.20).
-    truth = {"gemm_sustained_of_mamf": 0.78, "flash_attention_fraction": 0.53, "hbm_fraction": 0.88,
+    # The HBM fraction is measured, not fitted (H100: 2.8 / 3.35 = 0.84, efficiency.yaml), so the
+    # synthetic truth uses it and only the three fitted parameters are checked.
+    truth = {"gemm_sustained_of_mamf": 0.78, "flash_attention_fraction": 0.53, "hbm_fraction": 0.84,
              "compute_slowdown_during_comm": 0.20}
     rows = [(_row(1, 4096, 32, 16384, 1024, 4), "train"), (_row(1, 1024, 8, 2816, 16384, 1), "train"),
             (_row(1, 256, 4, 512, 4096, 8), "train"), (_row(1, 2048, 16, 8192, 2048, 2), "test")]
     cases = uc.load_cases(_measure(rows, truth, tmp_path / "runs.yaml"))
     result = uc.calibrate(cases)["hopper"]
     for name, value in truth.items():
-        assert result.params[name] == pytest.approx(value, rel=0.02), name
+        if name in result.params:
+            assert result.params[name] == pytest.approx(value, rel=0.02), name
+    assert set(result.params) == {"gemm_sustained_of_mamf", "flash_attention_fraction", "compute_slowdown_during_comm"}
     assert result.fit_mape < 0.02 and result.cv_mape is not None and result.cv_mape < 0.02
     assert len(result.train) == 3 and len(result.test) == 1
 
@@ -130,8 +134,8 @@ def test_log_row_becomes_tokens_per_gpu(tmp_path):
 
 
 def test_bundled_suite_rows_are_the_bundled_calibration_cases():
-    """``dtsim calibrate --measured simulator/validation/runs.yaml`` fits on exactly the cases of
-    benchmarks/calibrate.py, and evaluates them identically (so the same descent gives the same fit)."""
+    """``dtsim calibrate --measured simulator/validation/runs.yaml`` fits on the pure data-parallel
+    cases benchmarks/calibrate.py takes from that file, and evaluates them identically."""
     from importlib import resources
 
     from simulator.validation import calibration as cal
@@ -139,12 +143,10 @@ def test_bundled_suite_rows_are_the_bundled_calibration_cases():
 
     path = resources.files("simulator.validation").joinpath("runs.yaml")
     cases = uc.load_cases(str(path))
-    runs = load_runs()
-    for split in ("train", "test"):
-        ref = cal.cases_by_arch(runs, split)
-        for arch, pairs in ref.items():
-            assert [c.id for c in cases if c.split == split and c.arch == arch] == [r.id for r, _ in pairs]
-    ref = cal.cases_by_arch(runs, "train")["hopper"][:2]
-    mine = [c for c in cases if c.split == "train" and c.arch == "hopper"][:2]
+    ref = cal.fitting_cases(load_runs(files=("runs.yaml",)))
+    for arch, pairs in ref.items():
+        assert sorted(c.id for c in cases if c.arch == arch) == sorted(p.run.id for p in pairs)
+    ref_two = sorted(ref["hopper"], key=lambda p: p.run.id)[:2]
+    mine = sorted((c for c in cases if c.arch == "hopper"), key=lambda c: c.id)[:2]
     params = values(tuple(START[p] for p in START))
-    assert uc.errors(mine, params) == cal.errors(ref, params)
+    assert uc.errors(mine, params) == cal.errors(ref_two, params)

@@ -57,11 +57,6 @@ def test_tflops_converted_with_the_sources_convention(pure_dp):
     assert row["predicted_tflops_per_gpu"] / row["measured_tflops_per_gpu"] - 1 == pytest.approx(row["error"], rel=1e-3)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "reported miss: since the leave-one-source-out calibration every pure-DP error is out of sample; the "
-    "split-test runs come out at 13.0 % (ZeRO-3 175B on 384 GPUs +29.7 %, a network-side miss; Hopper has "
-    "two publications, so holding llm-foundry out fits on one run; issue 12). Strict: a pass means the "
-    "target is met and this marker must go."))
 def test_pure_dp_held_out_mape_meets_the_target(pure_dp):
     held = pure_dp["summary"]["held_out_pure_dp"]
     assert held["n"] >= 8
