@@ -51,3 +51,11 @@ def test_every_cause_names_a_bundled_run():
 def test_a_miss_without_a_cause_is_reported_as_such():
     rows = [{"id": "x", "error": 0.2}, {"id": "y", "error": -0.1}, {"id": "z", "skipped": "not expressible"}]
     assert misses(rows) == [{"id": "x", "error": 0.2, "cause": "no named cause"}]
+
+
+def test_group_causes_match_corpus_runs_by_glob():
+    from simulator.validation.misses import cause_of
+
+    assert "power-limited" in cause_of("torchao-b200-llama3-8b-8gpu-fsdp-compile-bf16")
+    assert cause_of("megatron-sc21-t2-zero3-175B-768gpu") == CAUSES["megatron-sc21-t2-zero3-175B-768gpu"]
+    assert cause_of("no-such-run") == "no named cause"
