@@ -18,8 +18,8 @@ reason a framework would refuse the layout or a placement practitioners avoid:
 * context parallelism ``cp`` where dtsim simulates it (framework ddp/Megatron or fsdp/torchtitan,
   FlashAttention, not HYBRID_SHARD, not TP communication overlap): every ``cp`` dividing
   ``GPUs / tp`` with ``2·cp`` dividing ``seq_len`` (load-balanced causal CP, Megatron-Core
-  ``get_batch_on_this_cp_rank``); ``dp = GPUs / (tp · cp · pp)``. Elsewhere cp stays at the
-  scenario's value.
+  ``get_batch_on_this_cp_rank``) and at least ``MIN_CP_TOKENS`` tokens per rank;
+  ``dp = GPUs / (tp · cp · pp)``. Elsewhere cp stays at the scenario's value.
 * MoE models: every ``ep`` dividing the experts and the GPUs of a stage, with ``etp`` 1 or ``tp``
   (``simulator.parallel.expert.expand_layouts``).
 
@@ -30,6 +30,11 @@ ordered by (tp, pp, micro-batch, v), deterministic for resumable sweeps.
 from __future__ import annotations
 
 from typing import Any
+
+#: Fewest tokens per context-parallel rank enumerated: below it the ring's per-step K/V exchange and
+#: kernel launches outweigh the attention saved (published CP runs keep >= 4k tokens per rank, e.g.
+#: Llama 3 405B at 131,072 tokens with cp = 16: 8,192; NeMo Llama 3 8B at 8,192 with cp = 2).
+MIN_CP_TOKENS = 4096
 
 #: Micro-batch sizes tried when the caller gives none (Megatron's published runs use 1-8).
 DEFAULT_MICRO_BATCHES = (1, 2, 4, 8)
@@ -58,7 +63,8 @@ def enumerate_layouts(scenario: Any, micro_batch_sizes: tuple[int, ...] | None =
         if per_node % tp or model.n_heads % tp or model.kv_heads % tp:
             continue
         if with_cp and not (par.tp_comm_overlap and tp > 1):
-            cps = [c for c in _divisors(n // tp) if tr.seq_len % (2 * c) == 0 or c == 1]
+            cps = [c for c in _divisors(n // tp)
+                   if c == 1 or (tr.seq_len % (2 * c) == 0 and tr.seq_len // c >= MIN_CP_TOKENS)]
         else:
             cps = [par.cp] if n % (tp * par.cp) == 0 else []
         for cp in cps:

@@ -74,8 +74,9 @@ def markdown(rows: Sequence[dict[str, Any]], summary: dict[str, Any], command: s
         "`simulator/validation/runs.yaml` (the 72 runs of the calibration set) and `runs_corpus.yaml` (further "
         "published runs, docs/validation-corpus.md). Error = predicted / measured − 1 "
         "of throughput (tokens/s per GPU; TFLOP/s and MFU converted with the source's own FLOP convention). "
-        "`split`: the fixed calibration split of the pure data-parallel runs (`train` runs were used to fit the "
-        "compute efficiencies, `test` runs were not: their error is the honest figure).",
+        "Every pure data-parallel run of a fitted publication is predicted with the parameters fitted without "
+        "its publication (leave-one-source-out, docs/calibration.md), so its error is out of sample. `split`: "
+        "the former fixed train/test split of the calibration set, kept as a named subset (\"held-out\").",
         "",
         f"**Headline:** pure data-parallel MAPE {_pct(summary['pure_dp']['mape'])} over {summary['pure_dp']['n']} "
         f"runs (held-out {_pct(summary['held_out_pure_dp']['mape'])} over {summary['held_out_pure_dp']['n']}, "

@@ -91,9 +91,9 @@ def test_virtual_stages_imply_interleaved():
 
 def test_enumerate_layouts_small_case_by_hand():
     # 2 GPUs, global batch 2: (tp, cp, pp) ∈ {(1,1,1): dp 2, b 1; (1,1,2): dp 1, b 1|2; (2,1,1): dp 1, b 1|2;
-    # (1,2,1): dp 1, b 1|2 (seq 1024 divisible by 2·cp = 4)} = 7 1F1B layouts, plus interleaved for
-    # (1,1,2), b=1 (G = 2 divisible by pp): v ∈ {2,4,8} | 16 → 10.
-    sc = load_scenario(FIXTURE, ["cluster.gpus=2", "training.global_batch_size=2"])
+    # (1,2,1): dp 1, b 1|2 (seq 8192 divisible by 2·cp = 4, 4,096 tokens per CP rank = MIN_CP_TOKENS)}
+    # = 7 1F1B layouts, plus interleaved for (1,1,2), b=1 (G = 2 divisible by pp): v ∈ {2,4,8} | 16 → 10.
+    sc = load_scenario(FIXTURE, ["cluster.gpus=2", "training.global_batch_size=2", "training.seq_len=8192"])
     layouts = enumerate_layouts(sc)
     assert len(layouts) == 10
     assert {"parallel.tp": 1, "parallel.pp": 2, "training.micro_batch_size": 1, "parallel.cp": 1,
@@ -121,10 +121,14 @@ def test_enumerate_layouts_respects_deepspeed_zero3():
 
 
 def test_enumerate_layouts_includes_context_parallel_degrees():
-    # 8 GPUs, seq 1024: cp ∈ {1, 2, 4, 8} all divide 8 and 2·cp divides 1024; with tp = 2, cp ≤ 4.
-    sc = load_scenario(FIXTURE, [])
+    # 8 GPUs, seq 32,768: cp ∈ {1, 2, 4, 8} all divide 8, 2·cp divides the sequence and each CP rank
+    # keeps >= 4,096 tokens (32,768 / 8); with tp = 2, cp ≤ 4.
+    sc = load_scenario(FIXTURE, ["training.seq_len=32768"])
     cps = {(lay["parallel.tp"], lay["parallel.cp"]) for lay in enumerate_layouts(sc)}
     assert {(1, 1), (1, 2), (1, 4), (1, 8), (2, 4), (8, 1)} <= cps and (2, 8) not in cps
+    # At 16,384 tokens cp = 8 would leave 2,048 per rank, below MIN_CP_TOKENS: not enumerated.
+    short = load_scenario(FIXTURE, ["training.seq_len=16384"])
+    assert max(lay["parallel.cp"] for lay in enumerate_layouts(short)) == 4
     # Without FlashAttention ring attention is not simulated: cp stays 1.
     plain = load_scenario(FIXTURE, ["training.kernels.flash_attention=false"])
     assert {lay.get("parallel.cp", 1) for lay in enumerate_layouts(plain)} == {1}
