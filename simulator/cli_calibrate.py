@@ -50,19 +50,19 @@ def _calibrate(measured: Path, out: Path | None, json_out: bool) -> None:
                     "out": str(out) if out else None})
         return
     for arch, res in results.items():
-        table = Table(title=f"{arch}: fitted on {len(res.train)} run(s), held out {len(res.test)}")
+        table = Table(title=f"{arch}: fitted on {len(res.train)} run(s); {len(res.test)} fold(s) held out in turn")
         table.add_column("parameter")
         table.add_column("fitted", justify="right")
         for name, value in res.params.items():
             table.add_row(name, f"{value:.2f}")
         stdout.print(table)
         rows = Table(title=f"{arch}: measured vs predicted tokens/s per GPU")
-        for col in ("run", "split", "measured", "predicted", "error", "cross-validated error"):
-            rows.add_column(col, justify="left" if col in ("run", "split") else "right")
+        for col in ("run", "fold", "measured", "predicted", "error", "cross-validated error"):
+            rows.add_column(col, justify="left" if col in ("run", "fold") else "right")
         for case_id, row in profile["calibration"][arch]["rows"].items():
             measured_tps = row["measured_tokens_per_s_per_gpu"]
             cv_err = row["cv_error"]
-            rows.add_row(case_id, "train" if case_id in res.train else "test", f"{measured_tps:,.0f}",
+            rows.add_row(case_id, str(row["fold"]), f"{measured_tps:,.0f}",
                          f"{measured_tps * (1 + res.row_errors[case_id]):,.0f}", f"{100 * row['error']:+.1f}%",
                          "" if cv_err is None else f"{100 * cv_err:+.1f}%")
         stdout.print(rows)

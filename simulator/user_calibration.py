@@ -97,7 +97,8 @@ def load_cases(path: str | Path) -> list[Case]:
         if not isinstance(row, dict) or "scenario" not in row:
             raise InputError("each row needs scenario: (a path or a mapping)", where)
         if "id" in row and "parallelism" in row:  # the bundled suite's format
-            if row["scenario"] is None or row.get("parallelism") != "pure_dp" or row.get("split") is None:
+            if (row["scenario"] is None or row.get("parallelism") != "pure_dp"
+                    or row.get("calibration_excluded")):
                 continue
         spec, sets = row["scenario"], list(row.get("set") or [])
         if isinstance(spec, str):
@@ -110,8 +111,10 @@ def load_cases(path: str | Path) -> list[Case]:
         resolved = prepare_raw(raw, base, sets)
         scenario = scenario_from_dict(resolved)
         label = str(row.get("id") or f"{scenario.name}#{i}")
-        split = row.get("split") or ("train" if len(cases) % 2 == 0 else "test")
-        if split not in ("train", "test"):
+        # The fold a row is held out with: its publication (the bundled suite's source_key), else its
+        # split (train / test; rows alternate by default).
+        split = row.get("source_key") or row.get("split") or ("train" if len(cases) % 2 == 0 else "test")
+        if "source_key" not in row and split not in ("train", "test"):
             raise InputError(f"split must be train or test, got {split!r}", f"{where}.split")
         cases.append(Case(label, resolved, _measured(row, scenario, path.parent, where),
                           scenario.cluster.gpu_spec.arch, scenario.parallel.framework, split))
@@ -163,29 +166,29 @@ class ArchResult:
 
 
 def calibrate(cases: list[Case]) -> dict[str, ArchResult]:
-    """Fit per architecture on the train rows; cross-validate over the two folds."""
+    """The bundled procedure (``benchmarks/calibrate.py``) on the user's rows: per architecture, fit
+    on every row; then hold out each fold once (a row's ``source_key``, else its ``split``: rows
+    alternate train / test by default) and predict it with the parameters fitted without it, so every
+    row gets one out-of-fold residual."""
     out: dict[str, ArchResult] = {}
     for arch in sorted({c.arch for c in cases}):
         rows = [c for c in cases if c.arch == arch]
-        train = [c for c in rows if c.split == "train"]
-        test = [c for c in rows if c.split == "test"]
-        if not train:
-            train, test = test, []
-        params, evals = fit_params(train)
-        fit_err = errors(train, params)
+        params, evals = fit_params(rows)
+        fit_err = errors(rows, params)
+        row_errors = dict(zip([c.id for c in rows], fit_err, strict=True))
         residuals: dict[str, float] = {}
-        row_errors = dict(zip([c.id for c in train], fit_err, strict=True))
-        if test:
-            held = errors(test, params)
-            row_errors.update(zip([c.id for c in test], held, strict=True))
-            back, evals_b = fit_params(test)
-            second = errors(train, back)
-            evals += evals_b
-            for case, err in [*zip(test, held, strict=True), *zip(train, second, strict=True)]:
-                residuals[case.id] = round(math.log1p(err), 6)
+        folds = sorted({c.split for c in rows})
+        if len(folds) > 1:
+            for fold in folds:
+                held = [c for c in rows if c.split == fold]
+                rest = [c for c in rows if c.split != fold]
+                fold_params, fold_evals = fit_params(rest)
+                evals += fold_evals
+                for case, err in zip(held, errors(held, fold_params), strict=True):
+                    residuals[case.id] = round(math.log1p(err), 6)
         cv = sum(abs(math.expm1(r)) for r in residuals.values()) / len(residuals) if residuals else None
-        out[arch] = ArchResult(params, [c.id for c in train], [c.id for c in test],
-                               sum(abs(e) for e in fit_err) / len(fit_err), cv, residuals, evals, row_errors)
+        out[arch] = ArchResult(params, [c.id for c in rows], folds, sum(abs(e) for e in fit_err) / len(fit_err),
+                               cv, residuals, evals, row_errors)
     return out
 
 
@@ -205,10 +208,11 @@ def profile_dict(results: dict[str, ArchResult], cases: list[Case], source: str)
     profile["calibration"] = {
         "measured": source,
         "procedure": "simulator.validation.calibration.fit (bounded steepest descent, capped |error| objective) "
-                     "per architecture on the train rows; 2-fold cross-validation",
-        **{arch: {"fitted_on": res.train, "held_out": res.test, "fit_mape": round(res.fit_mape, 4),
+                     "per architecture on every row; each fold (source_key, else split) held out once",
+        **{arch: {"fitted_on": res.train, "folds": res.test, "fit_mape": round(res.fit_mape, 4),
                   "cv_mape": None if res.cv_mape is None else round(res.cv_mape, 4), "simulations": res.evaluations,
-                  "rows": {c.id: {"measured_tokens_per_s_per_gpu": round(c.measured_tokens_per_s_per_gpu, 3),
+                  "rows": {c.id: {"fold": c.split,
+                                  "measured_tokens_per_s_per_gpu": round(c.measured_tokens_per_s_per_gpu, 3),
                                   "error": round(res.row_errors[c.id], 4),
                                   "cv_error": (round(math.expm1(res.cv_residuals[c.id]), 4)
                                                if c.id in res.cv_residuals else None)}
