@@ -9,10 +9,13 @@ from __future__ import annotations
 
 import importlib
 import os
+from typing import Any
 
-import click
 import typer
-from typer.core import TyperGroup
+from typer.core import TyperCommand, TyperGroup
+
+# typer >= 0.20 ships its own copy of click (``typer._click``) and no longer depends on the click
+# package, so nothing here imports click: commands are typer's own classes.
 
 #: name → (module, attribute: a typer command function or a ``typer.Typer`` sub-app, one-line help).
 COMMANDS: dict[str, tuple[str, str, str]] = {
@@ -43,7 +46,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
 }
 
 
-def load_command(name: str) -> click.Command:
+def load_command(name: str) -> Any:
     """Import the module of command ``name`` and turn its typer function or sub-app into a click command."""
     module, attribute, _ = COMMANDS[name]
     target = getattr(importlib.import_module(module), attribute)
@@ -62,17 +65,17 @@ class LazyGroup(TyperGroup):
 
     _listing = False
 
-    def list_commands(self, ctx: click.Context) -> list[str]:
+    def list_commands(self, ctx: Any) -> list[str]:
         return list(COMMANDS)
 
-    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+    def get_command(self, ctx: Any, cmd_name: str) -> Any:
         if cmd_name not in COMMANDS:
             return None
         if self._listing:
-            return click.Command(cmd_name, help=COMMANDS[cmd_name][2])
+            return TyperCommand(cmd_name, help=COMMANDS[cmd_name][2])
         return load_command(cmd_name)
 
-    def format_help(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+    def format_help(self, ctx: Any, formatter: Any) -> None:
         self._listing = True
         try:
             super().format_help(ctx, formatter)
