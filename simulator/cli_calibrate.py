@@ -17,13 +17,13 @@ from simulator.errors import InputError
 
 
 def calibrate_command(
-    measured: Annotated[Path, typer.Option("--measured", help="YAML of runs: scenario + measured step time, "
-                                           "tokens/s or a training log")],
+    measured: Annotated[list[Path], typer.Option("--measured", help="YAML of runs: scenario + measured step "
+                                                 "time, tokens/s or a training log (repeatable)")],
     out: Annotated[Path | None, typer.Option("--out", help="efficiency profile to write")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="print the result as JSON")] = False,
 ) -> None:
-    """Fit the per-architecture compute efficiencies on your own measured runs (bounded, 2-fold
-    cross-validated, as the bundled calibration) and report the errors and the new prediction intervals."""
+    """Fit the per-architecture compute efficiencies on your own measured runs (bounded, each fold held
+    out once, as the bundled calibration) and report the errors and the new prediction intervals."""
     _calibrate(measured, out, json_out)
 
 
@@ -33,14 +33,18 @@ def _band(group: dict, coverage: float = 0.8) -> tuple[float, float]:
 
 
 @handle_errors
-def _calibrate(measured: Path, out: Path | None, json_out: bool) -> None:
+def _calibrate(measured: list[Path], out: Path | None, json_out: bool) -> None:
     from simulator import user_calibration as uc
 
     if out is not None and not out.parent.is_dir():
         raise InputError(f"folder {out.parent} does not exist", "--out")
-    cases = uc.load_cases(measured)
+    cases = [c for path in measured for c in uc.load_cases(path)]
+    ids = [c.id for c in cases]
+    if len(set(ids)) != len(ids):
+        dup = next(i for i in ids if ids.count(i) > 1)
+        raise InputError(f"run {dup!r} appears in more than one --measured row; give each run once", "--measured")
     results = uc.calibrate(cases)
-    profile = uc.profile_dict(results, cases, str(measured))
+    profile = uc.profile_dict(results, cases, ", ".join(map(str, measured)))
     if out is not None:
         uc.write_profile(profile, out)
     groups = profile["intervals"]["groups"]
