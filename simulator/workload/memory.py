@@ -11,19 +11,21 @@ import math
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from simulator.config.model import ModelConfig
 from simulator.config.scenario import Scenario
-from simulator.parallel import pipeline_order, pipeline_split
 from simulator.workload import params
-from simulator.workload.flops import Recompute
+from simulator.workload.activations import (  # noqa: F401  (re-exported: one memory model, one import)
+    LOGPROB_BYTES,
+    MASK_BYTES,
+    SOFTMAX_STAT_BYTES,
+    ActivationBytes,
+    activations,
+    is_16bit,
+    layer_activation_bytes,
+    logits_activation_bytes,
+    pipeline_blocks,
+    stage_activations,
+)
 
-#: Bytes of a dropout mask element (Korthikanti et al. 2022 Sec. 4.1 store masks as 1-byte tensors).
-MASK_BYTES = 1
-#: Bytes of FlashAttention's per-row softmax statistic (fp32 log-sum-exp; Dao et al. 2022 Alg. 1).
-SOFTMAX_STAT_BYTES = 4
-#: Bytes per logit of the fp32 log-probabilities cross-entropy keeps for its backward (PyTorch
-#: ``cross_entropy`` upcasts 16-bit logits; Megatron counts 4 B/logit in ``theoretical_memory_usage``).
-LOGPROB_BYTES = 4
 #: DeepSpeed ZeRO-3 runs the optimizer step per sub-group of this many elements (``sub_group_size``
 #: default, ``deepspeed/runtime/zero/config.py``), so its fp32 gradient buffer is capped by it.
 DEEPSPEED_SUB_GROUP = 1e9
@@ -44,25 +46,6 @@ class ModelStateBytes:
     @property
     def total_bytes(self) -> float:
         return self.params_bytes + self.grads_bytes + self.optimizer_bytes
-
-
-@dataclass(frozen=True)
-class ActivationBytes:
-    """Activation memory of the in-flight micro-batches on the most-loaded pipeline stage.
-
-    ``per_layer`` is what one block stores for one micro-batch under the recompute mode;
-    ``layers = per_layer · blocks_on_stage · in_flight`` (``in_flight`` in whole-stage units); ``recompute_transient`` is one block's
-    full activations, live while full recomputation rebuilds it; ``logits`` the output layer and
-    cross-entropy buffers (last stage).
-    """
-
-    per_layer: float
-    layers: float
-    recompute_transient: float
-    embedding: float
-    logits: float
-    in_flight: float
-    total_bytes: float
 
 
 @dataclass(frozen=True)
@@ -152,10 +135,6 @@ def _local_params(scenario: Scenario, experts: bool = True) -> float:
     return params.local(m, p.tp, p.pp)
 
 
-def _is_16bit(scenario: Scenario) -> bool:
-    return scenario.training.precision in ("bf16", "fp16", "fp8")
-
-
 def _shard_degree(scenario: Scenario) -> int:
     """GPUs a ZeRO/FSDP shard spans: the data × context parallel ranks (Megatron's distributed
     optimizer shards over ``dp·cp``, torchtitan's FSDP over ``dp_shard_cp``), or one node's DP ranks
@@ -191,9 +170,9 @@ def model_states(scenario: Scenario, psi: float | None = None) -> ModelStateByte
     p = scenario.parallel
     if psi is None:
         psi = params.local(scenario.model, p.tp, p.pp)
-    if p.framework == "deepspeed" and _is_16bit(scenario):
+    if p.framework == "deepspeed" and is_16bit(scenario):
         sizes = (2, 2, 12)
-    elif p.framework == "ddp" and p.distributed_optimizer and _is_16bit(scenario):
+    elif p.framework == "ddp" and p.distributed_optimizer and is_16bit(scenario):
         sizes = (2, 4, 12)
     else:
         sizes = (4, 4, 8)
@@ -216,141 +195,6 @@ def model_states(scenario: Scenario, psi: float | None = None) -> ModelStateByte
     if p.offload_param != "none":
         host, pb = host + pb, 0.0
     return ModelStateBytes(pb, gb, ob, offloaded_bytes=host)
-
-
-# --- activations -------------------------------------------------------------------------------
-
-
-def layer_activation_bytes(
-    model: ModelConfig,
-    b: int,
-    s: int,
-    tp: int = 1,
-    *,
-    sequence_parallel: bool = False,
-    flash_attention: bool = True,
-    recompute: Recompute = "none",
-    precision_bytes: int = 2,
-    dropout: bool = False,
-) -> float:
-    """Bytes one transformer block keeps for the backward, one micro-batch (Korthikanti et al. 2022,
-    "Reducing Activation Recomputation in Large Transformer Models", Sec. 4 and Table 2).
-
-    Generalised to GQA, any ``f``, SwiGLU and FlashAttention (``p`` = precision bytes, 2 in the paper):
-
-    * norm/dropout region (÷t only with sequence parallelism): two norm inputs ``2p·sbh``, the
-      attention and MLP inputs ``2p·sbh``, two dropout masks ``2·sbh`` → ``10·sbh`` at p = 2;
-    * tensor-parallel region (÷t): Q, K, V ``p·sb·(a·d_h + 2·g_kv·d_h)``, out-proj input
-      ``p·sb·a·d_h``, activation input ``p·sb·(k_mlp−1)·f`` and output ``p·sb·f`` → ``24·sbh`` for
-      MHA + GELU-4h (SwiGLU stores gate and up: ``3f`` instead of ``2f``); QK-norm adds its
-      inputs ``p·sb·(a·d_h + g_kv·d_h)`` (RoPE needs no input for its backward, only sin/cos);
-    * attention core (÷t), unfused: softmax output ``p·a·s²b``, dropout mask ``a·s²b`` and output
-      ``p·a·s²b`` → ``5·a·s²·b``; FlashAttention stores none of it, only the fp32 log-sum-exp
-      ``4·a·s·b`` (dropout is regenerated from the RNG state); selective recomputation drops it.
-
-    Total without parallelism, MHA, GELU-4h, dropout, p = 2: ``s·b·h·(34 + 5·a·s/h)``; with TP
-    ``s·b·h·(10 + 24/t + 5as/(ht))``; selective ``s·b·h·(10 + 24/t)``. Full recomputation keeps only
-    the block input, ``p·sbh`` (÷t with SP); see :func:`activations` for the transient.
-    """
-    p, t, mask = precision_bytes, tp, (MASK_BYTES if dropout else 0)
-    sbh = s * b * model.hidden_size
-    region_div = t if sequence_parallel else 1
-    if recompute == "full":
-        return p * sbh / region_div
-    replicated = sbh * (4 * p + 2 * mask)
-    qkv_out = p * s * b * (2 * model.q_dim + 2 * model.kv_dim)
-    if model.qk_norm:
-        qkv_out += p * s * b * (model.q_dim + model.kv_dim)
-    mlp = p * s * b * model.ffn_hidden_size * model.mlp_matrices
-    heads_s2b = model.n_heads * s * s * b
-    if flash_attention:
-        core = SOFTMAX_STAT_BYTES * model.n_heads * s * b
-    elif recompute == "selective":
-        core = 0.0
-    else:
-        core = heads_s2b * (p + (mask + p if dropout else 0))
-    return replicated / region_div + (qkv_out + mlp + core) / t
-
-
-def logits_activation_bytes(
-    model: ModelConfig, b: int, s: int, tp: int = 1, precision_bytes: int = 2
-) -> float:
-    """Output-layer buffers of one micro-batch: the final-norm input and output ``2p·sbh``, the
-    vocab-parallel logits ``p·sbV/t`` and the fp32 log-probabilities kept for the backward
-    ``4·sbV/t`` (cf. Megatron ``theoretical_memory_usage.py``: ``4·sbh·(1 + V/h)`` with SP)."""
-    p = precision_bytes
-    return 2 * p * s * b * model.hidden_size + (p + LOGPROB_BYTES) * s * b * model.vocab_size / tp
-
-
-def _pipeline(scenario: Scenario) -> tuple[str, int, list[int]]:
-    """(schedule, virtual stages, blocks per GPU stage) of the scenario's pipeline."""
-    par = scenario.parallel
-    schedule = par.pipeline_schedule if par.pp > 1 else "1f1b"
-    v = par.virtual_stages if schedule == "interleaved" else 1
-    return schedule, v, pipeline_split.gpu_stage_layers(scenario.model.n_layers, par.pp, v, par)
-
-
-def _in_flight(schedule: str, stage: int, pp: int, n_micro: int, v: int) -> float:
-    """``pipeline_order.in_flight``, without walking millions of micro-batches: GPipe holds all
-    ``m``; 1F1B and interleaved 1F1B reach their peak within the warm-up (fewer than ``2·p·v``
-    chunk-forwards), so any ``m`` beyond ``4·p·v`` (kept a multiple of ``p``) gives the same peak."""
-    if schedule == "gpipe":
-        return float(n_micro)
-    cap = 4 * pp * v
-    return pipeline_order.in_flight(schedule, stage, pp, min(n_micro, cap), v)
-
-
-def stage_activations(scenario: Scenario) -> list[ActivationBytes]:
-    """Activation bytes on every GPU pipeline stage, per :func:`layer_activation_bytes`.
-
-    A stage holding ``n_s`` blocks with ``k_s`` micro-batches in flight stores
-    ``per_layer · n_s · k_s``; ``k_s`` is counted on the schedule's own order
-    (``pipeline_order.in_flight``): GPipe ``m``; 1F1B ``min(p−s, m)`` (Narayanan et al. SC'21 §2.2;
-    Megatron ``theoretical_memory_usage.py``); interleaved ``L·(1 + (p−1)/(p·v))`` layers on stage 0
-    (Korthikanti et al. 2022 §4.2.3). Blocks per stage from ``pipeline_split`` (Megatron's
-    placements). Sequence parallelism divides the norm/dropout region by ``t``; context parallelism
-    makes every term one of the rank's ``s/cp`` tokens (Korthikanti's formulas with ``s → s/cp``).
-    Full recomputation stores the block inputs and, while recomputing one block for its backward,
-    that block's full activations (Korthikanti Table 2 note). The first stage adds the embedding's
-    dropout mask ``sbh`` per in-flight micro-batch when dropout is on; the last stage the logits
-    buffers of one micro-batch.
-    """
-    m, tr, par = scenario.model, scenario.training, scenario.parallel
-    b, s, t, pp = tr.micro_batch_size, tr.seq_len // par.cp, par.tp, par.pp
-    pb = 2 if _is_16bit(scenario) else 4
-    dropout = m.dropout > 0
-    common = dict(flash_attention=tr.kernels.flash_attention, precision_bytes=pb, dropout=dropout,
-                  sequence_parallel=par.sequence_parallel and t > 1)
-    per_layer = layer_activation_bytes(m, b, s, t, recompute=tr.activation_checkpointing, **common)
-    if m.moe is not None or m.is_mla:  # routed tokens / MLA tensors instead of the dense ones
-        from simulator.workload import moe_memory
-
-        per_layer += moe_memory.activation_delta_per_layer(scenario, pb)
-    transient = 0.0
-    if tr.activation_checkpointing == "full":
-        transient = layer_activation_bytes(m, b, s, t, recompute="none", **common)
-        if m.moe is not None or m.is_mla:  # the block being recomputed holds its routed tokens too
-            from simulator.workload import moe_memory
-
-            transient += max(0.0, moe_memory.moe_block_extra(scenario, pb) + moe_memory.mla_block_extra(scenario, pb))
-    schedule, v, blocks = _pipeline(scenario)
-    n_micro = scenario.grad_accum_steps
-    logits = logits_activation_bytes(m, b, s, t, pb)
-    rows = []
-    for st in range(pp):
-        k = _in_flight(schedule, st, pp, n_micro, v) if pp > 1 else 1
-        layers = per_layer * blocks[st] * k
-        embedding = MASK_BYTES * s * b * m.hidden_size * math.ceil(k) if (st == 0 and dropout) else 0.0
-        head = logits if st == pp - 1 else 0.0
-        rows.append(ActivationBytes(per_layer=per_layer, layers=layers, recompute_transient=transient,
-                                    embedding=embedding, logits=head, in_flight=k,
-                                    total_bytes=layers + transient + embedding + head))
-    return rows
-
-
-def activations(scenario: Scenario) -> ActivationBytes:
-    """Activations of the pipeline stage that stores the most (:func:`stage_activations`)."""
-    return max(stage_activations(scenario), key=lambda a: a.total_bytes)
 
 
 # --- buffers -----------------------------------------------------------------------------------
@@ -389,7 +233,7 @@ def buffers(scenario: Scenario, psi: float | None = None, blocks: int | None = N
         psi = _local_params(scenario)
     if blocks is None:
         blocks = math.ceil(m.n_layers / par.pp)
-    half = 2 if _is_16bit(scenario) else 4
+    half = 2 if is_16bit(scenario) else 4
     stage = par.effective_zero_stage
     on_gpu_optimizer = par.offload_optimizer == "none"
     updated = psi / (_shard_degree(scenario) if stage >= 1 else 1)  # parameters this GPU's Adam updates
@@ -459,7 +303,7 @@ def breakdown(scenario: Scenario) -> MemoryBreakdown:
     iff ``total ≤ cluster.gpu.hbm_usable_bytes``.
     """
     m, par = scenario.model, scenario.parallel
-    _, _, blocks = _pipeline(scenario)
+    _, _, blocks = pipeline_blocks(scenario)
     acts = stage_activations(scenario)
     best = None
     rows = []

@@ -1,0 +1,177 @@
+"""Activation memory of a training step (one model: ``workload.memory`` composes it with the model
+states and buffers): bytes one block keeps for its backward, the output layer's buffers, and what each
+pipeline stage holds for its in-flight micro-batches. Sources: Korthikanti et al. 2022 (Sec. 4,
+Table 2), Narayanan et al. SC'21, Megatron ``theoretical_memory_usage.py`` (formulas.md §2).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from simulator.config.model import ModelConfig
+from simulator.config.scenario import Scenario
+from simulator.parallel import pipeline_order, pipeline_split
+from simulator.workload.flops import Recompute
+
+#: Bytes of a dropout mask element (Korthikanti et al. 2022 Sec. 4.1 store masks as 1-byte tensors).
+MASK_BYTES = 1
+#: Bytes of FlashAttention's per-row softmax statistic (fp32 log-sum-exp; Dao et al. 2022 Alg. 1).
+SOFTMAX_STAT_BYTES = 4
+#: Bytes per logit of the fp32 log-probabilities cross-entropy keeps for its backward (PyTorch
+#: ``cross_entropy`` upcasts 16-bit logits; Megatron counts 4 B/logit in ``theoretical_memory_usage``).
+LOGPROB_BYTES = 4
+
+@dataclass(frozen=True)
+class ActivationBytes:
+    """Activation memory of the in-flight micro-batches on the most-loaded pipeline stage.
+
+    ``per_layer`` is what one block stores for one micro-batch under the recompute mode;
+    ``layers = per_layer · blocks_on_stage · in_flight`` (``in_flight`` in whole-stage units); ``recompute_transient`` is one block's
+    full activations, live while full recomputation rebuilds it; ``logits`` the output layer and
+    cross-entropy buffers (last stage).
+    """
+
+    per_layer: float
+    layers: float
+    recompute_transient: float
+    embedding: float
+    logits: float
+    in_flight: float
+    total_bytes: float
+
+
+def is_16bit(scenario: Scenario) -> bool:
+    return scenario.training.precision in ("bf16", "fp16", "fp8")
+
+
+def layer_activation_bytes(
+    model: ModelConfig,
+    b: int,
+    s: int,
+    tp: int = 1,
+    *,
+    sequence_parallel: bool = False,
+    flash_attention: bool = True,
+    recompute: Recompute = "none",
+    precision_bytes: int = 2,
+    dropout: bool = False,
+) -> float:
+    """Bytes one transformer block keeps for the backward, one micro-batch (Korthikanti et al. 2022,
+    "Reducing Activation Recomputation in Large Transformer Models", Sec. 4 and Table 2).
+
+    Generalised to GQA, any ``f``, SwiGLU and FlashAttention (``p`` = precision bytes, 2 in the paper):
+
+    * norm/dropout region (÷t only with sequence parallelism): two norm inputs ``2p·sbh``, the
+      attention and MLP inputs ``2p·sbh``, two dropout masks ``2·sbh`` → ``10·sbh`` at p = 2;
+    * tensor-parallel region (÷t): Q, K, V ``p·sb·(a·d_h + 2·g_kv·d_h)``, out-proj input
+      ``p·sb·a·d_h``, activation input ``p·sb·(k_mlp−1)·f`` and output ``p·sb·f`` → ``24·sbh`` for
+      MHA + GELU-4h (SwiGLU stores gate and up: ``3f`` instead of ``2f``); QK-norm adds its
+      inputs ``p·sb·(a·d_h + g_kv·d_h)`` (RoPE needs no input for its backward, only sin/cos);
+    * attention core (÷t), unfused: softmax output ``p·a·s²b``, dropout mask ``a·s²b`` and output
+      ``p·a·s²b`` → ``5·a·s²·b``; FlashAttention stores none of it, only the fp32 log-sum-exp
+      ``4·a·s·b`` (dropout is regenerated from the RNG state); selective recomputation drops it.
+
+    Total without parallelism, MHA, GELU-4h, dropout, p = 2: ``s·b·h·(34 + 5·a·s/h)``; with TP
+    ``s·b·h·(10 + 24/t + 5as/(ht))``; selective ``s·b·h·(10 + 24/t)``. Full recomputation keeps only
+    the block input, ``p·sbh`` (÷t with SP); see :func:`activations` for the transient.
+    """
+    p, t, mask = precision_bytes, tp, (MASK_BYTES if dropout else 0)
+    sbh = s * b * model.hidden_size
+    region_div = t if sequence_parallel else 1
+    if recompute == "full":
+        return p * sbh / region_div
+    replicated = sbh * (4 * p + 2 * mask)
+    qkv_out = p * s * b * (2 * model.q_dim + 2 * model.kv_dim)
+    if model.qk_norm:
+        qkv_out += p * s * b * (model.q_dim + model.kv_dim)
+    mlp = p * s * b * model.ffn_hidden_size * model.mlp_matrices
+    heads_s2b = model.n_heads * s * s * b
+    if flash_attention:
+        core = SOFTMAX_STAT_BYTES * model.n_heads * s * b
+    elif recompute == "selective":
+        core = 0.0
+    else:
+        core = heads_s2b * (p + (mask + p if dropout else 0))
+    return replicated / region_div + (qkv_out + mlp + core) / t
+
+
+def logits_activation_bytes(
+    model: ModelConfig, b: int, s: int, tp: int = 1, precision_bytes: int = 2
+) -> float:
+    """Output-layer buffers of one micro-batch: the final-norm input and output ``2p·sbh``, the
+    vocab-parallel logits ``p·sbV/t`` and the fp32 log-probabilities kept for the backward
+    ``4·sbV/t`` (cf. Megatron ``theoretical_memory_usage.py``: ``4·sbh·(1 + V/h)`` with SP)."""
+    p = precision_bytes
+    return 2 * p * s * b * model.hidden_size + (p + LOGPROB_BYTES) * s * b * model.vocab_size / tp
+
+
+def pipeline_blocks(scenario: Scenario) -> tuple[str, int, list[int]]:
+    """(schedule, virtual stages, blocks per GPU stage) of the scenario's pipeline."""
+    par = scenario.parallel
+    schedule = par.pipeline_schedule if par.pp > 1 else "1f1b"
+    v = par.virtual_stages if schedule == "interleaved" else 1
+    return schedule, v, pipeline_split.gpu_stage_layers(scenario.model.n_layers, par.pp, v, par)
+
+
+def _in_flight(schedule: str, stage: int, pp: int, n_micro: int, v: int) -> float:
+    """``pipeline_order.in_flight``, without walking millions of micro-batches: GPipe holds all
+    ``m``; 1F1B and interleaved 1F1B reach their peak within the warm-up (fewer than ``2·p·v``
+    chunk-forwards), so any ``m`` beyond ``4·p·v`` (kept a multiple of ``p``) gives the same peak."""
+    if schedule == "gpipe":
+        return float(n_micro)
+    cap = 4 * pp * v
+    return pipeline_order.in_flight(schedule, stage, pp, min(n_micro, cap), v)
+
+
+def stage_activations(scenario: Scenario) -> list[ActivationBytes]:
+    """Activation bytes on every GPU pipeline stage, per :func:`layer_activation_bytes`.
+
+    A stage holding ``n_s`` blocks with ``k_s`` micro-batches in flight stores
+    ``per_layer · n_s · k_s``; ``k_s`` is counted on the schedule's own order
+    (``pipeline_order.in_flight``): GPipe ``m``; 1F1B ``min(p−s, m)`` (Narayanan et al. SC'21 §2.2;
+    Megatron ``theoretical_memory_usage.py``); interleaved ``L·(1 + (p−1)/(p·v))`` layers on stage 0
+    (Korthikanti et al. 2022 §4.2.3). Blocks per stage from ``pipeline_split`` (Megatron's
+    placements). Sequence parallelism divides the norm/dropout region by ``t``; context parallelism
+    makes every term one of the rank's ``s/cp`` tokens (Korthikanti's formulas with ``s → s/cp``).
+    Full recomputation stores the block inputs and, while recomputing one block for its backward,
+    that block's full activations (Korthikanti Table 2 note). The first stage adds the embedding's
+    dropout mask ``sbh`` per in-flight micro-batch when dropout is on; the last stage the logits
+    buffers of one micro-batch.
+    """
+    m, tr, par = scenario.model, scenario.training, scenario.parallel
+    b, s, t, pp = tr.micro_batch_size, tr.seq_len // par.cp, par.tp, par.pp
+    pb = 2 if is_16bit(scenario) else 4
+    dropout = m.dropout > 0
+    common = dict(flash_attention=tr.kernels.flash_attention, precision_bytes=pb, dropout=dropout,
+                  sequence_parallel=par.sequence_parallel and t > 1)
+    per_layer = layer_activation_bytes(m, b, s, t, recompute=tr.activation_checkpointing, **common)
+    if m.moe is not None or m.is_mla:  # routed tokens / MLA tensors instead of the dense ones
+        from simulator.workload import moe_memory
+
+        per_layer += moe_memory.activation_delta_per_layer(scenario, pb)
+    transient = 0.0
+    if tr.activation_checkpointing == "full":
+        transient = layer_activation_bytes(m, b, s, t, recompute="none", **common)
+        if m.moe is not None or m.is_mla:  # the block being recomputed holds its routed tokens too
+            from simulator.workload import moe_memory
+
+            transient += max(0.0, moe_memory.moe_block_extra(scenario, pb) + moe_memory.mla_block_extra(scenario, pb))
+    schedule, v, blocks = pipeline_blocks(scenario)
+    n_micro = scenario.grad_accum_steps
+    logits = logits_activation_bytes(m, b, s, t, pb)
+    rows = []
+    for st in range(pp):
+        k = _in_flight(schedule, st, pp, n_micro, v) if pp > 1 else 1
+        layers = per_layer * blocks[st] * k
+        embedding = MASK_BYTES * s * b * m.hidden_size * math.ceil(k) if (st == 0 and dropout) else 0.0
+        head = logits if st == pp - 1 else 0.0
+        rows.append(ActivationBytes(per_layer=per_layer, layers=layers, recompute_transient=transient,
+                                    embedding=embedding, logits=head, in_flight=k,
+                                    total_bytes=layers + transient + embedding + head))
+    return rows
+
+
+def activations(scenario: Scenario) -> ActivationBytes:
+    """Activations of the pipeline stage that stores the most (:func:`stage_activations`)."""
+    return max(stage_activations(scenario), key=lambda a: a.total_bytes)
