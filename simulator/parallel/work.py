@@ -15,6 +15,7 @@ from typing import Any
 from simulator.units import DTYPE_BYTES
 from simulator.workload import ops as wops
 from simulator.workload import params as wparams
+from simulator.workload.optimizer_ops import optimizer_ops
 
 
 @dataclass(frozen=True)
@@ -128,7 +129,7 @@ def from_scenario(scenario: Any, persistence_threshold: float = 1e5) -> StepWork
         layer_params=layer_local,
         embed_params=float((counts.embedding + counts.embedding_norm) / tp),
         head_params=float(counts.lm_head / tp + counts.final_norm),
-        optimizer=lambda n: tuple(wops.optimizer_ops(n, fused, tr.grad_clipping, fp8_weight_cast=fp8 is not None)),
+        optimizer=lambda n: tuple(optimizer_ops(n, fused, tr.grad_clipping, fp8_weight_cast=fp8 is not None)),
         layer_persistent=float(min(_largest_tensor_below(persistence_threshold, small), blk.total)),
         head_persistent=float(counts.final_norm if counts.final_norm < persistence_threshold else 0),
         layer_module_names=model.linear_modules,

@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 
 from simulator.config.scenario import KernelConfig
 from simulator.workload import flops, ops
+from simulator.workload.optimizer_ops import optimizer_ops
 
 FLASH = KernelConfig(flash_attention=True, fused_norm_residual=True)
 UNFUSED = KernelConfig(flash_attention=False, fused_norm_residual=False)
@@ -102,7 +103,7 @@ def test_fp8_casts_every_linear_gemm_and_nothing_else(llama3_8b):
         assert bwd["mlp_down.fp8_cast.bwd"].bytes == standalone * m * h
         assert {op.name for op in fwd if op.linear} == {"qkv", "out_proj", "mlp_up", "mlp_down"}
     # the weights are cast once per step, with the optimizer: 4 B per parameter
-    opt = ops.optimizer_ops(1000, True, fp8_weight_cast=True)
+    opt = optimizer_ops(1000, True, fp8_weight_cast=True)
     assert opt[-1].name == "fp8_weight_cast" and opt[-1].bytes == 4000
 
 
@@ -149,10 +150,10 @@ def test_head_ops(llama3_8b):
 
 def test_optimizer_bytes_per_parameter():
     n = 1_000_000
-    (fused,) = ops.optimizer_ops(n, fused_adam=True)
+    (fused,) = optimizer_ops(n, fused_adam=True)
     # read master, m, v, grad (4 × 4 B), write master, m, v (3 × 4 B) and the bf16 copy (2 B)
     assert fused.bytes == 30 * n and fused.kind == "memory"
-    unfused = ops.optimizer_ops(n, fused_adam=False)
+    unfused = optimizer_ops(n, fused_adam=False)
     assert len(unfused) == 8
     # lerp 12, mul 8, addcmul 12, sqrt 8, div 8, add 8, addcdiv 16, cast 6 bytes per parameter
     assert sum(op.bytes for op in unfused) == 78 * n
@@ -162,9 +163,9 @@ def test_optimizer_bytes_per_parameter():
 def test_optimizer_launches_and_grad_clipping():
     # multi_tensor_apply: 320 blocks × 65,536 elements per launch -> 7e9 params need ceil(333.8) = 334
     n = 7_000_000_000
-    (adam,) = ops.optimizer_ops(n, fused_adam=True)
+    (adam,) = optimizer_ops(n, fused_adam=True)
     assert adam.launches == 334
-    clip = ops.optimizer_ops(n, fused_adam=True, grad_clipping=True)
+    clip = optimizer_ops(n, fused_adam=True, grad_clipping=True)
     assert [op.name for op in clip] == ["grad_norm", "grad_clip_scale", "adam"]
     # norm reads fp32 grads (4 B), the scale reads and writes them (8 B)
     assert clip[0].bytes + clip[1].bytes == 12 * n
