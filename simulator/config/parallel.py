@@ -1,0 +1,219 @@
+"""The ``parallel`` section of a scenario: the parallel layout (tp, pp, cp, ep, pipeline schedule)
+and the communication semantics of one framework (DeepSpeed, FSDP or DDP/Megatron), with the checks
+that tie its keys together. Key names are API (README "Scenario format").
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar, Literal
+
+from pydantic import Field, NonNegativeFloat, PositiveFloat, PositiveInt, model_validator
+
+from simulator.config.base import Frozen
+
+Framework = Literal["deepspeed", "fsdp", "ddp"]
+Offload = Literal["none", "cpu", "nvme"]
+
+
+class ParallelConfig(Frozen):
+    """Parallel layout and the communication semantics of one framework.
+
+    DeepSpeed keys follow DeepSpeed's names (elements, not bytes); DDP keys follow
+    ``torch.nn.parallel.DistributedDataParallel``; FSDP keys follow ``torch.distributed.fsdp``.
+    A key of another framework than ``framework`` is an error (it would be silently ignored there).
+    """
+
+    tp: PositiveInt = 1
+    pp: PositiveInt = 1
+    #: Context parallelism (Megatron-Core ``context_parallel_size``, ring attention): the sequence
+    #: split over ``cp`` ranks; the batch splits over dp = GPUs / (tp · cp · pp), gradients reduce
+    #: over dp · cp. ``training.global_batch_size`` must be a multiple of ``micro_batch_size · dp``.
+    cp: PositiveInt = 1
+    #: Expert parallelism (MoE models; Megatron-Core ``--expert-model-parallel-size``): the routed
+    #: experts split over ``ep`` ranks; ``etp`` splits each expert's width
+    #: (``--expert-tensor-parallel-size``); expert data parallel = tp·cp·dp / (ep·etp).
+    ep: PositiveInt = 1
+    etp: PositiveInt = 1
+    #: Run the shared experts while the token dispatch is in flight (``--moe-shared-expert-overlap``).
+    moe_shared_expert_overlap: bool = False
+    #: Token dispatcher: one all-to-all over the EP group (Megatron-Core ``alltoall``), or DeepEP's
+    #: two hops across nodes (each token crosses the network once per destination node, then NVLink).
+    moe_dispatcher: Literal["alltoall", "deepep"] = "alltoall"
+    #: Megatron sequence parallelism (Korthikanti et al. 2022): norm/dropout activations split by tp.
+    sequence_parallel: bool = False
+    #: Megatron TP communication overlap (``--tp-comm-overlap``) / PyTorch async-TP: TP collectives
+    #: run on their own stream, chunk-pipelined with the GEMM next to them (forward) and alongside
+    #: the weight-gradient GEMMs (backward). No effect with tp = 1.
+    tp_comm_overlap: bool = False
+    #: Pipeline schedule: "1f1b" (PipeDream-Flush), "gpipe" (all forwards, then all backwards) or
+    #: "interleaved" (Megatron interleaved 1F1B over ``virtual_stages`` model chunks per GPU).
+    pipeline_schedule: Literal["1f1b", "gpipe", "interleaved"] = "1f1b"
+    #: Model chunks per pipeline stage for the interleaved schedule (Megatron
+    #: ``--num-layers-per-virtual-pipeline-stage`` = layers / (pp · virtual_stages)).
+    virtual_stages: PositiveInt = 1
+    #: Megatron-Core uneven pipeline placement (``simulator.parallel.pipeline_split``): blocks on the
+    #: first / last GPU stage (``--decoder-first/last-pipeline-num-layers``), or the embedding / loss
+    #: counted as one layer slot each (``--account-for-embedding/loss-in-pipeline-split``).
+    decoder_first_pipeline_num_layers: PositiveInt | None = None
+    decoder_last_pipeline_num_layers: PositiveInt | None = None
+    account_for_embedding_in_pipeline_split: bool = False
+    account_for_loss_in_pipeline_split: bool = False
+    #: Megatron distributed optimizer (``--use-distributed-optimizer``) with framework ddp: gradients
+    #: reduce-scattered, optimizer states sharded over DP, parameters all-gathered (ZeRO-1-like).
+    distributed_optimizer: bool = False
+    zero_stage: int = Field(0, ge=0, le=3)
+    framework: Framework = "deepspeed"
+    # --- DeepSpeed (deepspeed/runtime/zero/config.py defaults, DS 0.16.5) ---
+    reduce_bucket_size: PositiveFloat = 5e8
+    allgather_bucket_size: PositiveFloat = 5e8
+    overlap_comm: bool | None = Field(None, description="None = DeepSpeed default: True for stage 3, else False")
+    contiguous_gradients: bool = True
+    use_multi_rank_bucket_allreduce: bool = True
+    #: Elements gathered ahead of use; 0 (or less than the smallest module) means no prefetch.
+    stage3_prefetch_bucket_size: NonNegativeFloat = 5e7
+    #: Host time DeepSpeed spends per sub-module fetch (partitioned-parameter bookkeeping, hooks,
+    #: post-gather copies), seconds. 0 by default (not measured for current releases); DeepSpeed
+    #: PR #1188 (2021) measured ~0.8 ms per fetch on a 5.1B BERT before its fix (200 ms over 64
+    #: blocks x 4 modules), the value for 2021-era runs.
+    stage3_fetch_overhead_s: NonNegativeFloat = 0.0
+    #: Host time per rank of the group per ZeRO-3 collective, seconds. DeepSpeed before 0.4 (2021)
+    #: gathered into a Python list of one tensor per rank (a ``narrow`` view each, then PyTorch's
+    #: list all-gather copies every piece out; ``reduce_scatter`` likewise takes a list), so the host
+    #: cost of one fetch grows with the data-parallel degree; later releases gather into one flat
+    #: tensor (``all_gather_into_tensor``, DeepSpeed PR #1188): 0.
+    stage3_list_overhead_per_rank_s: NonNegativeFloat = 0.0
+    stage3_max_live_parameters: PositiveFloat = 1e9
+    stage3_param_persistence_threshold: NonNegativeFloat = 1e5
+    offload_optimizer: Offload = "none"
+    offload_param: Offload = "none"
+    communication_data_type: Literal["fp32", "fp16", "bf16"] | None = None
+    zero_quantized_weights: bool = False
+    zero_quantized_gradients: bool = False
+    zero_hpz_partition_size: PositiveInt = 1
+    onebit_adam: bool = False
+    deepspeed_config: str | None = None
+    # --- PyTorch DDP (torch/nn/parallel/distributed.py) ---
+    bucket_cap_mb: PositiveFloat = 25.0
+    first_bucket_mb: PositiveFloat = 1.0
+    no_sync: bool = True
+    #: gradient_as_bucket_view=True makes gradients views into the buckets (saves one gradient copy).
+    gradient_as_bucket_view: bool = False
+    comm_hook: Literal["none", "fp16", "bf16"] = "none"
+    # --- PyTorch FSDP (torch/distributed/fsdp/api.py) ---
+    sharding_strategy: Literal["full_shard", "shard_grad_op", "hybrid_shard", "no_shard"] = "full_shard"
+    backward_prefetch: Literal["backward_pre", "backward_post", "none"] = "backward_pre"
+    forward_prefetch: bool = False
+    limit_all_gathers: bool = True
+    reshard_after_forward: bool | None = None
+    param_dtype: Literal["fp32", "fp16", "bf16"] | None = None
+    reduce_dtype: Literal["fp32", "fp16", "bf16"] | None = None
+
+    _DEEPSPEED_ONLY: ClassVar[tuple[str, ...]] = (
+        "reduce_bucket_size",
+        "allgather_bucket_size",
+        "overlap_comm",
+        "contiguous_gradients",
+        "use_multi_rank_bucket_allreduce",
+        "stage3_prefetch_bucket_size",
+        "stage3_max_live_parameters",
+        "stage3_param_persistence_threshold",
+        "stage3_fetch_overhead_s",
+        "stage3_list_overhead_per_rank_s",
+        "communication_data_type",
+        "zero_quantized_weights",
+        "zero_quantized_gradients",
+        "zero_hpz_partition_size",
+        "onebit_adam",
+        "deepspeed_config",
+    )
+    _DDP_ONLY: ClassVar[tuple[str, ...]] = (
+        "bucket_cap_mb",
+        "first_bucket_mb",
+        "no_sync",
+        "gradient_as_bucket_view",
+        "comm_hook",
+    )
+    _FSDP_ONLY: ClassVar[tuple[str, ...]] = (
+        "sharding_strategy",
+        "backward_prefetch",
+        "forward_prefetch",
+        "limit_all_gathers",
+        "reshard_after_forward",
+        "param_dtype",
+        "reduce_dtype",
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _interleave_when_virtual(cls, data: Any) -> Any:
+        """Virtual stages imply the interleaved schedule (as in Megatron-LM) unless one is named."""
+        if isinstance(data, dict) and "pipeline_schedule" not in data:
+            v = data.get("virtual_stages", 1)
+            if isinstance(v, int) and not isinstance(v, bool) and v > 1:
+                return {**data, "pipeline_schedule": "interleaved"}
+        return data
+
+    @model_validator(mode="after")
+    def _check_framework_keys(self) -> ParallelConfig:
+        owners = {"deepspeed": self._DEEPSPEED_ONLY, "ddp": self._DDP_ONLY, "fsdp": self._FSDP_ONLY}
+        for framework, keys in owners.items():
+            if framework == self.framework:
+                continue
+            for key in sorted(set(keys) & self.model_fields_set):
+                raise ValueError(
+                    f"parallel.{key} is a {framework} option, but parallel.framework is {self.framework!r}; "
+                    f"remove it or set parallel.framework: {framework}"
+                )
+        if self.framework == "ddp" and self.zero_stage != 0:
+            raise ValueError("parallel.zero_stage must be 0 with framework ddp (DDP replicates everything)")
+        if self.framework == "fsdp" and "zero_stage" in self.model_fields_set:
+            expected = self.fsdp_zero_stage
+            if self.zero_stage != expected:
+                raise ValueError(
+                    f"parallel.zero_stage {self.zero_stage} contradicts sharding_strategy {self.sharding_strategy!r} "
+                    f"(which shards like ZeRO-{expected}); set parallel.sharding_strategy instead"
+                )
+        if self.offload_param != "none" and self.zero_stage != 3:
+            raise ValueError("parallel.offload_param needs zero_stage 3 (DeepSpeed offloads parameters only in stage 3)")
+        if self.offload_optimizer != "none" and self.framework == "deepspeed" and self.zero_stage == 0:
+            raise ValueError("parallel.offload_optimizer needs zero_stage 1, 2 or 3 (ZeRO-Offload)")
+        if self.framework == "ddp" and self.offload_optimizer != "none":
+            raise ValueError("parallel.offload_optimizer is not available with framework ddp; use deepspeed")
+        self._check_pipeline_keys()
+        return self
+
+    def _check_pipeline_keys(self) -> None:
+        """Schedule, virtual stages and the distributed optimizer against each other (the checks that
+        need the model or the cluster are in ``simulator.parallel.checks``)."""
+        if self.virtual_stages > 1 and self.pipeline_schedule != "interleaved":
+            raise ValueError(
+                f"parallel.virtual_stages ({self.virtual_stages}) needs parallel.pipeline_schedule: interleaved "
+                f"(got {self.pipeline_schedule!r})"
+            )
+        if self.pipeline_schedule == "interleaved" and self.pp < 2:
+            raise ValueError("parallel.pipeline_schedule interleaved needs parallel.pp >= 2")
+        if self.distributed_optimizer and self.framework != "ddp":
+            raise ValueError(
+                "parallel.distributed_optimizer (Megatron) applies to framework ddp; with deepspeed use "
+                "zero_stage: 1, with fsdp a sharding_strategy"
+            )
+
+    @property
+    def fsdp_zero_stage(self) -> int:
+        """The ZeRO stage an FSDP sharding strategy corresponds to (FULL_SHARD ≈ 3, SHARD_GRAD_OP ≈ 2)."""
+        return {"full_shard": 3, "hybrid_shard": 3, "shard_grad_op": 2, "no_shard": 0}[self.sharding_strategy]
+
+    @property
+    def effective_zero_stage(self) -> int:
+        """What is sharded, as a ZeRO stage: params+grads+optimizer = 3 ... nothing = 0. Megatron's
+        distributed optimizer shards the optimizer states like ZeRO-1."""
+        if self.framework == "fsdp":
+            return self.fsdp_zero_stage
+        return 1 if self.distributed_optimizer else self.zero_stage
+
+    @property
+    def effective_overlap_comm(self) -> bool:
+        """DeepSpeed's overlap_comm default: True for stage 3, False otherwise (config.py)."""
+        if self.overlap_comm is not None:
+            return self.overlap_comm
+        return self.zero_stage == 3
