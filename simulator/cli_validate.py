@@ -105,14 +105,8 @@ def _validate_memory(only: str | None, json_out: bool, max_mape: float | None) -
             console.print(f"  skipped {s['id']}: {s['reason']}", markup=False, highlight=False, soft_wrap=True)
         for key, text in sources.items():
             console.print(f"source {key}: {text}", markup=False, highlight=False, soft_wrap=True)
-    if summary["simulated"] == 0 and summary["boundaries"]["n"] == 0:
-        stderr.print("[bold red]error: no memory run was simulated: nothing was validated[/]", highlight=False)
-        return EXIT_MAPE
-    if max_mape is not None and summary["mape"] is not None and 100 * summary["mape"] > max_mape:
-        stderr.print(f"[bold red]memory MAPE {100 * summary['mape']:.1f}% exceeds --max-mape {max_mape:g}%[/]",
-                     highlight=False)
-        return EXIT_MAPE
-    return 0
+    nothing = summary["simulated"] == 0 and summary["boundaries"]["n"] == 0
+    return _exit_code(nothing, "no memory run was simulated", "memory MAPE", summary["mape"], max_mape)
 
 
 def _simulate_all(runs: list, show: bool) -> list[dict]:
@@ -162,16 +156,19 @@ def _validate(only: str | None, kind: str | None, json_out: bool, max_mape: floa
         # The README sits at the root; the scatter plot is written beside the markdown report.
         image = (png.as_posix() if png else "docs/validation.png")
         readme.write_text(splice(readme.read_text(), markdown(rows, summary, command, image=image, level=2)))
-    if summary["simulated"] == 0:
-        stderr.print(f"[bold red]error: no run was simulated ({summary['skipped']} of {summary['runs']} skipped): "
-                     "nothing was validated[/]", highlight=False)
+    return _exit_code(summary["simulated"] == 0,
+                      f"no run was simulated ({summary['skipped']} of {summary['runs']} skipped)", "MAPE",
+                      summary["mape"], max_mape)
+
+
+def _exit_code(nothing: bool, nothing_text: str, label: str, mape: float | None, max_mape: float | None) -> int:
+    """``EXIT_MAPE`` when nothing was simulated or the MAPE exceeds ``--max-mape`` (with the reason on
+    stderr), else 0."""
+    if nothing:
+        stderr.print(f"[bold red]error: {nothing_text}: nothing was validated[/]", highlight=False)
         return EXIT_MAPE
-    if max_mape is not None and summary["mape"] is not None and 100 * summary["mape"] > max_mape:
-        stderr.print(f"[bold red]MAPE {100 * summary['mape']:.1f}% exceeds --max-mape {max_mape:g}%[/]",
-                     highlight=False)
+    if max_mape is not None and mape is not None and 100 * mape > max_mape:
+        stderr.print(f"[bold red]{label} {100 * mape:.1f}% exceeds --max-mape {max_mape:g}%[/]", highlight=False)
         return EXIT_MAPE
     return 0
 
-
-if __name__ == "__main__":  # until the lead registers it: python -m simulator.cli_validate [options]
-    typer.run(validate_command)

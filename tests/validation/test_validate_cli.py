@@ -1,4 +1,4 @@
-"""``dtsim validate`` end to end on a local typer app (the lead registers it in simulator/cli.py).
+"""``dtsim validate`` end to end on a local typer app (registered in simulator/cli.py).
 
 Runs the pure data-parallel part of the suite (a few seconds); the full suite, with the large
 pipeline runs, is ``dtsim validate`` by hand (minutes).
