@@ -58,6 +58,12 @@ class ParallelConfig(Frozen):
     decoder_last_pipeline_num_layers: PositiveInt | None = None
     account_for_embedding_in_pipeline_split: bool = False
     account_for_loss_in_pipeline_split: bool = False
+    #: Megatron-Core ``pipeline_model_parallel_layout``: what each of the ``pp·virtual_stages``
+    #: virtual stages holds, in virtual-stage order, stages separated by ``|``: ``E`` embedding,
+    #: ``t`` a transformer block, ``m`` an MTP block (not modelled: no work), ``L`` the loss;
+    #: ``(..)*n`` and ``x*n`` repeat, commas are cosmetic. DeepSeek-V3 on pp=8 × v=2 (Megatron-Bridge
+    #: ``deepseek_v3.py``): ``"Etttt|(tttt|)*14tmL"`` (``simulator.parallel.pipeline_split``).
+    pipeline_layout: str | None = None
     #: Megatron distributed optimizer (``--use-distributed-optimizer``) with framework ddp: gradients
     #: reduce-scattered, optimizer states sharded over DP, parameters all-gathered (ZeRO-1-like).
     distributed_optimizer: bool = False
@@ -192,6 +198,19 @@ class ParallelConfig(Frozen):
             )
         if self.pipeline_schedule == "interleaved" and self.pp < 2:
             raise ValueError("parallel.pipeline_schedule interleaved needs parallel.pp >= 2")
+        if self.pipeline_layout is not None:
+            from simulator.parallel.pipeline_split import layout_stages
+
+            try:
+                n = len(layout_stages(self.pipeline_layout))
+            except ValueError as exc:
+                raise ValueError(f"parallel.pipeline_layout: {exc}") from None
+            v = self.virtual_stages if self.pipeline_schedule == "interleaved" else 1
+            if n != self.pp * v:
+                raise ValueError(
+                    f"parallel.pipeline_layout has {n} stages but pp x virtual_stages = {self.pp} x {v} = "
+                    f"{self.pp * v}; give one '|'-separated stage per virtual stage (or set "
+                    f"parallel.virtual_stages: {n // self.pp if n % self.pp == 0 else 'n/pp'})")
         if self.distributed_optimizer and self.framework != "ddp":
             raise ValueError(
                 "parallel.distributed_optimizer (Megatron) applies to framework ddp; with deepspeed use "

@@ -61,7 +61,8 @@ def check_layout(scenario: Any) -> None:
         v = p.virtual_stages if p.pipeline_schedule == "interleaved" else 1
         why = "needs parallel.pp >= 2" if p.pp < 2 else pipeline_split.split_error(m.n_layers, p.pp, v, p)
         if why:
-            raise InputError(f"uneven pipeline placement: {why}", "parallel.pp")
+            key = "parallel.pipeline_layout" if getattr(p, "pipeline_layout", None) else "parallel.pp"
+            raise InputError(f"uneven pipeline placement: {why}", key)
     if p.cp > 1:
         if n % (p.tp * p.cp * p.pp):
             raise InputError(

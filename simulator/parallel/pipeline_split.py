@@ -14,17 +14,73 @@ placements (Megatron-Core ``get_num_layers_to_build`` / ``get_transformer_layer_
   GPU stage holds that many blocks, the other stages split the rest evenly (must divide); with
   ``v > 1`` each GPU stage's blocks split evenly over its ``v`` chunks (must divide).
 
+* ``pipeline_layout`` (Megatron-Core ``pipeline_model_parallel_layout``,
+  ``megatron/core/transformer/pipeline_parallel_layer_layout.py``): the blocks of every virtual
+  stage written out, so virtual stages need not be equal and no divisibility applies. A string of
+  ``p·v`` stages separated by ``|`` in virtual-stage order ``j = chunk·p + s`` (Megatron's
+  ``layout[vpp_rank·pp + pp_rank]``); in a stage ``E`` = embedding, ``t`` = transformer block,
+  ``m`` = multi-token-prediction block, ``L`` = loss; ``(..)*n`` and ``x*n`` repeat, commas are
+  cosmetic (``parse_str_to_list``). As in Megatron-Core ``validate_layer_layout``: exactly one
+  ``E``, in the first stage, before its blocks; exactly one ``L``, at the end of the last stage;
+  the ``t`` count equals the model's layers; ``m`` only after every ``t``. dtsim does not model
+  MTP: an ``m`` holds no work (DeepSeek-V3's MTP module adds about one MoE block of compute on the
+  last stage, which this leaves out). Megatron-Bridge runs DeepSeek-V3 (61 blocks) on pp=8 × v=2 as
+  ``Etttt|(tttt|)*14tmL`` (``recipes/deepseek/deepseek_v3.py``, ``layout_map[(8, 2)]``): four
+  blocks per virtual stage, the embedding with the first four, the last stage one block, MTP and
+  the loss; 61 blocks cannot be split over 16 chunks by ``decoder_first/last_pipeline_num_layers``
+  (each GPU stage's count must divide by v, and 61 is odd).
+
 Pure arithmetic; ``split_error`` says why a placement is impossible (``None`` if it is possible).
 """
 
 from __future__ import annotations
 
+import re
 from typing import Any
+
+#: Layer characters of a Megatron-Core layout string.
+_LAYOUT_CHARS = {"E": "embedding", "t": "decoder", "m": "mtp", "L": "loss"}
+
+
+def layout_stages(text: str) -> list[str]:
+    """The stages of a layout string, each a string of layer characters (Megatron-Core
+    ``PipelineParallelLayerLayout.parse_str_to_list``: drop commas, unroll ``(..)*n`` then ``x*n``,
+    split at ``|``). Raises ``ValueError`` naming a bad character."""
+    s = text.replace(",", "").replace(" ", "")
+    s = re.sub(r"\(([^)]+)\)\*(\d+)", lambda x: x.group(1) * int(x.group(2)), s)
+    s = re.sub(r"(.)\*(\d+)", lambda x: x.group(1) * int(x.group(2)), s)
+    stages = s.split("|")
+    for stage in stages:
+        for ch in stage:
+            if ch not in _LAYOUT_CHARS:
+                raise ValueError(f"invalid layer character {ch!r} in stage {stage!r}; use E (embedding), "
+                                 "t (transformer block), m (MTP block), L (loss), | between stages, (..)*n to repeat")
+    return stages
+
+
+def _layout_error(text: str, n_layers: int, n_stages: int) -> str | None:
+    stages = layout_stages(text)
+    flat = "".join(stages)
+    if len(stages) != n_stages:
+        return f"pipeline_layout has {len(stages)} stages, pp x virtual_stages = {n_stages}"
+    if flat.count("E") != 1 or not stages[0].startswith("E"):
+        return "pipeline_layout needs exactly one E (embedding), at the start of the first stage"
+    if flat.count("L") != 1 or not stages[-1].endswith("L"):
+        return "pipeline_layout needs exactly one L (loss), at the end of the last stage"
+    if flat.count("t") != n_layers:
+        return f"pipeline_layout places {flat.count('t')} transformer blocks (t), the model has {n_layers}"
+    if "m" in flat and "t" in flat[flat.index("m"):]:
+        return "pipeline_layout: MTP blocks (m) must come after every transformer block (t)"
+    return None
 
 
 def _even(n_layers: int, n: int) -> list[int]:
     base, extra = divmod(n_layers, n)
     return [base + (1 if j < extra else 0) for j in range(n)]
+
+
+def _layout(parallel: Any) -> str | None:
+    return getattr(parallel, "pipeline_layout", None)
 
 
 def _options(parallel: Any) -> tuple[int | None, int | None, bool, bool]:
@@ -37,12 +93,17 @@ def _options(parallel: Any) -> tuple[int | None, int | None, bool, bool]:
 def is_custom(parallel: Any) -> bool:
     """Whether ``parallel`` asks for a Megatron uneven placement (any of the four options)."""
     first, last, emb, loss = _options(parallel)
-    return first is not None or last is not None or emb or loss
+    return first is not None or last is not None or emb or loss or _layout(parallel) is not None
 
 
 def split_error(n_layers: int, pp: int, v: int, parallel: Any) -> str | None:
     """Why the blocks cannot be placed (a message naming the key), or ``None``."""
     first, last, emb, loss = _options(parallel)
+    if _layout(parallel) is not None:
+        if first is not None or last is not None or emb or loss:
+            return ("pipeline_layout replaces decoder_first/last_pipeline_num_layers and "
+                    "account_for_embedding/loss_in_pipeline_split (Megatron-Core refuses both); use one")
+        return _layout_error(_layout(parallel), n_layers, pp * v)
     if (first is not None or last is not None) and (emb or loss):
         return ("decoder_first/last_pipeline_num_layers and account_for_embedding/loss_in_pipeline_split "
                 "cannot be combined (Megatron-Core refuses it); use one of the two")
@@ -73,6 +134,8 @@ def virtual_stage_layers(n_layers: int, pp: int, v: int = 1, parallel: Any = Non
     """Blocks on each of the ``p·v`` virtual stages (index ``j = chunk·p + s``)."""
     n = pp * v
     first, last, emb, loss = _options(parallel)
+    if _layout(parallel) is not None:
+        return [stage.count("t") for stage in layout_stages(_layout(parallel))]
     if first is not None or last is not None:
         middle = pp - (first is not None) - (last is not None)
         rest = n_layers - (first or 0) - (last or 0)
