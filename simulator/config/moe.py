@@ -18,8 +18,10 @@ from simulator.config.base import Frozen
 #: capacity factor, the buffer margin over the mean tokens per expert that Switch Transformer
 #: (Fedus et al. 2021, JMLR 2022) defines in §2.2 and varies from 1.0 to 2.0 in Table 1; 1.25 is
 #: the usual setting, chosen so that with the auxiliary load-balancing loss few tokens overflow.
-#: Set ``model.moe.imbalance`` to a measured value (Megatron-Core logs it per layer) when you
-#: have one.
+#: (U): no published per-step max/mean tokens-per-expert measurement of a production MoE run was
+#: found to replace it. Set ``model.moe.imbalance`` to a measured value (Megatron-Core logs it per
+#: layer) when you have one; the Megatron-Bridge benchmark recipes force-balance the router
+#: (``moe_router_force_load_balancing``), which is ``imbalance: 1.0``.
 DEFAULT_IMBALANCE = 1.25
 
 
