@@ -92,7 +92,7 @@ def check_layout(model, parallel, n_gpus: int, gpus_per_node: int) -> None:
     if moe is None:
         if ep > 1 or etp > 1:
             raise ValueError(f"parallel.ep/etp ({ep}/{etp}) need an MoE model (model.moe); set them to 1")
-        for key in ("moe_shared_expert_overlap", "moe_dispatcher"):
+        for key in ("moe_shared_expert_overlap", "moe_dispatcher", "moe_a2a_overlap"):
             if key in parallel.model_fields_set:
                 raise ValueError(f"parallel.{key} needs an MoE model (model.moe); remove it")
         return

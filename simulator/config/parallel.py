@@ -39,6 +39,11 @@ class ParallelConfig(Frozen):
     #: Token dispatcher: one all-to-all over the EP group (Megatron-Core ``alltoall``), or DeepEP's
     #: two hops across nodes (each token crosses the network once per destination node, then NVLink).
     moe_dispatcher: Literal["alltoall", "deepep"] = "alltoall"
+    #: Overlap the token all-to-alls of one micro-batch with the compute of another (Megatron-Core
+    #: ``--overlap-moe-expert-parallel-comm``, Megatron-Bridge ``moe_a2a_overlap``; DeepSeek-V3's
+    #: DualPipe overlap): the forward of micro-batch g+1 and the backward of g run together, block by
+    #: block (``simulator.parallel.expert.combined_block``). Framework ddp, without full recomputation.
+    moe_a2a_overlap: bool = False
     #: Megatron sequence parallelism (Korthikanti et al. 2022): norm/dropout activations split by tp.
     sequence_parallel: bool = False
     #: Megatron TP communication overlap (``--tp-comm-overlap``) / PyTorch async-TP: TP collectives

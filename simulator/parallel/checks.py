@@ -63,6 +63,20 @@ def check_layout(scenario: Any) -> None:
         if why:
             key = "parallel.pipeline_layout" if getattr(p, "pipeline_layout", None) else "parallel.pp"
             raise InputError(f"uneven pipeline placement: {why}", key)
+    if getattr(p, "moe_a2a_overlap", False):
+        if p.framework != "ddp":
+            raise InputError("parallel.moe_a2a_overlap is Megatron-Core's combined 1F1B schedule: it needs "
+                             "parallel.framework: ddp", "parallel.moe_a2a_overlap")
+        if tr.activation_checkpointing == "full":
+            raise InputError("parallel.moe_a2a_overlap with full activation recomputation is not simulated; set "
+                             "training.activation_checkpointing to none or selective, or moe_a2a_overlap: false",
+                             "parallel.moe_a2a_overlap")
+        if p.cp > 1:
+            raise InputError("parallel.moe_a2a_overlap with context parallelism (cp > 1) is not simulated yet; set "
+                             "parallel.cp: 1 or moe_a2a_overlap: false", "parallel.moe_a2a_overlap")
+        if p.pp > 1 and p.pipeline_schedule == "gpipe":
+            raise InputError("parallel.moe_a2a_overlap pairs 1F1B's forwards and backwards; the gpipe schedule has "
+                             "no such pairs: use 1f1b or interleaved", "parallel.moe_a2a_overlap")
     if p.cp > 1:
         if n % (p.tp * p.cp * p.pp):
             raise InputError(

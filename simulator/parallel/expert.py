@@ -130,6 +130,9 @@ class MoEWork:
     #: DeepEP two-hop dispatch: the network hop carries ``inter_fraction`` x the all-to-all's bytes
     #: (``N·p/top_k``, module docstring); 0 = one all-to-all over the EP group.
     inter_fraction: float = 0.0
+    #: Megatron-Core ``overlap_moe_expert_parallel_comm`` (``parallel.moe_a2a_overlap``): the forward
+    #: of one micro-batch and the backward of another run together (``combined_block``).
+    a2a_overlap: bool = False
 
     def slice(self, start: int, n: int) -> MoEWork:
         return dataclasses.replace(self, layers=self.layers[start:start + n])
@@ -199,6 +202,48 @@ def backward_block(b: GraphBuilder, work: Any, name: str, deps, g: int, layer: i
     if work.cp_kv_bytes > 0:
         return context_parallel.backward_piece(b, work, mw.bwd_pre, f"{name} attn+router", [d], g, layer)
     return b.compute(f"{name} attn+router", "backward", mw.bwd_pre, deps=(d,), micro_batch=g, layer=layer)
+
+
+def combined_block(b: GraphBuilder, fwork: Any, gf: int, f_unit: int, f_deps, bwork: Any, gb: int, b_unit: int,
+                   b_deps) -> tuple[int, int]:
+    """The forward of MoE block ``f_unit`` (micro-batch ``gf``) and the backward of MoE block ``b_unit``
+    (micro-batch ``gb``) interleaved so that each all-to-all runs under the other pass's compute:
+    DeepSeek-V3's DualPipe pairing of two micro-batches' chunks, attention(F) hides combine(B),
+    MLP(B) hides dispatch(F), MLP(F) hides dispatch(B), attention(B) hides combine(F) (as described
+    in Ascend MindSpeed ``docs/features/megatron_moe/megatron-moe-fb-overlap.md`` from DeepSeek's
+    published profile data), which Megatron-Core's combined 1F1B runs
+    (``pipeline_parallel/combined_1f1b.py``: "EP A2A in forward step is hidden by the attention/mlp
+    computation in the backward step, and vice versa"). Issue order on the compute stream: backward unpermute, forward attention+router,
+    backward experts, forward experts, backward attention+router, forward unpermute; on the EP
+    stream: backward combine, forward dispatch, backward dispatch, forward combine. The compute
+    stays serial (one stream): what is gained is the all-to-all time that other compute now covers.
+    Shared experts follow the pass's attention (with ``moe_shared_expert_overlap``) or its experts.
+    Returns (forward's last task, backward's last task)."""
+    fm, bm = fwork.moe, bwork.moe
+    fname, bname = f"fwd {f_unit} mb{gf}", f"bwd {b_unit} mb{gb}"
+    b_post = b.compute(f"{bname} unpermute", "backward", bm.bwd_post, deps=b_deps, micro_batch=gb, layer=b_unit)
+    b_comb = _a2a(b, f"combine-bwd {bname}", bm.grad_bytes, b_post, gb, b_unit, bm.etp, gather=True,
+                  inter=bm.inter_fraction)
+    f_pre = b.compute(f"{fname} attn+router", "forward", fm.pre, deps=f_deps, micro_batch=gf, layer=f_unit)
+    f_disp = _a2a(b, f"dispatch {fname}", fm.dispatch_bytes, f_pre, gf, f_unit, fm.etp, gather=True,
+                  inter=fm.inter_fraction)
+    if fm.shared and fm.shared_overlap:
+        b.compute(f"{fname} shared experts", "forward", fm.shared, deps=(f_pre,), micro_batch=gf, layer=f_unit)
+    if bm.bwd_shared and bm.shared_overlap:
+        b.compute(f"{bname} shared experts", "backward", bm.bwd_shared, deps=(b_post,), micro_batch=gb, layer=b_unit)
+    b_ex = b.compute(f"{bname} experts", "backward", bm.bwd_experts, deps=(b_comb,), micro_batch=gb, layer=b_unit)
+    if bm.bwd_shared and not bm.shared_overlap:
+        b.compute(f"{bname} shared experts", "backward", bm.bwd_shared, deps=(b_ex,), micro_batch=gb, layer=b_unit)
+    b_disp = _a2a(b, f"dispatch-bwd {bname}", bm.grad_bytes, b_ex, gb, b_unit, bm.etp, gather=False,
+                  inter=bm.inter_fraction)
+    f_ex = b.compute(f"{fname} experts", "forward", fm.experts, deps=(f_disp,), micro_batch=gf, layer=f_unit)
+    if fm.shared and not fm.shared_overlap:
+        b.compute(f"{fname} shared experts", "forward", fm.shared, deps=(f_ex,), micro_batch=gf, layer=f_unit)
+    f_comb = _a2a(b, f"combine {fname}", fm.combine_bytes, f_ex, gf, f_unit, fm.etp, gather=False,
+                  inter=fm.inter_fraction)
+    b_pre = b.compute(f"{bname} attn+router", "backward", bm.bwd_pre, deps=(b_disp,), micro_batch=gb, layer=b_unit)
+    f_post = b.compute(f"{fname} unpermute", "forward", fm.post, deps=(f_comb,), micro_batch=gf, layer=f_unit)
+    return f_post, b_pre
 
 
 class ExpertGradHooks:
@@ -323,6 +368,7 @@ def attach(work: Any, scenario: Any, pb: int) -> Any:
         expert_grad_dtype_bytes=4.0 if par.framework == "ddp" else float(pb),
         sharded_optimizer=stage >= 1,
         gather_bytes=expert_local * pb if stage >= 3 else 0.0,
+        a2a_overlap=bool(getattr(par, "moe_a2a_overlap", False)),
     )
     per_node = scenario.cluster.topology.gpus_per_node
     n_nodes = (ep * etp) // per_node if ep * etp > per_node else 1

@@ -34,7 +34,7 @@ from collections.abc import Callable
 from simulator.parallel import pipeline_order, pipeline_split
 from simulator.parallel.context import BuildContext
 from simulator.parallel.ir import P2P, GraphBuilder, StepGraph
-from simulator.parallel.schedule import Hooks, backward_pass, forward_pass
+from simulator.parallel.schedule import Hooks, a2a_overlap, backward_pass, combined_pass, forward_pass
 from simulator.parallel.work import StepWork
 
 
@@ -111,6 +111,30 @@ def build(ctx: BuildContext, make_hooks: Callable[[BuildContext], Hooks],
     sent: dict[tuple[str, int, int], int | None] = {}  # (phase, virtual stage, micro-batch) → send task
     act = ctx.work.p2p_bytes
     b = GraphBuilder()
+    combine = a2a_overlap(ctx.work)
+    relax = False  # a round without progress lets a forward go alone instead of waiting for its pair
+
+    def source(phase: str, j: int, g: int) -> tuple[bool, tuple]:
+        """(ready, tasks to wait for) of virtual stage ``j``'s ``phase`` of micro-batch ``g``."""
+        src = j - 1 if phase == "F" else j + 1
+        if not 0 <= src < n_virtual:
+            return True, ()
+        if (phase, src, g) not in sent:
+            return False, ()
+        return True, tuple(x for x in (sent[(phase, src, g)],) if x is not None)
+
+    def send(phase: str, j: int, g: int, last: int) -> None:
+        dst, label = (j + 1, "activations") if phase == "F" else (j - 1, "gradients")
+        task = None
+        if 0 <= dst < n_virtual:
+            # The boundary between virtual stages j and dst is the link after GPU stage min(..).
+            boundary = (min(j, dst)) % pp
+            task = b.collective(f"send {label} v{j}->v{dst} mb{g}", "pp", "send_recv",
+                                f"pp_next:{boundary}", act, stream=P2P, deps=(last,), micro_batch=g)
+        sent[(phase, j, g)] = task
+        if isinstance(hooks[j], _AfterSend):
+            hooks[j].flush(b)
+
     # Issue each stage's next item as soon as what it receives has been issued (CPU order per stage).
     while any(pos[s] < len(orders[s]) for s in range(pp)):
         progressed = False
@@ -118,30 +142,38 @@ def build(ctx: BuildContext, make_hooks: Callable[[BuildContext], Hooks],
             while pos[s] < len(orders[s]):
                 phase, g, chunk = orders[s][pos[s]]
                 j = chunk * pp + s
-                src = j - 1 if phase == "F" else j + 1
-                has_source = 0 <= src < n_virtual
-                if has_source and (phase, src, g) not in sent:
+                ready, after = source(phase, j, g)
+                if not ready:
                     break
-                after = (sent[(phase, src, g)],) if has_source else ()
-                after = tuple(x for x in after if x is not None)
                 b.device = s
+                nxt = orders[s][pos[s] + 1] if pos[s] + 1 < len(orders[s]) else None
+                if combine and phase == "F" and nxt is not None and nxt[0] == "B":
+                    # moe_a2a_overlap: a steady-state forward runs together with the next backward
+                    # (Megatron-Core combined_1f1b_schedule_for_interleaved_pipelining).
+                    _, gb, chunk_b = nxt
+                    jb = chunk_b * pp + s
+                    ready_b, after_b = source("B", jb, gb)
+                    if ready_b:
+                        f_last, b_last = combined_pass(b, (ctxs[j].work, g, hooks[j], after),
+                                                       (ctxs[jb].work, gb, hooks[jb], after_b))
+                        send("F", j, g, f_last)
+                        send("B", jb, gb, b_last)
+                        pos[s] += 2
+                        progressed = True
+                        continue
+                    if not relax:
+                        break
                 if phase == "F":
                     last = forward_pass(b, ctxs[j].work, g, hooks[j], after)
-                    dst, label = j + 1, "activations"
                 else:
                     last = backward_pass(b, ctxs[j].work, g, hooks[j], after)
-                    dst, label = j - 1, "gradients"
-                task = None
-                if 0 <= dst < n_virtual:
-                    # The boundary between virtual stages j and dst is the link after GPU stage min(..).
-                    boundary = (min(j, dst)) % pp
-                    task = b.collective(f"send {label} v{j}->v{dst} mb{g}", "pp", "send_recv",
-                                        f"pp_next:{boundary}", act, stream=P2P, deps=(last,), micro_batch=g)
-                sent[(phase, j, g)] = task
-                if isinstance(hooks[j], _AfterSend):
-                    hooks[j].flush(b)
+                send(phase, j, g, last)
                 pos[s] += 1
                 progressed = True
+        if not progressed and combine and not relax:
+            relax = True
+            continue
+        relax = False
         assert progressed, f"{schedule} schedule cannot make progress"
     meta: dict = {}
     for j in range(n_virtual):

@@ -111,6 +111,27 @@ def _overlapped(work: StepWork) -> bool:
     return work.tp_comm_overlap and work.tp_allreduce_bytes > 0
 
 
+def forward_unit(b: GraphBuilder, work: StepWork, g: int, unit: Unit, deps: list) -> tuple[int, list]:
+    """Forward of one unit of micro-batch ``g`` after ``deps``; returns its last compute task and the
+    overlapped TP collectives the next unit must wait for."""
+    layer = unit if isinstance(unit, int) else -1
+    name = f"fwd {unit} mb{g}"
+    pending: list[int] = []
+    if expert.is_moe(work, unit):  # MoE block: dispatch / combine around the experts
+        tid = expert.forward_block(b, work, "forward", name, deps, g, layer)
+        _tp(b, work, name, tid, g, layer)
+    elif isinstance(unit, int) and _overlapped(work):
+        tid, pending = tp_overlap.forward_block(b, work, work.layer_fwd, "forward", name, deps, g, layer)
+    elif isinstance(unit, int) and work.cp_kv_bytes > 0:
+        tid = context_parallel.forward_block(b, work, work.layer_fwd, "forward", name, deps, g, layer)
+        _tp(b, work, name, tid, g, layer)
+    else:
+        tid = b.compute(name, "forward", _ops(work, unit, "fwd"), deps=deps, micro_batch=g, layer=layer)
+        if isinstance(unit, int):
+            _tp(b, work, name, tid, g, layer)
+    return tid, pending
+
+
 def forward_pass(b: GraphBuilder, work: StepWork, g: int, hooks: Hooks, after=()) -> int:
     """Forward of micro-batch ``g`` through this rank's units; the first waits for ``after`` (a
     pipeline receive). Returns the last compute task."""
@@ -118,21 +139,7 @@ def forward_pass(b: GraphBuilder, work: StepWork, g: int, hooks: Hooks, after=()
     pending: list[int] = []  # overlapped TP collectives the next unit needs
     for i, unit in enumerate(forward_order(work)):
         deps = [*hooks.pre_forward(b, g, unit), *(after if i == 0 else ()), *pending]
-        pending = []
-        layer = unit if isinstance(unit, int) else -1
-        name = f"fwd {unit} mb{g}"
-        if expert.is_moe(work, unit):  # MoE block: dispatch / combine around the experts
-            tid = expert.forward_block(b, work, "forward", name, deps, g, layer)
-            _tp(b, work, name, tid, g, layer)
-        elif isinstance(unit, int) and _overlapped(work):
-            tid, pending = tp_overlap.forward_block(b, work, work.layer_fwd, "forward", name, deps, g, layer)
-        elif isinstance(unit, int) and work.cp_kv_bytes > 0:
-            tid = context_parallel.forward_block(b, work, work.layer_fwd, "forward", name, deps, g, layer)
-            _tp(b, work, name, tid, g, layer)
-        else:
-            tid = b.compute(name, "forward", _ops(work, unit, "fwd"), deps=deps, micro_batch=g, layer=layer)
-            if isinstance(unit, int):
-                _tp(b, work, name, tid, g, layer)
+        tid, pending = forward_unit(b, work, g, unit, deps)
         hooks.post_forward(b, g, unit, tid)
     return tid
 
@@ -178,27 +185,81 @@ def _backward_block(b: GraphBuilder, work: StepWork, unit: int, g: int, hooks: H
     return tid, list(deps)
 
 
+def backward_unit(b: GraphBuilder, work: StepWork, g: int, hooks: Hooks, unit: Unit, deps: list) -> tuple[int, list]:
+    """Backward of one unit of micro-batch ``g`` (its recomputation first under full checkpointing);
+    returns the last compute task and the overlapped TP collectives the next unit must wait for."""
+    if isinstance(unit, int):
+        return _backward_block(b, work, unit, g, hooks, deps)
+    tid = b.compute(f"bwd {unit} mb{g}", "backward", _ops(work, unit, "bwd"), deps=deps, micro_batch=g)
+    hooks.grads_ready(b, g, unit, tid)
+    return tid, []
+
+
 def backward_pass(b: GraphBuilder, work: StepWork, g: int, hooks: Hooks, after=()) -> int:
     """Backward of micro-batch ``g`` (recomputing each block first under full checkpointing)."""
     tid = -1
     pending: list[int] = []
     for i, unit in enumerate(backward_order(work)):
         deps = [*hooks.pre_backward(b, g, unit), *(after if i == 0 else ()), *pending]
-        pending = []
-        if isinstance(unit, int):
-            tid, pending = _backward_block(b, work, unit, g, hooks, deps)
-        else:
-            tid = b.compute(f"bwd {unit} mb{g}", "backward", _ops(work, unit, "bwd"), deps=deps, micro_batch=g)
-            hooks.grads_ready(b, g, unit, tid)
+        tid, pending = backward_unit(b, work, g, hooks, unit, deps)
         hooks.post_backward(b, g, unit, tid)
     return tid
 
 
+def combined_pass(b: GraphBuilder, fwd: tuple[StepWork, int, Hooks, tuple],
+                  bwd: tuple[StepWork, int, Hooks, tuple]) -> tuple[int, int]:
+    """The forward of one micro-batch and the backward of another issued together, unit by unit
+    (Megatron-Core ``overlap_moe_expert_parallel_comm``, ``pipeline_parallel/combined_1f1b.py``
+    ``combined_forward_backward_step``): step ``k`` issues the forward of unit ``k`` (order ``E, 0..L-1,
+    H``) and the backward of unit ``k`` (order ``H, L-1..0, E``); when both are MoE blocks their
+    pieces interleave so that each pass's all-to-alls run under the other pass's compute
+    (``expert.combined_block``); otherwise the forward unit, then the backward unit. ``fwd`` / ``bwd``
+    are (work, micro-batch, hooks, tasks the first unit waits for). Returns both passes' last tasks."""
+    fw, gf, fh, f_after = fwd
+    bw, gb, bh, b_after = bwd
+    f_units, b_units = forward_order(fw), backward_order(bw)
+    f_tid = b_tid = -1
+    for k in range(max(len(f_units), len(b_units))):
+        fu = f_units[k] if k < len(f_units) else None
+        bu = b_units[k] if k < len(b_units) else None
+        f_deps = [*fh.pre_forward(b, gf, fu), *(f_after if k == 0 else ())] if fu is not None else []
+        b_deps = [*bh.pre_backward(b, gb, bu), *(b_after if k == 0 else ())] if bu is not None else []
+        if fu is not None and bu is not None and expert.is_moe(fw, fu) and expert.is_moe(bw, bu):
+            f_tid, b_tid = expert.combined_block(b, fw, gf, fu, f_deps, bw, gb, bu, b_deps)
+            _tp(b, fw, f"fwd {fu} mb{gf}", f_tid, gf, fu)
+            bh.grads_ready(b, gb, bu, b_tid)
+            _tp(b, bw, f"bwd {bu} mb{gb}", b_tid, gb, bu)
+        else:
+            if fu is not None:
+                f_tid, _ = forward_unit(b, fw, gf, fu, f_deps)
+            if bu is not None:
+                b_tid, _ = backward_unit(b, bw, gb, bh, bu, b_deps)
+        if fu is not None:
+            fh.post_forward(b, gf, fu, f_tid)
+        if bu is not None:
+            bh.post_backward(b, gb, bu, b_tid)
+    return f_tid, b_tid
+
+
+def a2a_overlap(work: StepWork) -> bool:
+    """Whether the step runs Megatron-Core's combined 1F1B (``parallel.moe_a2a_overlap``)."""
+    return getattr(work, "moe", None) is not None and work.moe.a2a_overlap
+
+
 def run_micro_batches(b: GraphBuilder, work: StepWork, n_micro: int, hooks: Hooks) -> None:
-    """Issue forward + backward of ``n_micro`` micro-batches through ``hooks`` (no pipeline)."""
-    for g in range(n_micro):
-        forward_pass(b, work, g, hooks)
-        backward_pass(b, work, g, hooks)
+    """Issue forward + backward of ``n_micro`` micro-batches through ``hooks`` (no pipeline). With
+    ``parallel.moe_a2a_overlap`` (Megatron-Core ``combined_1f1b_schedule_for_no_pipelining``): the
+    first forward alone, then the backward of ``g`` together with the forward of ``g + 1``
+    (``combined_pass``), then the last backward alone."""
+    if not a2a_overlap(work) or n_micro < 2:
+        for g in range(n_micro):
+            forward_pass(b, work, g, hooks)
+            backward_pass(b, work, g, hooks)
+        return
+    forward_pass(b, work, 0, hooks)
+    for g in range(n_micro - 1):
+        combined_pass(b, (work, g + 1, hooks, ()), (work, g, hooks, ()))
+    backward_pass(b, work, n_micro - 1, hooks)
 
 
 @dataclass(frozen=True)

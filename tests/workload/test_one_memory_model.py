@@ -41,10 +41,12 @@ def _sets(sets: list[str]) -> list[str]:
 
 @pytest.mark.parametrize("path", BUNDLED, ids=lambda p: p.stem)
 def test_memory_command_equals_run_for_bundled_scenarios(path: Path):
-    # The run side is cut to 2 micro-batches (memory with pp = 1 does not depend on their number).
+    # The run side is cut to 2 micro-batches (memory with pp = 1 does not depend on their number), or
+    # pp of them for the interleaved schedule (which needs the micro-batches divisible by pp).
     sc = load_scenario(path)
     dp_b = sc.training.micro_batch_size * sc.dp
-    sets = _sets([f"training.global_batch_size={2 * dp_b}"])
+    n = sc.parallel.pp if sc.parallel.pipeline_schedule == "interleaved" else 2
+    sets = _sets([f"training.global_batch_size={n * dp_b}"])
     mem = _json(["memory", str(path), *sets])
     run = _json(["run", str(path), *sets, "--allow-oom"])
     assert run["memory"] == mem
