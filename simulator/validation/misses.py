@@ -31,6 +31,17 @@ CAUSES: dict[str, str] = {
     "and Transformer Engine's current-scaling amax reductions not modelled: too fast",
     "nemo2407-llama3-8b-8gpu-fp8": "FP8 on H100 with Transformer Engine: cast/amax costs and FP8 GEMM "
     "efficiency (issue 12 item 2)",
+    "mbridge2511-gb300-qwen3-235b-a22b-64gpu-mxfp8": "TP 2 with the recipe's tp_comm_overlap=True "
+    "(Megatron-Bridge qwen3_llm_pretrain.py): dtsim does not model TP overlap with an MoE model, so the "
+    "sequence-parallel all-gathers / reduce-scatters sit exposed on the compute stream: too slow",
+    "mbridge2511-gb200-qwen3-235b-a22b-64gpu-mxfp8": "TP 2 with the recipe's tp_comm_overlap=True: TP overlap "
+    "with MoE not modelled, the TP collectives (4.7 s of an 18.5 s step) exposed: too slow",
+    "mbridge260201-gb300-qwen3-235b-a22b-256gpu-mxfp8": "whole EP-32 groups per rack assumed (-55% with 72 GPUs "
+    "packed per rack); the rest: the recipe's HybridEP dispatcher and CUDA-graphed router / preprocessing are "
+    "simulated as Megatron's alltoall dispatcher: too slow",
+    "mbridge260201-b300-qwen3-235b-a22b-256gpu-mxfp8": "the published B300 row (391 TFLOP/s/GPU) is below the "
+    "25.11 B200 row of the same model (484), opposite to every other model in the tables (B300 above B200); "
+    "no physical cause found",
 }
 
 
@@ -41,10 +52,19 @@ GROUP_CAUSES: tuple[tuple[str, str], ...] = (
      "1,000 W datasheet peaks, so too fast"),
     ("torchtitan-h100-*", "Grand Teton H100 (500 W cap, HBM2e) simulated as a 700 W h100-sxm; long-context "
      "runs also carry the long-sequence attention error"),
-    ("*qwen3*", "MoE: small-expert grouped GEMMs, all-to-all and the default imbalance 1.25 (not a "
-     "measurement) (issue 15)"),
-    ("*gpt-oss*", "MoE: small-expert grouped GEMMs, all-to-all and the default imbalance 1.25 (issue 15)"),
-    ("*deepseekv3*", "MoE: all-to-all over EP 32+ and expert GEMMs; DualPipe overlap not modelled (issue 15)"),
+    ("*gpt-oss*", "GPT-OSS attention sinks (learnable softmax offset): Transformer Engine runs them without "
+     "FlashAttention (TransformerEngine issue #2318: falls back to unfused attention; verl issue #5224: the "
+     "cuDNN fused kernel needs cuDNN >= 9.18), dtsim prices FlashAttention: too fast (sliding-window layers, "
+     "not modelled, would make it faster still)"),
+    ("mbridge2511-b200-*", "25.11 container on DGX-B200: its MoE rows are 1.3-2.9x below the 26.02 container's "
+     "rows of the same models on B200 (Qwen3-30B-A3B 214 vs 614, GPT-OSS 223 vs 373, DeepSeek-V3 557 vs 725 "
+     "TFLOP/s/GPU); dtsim models one software state: too fast"),
+    ("mbridge2511-*qwen3-30b*", "25.11 container: the same model and GPUs ran 1.1-1.7x faster in 26.02 (H100 "
+     "121 vs 208, GB200 547 vs 607 TFLOP/s/GPU); dtsim models one software state: too fast"),
+    ("*qwen3*", "MoE: Megatron-Bridge's HybridEP / DeepEP dispatchers and CUDA-graphed MoE preprocessing are "
+     "simulated as the alltoall dispatcher (issue 15)"),
+    ("*deepseekv3*", "MoE: DeepSeek-V3's MTP block and the recipe's selective MLA up-projection recompute not "
+     "modelled (issue 15)"),
     ("llmfoundry-*-h100-*-fp8", "FP8 on H100: modelled gain larger than llm-foundry's Transformer Engine runs "
      "show (FP8 GEMM efficiency taken equal to BF16's; issue 12)"),
     ("llmfoundry-*-h100-*-seq*", "long sequences on H100: attention efficiency at long context too high (the "
