@@ -12,7 +12,8 @@ Flag names and defaults are Megatron-LM's (``megatron/training/arguments.py``, c
 ``--micro-batch-size``, ``--global-batch-size``, ``--bf16`` / ``--fp16``, ``--recompute-granularity``
 (``full`` / ``selective``; ``--recompute-activations`` = selective), ``--tensor-model-parallel-size``,
 ``--pipeline-model-parallel-size``, ``--context-parallel-size``, ``--sequence-parallel``,
-``--num-layers-per-virtual-pipeline-stage``, ``--use-distributed-optimizer``, ``--tp-comm-overlap``,
+``--num-layers-per-virtual-pipeline-stage``, ``--pipeline-model-parallel-layout`` (Megatron-Core's
+per-virtual-stage layout, ``parallel.pipeline_layout``), ``--use-distributed-optimizer``, ``--tp-comm-overlap``,
 ``--train-iters`` / ``--train-samples``. Megatron-LM runs as dtsim framework ``ddp`` (its DDP with
 optional distributed optimizer). Launcher flags ``--nnodes`` / ``--nproc-per-node`` of torchrun are
 read when the command line includes them.
@@ -36,7 +37,8 @@ VALUE_FLAGS = (
     "make-vocab-size-divisible-by", "attention-dropout", "hidden-dropout", "seq-length", "micro-batch-size",
     "global-batch-size", "recompute-granularity", "recompute-method", "recompute-num-layers", "train-iters",
     "train-samples", "tensor-model-parallel-size", "pipeline-model-parallel-size", "context-parallel-size",
-    "num-layers-per-virtual-pipeline-stage", "virtual-pipeline-model-parallel-size", "fp8-format",
+    "num-layers-per-virtual-pipeline-stage", "virtual-pipeline-model-parallel-size", "pipeline-model-parallel-layout",
+    "fp8-format",
     "attention-backend", "nnodes", "nproc-per-node",
 )
 #: Switches dtsim reads.
@@ -302,6 +304,20 @@ def _parallel(flags: dict, integer, out: Imported) -> None:
             raise InputError(f"--num-layers-per-virtual-pipeline-stage {per_chunk} does not divide "
                              f"num-layers / pp = {layers} / {pp}", FIELD)
         chunks = layers // (pp * per_chunk)
+    layout = flags.get("pipeline-model-parallel-layout")
+    if isinstance(layout, str):  # Megatron-Core's per-virtual-stage layout: it fixes the virtual stages too
+        from simulator.parallel.pipeline_split import layout_stages
+
+        try:
+            n_stages = len(layout_stages(layout))
+        except ValueError as exc:
+            raise InputError(f"--pipeline-model-parallel-layout: {exc}", FIELD) from None
+        pp = integer("pipeline-model-parallel-size") or 1
+        if n_stages % pp:
+            raise InputError(f"--pipeline-model-parallel-layout has {n_stages} stages, not a multiple of "
+                             f"--pipeline-model-parallel-size {pp}", FIELD)
+        out.set("parallel.pipeline_layout", layout)
+        chunks = n_stages // pp
     if chunks is not None and chunks > 1:
         out.set("parallel.virtual_stages", chunks)
     if not flags.get("overlap-grad-reduce"):
@@ -370,7 +386,9 @@ def export_args(s: Scenario) -> Exported:
         lines.append(f"--context-parallel-size {par.cp}")
     if par.sequence_parallel:
         lines.append("--sequence-parallel")
-    if par.virtual_stages > 1:
+    if par.pipeline_layout is not None:
+        lines.append(f"--pipeline-model-parallel-layout '{par.pipeline_layout}'")
+    elif par.virtual_stages > 1:
         lines.append(f"--num-layers-per-virtual-pipeline-stage {m.n_layers // (par.pp * par.virtual_stages)}")
     elif par.pipeline_schedule == "gpipe":
         notes.append("parallel.pipeline_schedule gpipe: Megatron-LM runs 1F1B")

@@ -57,8 +57,8 @@ GROUP_CAUSES: tuple[tuple[str, str], ...] = (
      "cuDNN fused kernel needs cuDNN >= 9.18), dtsim prices FlashAttention: too fast (sliding-window layers, "
      "not modelled, would make it faster still)"),
     ("mbridge2511-b200-*", "25.11 container on DGX-B200: its MoE rows are 1.3-2.9x below the 26.02 container's "
-     "rows of the same models on B200 (Qwen3-30B-A3B 214 vs 614, GPT-OSS 223 vs 373, DeepSeek-V3 557 vs 725 "
-     "TFLOP/s/GPU); dtsim models one software state: too fast"),
+     "rows of the same models on B200 (Qwen3-30B-A3B 214 vs 614 at micro-batch 1 vs 4, GPT-OSS 223 vs 373, "
+     "DeepSeek-V3 557 vs 725 TFLOP/s/GPU); dtsim models one software state: too fast"),
     ("mbridge2511-*qwen3-30b*", "25.11 container: the same model and GPUs ran 1.1-1.7x faster in 26.02 (H100 "
      "121 vs 208, GB200 547 vs 607 TFLOP/s/GPU); dtsim models one software state: too fast"),
     ("*qwen3*", "MoE: Megatron-Bridge's HybridEP / DeepEP dispatchers and CUDA-graphed MoE preprocessing are "

@@ -95,3 +95,16 @@ def test_cli_bad_layout_is_one_error_line():
     assert res.exit_code == 2
     assert "error:" in res.output and "pipeline_layout" in res.output and "'x'" in res.output
     assert "Traceback" not in res.output
+
+
+def test_megatron_export_and_import_carry_the_layout():
+    from simulator.config.loader import load_raw
+    from simulator.interop.pipeline import export_scenario, import_scenario
+
+    path = Path(__file__).resolve().parents[2] / "scenarios" / "deepseek-v3-ep32-pp8-256xh100.yaml"
+    sc = load_scenario(path)
+    text = export_scenario(sc, "megatron").text
+    assert f"--pipeline-model-parallel-layout '{DSV3}'" in text
+    back, _, _ = import_scenario("megatron", text=text, base_raw={"cluster": load_raw(path)["cluster"]},
+                                 base_dir=path.parent)
+    assert back.parallel.pipeline_layout == DSV3 and back.parallel.virtual_stages == 2
