@@ -90,17 +90,21 @@ def _ops(work: StepWork, unit: Unit, phase: str) -> tuple:
     return fwd if phase == "fwd" else bwd
 
 
-def _tp(b: GraphBuilder, work: StepWork, name: str, after: int, g: int, layer: int) -> list[int]:
+def _tp(b: GraphBuilder, work: StepWork, name: str, after: int, g: int, layer: int, count: int = 2) -> list[int]:
     """Megatron TP: two all-reduces of ``b·s·h`` per block and pass (after attention and after the
     MLP), on the critical path: they run in the compute stream's order (Shoeybi et al. 2019). With
     sequence parallelism each is a reduce-scatter plus an all-gather of the same buffer (Korthikanti
     et al. 2022 §4.2.2). Overlapped TP (``tp_comm_overlap``) is ``simulator.parallel.tp_overlap``.
+    ``count`` = 1 for an MoE block: only its attention is tensor-parallel; the routed experts take the
+    sequence-parallel tokens as they are and communicate over the expert-TP group, not TP
+    (Megatron-Core ``MoEAlltoAllTokenDispatcher``: "use expt_tp_group as tensor parallel group in
+    this module", permute → A2A(EP) → AG(expert TP); those collectives are ``expert._a2a``'s).
     Returns the issued task ids."""
     ops = ("reduce_scatter", "all_gather") if work.sequence_parallel else ("all_reduce",)
     out = []
     for op in ops:
         label = "allreduce" if op == "all_reduce" else op
-        tid = b.collective(f"tp {label} {name}", "tp", op, "tp", work.tp_allreduce_bytes, count=2,
+        tid = b.collective(f"tp {label} {name}", "tp", op, "tp", work.tp_allreduce_bytes, count=count,
                            stream=COMPUTE, deps=(after,), micro_batch=g, layer=layer)
         if tid is not None:
             out.append(tid)
@@ -119,7 +123,7 @@ def forward_unit(b: GraphBuilder, work: StepWork, g: int, unit: Unit, deps: list
     pending: list[int] = []
     if expert.is_moe(work, unit):  # MoE block: dispatch / combine around the experts
         tid = expert.forward_block(b, work, "forward", name, deps, g, layer)
-        _tp(b, work, name, tid, g, layer)
+        _tp(b, work, name, tid, g, layer, count=1)
     elif isinstance(unit, int) and _overlapped(work):
         tid, pending = tp_overlap.forward_block(b, work, work.layer_fwd, "forward", name, deps, g, layer)
     elif isinstance(unit, int) and work.cp_kv_bytes > 0:
@@ -150,7 +154,8 @@ def _backward_block(b: GraphBuilder, work: StepWork, unit: int, g: int, hooks: H
     if expert.is_moe(work, unit):
         tid = expert.backward_block(b, work, f"bwd {unit} mb{g}", deps, g, unit)
         hooks.grads_ready(b, g, unit, tid)
-        _tp(b, work, f"bwd {unit} mb{g}", tid, g, unit)
+        # the attention's TP collectives, once more when full recomputation re-runs the forward
+        _tp(b, work, f"bwd {unit} mb{g}", tid, g, unit, count=2 if work.moe.recompute else 1)
         return tid, []
     overlap = _overlapped(work)
     name = f"recompute {unit} mb{g}"
@@ -226,9 +231,9 @@ def combined_pass(b: GraphBuilder, fwd: tuple[StepWork, int, Hooks, tuple],
         b_deps = [*bh.pre_backward(b, gb, bu), *(b_after if k == 0 else ())] if bu is not None else []
         if fu is not None and bu is not None and expert.is_moe(fw, fu) and expert.is_moe(bw, bu):
             f_tid, b_tid = expert.combined_block(b, fw, gf, fu, f_deps, bw, gb, bu, b_deps)
-            _tp(b, fw, f"fwd {fu} mb{gf}", f_tid, gf, fu)
+            _tp(b, fw, f"fwd {fu} mb{gf}", f_tid, gf, fu, count=1)
             bh.grads_ready(b, gb, bu, b_tid)
-            _tp(b, bw, f"bwd {bu} mb{gb}", b_tid, gb, bu)
+            _tp(b, bw, f"bwd {bu} mb{gb}", b_tid, gb, bu, count=1)
         else:
             if fu is not None:
                 f_tid, _ = forward_unit(b, fw, gf, fu, f_deps)

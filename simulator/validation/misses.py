@@ -33,9 +33,8 @@ CAUSES: dict[str, str] = {
     "efficiency (issue 12 item 2)",
     "mbridge2511-gb300-qwen3-235b-a22b-64gpu-mxfp8": "TP 2 with the recipe's tp_comm_overlap=True "
     "(Megatron-Bridge qwen3_llm_pretrain.py): dtsim does not model TP overlap with an MoE model, so the "
-    "sequence-parallel all-gathers / reduce-scatters sit exposed on the compute stream: too slow",
-    "mbridge2511-gb200-qwen3-235b-a22b-64gpu-mxfp8": "TP 2 with the recipe's tp_comm_overlap=True: TP overlap "
-    "with MoE not modelled, the TP collectives (4.7 s of an 18.5 s step) exposed: too slow",
+    "attention's sequence-parallel all-gathers / reduce-scatters (2.4 s of a 16.0 s step) sit exposed on "
+    "the compute stream, and the 4.7 s of EP all-to-alls are all exposed: too slow",
     "mbridge260201-gb300-qwen3-235b-a22b-256gpu-mxfp8": "whole EP-32 groups per rack assumed (-55% with 72 GPUs "
     "packed per rack); the rest: the recipe's HybridEP dispatcher and CUDA-graphed router / preprocessing are "
     "simulated as Megatron's alltoall dispatcher: too slow",

@@ -186,3 +186,17 @@ def test_zero3_gathers_expert_shards_over_expert_dp():
 def test_cross_node_ep_is_warned():
     assert any("all-to-alls cross the inter-node network" in w for w in simulate(_scenario()).warnings)
     assert not any("all-to-all" in w for w in simulate(_scenario(nodes=1, ep=8)).warnings)
+
+
+def test_moe_block_tp_collectives_are_the_attention_ones():
+    # Megatron-Core's alltoall dispatcher takes the sequence-parallel tokens as they are and talks over
+    # the expert-TP group (etp = 1 here: none), so an MoE block has only its attention's TP collectives:
+    # one reduce-scatter and one all-gather of b·s·h per pass (a dense block has two of each).
+    # 4 MoE blocks x 2 passes x (1 RS + 1 AG) = 16 TP collective calls per micro-batch.
+    sc = _scenario(nodes=2, ep=8, sets=["parallel.tp=2", "parallel.sequence_parallel=true"])
+    from simulator.parallel.build import build_step_graph
+
+    ctx = context_for(sc)
+    tasks = build_step_graph(ctx).tasks
+    calls = sum(t.count for t in tasks if isinstance(t, CollectiveTask) and t.kind == "tp")
+    assert calls == 16 * ctx.n_micro
