@@ -13,8 +13,10 @@ over this rank's experts), ``shared`` (shared experts, which need no dispatch) a
 * grouped GEMM (Megatron ``--moe-grouped-gemm``, CUTLASS grouped GEMM): ``E/ep`` GEMMs, each with
   ``m = tokens per local expert`` rows. This rank receives ``T·top_k`` token copies on average and
   ``imbalance ×`` that on the most-loaded rank, which sets the pace (``model.moe.imbalance``). Small
-  ``m`` runs at low efficiency through the compute model's GEMM shape factor ``m/(m + d_half)``
-  (``simulator.hardware.compute``): no separate parameter;
+  ``m`` runs at low efficiency through the compute model's GEMM shape factor applied per expert
+  (``simulator.hardware.kernels.gemm_shape_factor`` with ``batch = E/ep``: each expert's rows padded
+  to whole tiles, all experts' tiles in waves over the SMs, times the ``k`` main-loop fill): no
+  separate parameter;
 * expert tensor parallelism splits each expert's width over ``etp`` ranks, which all process the
   tokens of their EP rank;
 * shared experts run on all ``b·s`` tokens with their width split over TP, like the dense MLP;
