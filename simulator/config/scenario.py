@@ -32,7 +32,7 @@ class ClusterConfig(Frozen):
     #: or, for racks of several hosts (NVL72), whole hosts: the last rack may be partial.
     gpus: PositiveInt | None = None
     network_fidelity: Literal["analytical", "flow"] = "analytical"
-    collective_algorithm: Literal["auto", "ring", "tree", "hierarchical", "nvls"] = "auto"
+    collective_algorithm: Literal["auto", "ring", "tree", "hierarchical", "nvls", "collnet"] = "auto"
 
     @property
     def gpu_spec(self) -> GPUSpec:
@@ -65,6 +65,10 @@ class ClusterConfig(Frozen):
         if self.collective_algorithm == "nvls" and not self.topology.nvls:
             raise ValueError(f"cluster.collective_algorithm nvls: topology {self.topology.name} has no NVLink SHARP "
                              "(nvls: true on an NVSwitch node); use auto, ring, tree or hierarchical")
+        if self.collective_algorithm == "collnet" and not self.topology.sharp:
+            raise ValueError(f"cluster.collective_algorithm collnet: topology {self.topology.name} has no SHARP "
+                             "switches (set cluster.topology.fabric.sharp=true on a rail-optimised fat tree); "
+                             "use auto, ring, tree or hierarchical")
         return self
 
 
