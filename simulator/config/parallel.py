@@ -107,6 +107,10 @@ class ParallelConfig(Frozen):
     reshard_after_forward: bool | None = None
     param_dtype: Literal["fp32", "fp16", "bf16"] | None = None
     reduce_dtype: Literal["fp32", "fp16", "bf16"] | None = None
+    #: 1: FSDP1 ``FullyShardedDataParallel`` (flat parameter: gathers land in place); 2: FSDP2
+    #: ``fully_shard`` (per-parameter DTensor; torchtitan): every gather is copied out into the
+    #: parameters and every gradient reduction copied in (simulator/parallel/fsdp.py).
+    fsdp_version: Literal[1, 2] = 1
 
     _DEEPSPEED_ONLY: ClassVar[tuple[str, ...]] = (
         "reduce_bucket_size",
@@ -139,6 +143,7 @@ class ParallelConfig(Frozen):
         "forward_prefetch",
         "limit_all_gathers",
         "reshard_after_forward",
+        "fsdp_version",
         "param_dtype",
         "reduce_dtype",
     )

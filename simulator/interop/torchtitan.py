@@ -147,6 +147,7 @@ def _parallel(par: dict, tr: dict, out: Imported) -> None:
         out.set("parallel.no_sync", True)
     else:
         out.set("parallel.framework", "fsdp")
+        out.set("parallel.fsdp_version", 2)  # torchtitan's fully_shard
         strategy = "hybrid_shard" if replicate > 1 else "full_shard"
         reshard = par.get("fsdp_reshard_after_forward", "default")
         if reshard not in ("default", "always", "never"):
