@@ -83,6 +83,10 @@ class ParallelConfig(Frozen):
     #: tensor (``all_gather_into_tensor``, DeepSpeed PR #1188): 0.
     stage3_list_overhead_per_rank_s: NonNegativeFloat = 0.0
     stage3_max_live_parameters: PositiveFloat = 1e9
+    #: Keep a fetched parameter when its next use comes within this many parameters of the trace
+    #: (DeepSpeed ``PartitionedParameterCoordinator.__params_to_release``); else release and fetch it
+    #: again. Decides which modules full activation recomputation fetches a second time.
+    stage3_max_reuse_distance: NonNegativeFloat = 1e9
     stage3_param_persistence_threshold: NonNegativeFloat = 1e5
     offload_optimizer: Offload = "none"
     offload_param: Offload = "none"
@@ -120,6 +124,7 @@ class ParallelConfig(Frozen):
         "use_multi_rank_bucket_allreduce",
         "stage3_prefetch_bucket_size",
         "stage3_max_live_parameters",
+        "stage3_max_reuse_distance",
         "stage3_param_persistence_threshold",
         "stage3_fetch_overhead_s",
         "stage3_list_overhead_per_rank_s",

@@ -18,8 +18,8 @@ TOLERANCE = 0.15
 #: Why each known miss misses, as far as we know.
 CAUSES: dict[str, str] = {
     "megatron-sc21-t2-zero3-175B-768gpu": "2021 DeepSpeed ZeRO-3 at 96 nodes: the list-based gather cost "
-    "(stage3_list_overhead_per_rank_s, fitted on this run and the 1,536-GPU one) leaves it too fast; the "
-    "per-rank cost may not be linear in the ranks",
+    "(stage3_list_overhead_per_rank_s, one value fitted on this run and the 1,536-GPU one) is taken linear in "
+    "the ranks, which leaves this one too fast and the 1,536-GPU one right",
     "torchtitan-h100-llama31-8b-8gpu-fsdp": "Grand Teton H100 (500 W cap, HBM2e) simulated as a 700 W h100-sxm, "
     "so too fast",
     "torchtitan-h100-llama31-8b-8gpu-fsdp-compile": "500 W HBM2e H100 simulated as a 700 W h100-sxm",
