@@ -20,9 +20,6 @@ CAUSES: dict[str, str] = {
     "megatron-sc21-t2-zero3-175B-768gpu": "2021 DeepSpeed ZeRO-3 at 96 nodes: the list-based gather cost "
     "(stage3_list_overhead_per_rank_s, fitted on this run and the 1,536-GPU one) leaves it too fast; the "
     "per-rank cost may not be linear in the ranks",
-    "torchtitan-h100-llama31-8b-8gpu-fsdp-compile-fp8": "torchao float8 tensorwise on the 500 W H100: the modelled "
-    "FP8 gain over the compiled BF16 run (1.40x) is larger than measured (8,532 / 6,667 = 1.28x); FP8 GEMM "
-    "efficiency and cast kernels (issue 12)",
     "torchtitan-h100-llama31-405b-512gpu-3d-1f1b": "measured 1F1B is 1.28x slower than the same run interleaved "
     "(100 vs 128 tokens/s); dtsim's 1F1B bubble makes it 1.11x: the 2024 torchtitan 1F1B loses more than its "
     "bubble (not identified)",
@@ -42,9 +39,9 @@ GROUP_CAUSES: tuple[tuple[str, str], ...] = (
     ("torchao-b200-*", "torchao's B200s are power-limited at a cap the source does not state; simulated at the "
      "1,000 W datasheet peaks, so too fast. The figure itself checks out: torchtitan's median per-GPU tps "
      "(8 GPUs, local batch 1, sequence 8,192) = about 21% MFU of the 2,250 TF BF16 peak"),
-    ("torchtitan-h100-*", "the 500 W HBM2e H100 runs at the midpoint of torchtitan's SXM/NVL peak bounds (U); "
-     "what remains: torchao float8's gain smaller than modelled, and at 64k-256k tokens (CP) the long-sequence "
-     "attention error"),
+    ("torchtitan-h100-*", "the 500 W HBM2e H100 runs at the midpoint of torchtitan's SXM/NVL peak bounds (U); what "
+     "remains: at 32k-256k tokens (CP) the long-sequence attention error, and the 70B FSDP x TP run too slow "
+     "(vanilla TP's exposed communication; its AsyncTP twin is -11%)"),
     ("*qwen3*", "MoE: small-expert grouped GEMMs, all-to-all and the default imbalance 1.25 (not a "
      "measurement) (issue 15)"),
     ("*gpt-oss*", "MoE: small-expert grouped GEMMs, all-to-all and the default imbalance 1.25 (issue 15)"),
