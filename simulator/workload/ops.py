@@ -30,6 +30,7 @@ from dataclasses import dataclass, replace
 from typing import Literal, Protocol
 
 from simulator.config.model import ModelConfig
+from simulator.workload import op_sac
 from simulator.workload.flops import Recompute
 
 OpKind = Literal["gemm", "attention", "memory"]
@@ -329,7 +330,42 @@ def layer_ops(
         ops.append(memory_op("output_residual_add", tokens * h, 3, pb, _ADD_FLOPS))
     if recompute == "full":
         ops = [replace(op, recompute=True) for op in ops]
+    if recompute == "selective_op":
+        ops = _mark_op_sac(model, ops, pb)
     return ops
+
+
+#: The block linears each linear GEMM op of ``layer_ops`` computes (``ModelConfig.linear_modules``).
+_GEMM_LINEARS = {"qkv": ("qkv", "q", "k", "v"), "out_proj": ("o",), "mlp_up": ("gate", "up", "fc1"),
+                 "mlp_down": ("down", "fc2")}
+
+
+def _mark_op_sac(model: ModelConfig, ops: list[Op], pb: int) -> list[Op]:
+    """Mark what torchtitan's op-level policy re-runs (``op_sac``): every memory-bound op (norms,
+    rotary, activation, residual adds, FP8 casts) and the even-numbered linears; a GEMM op that
+    computes saved and re-run linears together (q, k, v; gate, up) is split by output width."""
+    rerun = set(op_sac.recomputed_linears(model))
+    out: list[Op] = []
+    for op in ops:
+        if op.kind == "memory":
+            out.append(replace(op, recompute=True))
+            continue
+        linears = [x for x in _GEMM_LINEARS.get(op.name, ()) if x in model.linear_modules]
+        redo = [x for x in linears if x in rerun]
+        if not redo:
+            out.append(op)
+        elif len(redo) == len(linears):
+            out.append(replace(op, recompute=True))
+        else:  # e.g. q, k, v as one op: k is re-run, q and v kept
+            n_redo = op.n * sum(op_sac.out_width(model, x) for x in redo) // sum(
+                op_sac.out_width(model, x) for x in linears)
+            n_keep = op.n - n_redo
+            keep_launches = max(1, op.launches * (len(linears) - len(redo)) // len(linears))
+            redo_launches = max(1, op.launches - keep_launches)
+            out.append(replace(gemm(op.name, op.m, n_keep, op.k, pb), launches=keep_launches, linear=True))
+            out.append(replace(gemm(f"{op.name}.rerun", op.m, n_redo, op.k, pb), launches=redo_launches,
+                               linear=True, recompute=True))
+    return out
 
 
 def _backward(op: Op) -> list[Op]:
