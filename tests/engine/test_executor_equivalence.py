@@ -14,7 +14,7 @@ import random
 import pytest
 
 from simulator.engine.executor import TaskCost, simulate
-from simulator.parallel.ir import COMM, COMPUTE, D2H, P2P, TP_COMM, GraphBuilder
+from simulator.parallel.ir import COMM, COMPUTE, P2P, TP_COMM, GraphBuilder
 from tests.engine.reference_executor import ReferenceSimulation
 
 DURATIONS = (0.0, 0.25, 0.5, 1.0, 1.0, 1.5, 2.0, 3.0, 1e-16)
