@@ -122,6 +122,7 @@ class Zero3Hooks(Hooks):
         self.reducer = _Reducer(ctx, "reduce_scatter", p.reduce_bucket_size, stream)
         self.depth = self._depth(p, work)
         self.pf: Prefetcher | None = None
+        self._fetches: dict[bool, dict] = {}
 
     @staticmethod
     def _depth(p, work) -> int:
@@ -146,32 +147,47 @@ class Zero3Hooks(Hooks):
         p = self.ctx.parallel
         hpz = backward and p.zero_hpz_partition_size > 1
         group = "dp_shard" if hpz else "dp"
+        phase = "bwd" if backward else "fwd"
+        skip = self.ctx.size(group) == 1
+        host_s = p.stage3_fetch_overhead_s + p.stage3_list_overhead_per_rank_s * self.ctx.size(group)
+        mb = f" mb{g}"
+        cache = self._fetches.setdefault(backward, {})
 
         def issue(b: GraphBuilder, unit, deps: list) -> int | None:
-            if self.ctx.size(group) == 1:
+            if skip:
                 return None
-            nbytes = self._gather_bytes(unit, backward)
+            hit = cache.get(unit)
+            if hit is None:
+                hit = cache[unit] = self._fetch(unit, backward, phase)
+            nbytes, modules = hit
             if p.offload_param != "none":
-                up = b.copy(f"param h2d {unit} mb{g}", "h2d", nbytes / self.n, deps=deps, micro_batch=g)
+                up = b.copy(f"param h2d {unit}{mb}", "h2d", nbytes / self.n, deps=deps, micro_batch=g)
                 deps = [up]
-            phase = "bwd" if backward else "fwd"
-            work = self.ctx.work
-            host_s = p.stage3_fetch_overhead_s + p.stage3_list_overhead_per_rank_s * self.ctx.size(group)
-            if not isinstance(unit, int) or not work.layer_module_params:
-                return b.collective(f"allgather {phase} {unit} mb{g}", "param_allgather", "all_gather", group,
+            if modules is None:
+                return b.collective(f"allgather {phase} {unit}{mb}", "param_allgather", "all_gather", group,
                                     nbytes, deps=deps, micro_batch=g, host_s=host_s)
-            # DeepSpeed fetches each sub-module (nn.Linear) with its own all-gather, in trace order
-            # (reversed in backward): a block pays one collective latency and one fetch's host cost
-            # per module (e.g. 7 for an HF Llama block), not one per block.
-            names = work.layer_module_names
-            shares = work.layer_module_params
-            order = range(len(shares) - 1, -1, -1) if backward else range(len(shares))
-            scale = nbytes / sum(shares)
-            parts = tuple((f"allgather {phase} {unit}.{names[i]} mb{g}", shares[i] * scale) for i in order)
-            return b.collective(f"allgather {phase} {unit} mb{g}", "param_allgather", "all_gather", group,
+            parts = tuple((prefix + mb, size) for prefix, size in modules)
+            return b.collective(f"allgather {phase} {unit}{mb}", "param_allgather", "all_gather", group,
                                 nbytes, deps=deps, micro_batch=g, host_s=host_s, parts=parts)
 
         return issue
+
+    def _fetch(self, unit, backward: bool, phase: str) -> tuple[float, tuple | None]:
+        """A unit's gathered bytes and its per-module (label prefix, bytes), or ``None`` when it is
+        fetched whole; the same for every micro-batch, so computed once per unit and pass.
+
+        DeepSpeed fetches each sub-module (nn.Linear) with its own all-gather, in trace order
+        (reversed in backward): a block pays one collective latency and one fetch's host cost per
+        module (e.g. 7 for an HF Llama block), not one per block."""
+        nbytes = self._gather_bytes(unit, backward)
+        work = self.ctx.work
+        if not isinstance(unit, int) or not work.layer_module_params:
+            return nbytes, None
+        names = work.layer_module_names
+        shares = work.layer_module_params
+        order = range(len(shares) - 1, -1, -1) if backward else range(len(shares))
+        scale = nbytes / sum(shares)
+        return nbytes, tuple((f"allgather {phase} {unit}.{names[i]}", shares[i] * scale) for i in order)
 
     def pre_forward(self, b: GraphBuilder, g: int, unit):
         if unit == "E":
