@@ -136,14 +136,14 @@ class Simulation:
         # has no callbacks, and leaving it out does not change the order of the others.
         waited = {d for t in tasks for d in t.deps}
         done: list[simpy.Event | None] = [simpy.Event(env) if i in waited else None for i in range(len(tasks))]
-        finished = bytearray(len(tasks))
         spans: list[Span] = []
         for (dev, stream), stream_tasks in self.graph.streams().items():
             state = devices.setdefault(dev, _Device(env, self.slowdown))
-            _Stream(env, state, stream, stream_tasks, self.costs, self.slowdown, done, finished, spans)
+            _Stream(env, state, stream, stream_tasks, self.costs, self.slowdown, done, spans)
         env.run()
         if len(spans) != len(tasks):
-            missing = [t for t in tasks if not finished[t.id]]
+            ran = {s.task_id for s in spans}
+            missing = [t for t in tasks if t.id not in ran]
             first = missing[0]
             raise RuntimeError(
                 f"deadlock: {len(missing)} tasks never ran; first: {first.name!r} on {first.stream!r} "
@@ -167,13 +167,13 @@ class _Stream:
     the same instant), whose callbacks then run at once, in the same order.
     """
 
-    __slots__ = ("env", "peek", "device", "stream", "tasks", "costs", "done", "finished", "append", "i", "dep",
+    __slots__ = ("env", "peek", "device", "stream", "tasks", "n", "costs", "done", "append", "i", "dep", "task",
                  "start", "cost", "category", "slow_compute", "is_comm_stream")
 
     def __init__(self, env: simpy.Environment, device: _Device, stream: str, tasks: list[Task], costs,
-                 slowdown: float, done: list, finished: bytearray, spans: list[Span]) -> None:
+                 slowdown: float, done: list, spans: list[Span]) -> None:
         self.env, self.peek, self.device, self.stream, self.tasks, self.costs = env, env.peek, device, stream, tasks, costs
-        self.done, self.finished, self.append = done, finished, spans.append
+        self.n, self.done, self.append, self.task = len(tasks), done, spans.append, None
         self.is_comm_stream = slowdown > 0 and any(isinstance(t, CollectiveTask) for t in tasks)
         self.slow_compute = stream == COMPUTE and slowdown > 0
         self.i, self.dep = 0, 0
@@ -182,10 +182,9 @@ class _Stream:
 
     def _next(self, _event=None) -> None:
         """Wait for the current task's dependencies, then start it."""
-        tasks = self.tasks
-        if self.i >= len(tasks):
+        if self.i >= self.n:
             return
-        task = tasks[self.i]
+        task = self.task = self.tasks[self.i]
         deps = task.deps
         if deps:
             done = self.done
@@ -213,12 +212,11 @@ class _Stream:
         self._finished(_event)
 
     def _finished(self, _event) -> None:
-        task = self.tasks[self.i]
+        task = self.task
         env = self.env
         now = env.now
         self.append(Span(task.id, task.name, self.stream, self.category, task.kind, self.start, now,
                          self.cost.args, task.device))
-        self.finished[task.id] = 1
         self.i += 1
         ev = self.done[task.id]
         if ev is None:
