@@ -126,4 +126,15 @@ class Costing:
         raise TypeError(f"unknown task type {type(task).__name__}")
 
     def costs(self, graph: StepGraph) -> list[TaskCost]:
-        return [self.cost(t) for t in graph.tasks]
+        """``cost`` of every task; compute tasks whose ops tuple is already priced take a shortcut
+        (the same memo ``_compute`` reads), since they are most of a step's tasks."""
+        ops_memo, cost, out = self._ops, self.cost, []
+        append = out.append
+        for t in graph.tasks:
+            if type(t) is ComputeTask:
+                hit = ops_memo.get(id(t.ops))
+                if hit is not None and hit[0] is t.ops:
+                    append(hit[1])
+                    continue
+            append(cost(t))
+        return out
