@@ -130,6 +130,7 @@ class Zero3Hooks(Hooks):
         self.reducer = _Reducer(ctx, "reduce_scatter", p.reduce_bucket_size, stream)
         self.depth = self._depth(p, work)
         self.pf: Prefetcher | None = None
+        self._fetches: dict[tuple, dict] = {}
 
     @staticmethod
     def _depth(p, work) -> int:
@@ -168,32 +169,51 @@ class Zero3Hooks(Hooks):
         p = self.ctx.parallel
         hpz = backward and p.zero_hpz_partition_size > 1
         group = "dp_shard" if hpz else "dp"
+        phase = ("refetch" if modules is not None else "bwd") if backward else "fwd"
+        skip = self.ctx.size(group) == 1
+        host_s = p.stage3_fetch_overhead_s + p.stage3_list_overhead_per_rank_s * self.ctx.size(group)
+        mb = f" mb{g}"
+        cache = self._fetches.setdefault((backward, modules), {})
 
         def issue(b: GraphBuilder, unit, deps: list) -> int | None:
-            if self.ctx.size(group) == 1:
+            if skip:
                 return None
-            nbytes = self._gather_bytes(unit, backward)
-            phase = ("refetch" if modules is not None else "bwd") if backward else "fwd"
-            work = self.ctx.work
-            parts: tuple = ()
-            if isinstance(unit, int) and work.layer_module_params:
-                # DeepSpeed fetches each sub-module (nn.Linear) with its own all-gather, in trace order
-                # (reversed in backward): a block pays one collective latency and one fetch's host cost
-                # per module (e.g. 7 for an HF Llama block), not one per block.
-                names, shares = work.layer_module_names, work.layer_module_params
-                order = range(len(shares) - 1, -1, -1) if backward else range(len(shares))
-                scale = nbytes / sum(shares)
-                parts = tuple((f"allgather {phase} {unit}.{names[i]} mb{g}", shares[i] * scale) for i in order
-                              if modules is None or i in modules)
-                nbytes = sum(x for _, x in parts)
+            hit = cache.get(unit)
+            if hit is None:
+                hit = cache[unit] = self._fetch(unit, backward, phase, modules)
+            nbytes, parts = hit
             if p.offload_param != "none":
-                up = b.copy(f"param h2d {unit} mb{g}", "h2d", nbytes / self.n, deps=deps, micro_batch=g)
+                up = b.copy(f"param h2d {unit}{mb}", "h2d", nbytes / self.n, deps=deps, micro_batch=g)
                 deps = [up]
-            host_s = p.stage3_fetch_overhead_s + p.stage3_list_overhead_per_rank_s * self.ctx.size(group)
-            return b.collective(f"allgather {phase} {unit} mb{g}", "param_allgather", "all_gather", group,
+            if parts is None:
+                return b.collective(f"allgather {phase} {unit}{mb}", "param_allgather", "all_gather", group,
+                                    nbytes, deps=deps, micro_batch=g, host_s=host_s)
+            parts = tuple((prefix + mb, size) for prefix, size in parts)
+            return b.collective(f"allgather {phase} {unit}{mb}", "param_allgather", "all_gather", group,
                                 nbytes, deps=deps, micro_batch=g, host_s=host_s, parts=parts)
 
         return issue
+
+    def _fetch(self, unit, backward: bool, phase: str,
+               modules: tuple[int, ...] | None = None) -> tuple[float, tuple | None]:
+        """A unit's gathered bytes and its per-module (label prefix, bytes), or ``None`` when it is
+        fetched whole; the same for every micro-batch, so computed once per unit and pass.
+        ``modules``: only these modules (a re-fetch after recomputation).
+
+        DeepSpeed fetches each sub-module (nn.Linear) with its own all-gather, in trace order
+        (reversed in backward): a block pays one collective latency and one fetch's host cost per
+        module (e.g. 7 for an HF Llama block), not one per block."""
+        nbytes = self._gather_bytes(unit, backward)
+        work = self.ctx.work
+        if not isinstance(unit, int) or not work.layer_module_params:
+            return nbytes, None
+        names = work.layer_module_names
+        shares = work.layer_module_params
+        order = range(len(shares) - 1, -1, -1) if backward else range(len(shares))
+        scale = nbytes / sum(shares)
+        parts = tuple((f"allgather {phase} {unit}.{names[i]}", shares[i] * scale) for i in order
+                      if modules is None or i in modules)
+        return (nbytes if modules is None else sum(x for _, x in parts)), parts
 
     def pre_forward(self, b: GraphBuilder, g: int, unit):
         if unit == "E":
