@@ -135,6 +135,9 @@ class Op:
     bwd_launches: int = 0
     #: The FP8 recipe of an FP8 cast op (``FP8_RECIPES``), else empty.
     fp8_recipe: str = ""
+    #: A backward-pass kernel (the fused attention backward runs at its own rate,
+    #: ``simulator.hardware.attention``).
+    backward: bool = False
 
     @property
     def shape(self) -> tuple[int, int, int] | None:
@@ -318,6 +321,7 @@ def _backward(op: Op) -> list[Op]:
                 bytes=ATTENTION_BWD_BYTES * op.bytes,
                 recompute=False,
                 launches=launches,
+                backward=True,
             )
         ]
     if op.name.endswith(".fp8_cast"):
