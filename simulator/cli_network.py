@@ -48,8 +48,10 @@ def sweep_sizes(min_bytes: int, max_bytes: int, factor: int = 2) -> list[int]:
     return out
 
 
-def _cluster_for(topology: str, nodes: int, gpus: int | None) -> tuple[Cluster, int]:
+def _cluster_for(topology: str, nodes: int, gpus: int | None, sharp: bool = False) -> tuple[Cluster, int]:
     topo = load_topology(topology)
+    if sharp:
+        topo = _with_sharp(topo)
     if nodes < 1:
         raise InputError(f"need at least one node, got {nodes}", field="--nodes")
     per_node = topo.gpus_per_node
@@ -67,6 +69,19 @@ def _cluster_for(topology: str, nodes: int, gpus: int | None) -> tuple[Cluster, 
     return cluster, gpus or cluster.n_gpus
 
 
+def _with_sharp(topo):
+    """``topo`` with SHARP in-network reduction switched on (its fat tree must be rail-optimised)."""
+    from simulator.config.topology import FatTreeFabric, TopologyConfig
+
+    if not isinstance(topo.fabric, FatTreeFabric):
+        raise InputError(f"{topo.name} has no fat-tree fabric; SHARP (CollNet) needs InfiniBand switches "
+                         "in a rail-optimised fat tree", "--sharp")
+    try:
+        return TopologyConfig.model_validate({**topo.model_dump(), "fabric": {**topo.fabric.model_dump(), "sharp": True}})
+    except ValueError as exc:
+        raise InputError(str(exc).splitlines()[-1], "--sharp") from None
+
+
 def collective(
     topology: str = typer.Option(..., "--topology", "-t", help="bundled topology name or YAML path"),
     nodes: int = typer.Option(1, "--nodes", "-N", help="number of nodes"),
@@ -78,23 +93,28 @@ def collective(
     nbytes: str | None = typer.Option(None, "--bytes", help="a single size instead of a sweep"),
     step_factor: int = typer.Option(2, "--step-factor", "-f", help="multiply the size by this each row"),
     gpus: int | None = typer.Option(None, "--gpus", help="use the first N GPUs (default: all)"),
+    sharp: bool = typer.Option(False, "--sharp", help="switch on SHARP in-network reduction (NCCL CollNet) "
+                               "on the fat tree; same as fabric.sharp: true in the topology file"),
     as_json: bool = typer.Option(False, "--json", help="print JSON instead of a table"),
 ) -> None:
     """Predict an nccl-tests run: time, algbw and busbw of one collective over a size sweep."""
-    _collective(topology, nodes, op, algo, fidelity, min_bytes, max_bytes, nbytes, step_factor, gpus, as_json)
+    _collective(topology, nodes, op, algo, fidelity, min_bytes, max_bytes, nbytes, step_factor, gpus, as_json, sharp)
 
 
 @handle_errors
 def _collective(topology: str, nodes: int, op: str, algo: str, fidelity: str, min_bytes: str, max_bytes: str,
-                nbytes: str | None, step_factor: int, gpus: int | None, as_json: bool) -> None:
+                nbytes: str | None, step_factor: int, gpus: int | None, as_json: bool, sharp: bool = False) -> None:
     for value, valid, option in ((op, OPS, "--op"), (algo, ALGORITHMS, "--algo"), (fidelity, FIDELITIES, "--fidelity")):
         if value not in valid:
             raise InputError(f"unknown value {value!r}; valid: {', '.join(valid)}", field=option)
     check_flow_size(fidelity, nodes, "--fidelity")
-    cluster, n = _cluster_for(topology, nodes, gpus)
+    cluster, n = _cluster_for(topology, nodes, gpus, sharp)
     if algo == "nvls" and not cluster.topology.nvls:
         raise InputError(f"{cluster.topology.name} has no NVLink SHARP (NVLS needs NVSwitch with nvls: true, "
                          "H100 and later); use --algo auto, ring, tree or hierarchical", "--algo")
+    if algo == "collnet" and not cluster.topology.sharp:
+        raise InputError(f"{cluster.topology.name} has no SHARP switches; add --sharp (or fabric.sharp: true) "
+                         "or use --algo auto, ring, tree or hierarchical", "--algo")
     model = CollectiveModel(cluster, fidelity=fidelity, algorithm=algo)
     group = [0, n - 1] if op == "send_recv" else list(range(n))
     if nbytes is not None:

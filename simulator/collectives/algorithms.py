@@ -309,6 +309,21 @@ def hierarchical(cluster: Cluster, members, nbytes: float) -> list[Phase]:
     return [first, middle, last]
 
 
+def collnet(cluster: Cluster, members, nbytes: float) -> list[Phase]:
+    """CollNet (SHARP) all-reduce, one pipelined phase (see the module docstring for the volumes).
+    Steps: the in-node legs ``2(p−1)`` and one trip up and down the aggregation tree."""
+    nodes = by_node(cluster, members)
+    p = len(nodes[0])
+    ph = Phase(steps_intra=2 * (p - 1), steps_inter=2)
+    for ms in nodes:
+        ph.extend(ring(cluster, "all_reduce", ms, nbytes)[0])
+    if len(nodes) > 1:
+        for j in range(p):
+            rail = _arr([ms[j] for ms in nodes])
+            ph.add_hops(cluster, rail, np.roll(rail, -1), np.full(len(rail), nbytes / p))
+    return [ph]
+
+
 def all_to_all(cluster: Cluster, members, nbytes: float) -> list[Phase]:
     """Every rank sends ``S/n`` to every other rank at once (NCCL's p2p-based all-to-all)."""
     m = _arr(members)

@@ -42,7 +42,7 @@ from simulator.network.fabric import flow_time
 from simulator.network.loads import HopLoads
 
 OPS = ("all_reduce", "reduce_scatter", "all_gather", "broadcast", "reduce", "all_to_all", "send_recv")
-ALGORITHMS = ("auto", "ring", "tree", "hierarchical", "nvls")
+ALGORITHMS = ("auto", "ring", "tree", "hierarchical", "nvls", "collnet")
 FIDELITIES = ("analytical", "flow")
 
 
@@ -99,6 +99,7 @@ class CollectiveModel:
         self._hop_loads = HopLoads(cluster)
         self._nvls_eff = calibration.nvls_efficiency_by_arch.get(cluster.gpu.arch, 0.0)
         self._nvls_hw = cluster.topology.nvls and self._nvls_eff > 0
+        self._sharp = cluster.topology.sharp
         self._intra_GBps = _scale_up_GBps(cluster, calibration)
         self._topo_memo: dict[tuple, nt.NcclTopo] = {}
         self._cache: dict[tuple, CollectiveResult] = {}
@@ -177,6 +178,10 @@ class CollectiveModel:
         if self._nvls_hw and op in ("all_reduce", "reduce_scatter", "all_gather"):
             if n_nodes == 1 or (op == "all_reduce" and "hierarchical" in out):
                 out.append("nvls")
+        # CollNet: all-reduce only (NCCL's SHARP all-gather/reduce-scatter need plugin support and
+        # one NIC per local rank; not modelled), equal members per node.
+        if self._sharp and op == "all_reduce" and n_nodes > 1 and per_node > 0:
+            out.append("collnet")
         return out
 
     def cache_size(self) -> int:
@@ -193,6 +198,8 @@ class CollectiveModel:
             return alg.hierarchical(c, members, nbytes)
         if name == "nvls":
             return alg.nvls(c, op, members, nbytes, self._nvls_eff)
+        if name == "collnet":
+            return alg.collnet(c, members, nbytes)
         if name == "direct":
             return alg.all_to_all(c, members, nbytes)
         return alg.send_recv(c, members, nbytes)
@@ -280,6 +287,8 @@ class CollectiveModel:
             bw_inter_GBps=bw_inter, arch=c.gpu.arch, intra_link=c.intra_link_class,
             cpu_vendor=topo.host.cpu_vendor, nvls=self._nvls_hw, nvls_channels=cal.nvls_channels,
             nvls_bw_GBps=intra, ll128=c.has_p2p_scale_up, pat=cal.nccl_pat,
+            collnet=self._sharp and n_nodes > 1, collnet_channels=max(1, topo.nics.per_node),
+            collnet_bw_GBps=topo.nics.bandwidth_Gbps / 8.0 * cal.net_efficiency,
         )
 
     def _evaluate(self, op: str, groups: list[list[int]], shape: tuple, nbytes: float) -> CollectiveResult:
@@ -350,7 +359,10 @@ class CollectiveModel:
             beta += ph.beta_s_per_byte * nbytes / pr.bandwidth_fraction
         if nccl_algo is not None:
             lat += nt.latency_us(op, nccl_algo, proto_name, t, nbytes) * 1e-6 + prof.phases[0].route_latency_s
-            cap = nt.bus_bandwidth_GBps(op, nccl_algo, proto_name, t, nbytes)
+            # CollNet is not capped: NCCL's ×0.5 CollNet ratio assumes up and down traffic share one
+            # link direction, but SHARP's shards go up and come down on the two directions of the
+            # full-duplex NIC link, which the graph plan carries.
+            cap = 0.0 if nccl_algo.startswith("collnet") else nt.bus_bandwidth_GBps(op, nccl_algo, proto_name, t, nbytes)
             if cap > 0:
                 beta = max(beta, nbytes / (cap * 1e9))
         return lat + beta
@@ -360,9 +372,10 @@ _REF_BYTES = float(2**30)
 _BATCHED = ("ring", "tree", "hierarchical", "nvls")
 #: The dtsim plan that plays each NCCL algorithm (PAT moves the ring's bytes; NVLSTree is the
 #: multi-node NVLS plan, in-switch reduction pipelined with inter-node rings).
-_PLAN_OF = {"ring": "ring", "tree": "tree", "nvls": "nvls", "nvls_tree": "nvls", "pat": "ring"}
-#: ``--algo nvls`` forces NVLS on one node and NVLSTree on several.
-_FAMILY = {"nvls_tree": "nvls"}
+_PLAN_OF = {"ring": "ring", "tree": "tree", "nvls": "nvls", "nvls_tree": "nvls", "pat": "ring",
+            "collnet_direct": "collnet", "collnet_chain": "collnet"}
+#: ``--algo nvls`` forces NVLS on one node and NVLSTree on several; ``--algo collnet`` either CollNet.
+_FAMILY = {"nvls_tree": "nvls", "collnet_direct": "collnet", "collnet_chain": "collnet"}
 
 
 def _scale_up_GBps(cluster: Cluster, cal: Calibration) -> float:

@@ -14,8 +14,8 @@ The *time* dtsim reports for the chosen pair is its own physical model (``model.
 with contention, calibrated latencies, capped by the bandwidth NCCL's model allows).
 
 Every constant below is NCCL 2.30.7's (formulas.md §3.5 reproduces the tables with the file names);
-``docs/network.md`` lists them. Not modelled: CollNet (needs SHARP-capable switches; ``collnet``
-is accepted but off by default in every bundled fabric), NCCL_ALGO/NCCL_PROTO overrides other than
+``docs/network.md`` lists them. CollNet runs only where the fabric has SHARP (``fabric.sharp``, off
+by default in every bundled fabric), all-reduce only. Not modelled: NCCL_ALGO/NCCL_PROTO overrides other than
 dtsim's ``--algo``, and the per-call ``NCCL_MAX_DEV_WORK_BATCH_COLLS`` aggregation (one call each).
 """
 
@@ -94,6 +94,10 @@ class NcclTopo:
     ll128: bool = True
     pat: bool = True
     collnet: bool = False
+    #: CollNet graph: one channel per NIC head, each at its NIC's model bandwidth (GB/s) (HPC-X SHARP
+    #: plugin docs: one aggregation flow, i.e. NCCL channel, per HCA rail).
+    collnet_channels: int = 0
+    collnet_bw_GBps: float = 0.0
 
 
 def n_steps(op: str, n: int) -> int:
@@ -138,7 +142,9 @@ def bus_bandwidth_GBps(op: str, algo: str, proto: str, t: NcclTopo, nbytes: floa
     cpu_row = 0 if t.cpu_vendor == "intel" else 1
     ll_max = LL_MAX_BW[arch][0] if t.n_nodes == 1 else LL_MAX_BW[cpu_row][col]
     nch = t.n_channels
-    bw = t.bw_intra_GBps if (t.n_nodes <= 2 or algo.startswith("collnet")) else t.bw_inter_GBps
+    bw = t.bw_intra_GBps if t.n_nodes <= 2 else t.bw_inter_GBps
+    if algo.startswith("collnet"):
+        nch, bw = t.collnet_channels, t.collnet_bw_GBps
     bus = nch * bw
     if algo == "ring" and proto == "LL":
         bus = min(ll_max, bus * 0.5)
@@ -154,6 +160,15 @@ def bus_bandwidth_GBps(op: str, algo: str, proto: str, t: NcclTopo, nbytes: floa
         if 0 <= i < 23:
             bus *= TREE_CORRECTION[proto][i]
     elif algo == "pat":
+        bus *= 0.75
+    elif algo == "collnet_direct":
+        # "Collnet+Direct requires all GPUs to have a local NIC to work at full speed"
+        factor = t.ppn / nch
+        factor -= (factor - 1) / 2
+        bus /= factor
+        if arch >= 2:  # minCompCap >= 90 (Hopper and later)
+            bus *= 0.85
+    elif algo == "collnet_chain":
         bus *= 0.75
     elif algo in ("nvls", "nvls_tree"):
         eff = NVLS_EFFICIENCY.get(t.arch, 0.0)

@@ -29,6 +29,7 @@ _ZERO_KEYS = {
     "use_multi_rank_bucket_allreduce": "use_multi_rank_bucket_allreduce",
     "stage3_prefetch_bucket_size": "stage3_prefetch_bucket_size",
     "stage3_max_live_parameters": "stage3_max_live_parameters",
+    "stage3_max_reuse_distance": "stage3_max_reuse_distance",
     "stage3_param_persistence_threshold": "stage3_param_persistence_threshold",
     "zero_quantized_weights": "zero_quantized_weights",
     "zero_quantized_gradients": "zero_quantized_gradients",

@@ -55,6 +55,10 @@ class GPUSpec(Frozen):
     release_year: int
     #: Max achievable matmul fraction of dense peak (MAMF, hardware.md §4), None where unmeasured.
     mamf_fraction: float | None = Field(None, gt=0, le=1)
+    #: Fraction of the datasheet tensor-core peaks the part sustains at its power limit (a lower
+    #: clock under a cap below the datasheet part's TDP), None = the datasheet peaks. Applies to every
+    #: tensor rate alike: one clock drives them all.
+    power_limited_peak_fraction: float | None = Field(None, gt=0, le=1)
     price_usd_per_gpu_hour: float | None = Field(None, ge=0)
     price_source: str = ""
     confidence: Literal["V", "S", "D", "U"]
@@ -71,6 +75,12 @@ class GPUSpec(Frozen):
         if value is None:
             raise ValueError(f"GPU {self.name} has no {dtype} tensor-core rate; choose another precision")
         return value * TFLOPS
+
+    def sustained_peak_flops(self, dtype: Dtype) -> float:
+        """Dense peak in FLOP/s the compute model runs at: the datasheet peak (``peak_flops``) times
+        ``power_limited_peak_fraction`` for a power-capped part (MFU stays quoted against the
+        datasheet peak, as the frameworks quote it)."""
+        return self.peak_flops(dtype) * (self.power_limited_peak_fraction or 1.0)
 
     @property
     def hbm_bandwidth_Bps(self) -> float:

@@ -83,6 +83,10 @@ class ParallelConfig(Frozen):
     #: tensor (``all_gather_into_tensor``, DeepSpeed PR #1188): 0.
     stage3_list_overhead_per_rank_s: NonNegativeFloat = 0.0
     stage3_max_live_parameters: PositiveFloat = 1e9
+    #: Keep a fetched parameter when its next use comes within this many parameters of the trace
+    #: (DeepSpeed ``PartitionedParameterCoordinator.__params_to_release``); else release and fetch it
+    #: again. Decides which modules full activation recomputation fetches a second time.
+    stage3_max_reuse_distance: NonNegativeFloat = 1e9
     stage3_param_persistence_threshold: NonNegativeFloat = 1e5
     offload_optimizer: Offload = "none"
     offload_param: Offload = "none"
@@ -107,6 +111,10 @@ class ParallelConfig(Frozen):
     reshard_after_forward: bool | None = None
     param_dtype: Literal["fp32", "fp16", "bf16"] | None = None
     reduce_dtype: Literal["fp32", "fp16", "bf16"] | None = None
+    #: 1: FSDP1 ``FullyShardedDataParallel`` (flat parameter: gathers land in place); 2: FSDP2
+    #: ``fully_shard`` (per-parameter DTensor; torchtitan): every gather is copied out into the
+    #: parameters and every gradient reduction copied in (simulator/parallel/fsdp.py).
+    fsdp_version: Literal[1, 2] = 1
 
     _DEEPSPEED_ONLY: ClassVar[tuple[str, ...]] = (
         "reduce_bucket_size",
@@ -116,6 +124,7 @@ class ParallelConfig(Frozen):
         "use_multi_rank_bucket_allreduce",
         "stage3_prefetch_bucket_size",
         "stage3_max_live_parameters",
+        "stage3_max_reuse_distance",
         "stage3_param_persistence_threshold",
         "stage3_fetch_overhead_s",
         "stage3_list_overhead_per_rank_s",
@@ -139,6 +148,7 @@ class ParallelConfig(Frozen):
         "forward_prefetch",
         "limit_all_gathers",
         "reshard_after_forward",
+        "fsdp_version",
         "param_dtype",
         "reduce_dtype",
     )

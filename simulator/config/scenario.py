@@ -18,7 +18,10 @@ from simulator.config.parallel import Framework, Offload, ParallelConfig  # noqa
 from simulator.config.run import CostConfig, ReliabilityConfig
 from simulator.config.topology import TopologyConfig
 
-Recompute = Literal["none", "selective", "full"]
+#: ``selective``: Korthikanti et al. 2022 (the attention core is recomputed); ``selective_op``:
+#: torchtitan's op-level policy (``simulator.workload.op_sac``: every second GEMM output and the SDPA
+#: output saved, the rest recomputed); ``full``: only block inputs kept.
+Recompute = Literal["none", "selective", "selective_op", "full"]
 
 
 class ClusterConfig(Frozen):
@@ -32,7 +35,7 @@ class ClusterConfig(Frozen):
     #: or, for racks of several hosts (NVL72), whole hosts: the last rack may be partial.
     gpus: PositiveInt | None = None
     network_fidelity: Literal["analytical", "flow"] = "analytical"
-    collective_algorithm: Literal["auto", "ring", "tree", "hierarchical", "nvls"] = "auto"
+    collective_algorithm: Literal["auto", "ring", "tree", "hierarchical", "nvls", "collnet"] = "auto"
 
     @property
     def gpu_spec(self) -> GPUSpec:
@@ -65,6 +68,10 @@ class ClusterConfig(Frozen):
         if self.collective_algorithm == "nvls" and not self.topology.nvls:
             raise ValueError(f"cluster.collective_algorithm nvls: topology {self.topology.name} has no NVLink SHARP "
                              "(nvls: true on an NVSwitch node); use auto, ring, tree or hierarchical")
+        if self.collective_algorithm == "collnet" and not self.topology.sharp:
+            raise ValueError(f"cluster.collective_algorithm collnet: topology {self.topology.name} has no SHARP "
+                             "switches (set cluster.topology.fabric.sharp=true on a rail-optimised fat tree); "
+                             "use auto, ring, tree or hierarchical")
         return self
 
 
@@ -92,6 +99,11 @@ class KernelConfig(Frozen):
     #: FP8 scaling recipe when ``training.precision`` is fp8: Transformer Engine ``delayed`` or
     #: ``current`` scaling, torchao float8 ``tensorwise`` or ``rowwise``, Blackwell ``mxfp8``.
     fp8_recipe: Literal["delayed", "current", "tensorwise", "rowwise", "mxfp8"] = "delayed"
+    #: How the loss is computed, for its memory (``workload.activations.CROSS_ENTROPY_BYTES``): Megatron's
+    #: in-place vocab-parallel kernel (``fused``), PyTorch ``F.cross_entropy`` on upcast logits
+    #: (``eager``: torchtitan, FSDP trainers), or that under torch.compile (``compiled``); ``auto``:
+    #: eager with framework fsdp, fused otherwise.
+    cross_entropy: Literal["auto", "fused", "eager", "compiled"] = "auto"
 
     @model_validator(mode="before")
     @classmethod
@@ -230,6 +242,9 @@ class Scenario(Frozen):
             raise ValueError(
                 f"training.seq_len ({t.seq_len}) exceeds the model's max_position_embeddings ({m.max_position_embeddings})"
             )
+        if t.activation_checkpointing == "selective_op" and (m.moe is not None or m.is_mla):
+            raise ValueError("training.activation_checkpointing: selective_op (torchtitan's op-level policy) is "
+                             "modelled for dense blocks only; use selective or full for an MoE or MLA model")
         from simulator.config.moe import check_layout
 
         check_layout(m, p, n, self.cluster.topology.gpus_per_node)

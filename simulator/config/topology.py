@@ -114,6 +114,12 @@ class FatTreeFabric(Frozen):
     switch_latency_us: NonNegativeFloat = 0.6
     planes: PositiveInt = 1
     dual_tor: bool = False
+    #: SHARP in-network reduction on the switches (InfiniBand Quantum with the NCCL SHARP plugin,
+    #: ``NCCL_COLLNET_ENABLE=1``): enables NCCL's CollNet all-reduce across nodes. Off by default,
+    #: as in NCCL. SHARP runs one aggregation flow per HCA rail, so it needs a rail-optimised fabric
+    #: (NVIDIA HPC-X NCCL-RDMA-SHARP plugin docs: "leaf level switches are connected to the same HCA
+    #: rail from each server").
+    sharp: bool = False
 
 
 class SingleSwitchFabric(Frozen):
@@ -149,6 +155,11 @@ class TopologyConfig(Frozen):
         return isinstance(self.intra_node, NVSwitchFabric) and self.intra_node.nvls
 
     @property
+    def sharp(self) -> bool:
+        """SHARP in-network reduction on the scale-out fabric (enables NCCL CollNet)."""
+        return isinstance(self.fabric, FatTreeFabric) and self.fabric.sharp
+
+    @property
     def nvlink_domain_gpus(self) -> int:
         """GPUs that reach each other over the scale-up fabric (NVLink / xGMI): the node's GPUs, or 1
         when GPUs share only PCIe. Collectives and layouts read this (TP/EP up to it stay on NVLink)."""
@@ -159,6 +170,11 @@ class TopologyConfig(Frozen):
         fab = self.fabric
         if isinstance(fab, FatTreeFabric) and fab.rails is not None and self.nics.per_node % fab.rails:
             raise ValueError(f"fabric.rails ({fab.rails}) must divide nics.per_node ({self.nics.per_node})")
+        if isinstance(fab, FatTreeFabric) and fab.sharp and not fab.rail_optimized:
+            raise ValueError("fabric.sharp needs fabric.rail_optimized: true (SHARP aggregates one flow per HCA "
+                             "rail; leaf switches must hold the same rail of every node)")
+        if isinstance(fab, FatTreeFabric) and fab.sharp and self.nics.per_node == 0:
+            raise ValueError("fabric.sharp needs NICs (nics.per_node >= 1): SHARP reduces in the network switches")
         if self.gpus_per_host is not None and self.gpus_per_node % self.gpus_per_host:
             raise ValueError(f"gpus_per_host ({self.gpus_per_host}) must divide gpus_per_node ({self.gpus_per_node})")
         return self

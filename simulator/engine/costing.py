@@ -45,6 +45,7 @@ class Costing:
         self._coll: dict[tuple[str, str, float], tuple[float, dict[str, Any]]] = {}
         self._ops: dict[int, tuple[tuple, TaskCost]] = {}
         self._task_costs: dict[tuple, TaskCost] = {}
+        self._parts_cache: dict[tuple, tuple[float, list[float], dict[str, Any]]] = {}
 
     def _collective(self, task: CollectiveTask) -> TaskCost:
         if task.parts:
@@ -75,18 +76,29 @@ class Costing:
         return TaskCost(task.count * (time_s + task.host_s), args)
 
     def _parts(self, task: CollectiveTask) -> TaskCost:
-        """Back-to-back calls of one task, each priced alone (latency included) plus its host time."""
-        total, rows, args = 0.0, [], {}
-        for label, nbytes in task.parts:
-            one = self._collective(CollectiveTask(task.id, label, task.kind, task.op, task.group, nbytes))
-            t = one.duration_s + task.host_s
-            rows.append({"name": label, "bytes": nbytes, "time_s": t})
-            total += t
-            args = one.args
+        """Back-to-back calls of one task, each priced alone (latency included) plus its host time.
+
+        The prices depend on the sizes only, so they are memoised per (operation, group, sizes, host
+        time); each task then only labels its rows (the labels name its layer and micro-batch)."""
+        sizes = tuple(nbytes for _, nbytes in task.parts)
+        key = (task.op, task.group, sizes, task.host_s)
+        hit = self._parts_cache.get(key)
+        if hit is None:
+            total, times, args = 0.0, [], {}
+            for nbytes in sizes:
+                one = self._collective(CollectiveTask(task.id, "", task.kind, task.op, task.group, nbytes))
+                t = one.duration_s + task.host_s
+                times.append(t)
+                total += t
+                args = one.args
+            hit = self._parts_cache[key] = (total, times, args)
+        total, times, args = hit
+        rows = [{"name": label, "bytes": nbytes, "time_s": t} for (label, nbytes), t in zip(task.parts, times, strict=True)]
         args = {**args, "bytes": task.nbytes, "parts": rows}
         if task.host_s:
             args["host_s"] = task.host_s
         return TaskCost(task.count * total, args)
+
     def _compute(self, ops: tuple) -> TaskCost:
         """Memoised per distinct ``ops`` tuple (the builders reuse one tuple per unit and pass); the
         tuple is kept with its cost so its ``id`` cannot be reused while the entry lives."""
@@ -114,4 +126,15 @@ class Costing:
         raise TypeError(f"unknown task type {type(task).__name__}")
 
     def costs(self, graph: StepGraph) -> list[TaskCost]:
-        return [self.cost(t) for t in graph.tasks]
+        """``cost`` of every task; compute tasks whose ops tuple is already priced take a shortcut
+        (the same memo ``_compute`` reads), since they are most of a step's tasks."""
+        ops_memo, cost, out = self._ops, self.cost, []
+        append = out.append
+        for t in graph.tasks:
+            if type(t) is ComputeTask:
+                hit = ops_memo.get(id(t.ops))
+                if hit is not None and hit[0] is t.ops:
+                    append(hit[1])
+                    continue
+            append(cost(t))
+        return out

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import simpy
+from simpy.events import NORMAL, URGENT
 
 from simulator.engine.trace import Span, Trace
 from simulator.parallel.ir import COMPUTE, CollectiveTask, ComputeTask, CopyTask, StepGraph, Task
@@ -43,47 +44,64 @@ def _category(task: Task) -> str:
     return _CATEGORY.get(type(task), "host")
 
 
+class _Timer(simpy.Event):
+    """A triggered event, processed ``delay`` s from now, with one callback: what
+    ``env.timeout(delay).callbacks.append(callback)`` schedules, without the bound-class indirection."""
+
+    def __init__(self, env: simpy.Environment, delay: float, callback, priority=NORMAL) -> None:
+        self.env = env
+        self.callbacks = [callback]
+        self._value = None
+        self._ok = True
+        env.schedule(self, priority, delay)
+
+
 class _Device:
     """Shared state of one GPU: how many collectives run now, and the compute task in progress.
 
     The compute task's finish time is rescheduled whenever a collective starts or ends (its rate
-    changes), by callbacks rather than by waking the compute process: one timeout per rate change,
-    no condition events, the same arithmetic as a process that re-plans its remaining work.
+    changes), by callbacks rather than by waking the compute stream: one timer per rate change, the
+    same arithmetic as a process that re-plans its remaining work.
     """
+
+    __slots__ = ("env", "slowdown", "slow_rate", "active_comm", "job")
 
     def __init__(self, env: simpy.Environment, slowdown: float) -> None:
         self.env = env
         self.slowdown = slowdown
+        self.slow_rate = 1.0 / (1.0 + slowdown)
         self.active_comm = 0
-        # [remaining idle-GPU work (s), time it was last updated, event to fire, generation]
+        # [remaining idle-GPU work (s), time it was last updated, stream to notify, generation]
         self.job: list | None = None
 
     def _rate(self) -> float:
-        return 1.0 / (1.0 + self.slowdown) if self.active_comm else 1.0
+        return self.slow_rate if self.active_comm else 1.0
 
-    def compute(self, work_s: float) -> simpy.Event:
-        """Start ``work_s`` of idle-GPU work; the returned event fires when it is done."""
-        done = self.env.event()
-        self.job = [work_s, self.env.now, done, 0]
-        self._schedule()
-        return done
+    def compute(self, work_s: float, stream: _Stream) -> None:
+        """Start ``work_s`` of idle-GPU work; ``stream._finished`` is called when it is done."""
+        job = self.job = [work_s, self.env.now, stream, 0]
+        self._schedule(job)
 
-    def _schedule(self) -> None:
-        job = self.job
+    def _schedule(self, job: list) -> None:
         job[3] += 1
         if job[0] <= _EPS:
             self.job = None
-            job[2].succeed()
+            _Timer(self.env, 0, job[2]._finished)  # the "done" event, as the generator engine had it
             return
-        timer = self.env.timeout(job[0] / self._rate())
         generation = job[3]
-        timer.callbacks.append(lambda _event: self._finish(job, generation))
+        _Timer(self.env, job[0] / self._rate(), lambda _event: self._fired(job, generation))
 
-    def _finish(self, job: list, generation: int) -> None:
+    def _fired(self, job: list, generation: int) -> None:
         # A timer made stale by a later rate change does nothing.
         if self.job is job and job[3] == generation:
             self.job = None
-            job[2].succeed()
+            env = self.env
+            if env.peek() > env.now:
+                # Nothing else is due at this instant, so a "done" event scheduled now would be the
+                # very next one processed: finishing the task here is the same, one event less.
+                job[2]._finished(None)
+            else:
+                _Timer(env, 0, job[2]._finished)
 
     def bump(self, delta: int) -> None:
         job = self.job
@@ -93,7 +111,7 @@ class _Device:
             job[1] = now
         self.active_comm += delta
         if job is not None:
-            self._schedule()
+            self._schedule(job)
 
 
 class Simulation:
@@ -104,6 +122,8 @@ class Simulation:
             raise ValueError(f"{len(costs)} costs for {len(graph.tasks)} tasks")
         if compute_slowdown < 0:
             raise ValueError("compute_slowdown must be >= 0")
+        if any(c.duration_s < 0 for c in costs):
+            raise ValueError("task durations must be >= 0")
         self.graph = graph
         self.costs = costs
         self.slowdown = compute_slowdown
@@ -111,14 +131,19 @@ class Simulation:
     def run(self) -> Trace:
         env = simpy.Environment()
         devices: dict[int, _Device] = {}
-        done = [env.event() for _ in self.graph.tasks]
+        tasks = self.graph.tasks
+        # A completion event only for the tasks another task waits on: an event nobody waits on
+        # has no callbacks, and leaving it out does not change the order of the others.
+        waited = {d for t in tasks for d in t.deps}
+        done: list[simpy.Event | None] = [simpy.Event(env) if i in waited else None for i in range(len(tasks))]
         spans: list[Span] = []
-        for (dev, stream), tasks in self.graph.streams().items():
+        for (dev, stream), stream_tasks in self.graph.streams().items():
             state = devices.setdefault(dev, _Device(env, self.slowdown))
-            env.process(self._stream(env, state, stream, tasks, done, spans))
+            _Stream(env, state, stream, stream_tasks, self.costs, self.slowdown, done, spans)
         env.run()
-        missing = [t for t, ev in zip(self.graph.tasks, done, strict=True) if not ev.processed]
-        if missing:
+        if len(spans) != len(tasks):
+            ran = {s.task_id for s in spans}
+            missing = [t for t in tasks if t.id not in ran]
             first = missing[0]
             raise RuntimeError(
                 f"deadlock: {len(missing)} tasks never ran; first: {first.name!r} on {first.stream!r} "
@@ -126,27 +151,90 @@ class Simulation:
             )
         return Trace(tuple(spans))
 
-    def _stream(self, env, device: _Device, stream: str, tasks: list[Task], done, spans: list[Span]):
-        is_comm_stream = self.slowdown > 0 and any(isinstance(t, CollectiveTask) for t in tasks)
-        slow_compute = stream == COMPUTE and self.slowdown > 0
-        costs, timeout, append = self.costs, env.timeout, spans.append
-        for task in tasks:
-            for dep in task.deps:
-                if not done[dep].processed:
-                    yield done[dep]
-            cost = costs[task.id]
-            start = env.now
-            category = _CATEGORY.get(type(task), "host")
-            if slow_compute and category == "compute":
-                yield device.compute(cost.duration_s)
-            elif is_comm_stream and category == "comm":
-                device.bump(+1)
-                yield timeout(cost.duration_s)
-                device.bump(-1)
-            else:
-                yield timeout(cost.duration_s)
-            append(Span(task.id, task.name, stream, category, task.kind, start, env.now, cost.args, task.device))
-            done[task.id].succeed()
+
+class _Stream:
+    """One stream: runs its tasks in issue order, each once its dependencies have finished.
+
+    A state machine driven by simpy callbacks, equivalent step for step to a generator process
+    that, per task, waits for each unfinished dependency's completion event, starts the task,
+    waits for its end and then triggers its own completion event (the engine before issue 14;
+    ``tests/engine/reference_executor.py``). It is started by an urgent event, as simpy starts a
+    process, and registers its continuation where that process would have waited, so events are
+    scheduled and processed in the same order and every span is the same, bit for bit.
+
+    Two events of that process are elided where they provably change nothing: a completion event
+    nobody waits on, and an event that would be the very next one processed (nothing else due at
+    the same instant), whose callbacks then run at once, in the same order.
+    """
+
+    __slots__ = ("env", "peek", "device", "stream", "tasks", "n", "costs", "done", "append", "i", "dep", "task",
+                 "start", "cost", "category", "slow_compute", "is_comm_stream")
+
+    def __init__(self, env: simpy.Environment, device: _Device, stream: str, tasks: list[Task], costs,
+                 slowdown: float, done: list, spans: list[Span]) -> None:
+        self.env, self.peek, self.device, self.stream, self.tasks, self.costs = env, env.peek, device, stream, tasks, costs
+        self.n, self.done, self.append, self.task = len(tasks), done, spans.append, None
+        self.is_comm_stream = slowdown > 0 and any(isinstance(t, CollectiveTask) for t in tasks)
+        self.slow_compute = stream == COMPUTE and slowdown > 0
+        self.i, self.dep = 0, 0
+        self.start, self.cost, self.category = 0.0, None, ""
+        _Timer(env, 0, self._next, URGENT)  # what ``env.process`` schedules first
+
+    def _next(self, _event=None) -> None:
+        """Wait for the current task's dependencies, then start it."""
+        if self.i >= self.n:
+            return
+        task = self.task = self.tasks[self.i]
+        deps = task.deps
+        if deps:
+            done = self.done
+            while self.dep < len(deps):
+                ev = done[deps[self.dep]]
+                self.dep += 1
+                if ev.callbacks is not None:  # not processed yet
+                    ev.callbacks.append(self._next)
+                    return
+            self.dep = 0
+        env = self.env
+        cost = self.cost = self.costs[task.id]
+        self.start = env.now
+        category = self.category = _CATEGORY.get(type(task), "host")
+        if self.slow_compute and category == "compute":
+            self.device.compute(cost.duration_s, self)
+        elif self.is_comm_stream and category == "comm":
+            self.device.bump(+1)
+            _Timer(env, cost.duration_s, self._comm_finished)
+        else:
+            _Timer(env, cost.duration_s, self._finished)
+
+    def _comm_finished(self, _event) -> None:
+        self.device.bump(-1)
+        self._finished(_event)
+
+    def _finished(self, _event) -> None:
+        task = self.task
+        env = self.env
+        now = env.now
+        self.append(Span(task.id, task.name, self.stream, self.category, task.kind, self.start, now,
+                         self.cost.args, task.device))
+        self.i += 1
+        ev = self.done[task.id]
+        if ev is None:
+            self._next()
+        elif self.peek() > now:
+            # Nothing else is due now: the completion event would be processed right after this
+            # stream's continuation, before anything that continuation schedules.
+            self._next()
+            ev._ok, ev._value = True, None
+            if self.peek() > now:
+                callbacks, ev.callbacks = ev.callbacks, None
+                for callback in callbacks:
+                    callback(ev)
+            else:  # the continuation scheduled something for now: the event must come first
+                env.schedule(ev, URGENT)
+        else:
+            ev.succeed()
+            self._next()
 
 
 def simulate(graph: StepGraph, costs: Sequence[TaskCost], compute_slowdown: float = 0.0) -> Trace:

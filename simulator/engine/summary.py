@@ -51,11 +51,18 @@ def summarize(trace: Trace) -> dict[str, Any]:
         return [iv for (c, k), ivs in by.items() if c == category and (kinds is None or k in kinds) for iv in ivs]
 
     compute_iv = union(cat("compute"))
+    splits: dict[tuple, tuple[float, float]] = {}
 
-    def split(iv: list[tuple[float, float]], merged: bool = False) -> dict[str, float]:
-        if not merged:
-            iv = union(iv)
-        return {"on_link_s": length(iv), "exposed_s": measure(subtract(iv, compute_iv, merged=True))}
+    def split(category: str, kinds: tuple[str, ...] | None = None) -> dict[str, float]:
+        """On-link and exposed time of the union of the groups; each distinct set of non-empty groups
+        is merged and measured once (the total and the dp dimension are often the same set). A single
+        group is already merged: merging it again returns it unchanged."""
+        keys = tuple(key for key, ivs in by.items() if key[0] == category and (kinds is None or key[1] in kinds) and ivs)
+        hit = splits.get(keys)
+        if hit is None:
+            iv = by[keys[0]] if len(keys) == 1 else union([iv for key in keys for iv in by[key]])
+            hit = splits[keys] = (length(iv), measure(subtract(iv, compute_iv, merged=True)))
+        return {"on_link_s": hit[0], "exposed_s": hit[1]}
 
     out: dict[str, Any] = {"step_time_s": trace.end_s, "compute_busy_s": length(compute_iv)}
     for kind in COMPUTE_KINDS:
@@ -64,10 +71,10 @@ def summarize(trace: Trace) -> dict[str, Any]:
     out["optimizer_s"] += out["cpu_optimizer_s"]
     # "ep" (MoE token all-to-alls) appears only in runs that have them.
     kinds = [k for k in COMM_KINDS if k != "ep" or ("comm", "ep") in by]
-    comm: dict[str, dict[str, float]] = {kind: split(by.get(("comm", kind), []), merged=True) for kind in kinds}
-    comm["total"] = split(cat("comm"))
+    comm: dict[str, dict[str, float]] = {kind: split("comm", (kind,)) for kind in kinds}
+    comm["total"] = split("comm")
     out["communication"] = comm
-    out["by_dimension"] = {dim: split(cat("comm", dk)) for dim, dk in DIMENSIONS.items() if dim in kinds or dim != "ep"}
+    out["by_dimension"] = {dim: split("comm", dk) for dim, dk in DIMENSIONS.items() if dim in kinds or dim != "ep"}
     copies = cat("copy")
     host = cat("host")
     out["offload"] = {"on_link_s": measure(copies), "exposed_s": exposed(copies + host, compute_iv),

@@ -43,8 +43,8 @@ class RooflineComputeModel:
         if gpu.peak_tflops.bf16 is None and attn_dtype == "bf16":
             attn_dtype = "fp16"
         self.fp8 = dtype == "fp8"
-        self.gemm_peak = gpu.peak_flops(dtype) * flops_scale
-        self.attn_peak = gpu.peak_flops(attn_dtype) * flops_scale
+        self.gemm_peak = gpu.sustained_peak_flops(dtype) * flops_scale
+        self.attn_peak = gpu.sustained_peak_flops(attn_dtype) * flops_scale
         self.hbm_Bps = gpu.hbm_bandwidth_Bps * efficiency.hbm_fraction * hbm_scale
         self._cache: dict[int, tuple[tuple, float]] = {}
         #: the fused attention kernel and its (forward, backward) rates in FLOP/s at long sequence

@@ -36,6 +36,7 @@ def export_yaml(s: Scenario) -> Exported:
             "fsdp_state_dict_type": "SHARDED_STATE_DICT",
             "fsdp_use_orig_params": True,
             "fsdp_activation_checkpointing": tr.activation_checkpointing != "none",
+            "fsdp_version": par.fsdp_version,
         }
         if tr.activation_checkpointing == "selective":
             notes.append("selective recomputation: Accelerate's switch checkpoints whole blocks (full)")
@@ -73,7 +74,7 @@ _IGNORED_TOP = {"compute_environment", "machine_rank", "main_training_function",
                 "main_process_ip", "main_process_port", "dynamo_config", "enable_cpu_affinity"}
 _IGNORED_FSDP = {"fsdp_auto_wrap_policy", "fsdp_state_dict_type", "fsdp_use_orig_params",
                  "fsdp_cpu_ram_efficient_loading", "fsdp_sync_module_states", "fsdp_transformer_layer_cls_to_wrap",
-                 "fsdp_min_num_params", "fsdp_version"}
+                 "fsdp_min_num_params"}
 _IGNORED_DS = {"zero3_init_flag", "zero3_save_16bit_model", "gradient_clipping", "deepspeed_multinode_launcher"}
 
 
@@ -119,6 +120,11 @@ def import_yaml(text: str):
                     raise InputError(f"{value!r} must be BACKWARD_PRE, BACKWARD_POST or NO_PREFETCH",
                                      f"{field} fsdp_config.{key}")
                 out.set("parallel.backward_prefetch", _PREFETCH[value])
+            elif key == "fsdp_version":
+                if value not in (1, 2):
+                    raise InputError(f"{value!r} must be 1 (FullyShardedDataParallel) or 2 (fully_shard)",
+                                     f"{field} fsdp_config.{key}")
+                out.set("parallel.fsdp_version", value)
             elif key == "fsdp_forward_prefetch":
                 out.set("parallel.forward_prefetch", bool(value))
             elif key == "fsdp_reshard_after_forward":

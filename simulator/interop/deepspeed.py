@@ -53,6 +53,7 @@ def export_config(s: Scenario) -> Exported:
         if stage == 3:
             zero.update(stage3_prefetch_bucket_size=int(par.stage3_prefetch_bucket_size),
                         stage3_max_live_parameters=int(par.stage3_max_live_parameters),
+                        stage3_max_reuse_distance=int(par.stage3_max_reuse_distance),
                         stage3_param_persistence_threshold=int(par.stage3_param_persistence_threshold))
         if par.zero_quantized_weights:
             zero["zero_quantized_weights"] = True

@@ -363,7 +363,7 @@ def export_args(s: Scenario) -> Exported:
         lines.append(f"--{tr.precision}")
     if tr.activation_checkpointing == "full":
         lines += ["--recompute-granularity full", "--recompute-method uniform", "--recompute-num-layers 1"]
-    elif tr.activation_checkpointing == "selective":
+    elif tr.activation_checkpointing in ("selective", "selective_op"):  # Megatron has no op-level policy
         lines.append("--recompute-granularity selective")
     if tr.steps is not None:
         lines.append(f"--train-iters {tr.steps}")

@@ -8,7 +8,8 @@ local_batch_size`` (``batch_size`` before 2025), ``global_batch_size`` (−1: lo
 ``fsdp_reshard_after_forward`` (``default`` / ``always`` / ``never``), ``tensor_parallel_degree``,
 ``enable_async_tensor_parallel``, ``pipeline_parallel_degree``, ``pipeline_parallel_schedule``,
 ``pipeline_parallel_microbatch_size``, ``context_parallel_degree``; ``[activation_checkpoint] mode``
-(``none`` / ``selective`` / ``full``); ``[float8]`` / ``[model] converters = ["float8"]``.
+(``none`` / ``selective`` / ``full``; ``selective`` with ``selective_ac_option = "op"`` is
+``selective_op``); ``[float8]`` / ``[model] converters = ["float8"]``.
 torchtitan applies FSDP2 (``fully_shard``): dtsim framework ``fsdp``; replicate × shard > 1 with
 both > 1 is HSDP (``hybrid_shard``), shard 1 with replicate > 1 is DDP (``ddp``).
 """
@@ -61,7 +62,7 @@ _KEY_REASONS = {
     "pipeline_parallel_split_points": "dtsim splits layers evenly (embedding first, logits last)",
     "disable_loss_parallel": "loss parallelism is not modelled", "enable_compiled_autograd": "compiled autograd",
     "context_parallel_rotate_method": "ring rotation method: dtsim models all-gather-free ring attention",
-    "selective_ac_option": "dtsim's selective recomputation re-runs the attention core",
+    "selective_ac_option": "'op' is dtsim's selective_op; per-layer N is simulated as selective (attention core)",
     "enable_fsdp_float8_all_gather": "float8 all-gather is not modelled (bf16 gathers)",
     "precompute_float8_dynamic_scale_for_fsdp": "float8 scale detail", "filter_fqns": "float8 module filter",
     "recipe_name": "float8 recipe", "emulate": "float8 emulation", "force_recompute_fp8_weight_in_bwd":
@@ -102,9 +103,12 @@ def import_toml(text: str) -> Imported:
     _model(doc.get("model", {}), tr, doc.get("float8", {}), out)
     _parallel(par, tr, out)
     _batch(tr, par, out)
-    ac = doc.get("activation_checkpoint", {}).get("mode", "none")
+    ac_section = doc.get("activation_checkpoint", {})
+    ac = ac_section.get("mode", "none")
     if ac not in ("none", "selective", "full"):
         raise InputError(f"activation_checkpoint.mode {ac!r} must be none, selective or full", FIELD)
+    if ac == "selective" and str(ac_section.get("selective_ac_option", "")) == "op":
+        ac = "selective_op"  # torchtitan's op-level policy (simulator.workload.op_sac)
     out.set("training.activation_checkpointing", ac)
     return out
 
@@ -147,6 +151,7 @@ def _parallel(par: dict, tr: dict, out: Imported) -> None:
         out.set("parallel.no_sync", True)
     else:
         out.set("parallel.framework", "fsdp")
+        out.set("parallel.fsdp_version", 2)  # torchtitan's fully_shard
         strategy = "hybrid_shard" if replicate > 1 else "full_shard"
         reshard = par.get("fsdp_reshard_after_forward", "default")
         if reshard not in ("default", "always", "never"):
@@ -293,7 +298,10 @@ def export_toml(s: Scenario) -> Exported:
         notes.append("offload: not exported (torchtitan's enable_cpu_offload offloads everything)")
     sections["training"] = training
     sections["parallelism"] = parallelism
-    sections["activation_checkpoint"] = {"mode": tr.activation_checkpointing}
+    if tr.activation_checkpointing == "selective_op":
+        sections["activation_checkpoint"] = {"mode": "selective", "selective_ac_option": "op"}
+    else:
+        sections["activation_checkpoint"] = {"mode": tr.activation_checkpointing}
     lines = [f"# torchtitan job config for {s.name} (written by dtsim export); add [optimizer], [checkpoint], "
              "dataset and tokenizer settings"]
     lines += [f"# not expressed: {n}" for n in notes]

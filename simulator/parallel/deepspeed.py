@@ -13,8 +13,16 @@ What is communicated, when (per rank, φ = (n−1)/n, Ψ parameters, G micro-bat
 * stage 3: every micro-batch all-gathers each module's parameters before forward and again before
   backward (persistent small tensors excepted; one all-gather per sub-module, so a block pays
   several collective latencies) and reduce-scatters gradients per bucket: ``G·3φΨ``; no post-step
-  gather. ``stage3_max_reuse_distance`` is taken at its default (1e9: the recompute forward's
-  gather also serves the backward of the same block).
+  gather. Under full activation recomputation the recompute forward's gather serves the block's
+  backward only for the modules ``stage3_max_reuse_distance`` keeps: after the recompute of module
+  ``k`` of a block with modules ``s_0..s_{M−1}`` (forward order), the trace runs the rest of the
+  recompute and then the backward in reverse, so DeepSpeed's release walk
+  (``PartitionedParameterCoordinator.__params_to_release``: keep a parameter met before
+  ``max_reuse_distance`` parameters of the following modules) keeps module ``k`` iff
+  ``2·Σ_{j>k} s_j < max_reuse_distance``; the others are fetched again before the backward. A
+  175B GPT block (1.8e9 parameters, 4 modules) keeps only its last module at the default 1e9.
+  Without recomputation the forward-to-backward reuse of the last block is not modelled (every
+  block is gathered again).
 
 ``overlap_comm`` (default True for stage 3, False otherwise) puts the reductions on a separate
 stream; when False they are issued inside the gradient hook on the compute stream (interleaved
@@ -122,6 +130,7 @@ class Zero3Hooks(Hooks):
         self.reducer = _Reducer(ctx, "reduce_scatter", p.reduce_bucket_size, stream)
         self.depth = self._depth(p, work)
         self.pf: Prefetcher | None = None
+        self._fetches: dict[tuple, dict] = {}
 
     @staticmethod
     def _depth(p, work) -> int:
@@ -136,42 +145,75 @@ class Zero3Hooks(Hooks):
         live = max(0, math.floor(p.stage3_max_live_parameters / unit) - 1)
         return min(depth, live)
 
+    def _released_after_recompute(self) -> tuple[int, ...]:
+        """Module indices (forward order) released between a block's recompute and its backward
+        (module docstring: kept iff ``2·Σ_{j>k} s_j < stage3_max_reuse_distance``)."""
+        shares = self.ctx.work.layer_module_params
+        limit = self.ctx.parallel.stage3_max_reuse_distance
+        return tuple(k for k in range(len(shares)) if 2 * sum(shares[k + 1:]) >= limit)
+
+    def post_recompute(self, b: GraphBuilder, g: int, unit, task: int):
+        released = self._released_after_recompute() if isinstance(unit, int) else ()
+        if not released:
+            return ()
+        return (self._issuer(g, True, released)(b, unit, [task]),)
+
     def _gather_bytes(self, unit, backward: bool) -> float:
         p = self.ctx.parallel
         elems = unit_params(self.ctx.work, unit) - unit_persistent(self.ctx.work, unit)
         width = QWZ_BYTES if p.zero_quantized_weights else self.ctx.param_bytes
         return elems * width
 
-    def _issuer(self, g: int, backward: bool):
+    def _issuer(self, g: int, backward: bool, modules: tuple[int, ...] | None = None):
+        """Gathers of micro-batch ``g``; ``modules``: only these modules of a block (a re-fetch)."""
         p = self.ctx.parallel
         hpz = backward and p.zero_hpz_partition_size > 1
         group = "dp_shard" if hpz else "dp"
+        phase = ("refetch" if modules is not None else "bwd") if backward else "fwd"
+        skip = self.ctx.size(group) == 1
+        host_s = p.stage3_fetch_overhead_s + p.stage3_list_overhead_per_rank_s * self.ctx.size(group)
+        mb = f" mb{g}"
+        cache = self._fetches.setdefault((backward, modules), {})
 
         def issue(b: GraphBuilder, unit, deps: list) -> int | None:
-            if self.ctx.size(group) == 1:
+            if skip:
                 return None
-            nbytes = self._gather_bytes(unit, backward)
+            hit = cache.get(unit)
+            if hit is None:
+                hit = cache[unit] = self._fetch(unit, backward, phase, modules)
+            nbytes, parts = hit
             if p.offload_param != "none":
-                up = b.copy(f"param h2d {unit} mb{g}", "h2d", nbytes / self.n, deps=deps, micro_batch=g)
+                up = b.copy(f"param h2d {unit}{mb}", "h2d", nbytes / self.n, deps=deps, micro_batch=g)
                 deps = [up]
-            phase = "bwd" if backward else "fwd"
-            work = self.ctx.work
-            host_s = p.stage3_fetch_overhead_s + p.stage3_list_overhead_per_rank_s * self.ctx.size(group)
-            if not isinstance(unit, int) or not work.layer_module_params:
-                return b.collective(f"allgather {phase} {unit} mb{g}", "param_allgather", "all_gather", group,
+            if parts is None:
+                return b.collective(f"allgather {phase} {unit}{mb}", "param_allgather", "all_gather", group,
                                     nbytes, deps=deps, micro_batch=g, host_s=host_s)
-            # DeepSpeed fetches each sub-module (nn.Linear) with its own all-gather, in trace order
-            # (reversed in backward): a block pays one collective latency and one fetch's host cost
-            # per module (e.g. 7 for an HF Llama block), not one per block.
-            names = work.layer_module_names
-            shares = work.layer_module_params
-            order = range(len(shares) - 1, -1, -1) if backward else range(len(shares))
-            scale = nbytes / sum(shares)
-            parts = tuple((f"allgather {phase} {unit}.{names[i]} mb{g}", shares[i] * scale) for i in order)
-            return b.collective(f"allgather {phase} {unit} mb{g}", "param_allgather", "all_gather", group,
+            parts = tuple((prefix + mb, size) for prefix, size in parts)
+            return b.collective(f"allgather {phase} {unit}{mb}", "param_allgather", "all_gather", group,
                                 nbytes, deps=deps, micro_batch=g, host_s=host_s, parts=parts)
 
         return issue
+
+    def _fetch(self, unit, backward: bool, phase: str,
+               modules: tuple[int, ...] | None = None) -> tuple[float, tuple | None]:
+        """A unit's gathered bytes and its per-module (label prefix, bytes), or ``None`` when it is
+        fetched whole; the same for every micro-batch, so computed once per unit and pass.
+        ``modules``: only these modules (a re-fetch after recomputation).
+
+        DeepSpeed fetches each sub-module (nn.Linear) with its own all-gather, in trace order
+        (reversed in backward): a block pays one collective latency and one fetch's host cost per
+        module (e.g. 7 for an HF Llama block), not one per block."""
+        nbytes = self._gather_bytes(unit, backward)
+        work = self.ctx.work
+        if not isinstance(unit, int) or not work.layer_module_params:
+            return nbytes, None
+        names = work.layer_module_names
+        shares = work.layer_module_params
+        order = range(len(shares) - 1, -1, -1) if backward else range(len(shares))
+        scale = nbytes / sum(shares)
+        parts = tuple((f"allgather {phase} {unit}.{names[i]}", shares[i] * scale) for i in order
+                      if modules is None or i in modules)
+        return (nbytes if modules is None else sum(x for _, x in parts)), parts
 
     def pre_forward(self, b: GraphBuilder, g: int, unit):
         if unit == "E":

@@ -19,6 +19,23 @@ time (gather ``q`` waits for unit ``q−2`` to be freed); without it the CPU run
 ``forward_prefetch`` only changes the CPU issue order among forward gathers, which are alone on the
 stream, so it does not change the timeline here. Mixed precision: gathers in ``param_dtype``,
 reductions in ``reduce_dtype``.
+
+Copies around the collectives (memory-bound kernels, HBM bytes read + written per unit of ``P``
+parameters, ``b_p`` = param_dtype bytes, ``b_r`` = reduce_dtype bytes):
+
+* gradient cast to ``reduce_dtype`` before the reduction when it is wider, both versions
+  (FSDP1 ``_reduce_grad``: ``unsharded_grad.to(reduce_dtype)``; FSDP2 ``foreach_reduce``:
+  ``_to_dtype_if_needed``): ``P·(b_p + b_r)``;
+* FSDP2 only (``_fsdp_collectives.py``): ``foreach_all_gather_copy_out`` splits each gathered unit
+  into its parameters (``torch.split_with_sizes_copy``, in ``wait_for_unshard`` on the compute
+  stream, right before the unit runs): ``2·P·b_p``; ``foreach_reduce_scatter_copy_in``
+  (``torch._chunk_cat`` of the gradients into the reduce-scatter input): ``2·P·b_r``. FSDP1's flat
+  parameter gathers into and reduces from its own storage, so it has neither.
+
+FSDP2 runs the gradient copies on its reduce-scatter stream; dtsim puts them on the compute stream
+just before the reduction (they are HBM-bound and would share HBM bandwidth with the compute
+kernels running beside them). The copy-in of the shard before the all-gather moves ``1/n`` of the
+unit and is left out.
 """
 
 from __future__ import annotations
@@ -28,6 +45,7 @@ from simulator.parallel.context import BuildContext
 from simulator.parallel.ir import COMM_REPLICA, GraphBuilder, StepGraph
 from simulator.parallel.prefetch import Prefetcher
 from simulator.parallel.schedule import Hooks, run_micro_batches
+from simulator.workload.ops import memory_op
 
 ROOT = "root"
 
@@ -53,6 +71,7 @@ class FSDPHooks(Hooks):
         self.gather_b = ctx.fsdp_dtype_bytes("param")
         self.reduce_b = ctx.fsdp_dtype_bytes("reduce")
         self.root_params = work.embed_params + work.head_params
+        self.fsdp2 = p.fsdp_version == 2
         self.tail: list[int | None] = []
         self.pf: Prefetcher | None = None
 
@@ -72,14 +91,21 @@ class FSDPHooks(Hooks):
 
         return issue
 
+    def _copy_out(self, b: GraphBuilder, g: int, unit, gather: int | None, kind: str):
+        """FSDP2: split the gathered unit into its parameters on the compute stream (module docstring)."""
+        if gather is None or not self.fsdp2:
+            return gather
+        op = memory_op("fsdp2_allgather_copy_out", self._params(unit), 2, self.gather_b, 0.0)
+        return b.compute(f"copy-out {unit} mb{g}", kind, (op,), deps=(gather,), micro_batch=g)
+
     def pre_forward(self, b: GraphBuilder, g: int, unit):
         if unit == "E":
             order = [ROOT, *range(self.ctx.work.n_layers)]
             self.pf = Prefetcher(order, self.depth, self._issuer(g, "fwd"))
-            return (self.pf.ensure(b, ROOT),)
+            return (self._copy_out(b, g, ROOT, self.pf.ensure(b, ROOT), "forward"),)
         if isinstance(unit, int):
             assert self.pf is not None
-            return (self.pf.ensure(b, unit),)
+            return (self._copy_out(b, g, unit, self.pf.ensure(b, unit), "forward"),)
         return ()
 
     def post_forward(self, b: GraphBuilder, g: int, unit, task: int) -> None:
@@ -97,7 +123,7 @@ class FSDPHooks(Hooks):
             return ()
         assert self.pf is not None
         ahead = self.ctx.parallel.backward_prefetch == "backward_pre"
-        return (self.pf.ensure(b, unit, ahead=ahead),)
+        return (self._copy_out(b, g, unit, self.pf.ensure(b, unit, ahead=ahead), "backward"),)
 
     # -- reductions ----------------------------------------------------------------------------
     def post_backward(self, b: GraphBuilder, g: int, unit, task: int) -> None:
@@ -114,8 +140,23 @@ class FSDPHooks(Hooks):
         target = ROOT if unit == "E" else unit
         self._reduce(b, g, target, task)
 
+    def _copy_in(self, b: GraphBuilder, g: int, unit, task: int) -> int:
+        """Gradient cast to a wider ``reduce_dtype`` (both versions) and FSDP2's chunk-cat into the
+        reduction's input (module docstring); returns the task the reduction waits for."""
+        params = self._params(unit)
+        ops = []
+        if self.reduce_b > self.gather_b:
+            ops.append(memory_op("fsdp_grad_cast_reduce_dtype", params, 1, self.gather_b + self.reduce_b, 0.0))
+        if self.fsdp2 and self.sharded:
+            ops.append(memory_op("fsdp2_reduce_scatter_copy_in", params, 2, self.reduce_b, 0.0))
+        if not ops:
+            return task
+        return b.compute(f"copy-in grads {unit} mb{g}", "backward", tuple(ops), deps=(task,), micro_batch=g)
+
     def _reduce(self, b: GraphBuilder, g: int, unit, task: int) -> None:
         ctx = self.ctx
+        if (self.n > 1 and self.sharded) or ctx.size("dp") > 1:
+            task = self._copy_in(b, g, unit, task)
         nbytes = self._params(unit) * self.reduce_b
         if not self.sharded:
             tid = b.collective(f"allreduce grads {unit} mb{g}", "grad_reduce", "all_reduce", "dp", nbytes,

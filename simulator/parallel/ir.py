@@ -171,35 +171,45 @@ class GraphBuilder:
             return () if d is None else (d,)
         return tuple(sorted({d for d in deps if d is not None}))
 
-    def compute(self, name: str, kind: ComputeKind, ops: tuple, deps=(), **kw: Any) -> int:
-        kw.setdefault("device", self.device)
-        tid = len(self._tasks)
-        self._tasks.append(ComputeTask(tid, name, kind, ops, deps=self._deps(deps), **kw))
+    # Explicit keywords and positional construction: these run once per task (10⁴-10⁵ per step),
+    # and ``**kw`` forwarding cost more than the task itself. ``device=None``: the builder's device.
+
+    def compute(self, name: str, kind: ComputeKind, ops: tuple, deps=(), stream: str = COMPUTE,
+                micro_batch: int = -1, layer: int = -1, device: int | None = None) -> int:
+        tasks = self._tasks
+        tid = len(tasks)
+        tasks.append(ComputeTask(tid, name, kind, ops, stream, self._deps(deps) if deps else (), micro_batch, layer,
+                                 self.device if device is None else device))
         return tid
 
-    def collective(self, name: str, kind: CommKind, op: CollectiveOp, group: str, nbytes: float,
-                   deps=(), **kw: Any) -> int | None:
+    def collective(self, name: str, kind: CommKind, op: CollectiveOp, group: str, nbytes: float, deps=(),
+                   count: int = 1, stream: str = COMM, micro_batch: int = -1, layer: int = -1,
+                   device: int | None = None, host_s: float = 0.0, parts: tuple = ()) -> int | None:
         """Append a collective; a zero-byte one is skipped and returns ``None``."""
-        if nbytes <= 0 or kw.get("count", 1) <= 0:
+        if nbytes <= 0 or count <= 0:
             return None
-        kw.setdefault("device", self.device)
-        tid = len(self._tasks)
-        self._tasks.append(CollectiveTask(tid, name, kind, op, group, float(nbytes), deps=self._deps(deps), **kw))
+        tasks = self._tasks
+        tid = len(tasks)
+        tasks.append(CollectiveTask(tid, name, kind, op, group, float(nbytes), count, stream,
+                                    self._deps(deps) if deps else (), micro_batch, layer,
+                                    self.device if device is None else device, host_s, parts))
         return tid
 
-    def copy(self, name: str, direction: Literal["d2h", "h2d"], nbytes: float, deps=(), **kw: Any) -> int | None:
+    def copy(self, name: str, direction: Literal["d2h", "h2d"], nbytes: float, deps=(), kind: str = "offload",
+             micro_batch: int = -1, layer: int = -1, device: int | None = None) -> int | None:
         if nbytes <= 0:
             return None
-        kw.setdefault("device", self.device)
         tid = len(self._tasks)
         stream = D2H if direction == "d2h" else H2D
-        self._tasks.append(CopyTask(tid, name, direction, float(nbytes), stream, deps=self._deps(deps), **kw))
+        self._tasks.append(CopyTask(tid, name, direction, float(nbytes), stream, self._deps(deps), kind, micro_batch,
+                                    layer, self.device if device is None else device))
         return tid
 
-    def host(self, name: str, n_params: float, deps=(), **kw: Any) -> int:
-        kw.setdefault("device", self.device)
+    def host(self, name: str, n_params: float, deps=(), nvme_bytes: float = 0.0, stream: str = CPU,
+             kind: str = "optimizer", micro_batch: int = -1, layer: int = -1, device: int | None = None) -> int:
         tid = len(self._tasks)
-        self._tasks.append(HostTask(tid, name, float(n_params), deps=self._deps(deps), **kw))
+        self._tasks.append(HostTask(tid, name, float(n_params), nvme_bytes, stream, self._deps(deps), kind,
+                                    micro_batch, layer, self.device if device is None else device))
         return tid
 
     def build(self, **meta: Any) -> StepGraph:

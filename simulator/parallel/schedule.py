@@ -76,6 +76,10 @@ class Hooks:
     def pre_backward(self, b: GraphBuilder, g: int, unit: Unit) -> Sequence[int | None]:
         return ()
 
+    def post_recompute(self, b: GraphBuilder, g: int, unit: Unit, task: int) -> Sequence[int | None]:
+        """After block ``unit``'s full recompute (task ``task``): extra dependencies of its backward."""
+        return ()
+
     def grads_ready(self, b: GraphBuilder, g: int, key: Unit, task: int) -> None:
         """Gradients of ``key`` (a unit or a (block, piece)) are complete when ``task`` ends."""
         return None
@@ -150,7 +154,7 @@ def _backward_block(b: GraphBuilder, work: StepWork, unit: int, g: int, hooks: H
     if work.layer_recompute:
         full = len(work.layer_recompute) == len(work.layer_fwd)  # full recompute re-runs the TP collectives
         if overlap and full:
-            _, deps = tp_overlap.forward_block(b, work, work.layer_recompute, "recompute", name, deps, g, unit)
+            rid, deps = tp_overlap.forward_block(b, work, work.layer_recompute, "recompute", name, deps, g, unit)
         else:
             if work.cp_kv_bytes > 0:
                 rid = context_parallel.forward_block(b, work, work.layer_recompute, "recompute", name, deps, g, unit)
@@ -159,6 +163,8 @@ def _backward_block(b: GraphBuilder, work: StepWork, unit: int, g: int, hooks: H
             if full:
                 _tp(b, work, name, rid, g, unit)
             deps = []
+        if full:
+            deps = [*deps, *hooks.post_recompute(b, g, unit, rid)]
     parts = pieces(work)
     tid = -1
     for piece, ops, _ in parts:

@@ -12,7 +12,12 @@ from dataclasses import dataclass
 from simulator.config.model import ModelConfig
 from simulator.config.scenario import Scenario
 from simulator.parallel import pipeline_order, pipeline_split
+from simulator.workload import op_sac
 from simulator.workload.flops import Recompute
+
+#: Linears whose input is split over tensor-parallel ranks (Megatron row-parallel): each rank's GEMM
+#: output is the full hidden width of partial sums.
+_ROW_PARALLEL = ("o", "down", "fc2")
 
 #: Bytes of a dropout mask element (Korthikanti et al. 2022 Sec. 4.1 store masks as 1-byte tensors).
 MASK_BYTES = 1
@@ -21,6 +26,22 @@ SOFTMAX_STAT_BYTES = 4
 #: Bytes per logit of the fp32 log-probabilities cross-entropy keeps for its backward (PyTorch
 #: ``cross_entropy`` upcasts 16-bit logits; Megatron counts 4 B/logit in ``theoretical_memory_usage``).
 LOGPROB_BYTES = 4
+
+#: Bytes per logit at the loss's peak, by ``training.kernels.cross_entropy`` (``p``: 16-bit bytes):
+#:
+#: * ``fused``: Megatron's ``_VocabParallelCrossEntropy`` keeps the 16-bit logits and the fp32 softmax
+#:   it computes in place (``exp`` with ``out=``) and turns into the gradient in place: ``p + 4``
+#:   (Megatron ``theoretical_memory_usage.py`` counts the 4 B/logit);
+#: * ``eager``: PyTorch ``F.cross_entropy(pred.float(), labels)`` = ``log_softmax`` + ``nll_loss``.
+#:   ``log_softmax`` saves its fp32 output; in the backward ``nll_loss_backward`` writes a dense fp32
+#:   gradient of the logits' shape and ``_log_softmax_backward_data(grad, result, ...)`` a third fp32
+#:   tensor (PyTorch ``tools/autograd/derivatives.yaml``): ``3 · 4`` = 12 B at the backward's peak
+#:   (torchtitan ``del pred`` frees the 16-bit logits before ``loss.backward()``; the forward's
+#:   16-bit + fp32 copy + fp32 log-probs = ``p + 8`` is lower);
+#: * ``compiled``: torch.compile fuses the upcast, log-softmax, NLL and their backward; what stays is
+#:   the saved 16-bit logits and the 16-bit gradient written for the output layer: ``2p`` (D).
+CROSS_ENTROPY_BYTES = {"fused": lambda p: p + LOGPROB_BYTES, "eager": lambda p: 3 * 4,
+                       "compiled": lambda p: 2 * p}
 
 @dataclass(frozen=True)
 class ActivationBytes:
@@ -81,6 +102,8 @@ def layer_activation_bytes(
     region_div = t if sequence_parallel else 1
     if recompute == "full":
         return p * sbh / region_div
+    if recompute == "selective_op":
+        return op_sac_layer_bytes(model, b, s, t, sequence_parallel=sequence_parallel, precision_bytes=p)
     replicated = sbh * (4 * p + 2 * mask)
     qkv_out = p * s * b * (2 * model.q_dim + 2 * model.kv_dim)
     if model.qk_norm:
@@ -96,14 +119,46 @@ def layer_activation_bytes(
     return replicated / region_div + (qkv_out + mlp + core) / t
 
 
+def op_sac_layer_bytes(model: ModelConfig, b: int, s: int, tp: int = 1, *, sequence_parallel: bool = False,
+                       precision_bytes: int = 2) -> float:
+    """Bytes one block keeps under torchtitan's op-level selective checkpointing (``op_sac``), one
+    micro-batch: the block input ``p·sbh`` (÷t with SP), the outputs of the odd-numbered GEMMs (a
+    column-parallel one is ``width/t`` wide; a row-parallel one, o or down, is the full ``h`` of
+    partial sums per rank, plus with SP the saved reduce-scatter output ``p·sbh/t``), the SDPA output
+    ``p·sb·a·d_h/t`` and its fp32 log-sum-exp ``4·(a/t)·s·b``."""
+    p, t = precision_bytes, tp
+    tokens = s * b
+    region_div = t if sequence_parallel else 1
+    total = p * tokens * model.hidden_size / region_div
+    for name in op_sac.saved_linears(model):
+        if name in _ROW_PARALLEL:
+            total += p * tokens * model.hidden_size
+            if sequence_parallel and t > 1:
+                total += p * tokens * model.hidden_size / t
+        else:
+            total += p * tokens * op_sac.out_width(model, name) / t
+    total += p * tokens * model.q_dim / t + SOFTMAX_STAT_BYTES * (model.n_heads // t) * tokens
+    return total
+
+
 def logits_activation_bytes(
-    model: ModelConfig, b: int, s: int, tp: int = 1, precision_bytes: int = 2
+    model: ModelConfig, b: int, s: int, tp: int = 1, precision_bytes: int = 2, cross_entropy: str = "fused"
 ) -> float:
-    """Output-layer buffers of one micro-batch: the final-norm input and output ``2p·sbh``, the
-    vocab-parallel logits ``p·sbV/t`` and the fp32 log-probabilities kept for the backward
-    ``4·sbV/t`` (cf. Megatron ``theoretical_memory_usage.py``: ``4·sbh·(1 + V/h)`` with SP)."""
+    """Output-layer buffers of one micro-batch: the final-norm input and output ``2p·sbh`` and the
+    vocab-parallel loss buffers ``c·sbV/t``, ``c`` from ``CROSS_ENTROPY_BYTES`` (Megatron's fused
+    kernel: ``p + 4``, cf. ``theoretical_memory_usage.py``: ``4·sbh·(1 + V/h)`` with SP)."""
     p = precision_bytes
-    return 2 * p * s * b * model.hidden_size + (p + LOGPROB_BYTES) * s * b * model.vocab_size / tp
+    per_logit = CROSS_ENTROPY_BYTES[cross_entropy](p)
+    return 2 * p * s * b * model.hidden_size + per_logit * s * b * model.vocab_size / tp
+
+
+def cross_entropy_kind(scenario: Scenario) -> str:
+    """``training.kernels.cross_entropy`` with ``auto`` resolved: PyTorch's eager loss under FSDP
+    (torchtitan and the FSDP trainers call ``F.cross_entropy``), Megatron's fused kernel otherwise."""
+    kind = scenario.training.kernels.cross_entropy
+    if kind == "auto":
+        return "eager" if scenario.parallel.framework == "fsdp" else "fused"
+    return kind
 
 
 def pipeline_blocks(scenario: Scenario) -> tuple[str, int, list[int]]:
@@ -151,6 +206,8 @@ def stage_activations(scenario: Scenario) -> list[ActivationBytes]:
 
         per_layer += moe_memory.activation_delta_per_layer(scenario, pb)
     transient = 0.0
+    if tr.activation_checkpointing == "selective_op":  # what the recompute rebuilds for one block
+        transient = max(0.0, layer_activation_bytes(m, b, s, t, recompute="none", **common) - per_layer)
     if tr.activation_checkpointing == "full":
         transient = layer_activation_bytes(m, b, s, t, recompute="none", **common)
         if m.moe is not None or m.is_mla:  # the block being recomputed holds its routed tokens too
@@ -159,7 +216,7 @@ def stage_activations(scenario: Scenario) -> list[ActivationBytes]:
             transient += max(0.0, moe_memory.moe_block_extra(scenario, pb) + moe_memory.mla_block_extra(scenario, pb))
     schedule, v, blocks = pipeline_blocks(scenario)
     n_micro = scenario.grad_accum_steps
-    logits = logits_activation_bytes(m, b, s, t, pb)
+    logits = logits_activation_bytes(m, b, s, t, pb, cross_entropy_kind(scenario))
     rows = []
     for st in range(pp):
         k = _in_flight(schedule, st, pp, n_micro, v) if pp > 1 else 1

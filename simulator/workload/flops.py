@@ -13,12 +13,11 @@ Attention convention (formulas.md §1.1): ``causal=False`` counts the whole ``s 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal  # noqa: F401
 
 from simulator.config.model import ModelConfig
-from simulator.config.scenario import Scenario
-
-Recompute = Literal["none", "selective", "full"]
+from simulator.config.scenario import Recompute, Scenario  # noqa: F401  (Recompute re-exported)
+from simulator.workload import op_sac
 
 
 @dataclass(frozen=True)
@@ -135,15 +134,20 @@ def step(
     """FLOPs of one optimizer step of ``n_micro`` micro-batches of ``b`` sequences of length ``s``.
 
     Per micro-batch: ``F = l·F_layer + F_logits``; ``model = 3F``;
-    ``hardware = 3F + l·F_layer`` (full) or ``3F + l·F_core`` (selective) or ``3F`` (none).
+    ``hardware = 3F + l·F_layer`` (full) or ``3F + l·F_core`` (selective) or ``3F`` (none);
+    ``selective_op`` adds the forward FLOPs of the GEMMs torchtitan's op-level policy re-runs
+    (``op_sac.recomputed_gemm_flops``: Llama's k, o and up projections).
     Non-causal, MHA, GELU-4h: ``model = 72·B·s·l·h²·(1 + s/6h + V/12lh)`` and full-recompute
     ``hardware = 96·B·s·l·h²·(1 + s/6h + V/16lh)`` with ``B = b·n_micro`` (Narayanan et al. SC'21
     Sec. 5.1 Eq. 3). Selective non-causal: ``72·B·s·l·h²·(1 + 2s/9h + V/12lh)`` (formulas.md §1.2).
     """
     groups = _groups(model, b, s, causal)  # [(blocks, LayerFlops)]: one group unless MoE/MLA
     forward = sum(c * lay.total for c, lay in groups) + logits_forward(model, b, s)
-    extra = sum(c * {"none": 0.0, "selective": lay.attention_core, "full": lay.total}[recompute]
-                for c, lay in groups)
+    if recompute == "selective_op":  # the re-run GEMMs of torchtitan's op-level policy (op_sac)
+        extra = model.n_layers * op_sac.recomputed_gemm_flops(model, b * s)
+    else:
+        extra = sum(c * {"none": 0.0, "selective": lay.attention_core, "full": lay.total}[recompute]
+                    for c, lay in groups)
     return StepFlops(
         tokens=b * s * n_micro,
         causal=causal,

@@ -30,6 +30,7 @@ from dataclasses import dataclass, replace
 from typing import Literal, Protocol
 
 from simulator.config.model import ModelConfig
+from simulator.workload import op_sac
 from simulator.workload.flops import Recompute
 
 OpKind = Literal["gemm", "attention", "memory"]
@@ -78,6 +79,20 @@ CE_LAUNCHES_EAGER, CE_LAUNCHES_COMPILED = 3, 2
 #: a fused norm 2 (dx, then the dγ/dβ column reduction); the embedding's dense backward 3 (sort,
 #: segment reduce, scatter).
 FA_BWD_LAUNCHES, NORM_BWD_LAUNCHES, EMBEDDING_BWD_LAUNCHES = 3, 2, 3
+#: Dropout mask bytes per element (PyTorch ``native_dropout`` returns a bool mask; Korthikanti et al.
+#: 2022 §4.1 count 1-byte masks, as ``workload.activations`` does).
+DROPOUT_MASK_BYTES = 1
+
+# --- Regularisation, biases and layout copies (GPT-style blocks) -------------------------------------
+# Attention dropout on the unfused path (Megatron ``CoreAttention``: ``attention_dropout`` of the
+# softmax output; FlashAttention applies dropout inside its kernel): forward reads p, writes p and the
+# mask; backward reads the gradient and the mask, writes p: ``(2p + 1)`` bytes per score each way.
+# The unfused path also copies its context ``[b, heads, s, d] → [s, b, heads·d]`` (Megatron
+# ``permute(...).contiguous()``, HF ``transpose(1, 2).contiguous()``): 2 passes forward and backward.
+# Linear biases (``model.linear_bias``): the bias gradient is a reduction of the output gradient over
+# the tokens, one kernel per biased linear in the backward (``grad_output.sum(0)``); Megatron adds the
+# QKV bias with its own kernel (``output + bias`` after the matmul; the other biases go into its fused
+# bias-GeLU and bias-dropout-add kernels), eager ``nn.Linear`` fuses it into ``addmm``.
 
 # --- FP8 (``training.precision: fp8``) ------------------------------------------------------------
 #: The FP8 casts around one linear GEMM, per recipe: extra HBM bytes per element of the 16-bit tensor
@@ -135,6 +150,8 @@ class Op:
     bwd_launches: int = 0
     #: The FP8 recipe of an FP8 cast op (``FP8_RECIPES``), else empty.
     fp8_recipe: str = ""
+    #: HBM bytes of this op's backward; 0 = the default rule of ``_backward``.
+    bwd_bytes: float = 0.0
     #: A backward-pass kernel (the fused attention backward runs at its own rate,
     #: ``simulator.hardware.attention``).
     backward: bool = False
@@ -201,13 +218,29 @@ def _attention_ops(model: ModelConfig, b: int, s: int, tp: int, pb: int, flash: 
         io = (2 * q_el + 2 * kv_el) * pb + b * heads * s * _LSE_BYTES
         # k: the key/value length each query tile loops over (the compute model's main-loop fill)
         return [Op("attention", "attention", flops, float(io), k=s, bwd_launches=FA_BWD_LAUNCHES)]
-    # Unfused (e.g. Megatron's fused scale-mask-softmax between two batched GEMMs): full s×s matrix.
+    # Unfused (e.g. Megatron's fused scale-mask-softmax between two batched GEMMs): full s×s matrix,
+    # its dropout, and the context copy back to the token-major layout (module comments above).
     scores_el = b * heads * s * s
-    return [
-        gemm("attn_scores", s, s, d, pb, batch=b * heads),
-        memory_op("attn_softmax", scores_el, 2, pb, _SOFTMAX_FLOPS),
-        gemm("attn_v", s, d, s, pb, batch=b * heads),
-    ]
+    ops = [gemm("attn_scores", s, s, d, pb, batch=b * heads),
+           memory_op("attn_softmax", scores_el, 2, pb, _SOFTMAX_FLOPS)]
+    if model.dropout > 0:
+        drop = scores_el * (2 * pb + DROPOUT_MASK_BYTES)
+        ops.append(Op("attn_dropout", "memory", scores_el, drop, bwd_bytes=drop))
+    return [*ops, gemm("attn_v", s, d, s, pb, batch=b * heads),
+            memory_op("attn_context_copy", q_el, 2, pb, 0.0)]
+
+
+def _bias_grads(model: ModelConfig, tokens: int, outs: tuple[int, ...], pb: int, fused: bool) -> list[Op]:
+    """Bias work of a block's biased linears (output widths ``outs``, QKV first; module comments):
+    nothing forward but Megatron's QKV bias add, one gradient reduction each backward."""
+    if not model.linear_bias:
+        return []
+    ops = [Op(f"bias_grad_{i}", "memory", 0.0, 0.0, launches=0, bwd_launches=1, bwd_bytes=float(tokens * n * pb))
+           for i, n in enumerate(outs)]
+    if fused:
+        ops.append(replace(memory_op("qkv_bias_add", tokens * outs[0], 3, pb, _ADD_FLOPS), bwd_launches=0,
+                           bwd_bytes=0.0))
+    return ops
 
 
 def _linear(name: str, m: int, n: int, k: int, pb: int, launches: int, fp8: str | None,
@@ -295,11 +328,47 @@ def layer_ops(
     else:
         ops.append(memory_op(f"mlp_{model.mlp}", tokens * f / t, model.mlp_matrices, pb, _ACT_FLOPS))
     ops += _linear("mlp_down", tokens, h, f // t, pb, 1, fp8, eager_cast, producer_fused=fused)
+    ops += _bias_grads(model, tokens, ((model.q_dim + 2 * model.kv_dim) // t, h, up, h), pb, fused)
     if not fused:
         ops.append(memory_op("output_residual_add", tokens * h, 3, pb, _ADD_FLOPS))
     if recompute == "full":
         ops = [replace(op, recompute=True) for op in ops]
+    if recompute == "selective_op":
+        ops = _mark_op_sac(model, ops, pb)
     return ops
+
+
+#: The block linears each linear GEMM op of ``layer_ops`` computes (``ModelConfig.linear_modules``).
+_GEMM_LINEARS = {"qkv": ("qkv", "q", "k", "v"), "out_proj": ("o",), "mlp_up": ("gate", "up", "fc1"),
+                 "mlp_down": ("down", "fc2")}
+
+
+def _mark_op_sac(model: ModelConfig, ops: list[Op], pb: int) -> list[Op]:
+    """Mark what torchtitan's op-level policy re-runs (``op_sac``): every memory-bound op (norms,
+    rotary, activation, residual adds, FP8 casts) and the even-numbered linears; a GEMM op that
+    computes saved and re-run linears together (q, k, v; gate, up) is split by output width."""
+    rerun = set(op_sac.recomputed_linears(model))
+    out: list[Op] = []
+    for op in ops:
+        if op.kind == "memory":
+            out.append(replace(op, recompute=True))
+            continue
+        linears = [x for x in _GEMM_LINEARS.get(op.name, ()) if x in model.linear_modules]
+        redo = [x for x in linears if x in rerun]
+        if not redo:
+            out.append(op)
+        elif len(redo) == len(linears):
+            out.append(replace(op, recompute=True))
+        else:  # e.g. q, k, v as one op: k is re-run, q and v kept
+            n_redo = op.n * sum(op_sac.out_width(model, x) for x in redo) // sum(
+                op_sac.out_width(model, x) for x in linears)
+            n_keep = op.n - n_redo
+            keep_launches = max(1, op.launches * (len(linears) - len(redo)) // len(linears))
+            redo_launches = max(1, op.launches - keep_launches)
+            out.append(replace(gemm(op.name, op.m, n_keep, op.k, pb), launches=keep_launches, linear=True))
+            out.append(replace(gemm(f"{op.name}.rerun", op.m, n_redo, op.k, pb), launches=redo_launches,
+                               linear=True, recompute=True))
+    return out
 
 
 def _backward(op: Op) -> list[Op]:
@@ -329,12 +398,14 @@ def _backward(op: Op) -> list[Op]:
         per_el = FP8_RECIPES[op.fp8_recipe][0]
         return [replace(op, name=f"{op.name}.bwd", bytes=per_el * op.m * op.n, recompute=False,
                         launches=launches)]
+    if launches == 0:
+        return []
     return [
         replace(
             op,
             name=f"{op.name}.bwd",
             flops=MEMORY_BWD * op.flops,
-            bytes=MEMORY_BWD * op.bytes,
+            bytes=op.bwd_bytes or MEMORY_BWD * op.bytes,
             recompute=False,
             launches=launches,
         )

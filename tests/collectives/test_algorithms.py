@@ -223,3 +223,45 @@ def test_groups_of_different_layouts_in_one_query(h100x2):
     r = cm.run("all_reduce", groups, GiB)
     alone = cm.run("all_reduce", [[4, 5, 12, 13]], GiB)
     assert r.time_s >= alone.time_s * (1 - 1e-9)
+
+
+def _sharp(topo, name):
+    t = topo(name)
+    return t.model_validate({**t.model_dump(), "fabric": {**t.fabric.model_dump(), "sharp": True}})
+
+
+def test_collnet_only_with_sharp_and_only_all_reduce(topo):
+    plain = CollectiveModel(build_cluster(topo("dgx-a100"), 4))
+    assert "collnet" not in plain.candidates("all_reduce", [list(range(32))])
+    sharp = CollectiveModel(build_cluster(_sharp(topo, "dgx-a100"), 4))
+    assert "collnet" in sharp.candidates("all_reduce", [list(range(32))])
+    assert "collnet" not in sharp.candidates("all_gather", [list(range(32))])
+    assert "collnet" not in sharp.candidates("all_reduce", [list(range(8))])  # one node
+
+
+def test_collnet_moves_each_shard_once_through_the_nic(topo):
+    # SHARP: per GPU 2(p-1)/p S on NVLink (reduce-scatter to the heads + all-gather back) and S/p up
+    # through its NIC (the reduced shard comes back down): 1.75 S + 0.125 S = 1.875 S injected.
+    cluster = build_cluster(_sharp(topo, "dgx-a100"), 16)
+    r = CollectiveModel(cluster, algorithm="collnet").run("all_reduce", [list(range(128))], GiB)
+    assert r.algorithm.startswith("collnet")
+    assert r.bytes_on_wire_per_rank == pytest.approx((2 * 7 / 8 + 1 / 8) * GiB)
+    ph = alg.collnet(cluster, list(range(128)), GiB)[0]
+    loads = link_loads(ph.transfers, cluster.graph.number_of_edges())
+    # every NIC's link to its leaf switch carries one shard up and one shard down
+    for node in range(16):
+        for nic in range(8):
+            out = [d["id"] for _, v, d in cluster.graph.out_edges(f"n{node}/nic{nic}", data=True) if "n" + str(node) not in str(v)]
+            into = [d["id"] for u, _, d in cluster.graph.in_edges(f"n{node}/nic{nic}", data=True) if "n" + str(node) not in str(u)]
+            assert loads[out].sum() == pytest.approx(GiB / 8)
+            assert loads[into].sum() == pytest.approx(GiB / 8)
+
+
+def test_collnet_beats_the_ring_across_many_nodes(topo):
+    # Ring: every NIC carries 2(N-1)/N x S/8 each way; SHARP: S/8. With NVLink (300 GB/s) much faster
+    # than the 8 x 25 GB/s of NICs, SHARP's all-reduce is bound by the in-node legs instead.
+    cluster = build_cluster(_sharp(topo, "dgx-a100"), 16)
+    ring = CollectiveModel(cluster, algorithm="ring").run("all_reduce", [list(range(128))], 4 * GiB)
+    coll = CollectiveModel(cluster).run("all_reduce", [list(range(128))], 4 * GiB)
+    assert coll.algorithm == "collnet_direct"
+    assert ring.time_s / coll.time_s > 1.3

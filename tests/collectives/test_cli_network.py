@@ -87,3 +87,18 @@ def test_topology_show_png(tmp_path):
     res = runner.invoke(app, ["topology", "show", "dgx-a100", "--png", str(out)])
     assert res.exit_code == 0, res.output
     assert out.stat().st_size > 1000
+
+
+def test_collective_sharp_flag_runs_collnet_across_nodes():
+    res = runner.invoke(app, ["collective", "--topology", "dgx-a100", "--nodes", "16", "--bytes", "1G", "--sharp",
+                              "--json"])
+    assert res.exit_code == 0, res.output
+    (row,) = json.loads(res.output)["rows"]
+    assert row["algorithm"].startswith("collnet")
+
+
+def test_collective_collnet_without_sharp_is_an_input_error():
+    res = runner.invoke(app, ["collective", "--topology", "dgx-a100", "--nodes", "4", "--algo", "collnet"])
+    assert res.exit_code == 2
+    assert "--algo" in res.output and "--sharp" in res.output
+    assert "Traceback" not in res.output

@@ -61,3 +61,35 @@ def test_pat_only_with_one_gpu_per_node():
     # 8.0 + log2(64) * 14 / 3.5 + 2.8 * 64 = 8 + 24 + 179.2 = 211.2 us
     assert nt.latency_us("all_gather", "pat", "Simple", t, GiB) == pytest.approx(211.2)
     assert not nt.enabled("all_gather", "pat", "Simple", A100X2)
+
+
+# 16 x DGX A100 with SHARP: CollNet graph of one channel per HDR NIC, 22.5 GB/s each (an example value).
+A100X16_SHARP = nt.NcclTopo(n_ranks=128, n_nodes=16, ppn=8, n_channels=16, bw_intra_GBps=11.25,
+                            bw_inter_GBps=11.25, arch="ampere", cpu_vendor="amd", collnet=True,
+                            collnet_channels=8, collnet_bw_GBps=22.5)
+
+
+def test_collnet_direct_by_hand():
+    # tuning.cc: busBw = 8 ch x 22.5 = 180; GPU/NIC factor 8/8 = 1 -> no penalty; Ampere: no 0.85;
+    # all-reduce algbw = busBw x 0.5 = 90 GB/s.
+    assert nt.bus_bandwidth_GBps("all_reduce", "collnet_direct", "Simple", A100X16_SHARP, GiB) == pytest.approx(90.0)
+    # latency: base 0 + 2 x (min(1, 7) x 3.7 (NVLink CollNetDirect Simple) + 0.4 x 7) + 31 (net) = 44 us
+    assert nt.latency_us("all_reduce", "collnet_direct", "Simple", A100X16_SHARP, GiB) == pytest.approx(44.0)
+    # Chain: x 0.75 -> 67.5
+    assert nt.bus_bandwidth_GBps("all_reduce", "collnet_chain", "Simple", A100X16_SHARP, GiB) == pytest.approx(67.5)
+
+
+def test_collnet_direct_gpu_per_nic_penalty_and_hopper_factor():
+    # 8 GPUs on 4 NICs: factor 2 - (2 - 1)/2 = 1.5; Hopper x 0.85: 4 x 50 / 1.5 x 0.85 x 0.5 = 56.67 GB/s
+    t = nt.NcclTopo(n_ranks=64, n_nodes=8, ppn=8, n_channels=8, bw_intra_GBps=25.0, bw_inter_GBps=25.0,
+                    arch="hopper", collnet=True, collnet_channels=4, collnet_bw_GBps=50.0)
+    assert nt.bus_bandwidth_GBps("all_reduce", "collnet_direct", "Simple", t, GiB) == pytest.approx(200 / 1.5 * 0.85 * 0.5)
+
+
+def test_collnet_needs_sharp_and_is_all_reduce_only():
+    off = nt.NcclTopo(n_ranks=128, n_nodes=16, ppn=8, n_channels=16, bw_intra_GBps=11.25, bw_inter_GBps=11.25,
+                      arch="ampere")
+    assert not nt.enabled("all_reduce", "collnet_direct", "Simple", off)
+    assert nt.enabled("all_reduce", "collnet_direct", "Simple", A100X16_SHARP)
+    assert not nt.enabled("all_gather", "collnet_direct", "Simple", A100X16_SHARP)
+    assert not nt.enabled("all_reduce", "collnet_direct", "LL", A100X16_SHARP)

@@ -85,3 +85,19 @@ def test_usable_memory_uses_the_catalog_ratio():
         spec = catalog.get_gpu(name)
         expected = int(spec.hbm_GB * 2**30 * ratio) // 2**20 * 2**20
         assert spec.hbm_usable_bytes == expected, name
+
+
+def test_power_limited_h100_runs_at_the_midpoint_of_torchtitans_bounds():
+    # torchtitan [G8]: the 500 W HBM2e H100's "actual peak TFLOPs should be between SXM and NVL".
+    # H100 SXM dense BF16 989.5 TF [S3], H100 NVL 835.5 TF [S13]: midpoint / SXM = 912.5 / 989.5.
+    h = catalog.get_gpu("h100-sxm-96gb-hbm2e")
+    assert h.power_limited_peak_fraction == pytest.approx((989.5 + 835.5) / 2 / 989.5, abs=5e-5)
+    # datasheet peaks kept (MFU is quoted against them); the compute model runs at the sustained peak
+    assert h.peak_flops("bf16") == 989.5e12
+    assert h.sustained_peak_flops("bf16") == pytest.approx(912.5e12, rel=1e-4)
+    assert h.sustained_peak_flops("fp8") == pytest.approx(1979e12 * 912.5 / 989.5, rel=1e-4)
+    # same GH100 silicon as the SXM part: the same max-achievable-matmul fraction [S1]
+    assert h.mamf_fraction == catalog.get_gpu("h100-sxm").mamf_fraction
+    # a part without a power cap runs at its datasheet peak
+    sxm = catalog.get_gpu("h100-sxm")
+    assert sxm.power_limited_peak_fraction is None and sxm.sustained_peak_flops("bf16") == 989.5e12

@@ -64,3 +64,12 @@ def test_more_flops_or_bandwidth_is_never_slower(scale):
 def test_fp8_needs_a_gpu_with_fp8():
     with pytest.raises(ValueError, match="fp8"):
         RooflineComputeModel(A100, "fp8", for_gpu(A100))
+
+
+def test_power_limited_part_runs_its_gemms_at_the_sustained_peak():
+    # h100-sxm-96gb-hbm2e: same silicon and MAMF as h100-sxm, 912.5 / 989.5 of its clock (gpus.yaml)
+    capped = get_gpu("h100-sxm-96gb-hbm2e")
+    op = gemm("big", 32768, 32768, 32768, 2)
+    t_sxm = RooflineComputeModel(H100, "bf16", for_gpu(H100)).op_time(op)
+    t_capped = RooflineComputeModel(capped, "bf16", for_gpu(capped)).op_time(op)
+    assert t_capped / t_sxm == pytest.approx(989.5 / 912.5, rel=1e-3)

@@ -171,6 +171,7 @@ def test_torchtitan_import_hand_checked(tmp_path):
     assert (s.dp, s.training.micro_batch_size, s.training.global_batch_size) == (8, 8, 64)
     assert (s.training.seq_len, s.training.steps, s.training.activation_checkpointing) == (8192, 1000, "full")
     assert s.training.precision == "bf16" and s.parallel.reduce_dtype == "fp32"  # torchtitan defaults
+    assert s.parallel.fsdp_version == 2  # torchtitan wraps with FSDP2's fully_shard
     assert {"[optimizer]", "[checkpoint]", "training.max_norm"} <= {k for k, _ in imported.ignored}
 
 
@@ -319,6 +320,17 @@ def test_accelerate_import_hand_checked():
         ("fsdp", "full_shard", "backward_pre", False)
     assert (s.n_gpus, s.cluster.nodes, s.training.precision) == (16, 2, "bf16")
     assert {"fsdp_config.fsdp_auto_wrap_policy", "rdzv_backend"} <= {k for k, _ in imported.ignored}
+    assert p.fsdp_version == 1
+    two, _, _ = import_scenario("accelerate", text=ACCELERATE.replace("fsdp_use_orig_params: true",
+                                                                       "fsdp_use_orig_params: true\n  fsdp_version: 2"),
+                                model="llama-3-8b", topology="dgx-h100",
+                                overrides=["training.seq_len=4096", "training.micro_batch_size=2",
+                                           "training.global_batch_size=64"])
+    assert two.parallel.fsdp_version == 2
+    with pytest.raises(InputError, match="fsdp_version"):
+        import_scenario("accelerate", text=ACCELERATE.replace("fsdp_use_orig_params: true",
+                                                              "fsdp_use_orig_params: true\n  fsdp_version: 3"),
+                        model="llama-3-8b", topology="dgx-h100")
     with pytest.raises(InputError, match="CPU offload"):
         import_scenario("accelerate", text=ACCELERATE.replace("fsdp_offload_params: false",
                                                               "fsdp_offload_params: true"),

@@ -58,10 +58,30 @@ def test_fused_norm_residual_saves_two_passes_per_block(gpt3_175b):
     unfused = KernelConfig(fused_norm_residual=False)
     # LayerNorm (one native kernel either way), GELU, learned positions:
     # unfused: norm 2 + add 3 + norm 2 + add 3 = 10 passes of b·s·h; fused add+norm: 2 × 4 = 8.
+    # GPT-3 has linear biases: Megatron's fused path adds the QKV bias with its own kernel (3 passes of
+    # b·s·3h), eager nn.Linear fuses it into addmm.
     saved = _bytes(ops.layer_ops(gpt3_175b, b, s, 1, pb, unfused), "memory") - _bytes(
         ops.layer_ops(gpt3_175b, b, s, 1, pb, fused), "memory"
     )
-    assert saved == 2 * b * s * 12288 * pb
+    assert saved == 2 * b * s * 12288 * pb - 3 * b * s * 3 * 12288 * pb
+
+
+def test_unfused_attention_dropout_bias_grads_and_context_copy_by_hand(gpt3_175b):
+    """GPT-3 175B block (96 heads, biases) with dropout 0.1, b = 1, s = 1024, no FlashAttention: the
+    attention dropout reads and writes the 16-bit scores plus a 1-byte mask, (2·2 + 1)·96·s² bytes
+    forward and backward; the context copy 2 passes of s·h; each of the 4 biased linears one
+    gradient-reduction kernel reading its output gradient (s·3h, s·h, s·4h, s·h) in the backward."""
+    b, s, pb, h = 1, 1024, 2, 12288
+    model = gpt3_175b.model_copy(update={"dropout": 0.1})
+    fwd = ops.layer_ops(model, b, s, 1, pb, KernelConfig(flash_attention=False))
+    by_name = {o.name: o for o in fwd}
+    assert by_name["attn_dropout"].bytes == 5 * 96 * s * s
+    assert by_name["attn_context_copy"].bytes == 2 * s * h * pb
+    bwd = {o.name: o for o in ops.backward_ops(fwd)}
+    assert bwd["attn_dropout.bwd"].bytes == 5 * 96 * s * s
+    grads = sorted(o.bytes for n, o in bwd.items() if n.startswith("bias_grad"))
+    assert grads == sorted([s * 3 * h * pb, s * h * pb, s * 4 * h * pb, s * h * pb])
+    assert all(o.launches == 0 for o in fwd if o.name.startswith("bias_grad"))  # nothing forward
 
 
 def test_eager_llama_block_is_the_aten_chains(llama3_8b):
@@ -135,7 +155,8 @@ def test_recompute_marks(llama3_8b):
     assert ops.backward_ops(full)[: len(rec)] == rec
     # selective: only the unfused attention core is recomputed; FlashAttention stores none of it
     sel = ops.layer_ops(llama3_8b, 1, 2048, 1, 2, UNFUSED, recompute="selective")
-    assert {op.name for op in sel if op.recompute} == {"attn_scores", "attn_softmax", "attn_v"}
+    # (Megatron's CoreAttention, which selective recomputation checkpoints, ends with the context copy)
+    assert {op.name for op in sel if op.recompute} == {"attn_scores", "attn_softmax", "attn_v", "attn_context_copy"}
     assert not ops.recompute_ops(ops.layer_ops(llama3_8b, 1, 2048, 1, 2, FLASH, recompute="selective"))
 
 
