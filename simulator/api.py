@@ -21,6 +21,7 @@ from simulator.engine.executor import simulate as run_graph
 from simulator.engine.gcpause import gc_paused
 from simulator.engine.summary import pass_window, stage_row, summarize
 from simulator.engine.trace import Trace
+from simulator.hardware import attention
 from simulator.hardware.compute import RooflineComputeModel
 from simulator.hardware.efficiency import Efficiency, for_gpu, is_calibrated
 from simulator.hardware.kernels import launch_costs
@@ -107,7 +108,8 @@ def simulate(scenario: Scenario, *, efficiency: Efficiency | None = None, what_i
     if what_if.network_scale != 1.0:
         collectives = _ScaledCollectives(collectives, what_if.network_scale)
     compute = compute_model or RooflineComputeModel(gpu, tr.precision, eff, flops_scale=what_if.flops_scale,
-                                                    hbm_scale=what_if.hbm_scale, launch=launch_costs(tr.kernels))
+                                                    hbm_scale=what_if.hbm_scale, launch=launch_costs(tr.kernels),
+                                                    attention_impl=attention.for_scenario(scenario))
     ctx = context_for(scenario, gpus_per_node=cluster.gpus_per_node)
     pcie = cluster.host_bandwidth_Bps_per_gpu * eff.pcie_fraction
     per_node = cluster.gpus_per_node

@@ -75,10 +75,22 @@ class ClusterConfig(Frozen):
         return self
 
 
+#: Attention kernel implementations (``simulator.hardware.attention``): ``auto`` picks per framework
+#: and GPU architecture; ``fa1`` FlashAttention 1.x / the Triton FlashAttention of 2023 stacks; ``fa2``
+#: FlashAttention-2 (also PyTorch SDPA's flash backend); ``fa3`` FlashAttention-3 (Hopper); ``cudnn``
+#: cuDNN fused attention (Transformer Engine's default on Hopper and Blackwell); ``sdpa_math`` and
+#: ``eager`` unfused attention (score matrix in HBM).
+AttentionImpl = Literal["auto", "fa1", "fa2", "fa3", "cudnn", "sdpa_math", "eager"]
+UNFUSED_ATTENTION = ("sdpa_math", "eager")
+
+
 class KernelConfig(Frozen):
     """Kernel-level choices that change how many memory-bound passes a step makes."""
 
     flash_attention: bool = True
+    #: Which attention kernel runs (``AttentionImpl``); ``sdpa_math``/``eager`` imply
+    #: ``flash_attention: false``.
+    attention: AttentionImpl = "auto"
     fused_norm_residual: bool = True
     fused_adam: bool = True
     #: torch.compile (Inductor): elementwise chains fused into one kernel each, dispatched by generated
@@ -92,6 +104,24 @@ class KernelConfig(Frozen):
     #: (``eager``: torchtitan, FSDP trainers), or that under torch.compile (``compiled``); ``auto``:
     #: eager with framework fsdp, fused otherwise.
     cross_entropy: Literal["auto", "fused", "eager", "compiled"] = "auto"
+
+    @model_validator(mode="before")
+    @classmethod
+    def _attention_implies_flash(cls, data: Any) -> Any:
+        """An unfused ``attention`` turns ``flash_attention`` off; a fused one contradicts
+        ``flash_attention: false``."""
+        if not isinstance(data, dict) or "attention" not in data:
+            return data
+        impl, flash = data["attention"], data.get("flash_attention")
+        if impl in UNFUSED_ATTENTION:
+            if flash is True:
+                raise ValueError(f"training.kernels.attention {impl} is unfused attention but "
+                                 "training.kernels.flash_attention is true; remove one of them")
+            return {**data, "flash_attention": False}
+        if impl != "auto" and flash is False:
+            raise ValueError(f"training.kernels.attention {impl} is a fused (flash) kernel but "
+                             "training.kernels.flash_attention is false; use attention: eager or sdpa_math")
+        return data
 
 
 class TrainingConfig(Frozen):

@@ -3,9 +3,12 @@
 * GEMM: ``t = max(F / (P · e_mamf · s(m,n,k)), B / (BW · e_hbm))`` with ``P`` the dense peak of the
   math mode, ``e_mamf`` the max-achievable-matmul fraction (hardware.md §4, [S1]) and the shape
   factor ``s`` from tile and wave quantisation on the GPU's SMs (``simulator.hardware.kernels``).
-* Attention (fused FlashAttention kernel): ``t = max(F / (P16 · e_flash · a(s)), B / (BW · e_hbm))``
-  with ``a(s)`` the main-loop fill over the causal key length (``attention_factor``); the
-  unfused path arrives as GEMM plus memory-bound ops from the workload and needs no special case.
+* Attention (fused kernel): ``t = max(F / (P16 · f · c · a(s)), B / (BW · e_hbm))`` with ``f`` the
+  published long-sequence fraction of peak of the framework's kernel (FlashAttention-2/3, cuDNN) on the
+  architecture, forward or backward, ``c`` the calibrated ``attention_sustained_of_bench``
+  (``simulator.hardware.attention``) and ``a(s)`` the main-loop fill over the causal key length
+  (``attention_factor``); the unfused path arrives as GEMM plus memory-bound ops from the workload
+  and needs no special case.
 * Memory-bound ops (norms, activations, softmax, optimizer): ``t = B / (BW · e_hbm)``.
 * Every op of ``n`` kernels takes at least ``n`` GPU launch floors, and a list of ops (one compute
   task) takes ``max(Σ GPU time, Σ host dispatch)`` (``simulator.hardware.kernels``).
@@ -21,6 +24,7 @@ from __future__ import annotations
 from typing import Any
 
 from simulator.config.hardware import Dtype, GPUSpec
+from simulator.hardware import attention
 from simulator.hardware.efficiency import Efficiency
 from simulator.hardware.kernels import DEFAULT_TILES, EAGER, TILES, LaunchCosts, gemm_shape_factor, sm_count
 
@@ -29,7 +33,7 @@ class RooflineComputeModel:
     """Per GPU and training dtype. ``speedup`` scales peak FLOP/s (a what-if knob; 1 = datasheet)."""
 
     def __init__(self, gpu: GPUSpec, dtype: Dtype, efficiency: Efficiency, *, flops_scale: float = 1.0,
-                 hbm_scale: float = 1.0, launch: LaunchCosts = EAGER) -> None:
+                 hbm_scale: float = 1.0, launch: LaunchCosts = EAGER, attention_impl: str = "fa2") -> None:
         self.gpu = gpu
         self.eff = efficiency
         self.launch = launch
@@ -43,6 +47,14 @@ class RooflineComputeModel:
         self.attn_peak = gpu.sustained_peak_flops(attn_dtype) * flops_scale
         self.hbm_Bps = gpu.hbm_bandwidth_Bps * efficiency.hbm_fraction * hbm_scale
         self._cache: dict[int, tuple[tuple, float]] = {}
+        #: the fused attention kernel and its (forward, backward) rates in FLOP/s at long sequence
+        self.attention_impl = attention_impl
+        if attention_impl in attention.FUSED:
+            fwd, bwd = attention.fractions(attention_impl, gpu.arch, efficiency.flash_attention_fraction)
+            c = efficiency.attention_sustained_of_bench
+            self.attn_rate = (self.attn_peak * fwd * c, self.attn_peak * bwd * c)
+        else:  # unfused: no attention ops reach op_time; keep a rate for ops built without the scenario
+            self.attn_rate = (self.attn_peak * efficiency.flash_attention_fraction,) * 2
 
     def shape_factor(self, shape: tuple[int, ...] | None, batch: int = 1) -> float:
         """Tile/wave quantisation × main-loop fill of a GEMM ``(m, n, k)``; 1 when the shape is unknown."""
@@ -55,7 +67,7 @@ class RooflineComputeModel:
         """Main-loop fill of a causal FlashAttention kernel: each query tile loops over ``kv_len / 2``
         keys on average and pays a fixed prologue/epilogue (load Q, write O and the LSE), the same
         per-tile fill as a GEMM's ``k / (k + gemm_half_dim)``; 1 when the length is unknown. So the
-        fitted ``flash_attention_fraction`` is the long-sequence rate, and short sequences run slower
+        published long-sequence rate (``simulator.hardware.attention``) applies at long sequences, and short ones run slower
         (FlashAttention-2 benchmarks: throughput grows with sequence length)."""
         if not kv_len:
             return 1.0
@@ -74,7 +86,7 @@ class RooflineComputeModel:
                                                                      getattr(op, "batch", 1))
             return max(op.flops / rate, mem_t, floor)
         if op.kind == "attention":
-            rate = self.attn_peak * self.eff.flash_attention_fraction * self.attention_factor(getattr(op, "k", 0))
+            rate = self.attn_rate[1 if getattr(op, "backward", False) else 0] * self.attention_factor(getattr(op, "k", 0))
             return max(op.flops / rate, mem_t, floor)
         return max(mem_t, floor)
 

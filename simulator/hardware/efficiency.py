@@ -18,6 +18,7 @@ class Efficiency:
     gemm_sustained_of_mamf: float
     gemm_half_dim: float
     flash_attention_fraction: float
+    attention_sustained_of_bench: float
     hbm_fraction: float
     pcie_fraction: float
     compute_slowdown_during_comm: float

@@ -282,6 +282,11 @@ def _training(flags: dict, integer, out: Imported) -> None:
     if flags.get("use-flash-attn") and backend in ("unfused", "local"):
         raise InputError(f"--use-flash-attn contradicts --attention-backend {backend}", FIELD)
     out.set("training.kernels.flash_attention", backend not in ("unfused", "local"))
+    # fused = Transformer Engine's cuDNN FusedAttention; flash = flash-attn; auto leaves dtsim's rule
+    # (simulator.hardware.attention: cuDNN on Hopper/Blackwell for Megatron)
+    impl = {"fused": "cudnn", "flash": "fa2", "unfused": "eager", "local": "eager"}.get(backend)
+    if impl is not None:
+        out.set("training.kernels.attention", impl)
 
 
 def _parallel(flags: dict, integer, out: Imported) -> None:
@@ -380,7 +385,8 @@ def export_args(s: Scenario) -> Exported:
         lines.append(f"--train-iters {tr.steps}")
     elif tr.total_tokens is not None:
         lines.append(f"--train-samples {int(tr.total_tokens // tr.seq_len)}")
-    lines.append(f"--attention-backend {'flash' if tr.kernels.flash_attention else 'unfused'}")
+    backend = "fused" if tr.kernels.attention == "cudnn" else "flash" if tr.kernels.flash_attention else "unfused"
+    lines.append(f"--attention-backend {backend}")
     lines += [f"--tensor-model-parallel-size {par.tp}", f"--pipeline-model-parallel-size {par.pp}"]
     if par.cp > 1:
         lines.append(f"--context-parallel-size {par.cp}")

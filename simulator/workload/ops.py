@@ -152,6 +152,9 @@ class Op:
     fp8_recipe: str = ""
     #: HBM bytes of this op's backward; 0 = the default rule of ``_backward``.
     bwd_bytes: float = 0.0
+    #: A backward-pass kernel (the fused attention backward runs at its own rate,
+    #: ``simulator.hardware.attention``).
+    backward: bool = False
 
     @property
     def shape(self) -> tuple[int, int, int] | None:
@@ -387,6 +390,7 @@ def _backward(op: Op) -> list[Op]:
                 bytes=ATTENTION_BWD_BYTES * op.bytes,
                 recompute=False,
                 launches=launches,
+                backward=True,
             )
         ]
     if op.name.endswith(".fp8_cast"):

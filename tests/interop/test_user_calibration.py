@@ -41,11 +41,11 @@ def _measure(rows_splits, truth, path):
 
 def test_synthetic_measurements_recover_the_efficiencies(tmp_path):
     # GEMM-bound (h 4096), attention-bound (16k tokens) and memory-bound (h 256) rows identify the
-    # GEMM, FlashAttention and HBM fractions; one GPU has no communication, so the overlap slowdown
-    # stays at its prior (0.20).
+    # GEMM rate, the attention kernel's sustained share and the HBM fraction; one GPU has no
+    # communication, so the overlap slowdown stays at its prior (0.20).
     # The HBM fraction is measured, not fitted (H100: 2.8 / 3.35 = 0.84, efficiency.yaml), so the
     # synthetic truth uses it and only the three fitted parameters are checked.
-    truth = {"gemm_sustained_of_mamf": 0.78, "flash_attention_fraction": 0.53, "hbm_fraction": 0.84,
+    truth = {"gemm_sustained_of_mamf": 0.78, "attention_sustained_of_bench": 0.90, "hbm_fraction": 0.84,
              "compute_slowdown_during_comm": 0.20}
     rows = [(_row(1, 4096, 32, 16384, 1024, 4), "train"), (_row(1, 1024, 8, 2816, 16384, 1), "train"),
             (_row(1, 256, 4, 512, 4096, 8), "train"), (_row(1, 2048, 16, 8192, 2048, 2), "test")]
@@ -54,7 +54,7 @@ def test_synthetic_measurements_recover_the_efficiencies(tmp_path):
     for name, value in truth.items():
         if name in result.params:
             assert result.params[name] == pytest.approx(value, rel=0.02), name
-    assert set(result.params) == {"gemm_sustained_of_mamf", "flash_attention_fraction", "compute_slowdown_during_comm"}
+    assert set(result.params) == {"gemm_sustained_of_mamf", "attention_sustained_of_bench", "compute_slowdown_during_comm"}
     assert result.fit_mape < 0.02 and result.cv_mape is not None and result.cv_mape < 0.02
     # fitted on every row, then each fold (train, test) held out once, as benchmarks/calibrate.py does
     assert len(result.train) == 4 and result.test == ["test", "train"]

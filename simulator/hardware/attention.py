@@ -1,0 +1,113 @@
+"""Which attention kernel a framework runs, and the rate each one reaches per GPU architecture.
+
+The fused attention kernel's time is ``t = F / (P16 · f(impl, arch, direction) · c · a(s))`` (forward
+and backward separately): ``P16`` the dense 16-bit peak, ``f`` the published long-sequence fraction of
+that peak of the implementation on the architecture (``FRACTIONS``, below), ``c`` the per-architecture
+``attention_sustained_of_bench`` (calibrated, like ``gemm_sustained_of_mamf`` for GEMMs: clocks under
+the power cap during a training step, causal masking and head dims other than the benchmarks' 128)
+and ``a(s)`` the main-loop fill over the key length (``RooflineComputeModel.attention_factor``).
+
+Implementations (``training.kernels.attention``):
+
+* ``fa2``: FlashAttention-2 (flash-attn 2.x), and PyTorch SDPA's flash backend, which is the
+  FlashAttention-2 kernel (``torch.nn.functional.scaled_dot_product_attention``; torchtitan, HF
+  transformers/accelerate ``attn_implementation="sdpa"``, FSDP and DeepSpeed recipes).
+* ``fa1``: FlashAttention 1.x and the Triton FlashAttention of 2022-23 stacks (llm-foundry
+  ``attn_impl: triton``; its benchmark script defaulted to it, mosaicml/llm-foundry
+  ``scripts/train/benchmarking/submit_benchmarks.py``, ``--attn_impl`` default ``triton``, later
+  ``flash`` with flash-attn 2). FlashAttention-2 is "around 2× speedup compared to FlashAttention"
+  (Dao 2023, arXiv:2307.08691, abstract), so ``fa1`` is ``fa2`` at half the rate on every architecture.
+* ``fa3``: FlashAttention-3 (Hopper only: wgmma, TMA, warp specialisation).
+* ``cudnn``: cuDNN fused attention, Transformer Engine's ``DotProductAttention`` backend on Hopper and
+  Blackwell (Megatron-LM/Megatron-Core with TE, NeMo, Megatron-Bridge).
+* ``sdpa_math``, ``eager``: unfused attention: ``QKᵀ`` and ``·V`` batched GEMMs with the ``s × s`` score
+  matrix written to and read from HBM by the softmax (``simulator.workload.ops``); no fused-kernel rate.
+
+``auto`` (the default) picks what each stack runs out of the box: unfused when
+``flash_attention: false``; ``cudnn`` for framework ``ddp`` (dtsim's Megatron-LM / NeMo model) on Hopper
+and Blackwell, where Transformer Engine's ``DotProductAttention`` runs cuDNN fused attention (an
+assumption about TE's backend choice in NVIDIA's containers, where flash-attn 3 is not installed;
+Megatron-Core's ``--attention-backend fused`` forces it and ``dtsim import megatron`` maps it); ``fa2``
+otherwise (PyTorch SDPA's flash backend, flash-attn 2). Set the field when a run states its kernel
+(plain PyTorch DDP with SDPA on Hopper: ``fa2``; Megatron-FSDP with TE: ``cudnn``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from simulator.config.scenario import UNFUSED_ATTENTION
+from simulator.errors import InputError
+
+FIELD = "training.kernels.attention"
+FUSED = ("fa1", "fa2", "fa3", "cudnn")
+#: Architectures where ``auto`` gives Megatron-style (``ddp``) stacks Transformer Engine's cuDNN attention.
+CUDNN_ARCHS = ("hopper", "blackwell")
+
+#: Long-sequence (16k) fraction of the dense BF16 peak, ``(forward, backward)``, head dim 128, no causal
+#: mask, FLOPs counted as the FlashAttention benchmarks do (forward ``4·s²·d·heads``, backward 2.5×).
+#:
+#: Hopper (H100 80GB SXM5, 989.5 TFLOP/s dense BF16), FlashAttention-3 paper (Shah et al. 2024,
+#: arXiv:2407.08608), figures "Attention forward speed, head dim 128 (H100 80GB SXM5)" and "Attention
+#: backward speed, head dim 128", values at sequence length 16k: FlashAttention-2 370 forward / 322
+#: backward TFLOP/s, cuDNN 595 / 516, FlashAttention-3 648 / 561.
+#:
+#: Ampere (A100 80GB SXM4, 312 TFLOP/s): FlashAttention-2 "reaches up to 230 TFLOPs/s, 73% of the
+#: theoretical maximum" (Dao 2023, arXiv:2307.08691, §4 "Benchmarking attention", forward); its
+#: backward is taken at FlashAttention-2's own backward/forward ratio on H100 above, 322/370 = 0.870
+#: (derived: the paper's A100 backward figure is not transcribed). ``fa3`` needs Hopper: choosing it on
+#: Ampere is an error. cuDNN fused attention on A100 has no published rate here: it is costed at
+#: FlashAttention-2's (an assumption, ``CUDNN_AS_FA2``).
+FRACTIONS: dict[str, dict[str, tuple[float, float]]] = {
+    "hopper": {
+        "fa2": (370 / 989.5, 322 / 989.5),
+        "fa3": (648 / 989.5, 561 / 989.5),
+        "cudnn": (595 / 989.5, 516 / 989.5),
+    },
+    "ampere": {
+        "fa2": (230 / 312, 230 / 312 * 322 / 370),
+    },
+}
+#: Architectures where ``cudnn`` is costed as ``fa2`` (no published cuDNN rate).
+CUDNN_AS_FA2 = ("ampere",)
+#: FlashAttention-2 is "around 2×" FlashAttention (1.x) (Dao 2023, abstract): ``fa1`` = ``fa2`` / 2.
+FA1_OF_FA2 = 0.5
+
+
+def resolve(impl: str, flash_attention: bool, framework: str, arch: str) -> str:
+    """The attention kernel a scenario runs: ``impl`` unless ``auto`` (module docstring's rule)."""
+    if impl != "auto":
+        return impl
+    if not flash_attention:
+        return "eager"
+    if framework == "ddp" and arch in CUDNN_ARCHS:
+        return "cudnn"
+    return "fa2"
+
+
+def for_scenario(scenario: Any) -> str:
+    """The attention kernel of a validated scenario (``resolve`` on its kernels, framework and GPU)."""
+    k = scenario.training.kernels
+    return resolve(k.attention, k.flash_attention, scenario.parallel.framework, scenario.cluster.gpu_spec.arch)
+
+
+def fractions(impl: str, arch: str, fallback: float) -> tuple[float, float]:
+    """``(forward, backward)`` long-sequence fraction of dense 16-bit peak of ``impl`` on ``arch``.
+
+    An architecture without published rates in ``FRACTIONS`` (Blackwell, Ada, Volta, AMD) uses
+    ``fallback`` (``efficiency.yaml``'s ``flash_attention_fraction`` planning value) for both
+    directions and every fused implementation (``fa1`` at half of it). Raises ``InputError`` for a
+    kernel that has no published rate on an architecture that has some (``fa3`` on A100)."""
+    if impl in UNFUSED_ATTENTION:
+        raise ValueError(f"{impl} is unfused: its GEMMs and softmax are costed as such")
+    table = FRACTIONS.get(arch)
+    if table is None:
+        rate = fallback * (FA1_OF_FA2 if impl == "fa1" else 1.0)
+        return rate, rate
+    base = "fa2" if impl == "fa1" or (impl == "cudnn" and arch in CUDNN_AS_FA2) else impl
+    if base not in table:
+        raise InputError(f"{impl} has no published rate on {arch} GPUs "
+                         f"(choose one of {', '.join(['fa1', *table])}, sdpa_math or eager)", FIELD)
+    fwd, bwd = table[base]
+    scale = FA1_OF_FA2 if impl == "fa1" else 1.0
+    return fwd * scale, bwd * scale

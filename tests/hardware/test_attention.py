@@ -1,0 +1,126 @@
+"""Attention kernels per framework and GPU: the ``auto`` rule, the published rates, bad values.
+
+Expected times are hand arithmetic from the cited benchmark TFLOP/s (simulator/hardware/attention.py):
+FlashAttention-3 paper (arXiv:2407.08608), H100 SXM5, head dim 128, sequence 16k: FlashAttention-2 370
+forward / 322 backward TFLOP/s, cuDNN 595 / 516, FlashAttention-3 648 / 561; FlashAttention-2 paper
+(arXiv:2307.08691): up to 230 TFLOP/s forward on A100, FlashAttention-2 about 2x FlashAttention.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+from pydantic import ValidationError
+
+from simulator.catalog import get_gpu
+from simulator.config.scenario import KernelConfig
+from simulator.errors import InputError
+from simulator.hardware import attention, kernels
+from simulator.hardware.compute import RooflineComputeModel
+from simulator.hardware.efficiency import for_gpu
+from simulator.workload.ops import Op, _backward
+
+H100 = get_gpu("h100-sxm")
+A100 = get_gpu("a100-80gb")
+
+
+def _model(gpu, impl):
+    eff = dataclasses.replace(for_gpu(gpu), attention_sustained_of_bench=1.0)
+    return RooflineComputeModel(gpu, "bf16", eff, launch=kernels.NONE, attention_impl=impl)
+
+
+# One shape: b=1, s=16384, 16 heads of 128 (hidden 2048), causal forward FLOPs 4·s²·d·heads / 2.
+FWD_FLOPS = 4 * 16384**2 * 128 * 16 / 2
+FILL = 8192 / (8192 + 128)  # main-loop fill over s/2 keys, gemm_half_dim 128
+
+
+@pytest.mark.parametrize(("impl", "fwd_tflops", "bwd_tflops"), [
+    ("fa2", 370, 322), ("cudnn", 595, 516), ("fa3", 648, 561), ("fa1", 185, 161),
+])
+def test_h100_attention_time_per_kernel_from_the_published_tflops(impl, fwd_tflops, bwd_tflops):
+    model = _model(H100, impl)
+    fwd = Op("attention", "attention", FWD_FLOPS, 1.0, k=16384)
+    (bwd,) = _backward(fwd)
+    assert model.op_time(fwd) == pytest.approx(FWD_FLOPS / (fwd_tflops * 1e12 * FILL), rel=1e-9)
+    # backward: 2.5x the forward FLOPs (FA benchmark convention) at the backward rate
+    assert model.op_time(bwd) == pytest.approx(2.5 * FWD_FLOPS / (bwd_tflops * 1e12 * FILL), rel=1e-9)
+
+
+def test_a100_fa2_forward_is_230_tflops_and_fa3_has_no_a100_rate():
+    model = _model(A100, "fa2")
+    op = Op("attention", "attention", 1e12, 1.0)
+    assert model.op_time(op) == pytest.approx(1e12 / 230e12, rel=1e-9)
+    (bwd,) = _backward(op)
+    assert model.op_time(bwd) == pytest.approx(2.5e12 / (230e12 * 322 / 370), rel=1e-9)
+    with pytest.raises(InputError, match="fa3 has no published rate on ampere"):
+        _model(A100, "fa3")
+
+
+def test_sustained_share_scales_the_rate():
+    eff = dataclasses.replace(for_gpu(H100), attention_sustained_of_bench=0.5)
+    model = RooflineComputeModel(H100, "bf16", eff, launch=kernels.NONE, attention_impl="cudnn")
+    assert model.op_time(Op("a", "attention", 1e12, 1.0)) == pytest.approx(1e12 / (595e12 * 0.5), rel=1e-9)
+
+
+@pytest.mark.parametrize(("framework", "arch", "flash", "expected"), [
+    ("ddp", "hopper", True, "cudnn"),      # Megatron-LM / NeMo: Transformer Engine's cuDNN attention
+    ("ddp", "blackwell", True, "cudnn"),
+    ("ddp", "ampere", True, "fa2"),        # TE on A100 uses flash-attn
+    ("fsdp", "hopper", True, "fa2"),       # torchtitan, HF, llm-foundry: SDPA flash / flash-attn 2
+    ("deepspeed", "hopper", True, "fa2"),
+    ("fsdp", "ampere", False, "eager"),    # flash_attention: false is the unfused path
+])
+def test_auto_rule(framework, arch, flash, expected):
+    assert attention.resolve("auto", flash, framework, arch) == expected
+
+
+def test_explicit_choice_wins_over_auto():
+    assert attention.resolve("fa3", True, "fsdp", "hopper") == "fa3"
+
+
+def test_unfused_choice_turns_flash_attention_off_and_contradictions_are_errors():
+    assert KernelConfig(attention="eager").flash_attention is False
+    assert KernelConfig(attention="sdpa_math").flash_attention is False
+    with pytest.raises(ValidationError, match="flash_attention is true"):
+        KernelConfig(attention="eager", flash_attention=True)
+    with pytest.raises(ValidationError, match="flash_attention is false"):
+        KernelConfig(attention="fa2", flash_attention=False)
+    with pytest.raises(ValidationError):
+        KernelConfig(attention="flash")
+
+
+# --- through the CLI ------------------------------------------------------------------------------
+from pathlib import Path  # noqa: E402
+
+from typer.testing import CliRunner  # noqa: E402
+
+from simulator.cli import app  # noqa: E402
+
+SCENARIOS = Path(__file__).resolve().parents[2] / "scenarios"
+runner = CliRunner()
+
+
+@pytest.mark.parametrize(("scenario", "value", "needle"), [
+    ("olmo-2-7b-8xh100.yaml", "flash", "training.kernels.attention"),
+    ("olmo-2-7b-dgx-a100-zero2.yaml", "fa3", "fa3 has no published rate on ampere"),
+])
+def test_bad_attention_value_exits_2_without_traceback(scenario, value, needle):
+    result = runner.invoke(app, ["run", str(SCENARIOS / scenario), "--set", f"training.kernels.attention={value}"])
+    assert result.exit_code == 2
+    assert needle in result.output
+    assert "Traceback" not in result.output
+
+
+def test_cudnn_on_a100_is_costed_as_flashattention2():
+    assert _model(A100, "cudnn").attn_rate == _model(A100, "fa2").attn_rate
+
+
+def test_megatron_attention_backend_flag_maps_to_the_kernel():
+    from simulator.interop.megatron import import_args
+
+    base = ("--num-layers 2 --hidden-size 256 --num-attention-heads 4 --seq-length 512 --micro-batch-size 1 "
+            "--global-batch-size 8 --bf16")
+    for flag, impl in (("fused", "cudnn"), ("flash", "fa2"), ("unfused", "eager")):
+        out = import_args(f"{base} --attention-backend {flag}")
+        assert out.get("training.kernels.attention") == impl
