@@ -59,6 +59,8 @@ class GPUSpec(Frozen):
     #: clock under a cap below the datasheet part's TDP), None = the datasheet peaks. Applies to every
     #: tensor rate alike: one clock drives them all.
     power_limited_peak_fraction: float | None = Field(None, gt=0, le=1)
+    #: The same for FP8 (E4M3) matmuls, None where unmeasured (then FP8 GEMMs reach the 16-bit fraction).
+    mamf_fraction_fp8: float | None = Field(None, gt=0, le=1)
     price_usd_per_gpu_hour: float | None = Field(None, ge=0)
     price_source: str = ""
     confidence: Literal["V", "S", "D", "U"]

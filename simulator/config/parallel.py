@@ -46,9 +46,13 @@ class ParallelConfig(Frozen):
     moe_a2a_overlap: bool = False
     #: Megatron sequence parallelism (Korthikanti et al. 2022): norm/dropout activations split by tp.
     sequence_parallel: bool = False
-    #: Megatron TP communication overlap (``--tp-comm-overlap``) / PyTorch async-TP: TP collectives
-    #: run on their own stream, chunk-pipelined with the GEMM next to them (forward) and alongside
-    #: the weight-gradient GEMMs (backward). No effect with tp = 1.
+    #: Megatron TP communication overlap (``--tp-comm-overlap``, NeMo ``ub_tp_comm_overlap``) / PyTorch
+    #: async-TP: TP collectives run on their own stream beside the GEMMs. With sequence parallelism as
+    #: Transformer Engine's userbuffers pair them (each all-gather beside the GEMM consuming it, each
+    #: reduce-scatter beside the GEMM producing it; docs/tp-overlap.md), else chunk-pipelined with the
+    #: GEMM before them (forward) and alongside the weight-gradient GEMMs (backward). Off by default,
+    #: as in Megatron-LM and NeMo's base configs; NVIDIA's H100 performance recipes turn it on. No
+    #: effect with tp = 1.
     tp_comm_overlap: bool = False
     #: Pipeline schedule: "1f1b" (PipeDream-Flush), "gpipe" (all forwards, then all backwards) or
     #: "interleaved" (Megatron interleaved 1F1B over ``virtual_stages`` model chunks per GPU).
@@ -72,6 +76,11 @@ class ParallelConfig(Frozen):
     #: Megatron distributed optimizer (``--use-distributed-optimizer``) with framework ddp: gradients
     #: reduce-scattered, optimizer states sharded over DP, parameters all-gathered (ZeRO-1-like).
     distributed_optimizer: bool = False
+    #: With the distributed optimizer: the updated parameters are all-gathered bucket by bucket ahead
+    #: of the next step's forward, which waits only for the bucket it needs (Megatron
+    #: ``--overlap-param-gather``, NeMo ``optim.overlap_param_sync``); else after the optimizer step,
+    #: exposed.
+    overlap_param_gather: bool = False
     zero_stage: int = Field(0, ge=0, le=3)
     framework: Framework = "deepspeed"
     # --- DeepSpeed (deepspeed/runtime/zero/config.py defaults, DS 0.16.5) ---
@@ -226,6 +235,9 @@ class ParallelConfig(Frozen):
                     f"parallel.pipeline_layout has {n} stages but pp x virtual_stages = {self.pp} x {v} = "
                     f"{self.pp * v}; give one '|'-separated stage per virtual stage (or set "
                     f"parallel.virtual_stages: {n // self.pp if n % self.pp == 0 else 'n/pp'})")
+        if self.overlap_param_gather and not self.distributed_optimizer:
+            raise ValueError("parallel.overlap_param_gather needs parallel.distributed_optimizer: true (Megatron "
+                             "gathers the parameters its distributed optimizer sharded)")
         if self.distributed_optimizer and self.framework != "ddp":
             raise ValueError(
                 "parallel.distributed_optimizer (Megatron) applies to framework ddp; with deepspeed use "

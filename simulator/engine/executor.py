@@ -8,7 +8,9 @@ Semantics (CUDA streams):
 * a task's duration is given (``TaskCost.duration_s``) except on the compute stream while a
   collective runs on the same GPU: NCCL kernels occupy SMs and HBM bandwidth, so compute then
   progresses at rate ``1 / (1 + compute_slowdown)`` (work-conserving; the rate changes whenever a
-  collective starts or ends).
+  collective starts or ends). A collective that states the share of SMs it holds
+  (``CollectiveTask.sm_share``, Transformer Engine's userbuffers TP overlap) leaves compute the
+  rest: rate ``(1 − Σ sm_share) / (1 + compute_slowdown if an NCCL collective runs)``.
 
 The engine knows nothing about frameworks or hardware; it records spans. This is the only module
 that imports simpy.
@@ -64,18 +66,23 @@ class _Device:
     same arithmetic as a process that re-plans its remaining work.
     """
 
-    __slots__ = ("env", "slowdown", "slow_rate", "active_comm", "job")
+    __slots__ = ("env", "slowdown", "slow_rate", "active_comm", "held_share", "job")
 
     def __init__(self, env: simpy.Environment, slowdown: float) -> None:
         self.env = env
         self.slowdown = slowdown
         self.slow_rate = 1.0 / (1.0 + slowdown)
         self.active_comm = 0
+        # SMs held by collectives that size their own kernels (``sm_share``), summed while they run
+        self.held_share = 0.0
         # [remaining idle-GPU work (s), time it was last updated, stream to notify, generation]
         self.job: list | None = None
 
     def _rate(self) -> float:
-        return self.slow_rate if self.active_comm else 1.0
+        rate = self.slow_rate if self.active_comm else 1.0
+        if self.held_share > 0:
+            rate *= max(1.0 - self.held_share, 0.05)
+        return rate
 
     def compute(self, work_s: float, stream: _Stream) -> None:
         """Start ``work_s`` of idle-GPU work; ``stream._finished`` is called when it is done."""
@@ -103,13 +110,17 @@ class _Device:
             else:
                 _Timer(env, 0, job[2]._finished)
 
-    def bump(self, delta: int) -> None:
+    def bump(self, delta: int, share: float | None = None) -> None:
+        """A collective starts (``delta`` +1) or ends (−1); ``share``: the SMs it holds (else NCCL's)."""
         job = self.job
         if job is not None:
             now = self.env.now
             job[0] -= (now - job[1]) * self._rate()
             job[1] = now
-        self.active_comm += delta
+        if share is None:
+            self.active_comm += delta
+        else:
+            self.held_share = max(self.held_share + delta * share, 0.0)
         if job is not None:
             self._schedule(job)
 
@@ -127,6 +138,8 @@ class Simulation:
         self.graph = graph
         self.costs = costs
         self.slowdown = compute_slowdown
+        # collectives that state the SMs they hold (TE userbuffers TP overlap) slow compute too
+        self.shares = any(isinstance(t, CollectiveTask) and t.sm_share for t in graph.tasks)
 
     def run(self) -> Trace:
         env = simpy.Environment()
@@ -139,7 +152,7 @@ class Simulation:
         spans: list[Span] = []
         for (dev, stream), stream_tasks in self.graph.streams().items():
             state = devices.setdefault(dev, _Device(env, self.slowdown))
-            _Stream(env, state, stream, stream_tasks, self.costs, self.slowdown, done, spans)
+            _Stream(env, state, stream, stream_tasks, self.costs, self.slowdown, done, spans, self.shares)
         env.run()
         if len(spans) != len(tasks):
             ran = {s.task_id for s in spans}
@@ -171,11 +184,12 @@ class _Stream:
                  "start", "cost", "category", "slow_compute", "is_comm_stream")
 
     def __init__(self, env: simpy.Environment, device: _Device, stream: str, tasks: list[Task], costs,
-                 slowdown: float, done: list, spans: list[Span]) -> None:
+                 slowdown: float, done: list, spans: list[Span], shares: bool = False) -> None:
         self.env, self.peek, self.device, self.stream, self.tasks, self.costs = env, env.peek, device, stream, tasks, costs
         self.n, self.done, self.append, self.task = len(tasks), done, spans.append, None
-        self.is_comm_stream = slowdown > 0 and any(isinstance(t, CollectiveTask) for t in tasks)
-        self.slow_compute = stream == COMPUTE and slowdown > 0
+        slows = slowdown > 0 or shares
+        self.is_comm_stream = slows and any(isinstance(t, CollectiveTask) for t in tasks)
+        self.slow_compute = stream == COMPUTE and slows
         self.i, self.dep = 0, 0
         self.start, self.cost, self.category = 0.0, None, ""
         _Timer(env, 0, self._next, URGENT)  # what ``env.process`` schedules first
@@ -201,14 +215,14 @@ class _Stream:
         category = self.category = _CATEGORY.get(type(task), "host")
         if self.slow_compute and category == "compute":
             self.device.compute(cost.duration_s, self)
-        elif self.is_comm_stream and category == "comm":
-            self.device.bump(+1)
+        elif self.is_comm_stream and category == "comm" and (task.sm_share is not None or self.device.slowdown > 0):
+            self.device.bump(+1, task.sm_share)
             _Timer(env, cost.duration_s, self._comm_finished)
         else:
             _Timer(env, cost.duration_s, self._finished)
 
     def _comm_finished(self, _event) -> None:
-        self.device.bump(-1)
+        self.device.bump(-1, self.task.sm_share)
         self._finished(_event)
 
     def _finished(self, _event) -> None:

@@ -330,6 +330,8 @@ def _parallel(flags: dict, integer, out: Imported) -> None:
                    "with the backward pass; without this flag Megatron-LM reduces after it")
     if flags.get("overlap-param-gather") and not flags.get("use-distributed-optimizer"):
         raise InputError("--overlap-param-gather needs --use-distributed-optimizer", FIELD)
+    if flags.get("overlap-param-gather"):
+        out.set("parallel.overlap_param_gather", True)
     nodes, per_node = integer("nnodes"), integer("nproc-per-node")
     if nodes is not None:
         out.set("cluster.nodes", nodes)
@@ -403,7 +405,9 @@ def export_args(s: Scenario) -> Exported:
     lines.append("--overlap-grad-reduce")
     stage = par.effective_zero_stage
     if par.framework == "ddp" and par.distributed_optimizer or par.framework != "ddp" and stage >= 1:
-        lines += ["--use-distributed-optimizer", "--overlap-param-gather"]
+        lines.append("--use-distributed-optimizer")
+        if par.overlap_param_gather:
+            lines.append("--overlap-param-gather")
         if stage >= 2 and par.framework != "ddp":
             notes.append(f"{par.framework} ZeRO-{stage} sharding: Megatron-LM's distributed optimizer shards "
                          "optimizer states only (ZeRO-1); parameters and gradients stay replicated")

@@ -11,7 +11,7 @@ Key names are NeMo's (``examples/nlp/language_modeling/conf/megatron_gpt_config.
 ``activation`` (``gelu``, ``swiglu``, ``fast-swiglu``), ``position_embedding_type``,
 ``share_embeddings_and_output_weights``, ``hidden_dropout``, ``sequence_parallel``,
 ``activations_checkpoint_granularity``, ``ub_tp_comm_overlap``, ``use_flash_attention``, ``fp8``,
-``optim.name`` (``distributed_fused_adam`` = Megatron distributed optimizer). NeMo trains with
+``optim.name`` (``distributed_fused_adam`` or ``mcore_distributed_optim`` = Megatron distributed optimizer; ``optim.overlap_param_sync`` = ``parallel.overlap_param_gather``). NeMo trains with
 Megatron-Core: dtsim framework ``ddp``. The vocabulary comes from the tokenizer, not the recipe:
 give ``--set model.vocab_size=N``.
 """
@@ -207,7 +207,11 @@ def _parallel(trainer: dict, m: dict, out: Imported) -> None:
     out.set("parallel.tp_comm_overlap", bool(m.get("ub_tp_comm_overlap", False)))
     optim: Any = m.get("optim") or {}
     name = optim.get("name") if isinstance(optim, dict) else None
-    out.set("parallel.distributed_optimizer", name == "distributed_fused_adam")
+    # distributed_fused_adam (Apex) and mcore_distributed_optim (Megatron-Core) both shard the optimizer
+    distributed = name in ("distributed_fused_adam", "mcore_distributed_optim")
+    out.set("parallel.distributed_optimizer", distributed)
+    if distributed and isinstance(optim, dict) and optim.get("overlap_param_sync"):
+        out.set("parallel.overlap_param_gather", True)
     if isinstance(optim, dict) and optim:
         out.ignore("model.optim (besides name)", _HYPER)
     if m.get("cpu_offloading"):

@@ -123,8 +123,9 @@ def check_supported(scenario: Any) -> None:
                 "DeepSpeed's sequence parallelism (Ulysses) is not simulated", "parallel.cp")
         if p.framework == "fsdp" and p.sharding_strategy == "hybrid_shard":
             raise InputError(f"cp={p.cp} with sharding_strategy hybrid_shard is not simulated", "parallel.cp")
-        if p.tp_comm_overlap and p.tp > 1:
-            raise InputError(f"cp={p.cp} with tp_comm_overlap is not simulated", "parallel.cp")
+        if p.tp_comm_overlap and p.tp > 1 and not p.sequence_parallel:
+            raise InputError(f"cp={p.cp} with tp_comm_overlap needs parallel.sequence_parallel: true (Megatron's "
+                             "userbuffers overlap requires it)", "parallel.sequence_parallel")
         if not scenario.training.kernels.flash_attention:
             raise InputError(f"cp={p.cp} needs training.kernels.flash_attention (ring attention is fused)",
                              "parallel.cp")

@@ -12,14 +12,19 @@
 Megatron's distributed optimizer (``parallel.distributed_optimizer``; Megatron-LM
 ``distrib_optimizer.py``, formulas.md §4.2 ZeRO-1 row): each bucket is reduce-scattered instead of
 all-reduced (``φ·S``), each rank steps its ``Ψ/n`` shard, then the updated 16-bit parameters are
-all-gathered (``φ·Ψ·2 B``): ``φΨ·4 + φΨ·2`` bytes per rank with fp32 gradients.
+all-gathered (``φ·Ψ·2 B``): ``φΨ·4 + φΨ·2`` bytes per rank with fp32 gradients. With
+``parallel.overlap_param_gather`` (Megatron ``--overlap-param-gather``: ``ParamAndGradBuffer``
+buckets gathered ahead of the forward, each module's forward pre-hook waiting for its own bucket)
+the gather of the previous step's update is issued per block at the start of the step on the DP
+stream, and the first micro-batch's forward of each block waits for its block: the steady state of
+a step whose gather hides behind the forward, the first block's exposed.
 """
 
 from __future__ import annotations
 
 from simulator.parallel.context import BuildContext
 from simulator.parallel.ir import GraphBuilder, StepGraph
-from simulator.parallel.schedule import Hooks, plan_buckets, ready_order, run_micro_batches
+from simulator.parallel.schedule import Hooks, plan_buckets, ready_order, run_micro_batches, unit_params
 from simulator.units import MiB
 
 
@@ -35,6 +40,19 @@ class DDPHooks(Hooks):
             self.by_unit.setdefault(bk.ready_unit, []).append(bk)
         self.last: int | None = None
         self.op = "reduce_scatter" if p.distributed_optimizer else "all_reduce"
+        self.gathered: set = set()
+
+    def pre_forward(self, b: GraphBuilder, g: int, unit):
+        """Under ``overlap_param_gather``: the first forward of a unit waits for its parameters' gather."""
+        p = self.ctx.parallel
+        if not (p.distributed_optimizer and p.overlap_param_gather) or self.ctx.size("dp") == 1:
+            return ()
+        if unit in self.gathered:
+            return ()
+        self.gathered.add(unit)
+        tid = b.collective(f"allgather params@{_label(unit)}", "post_step_gather", "all_gather", "dp",
+                           unit_params(self.ctx.work, unit) * self.ctx.param_bytes)
+        return (tid,) if tid is not None else ()
 
     def _syncs(self, g: int) -> bool:
         return g == self.ctx.n_micro - 1 or not self.ctx.parallel.no_sync
@@ -63,8 +81,9 @@ def finish(b: GraphBuilder, ctx: BuildContext, hooks: DDPHooks) -> dict:
     dp = ctx.size("dp")
     if ctx.parallel.distributed_optimizer and dp > 1:
         done = b.compute("optimizer", "optimizer", ctx.work.optimizer(n / dp), deps=(hooks.last,))
-        b.collective("allgather updated params", "post_step_gather", "all_gather", "dp", n * ctx.param_bytes,
-                     deps=(done,))
+        if not ctx.parallel.overlap_param_gather:
+            b.collective("allgather updated params", "post_step_gather", "all_gather", "dp", n * ctx.param_bytes,
+                         deps=(done,))
         return {"framework": "ddp", "distributed_optimizer": True, "n_micro": ctx.n_micro, "local_params": n / dp}
     b.compute("optimizer", "optimizer", ctx.work.optimizer(n), deps=(hooks.last,))
     return {"framework": "ddp", "n_micro": ctx.n_micro, "local_params": n}

@@ -84,6 +84,11 @@ class CollectiveTask:
     #: their sum (ZeRO-3's per-module gathers of one block). Each call is priced on its own and pays
     #: ``host_s``; the Chrome trace shows each as a sub-span.
     parts: tuple[tuple[str, float], ...] = ()
+    #: Fraction of the GPU's SMs the collective's kernels hold while it runs, when the framework
+    #: sizes them itself (Transformer Engine userbuffers: ``num_sm`` of the GPU's SMs,
+    #: ``simulator.parallel.tp_overlap``): compute runs on the rest. ``None``: an NCCL collective,
+    #: whose cost to overlapped compute is ``compute_slowdown_during_comm`` (``engine.executor``).
+    sm_share: float | None = None
 
 
 @dataclass(slots=True)
@@ -184,7 +189,8 @@ class GraphBuilder:
 
     def collective(self, name: str, kind: CommKind, op: CollectiveOp, group: str, nbytes: float, deps=(),
                    count: int = 1, stream: str = COMM, micro_batch: int = -1, layer: int = -1,
-                   device: int | None = None, host_s: float = 0.0, parts: tuple = ()) -> int | None:
+                   device: int | None = None, host_s: float = 0.0, parts: tuple = (),
+                   sm_share: float | None = None) -> int | None:
         """Append a collective; a zero-byte one is skipped and returns ``None``."""
         if nbytes <= 0 or count <= 0:
             return None
@@ -192,7 +198,7 @@ class GraphBuilder:
         tid = len(tasks)
         tasks.append(CollectiveTask(tid, name, kind, op, group, float(nbytes), count, stream,
                                     self._deps(deps) if deps else (), micro_batch, layer,
-                                    self.device if device is None else device, host_s, parts))
+                                    self.device if device is None else device, host_s, parts, sm_share))
         return tid
 
     def copy(self, name: str, direction: Literal["d2h", "h2d"], nbytes: float, deps=(), kind: str = "offload",

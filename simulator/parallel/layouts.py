@@ -62,7 +62,7 @@ def enumerate_layouts(scenario: Any, micro_batch_sizes: tuple[int, ...] | None =
     for tp in _divisors(min(per_node, n)):
         if per_node % tp or model.n_heads % tp or model.kv_heads % tp:
             continue
-        if with_cp and not (par.tp_comm_overlap and tp > 1):
+        if with_cp and not (par.tp_comm_overlap and tp > 1 and not par.sequence_parallel):
             cps = [c for c in _divisors(n // tp)
                    if c == 1 or (tr.seq_len % (2 * c) == 0 and tr.seq_len // c >= MIN_CP_TOKENS)]
         else:

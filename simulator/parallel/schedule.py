@@ -108,7 +108,8 @@ def _tp(b: GraphBuilder, work: StepWork, name: str, after: int, g: int, layer: i
     out = []
     for op in ops:
         label = "allreduce" if op == "all_reduce" else op
-        tid = b.collective(f"tp {label} {name}", "tp", op, "tp", work.tp_allreduce_bytes, count=count,
+        nbytes = tp_overlap.gather_bytes(work) if op == "all_gather" else work.tp_allreduce_bytes
+        tid = b.collective(f"tp {label} {name}", "tp", op, "tp", nbytes, count=count,
                            stream=COMPUTE, deps=(after,), micro_batch=g, layer=layer)
         if tid is not None:
             out.append(tid)
@@ -178,12 +179,15 @@ def _backward_block(b: GraphBuilder, work: StepWork, unit: int, g: int, hooks: H
         if full:
             deps = [*deps, *hooks.post_recompute(b, g, unit, rid)]
     parts = pieces(work)
+    asynchronous = not overlap and _async_backward(work)
     tid = -1
     for piece, ops, _ in parts:
         label = f"{unit}.{piece}" if piece else f"{unit}"
         if overlap:
             count = max(1, 2 // len(parts))
             tid, deps = tp_overlap.backward_piece(b, work, ops, f"bwd {label} mb{g}", deps, g, unit, count)
+        elif asynchronous:
+            tid, deps = tp_overlap.async_backward_piece(b, work, ops, f"bwd {label} mb{g}", deps, g, unit)
         elif work.cp_kv_bytes > 0:
             tid = context_parallel.backward_piece(b, work, ops, f"bwd {label} mb{g}", deps, g, unit)
             deps = []
@@ -191,7 +195,7 @@ def _backward_block(b: GraphBuilder, work: StepWork, unit: int, g: int, hooks: H
             tid = b.compute(f"bwd {label} mb{g}", "backward", ops, deps=deps, micro_batch=g, layer=unit)
             deps = []
         hooks.grads_ready(b, g, (unit, piece) if piece else unit, tid)
-    if not overlap:
+    if not overlap and not asynchronous:
         _tp(b, work, f"bwd {unit} mb{g}", tid, g, unit)
     return tid, list(deps)
 
@@ -204,6 +208,11 @@ def backward_unit(b: GraphBuilder, work: StepWork, g: int, hooks: Hooks, unit: U
     tid = b.compute(f"bwd {unit} mb{g}", "backward", _ops(work, unit, "bwd"), deps=deps, micro_batch=g)
     hooks.grads_ready(b, g, unit, tid)
     return tid, []
+
+
+def _async_backward(work: StepWork) -> bool:
+    """Megatron's asynchronous backward TP collectives apply (``tp_overlap.async_backward_piece``)."""
+    return work.tp_async_backward and work.tp_allreduce_bytes > 0 and tp_overlap.standard_block(work)
 
 
 def backward_pass(b: GraphBuilder, work: StepWork, g: int, hooks: Hooks, after=()) -> int:

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from simulator.hardware.kernels import sm_count
 from simulator.units import DTYPE_BYTES
 from simulator.workload import ops as wops
 from simulator.workload import params as wparams
@@ -62,6 +63,18 @@ class StepWork:
     tp_comm_overlap: bool = False
     #: Tensor-parallel degree (chunks of an overlapped TP collective).
     tp_degree: int = 1
+    #: Bytes of each sequence-parallel all-gather of a block (0: ``tp_allreduce_bytes``). FP8 training
+    #: gathers the FP8-cast GEMM input (1 B/element): Transformer Engine casts before the gather
+    #: (``fp8_buf`` of its all-gather overlaps; ``transformer_engine/pytorch/module/base.py``
+    #: ``initialize_ub``), torchao's ``Float8ColwiseParallel`` likewise. Reduce-scatters stay 16-bit.
+    tp_allgather_bytes: float = 0.0
+    #: Megatron-LM's backward without ``--tp-comm-overlap``: a column-parallel layer's TP collectives
+    #: launched asynchronously beside its GEMMs (``LinearWithGradAccumulationAndAsyncCommunication``;
+    #: ``tp_overlap.async_backward_piece``). Framework ddp (Megatron) with TP.
+    tp_async_backward: bool = False
+    #: SMs of the GPU (``hardware.kernels.SM_COUNT``), for the share userbuffers' TP-overlap kernels
+    #: hold (``tp_overlap``); 0 = unknown (then their cost is the generic NCCL slowdown).
+    gpu_sms: int = 0
     #: Context parallelism: bytes of the sequence's K and V on one TP rank, ``2·b·s·kv_dim/t``
     #: elements, exchanged around the CP ring per block and pass (``simulator.parallel.context_parallel``);
     #: 0 without CP.
@@ -140,6 +153,9 @@ def from_scenario(scenario: Any, persistence_threshold: float = 1e5) -> StepWork
         sequence_parallel=bool(getattr(par, "sequence_parallel", False)),
         tp_comm_overlap=bool(getattr(par, "tp_comm_overlap", False)) and tp > 1,
         tp_degree=tp,
+        tp_allgather_bytes=float(b * s * model.hidden_size * (1 if fp8 else pb)) if tp > 1 else 0.0,
+        gpu_sms=_sms(scenario),
+        tp_async_backward=par.framework == "ddp" and tp > 1,
         cp_kv_bytes=float(2 * b * tr.seq_len * model.kv_dim / tp * pb) if cp > 1 else 0.0,
         layer_bwd_pieces=_split_backward(bwd, blk, layer_local),
     )
@@ -148,6 +164,12 @@ def from_scenario(scenario: Any, persistence_threshold: float = 1e5) -> StepWork
 
         return expert.attach(work, scenario, pb)
     return work
+
+
+def _sms(scenario: Any) -> int:
+    """SMs of the scenario's GPU; 0 when unknown (a hand-built scenario without a resolved GPU)."""
+    gpu = getattr(getattr(scenario, "cluster", None), "gpu", None)
+    return (sm_count(gpu.name) or 0) if gpu is not None else 0
 
 
 def _module_params(model: Any, gathered: float) -> tuple[float, ...]:

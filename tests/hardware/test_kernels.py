@@ -72,8 +72,9 @@ def test_fp8_runs_only_linear_gemms_at_the_fp8_rate():
     shape = (8192, 8192, 8192)
     linear = dataclasses.replace(gemm("mlp_up", *shape, 2), linear=True)
     logits = gemm("logits", *shape, 2)
-    # datasheet dense peaks: H100 SXM FP8 1,979 TFLOP/s, BF16 989.5 TFLOP/s: exactly 2x
-    assert model.op_time(logits) / model.op_time(linear) == pytest.approx(1979 / 989.5, rel=1e-6)
+    # datasheet dense peaks H100 SXM FP8 1,979 and BF16 989.5 TFLOP/s, at their measured max-achievable
+    # matmul fractions (hardware.md §4 [S1]): FP8 1,402.6 TFLOP/s (70.9 %), BF16 794.5 (80.3 %): 1.765x
+    assert model.op_time(logits) / model.op_time(linear) == pytest.approx(1979 * 0.709 / (989.5 * 0.803), rel=1e-6)
 
 
 def test_attention_fill_grows_with_sequence_length():
