@@ -123,6 +123,10 @@ class ParallelConfig(Frozen):
     #: gradient_as_bucket_view=True makes gradients views into the buckets (saves one gradient copy).
     gradient_as_bucket_view: bool = False
     comm_hook: Literal["none", "fp16", "bf16"] = "none"
+    #: Reduce gradient buckets while the backward runs (PyTorch DDP; Megatron ``--overlap-grad-reduce``).
+    #: False: Megatron-LM's default: one reduction of the whole gradient buffer after the last backward
+    #: (``finish_grad_sync``; Megatron-Core DDP uses a single bucket when it does not overlap), exposed.
+    overlap_grad_reduce: bool = True
     # --- PyTorch FSDP (torch/distributed/fsdp/api.py) ---
     sharding_strategy: Literal["full_shard", "shard_grad_op", "hybrid_shard", "no_shard"] = "full_shard"
     backward_prefetch: Literal["backward_pre", "backward_post", "none"] = "backward_pre"
@@ -161,6 +165,7 @@ class ParallelConfig(Frozen):
         "no_sync",
         "gradient_as_bucket_view",
         "comm_hook",
+        "overlap_grad_reduce",
     )
     _FSDP_ONLY: ClassVar[tuple[str, ...]] = (
         "sharding_strategy",

@@ -325,9 +325,7 @@ def _parallel(flags: dict, integer, out: Imported) -> None:
         chunks = n_stages // pp
     if chunks is not None and chunks > 1:
         out.set("parallel.virtual_stages", chunks)
-    if not flags.get("overlap-grad-reduce"):
-        out.ignore("(absent) --overlap-grad-reduce", "dtsim's DDP always overlaps bucketed gradient reduction "
-                   "with the backward pass; without this flag Megatron-LM reduces after it")
+    out.set("parallel.overlap_grad_reduce", bool(flags.get("overlap-grad-reduce")))
     if flags.get("overlap-param-gather") and not flags.get("use-distributed-optimizer"):
         raise InputError("--overlap-param-gather needs --use-distributed-optimizer", FIELD)
     if flags.get("overlap-param-gather"):
@@ -402,7 +400,8 @@ def export_args(s: Scenario) -> Exported:
         notes.append("parallel.pipeline_schedule gpipe: Megatron-LM runs 1F1B")
     if par.tp_comm_overlap:
         lines.append("--tp-comm-overlap")
-    lines.append("--overlap-grad-reduce")
+    if par.overlap_grad_reduce:
+        lines.append("--overlap-grad-reduce")
     stage = par.effective_zero_stage
     if par.framework == "ddp" and par.distributed_optimizer or par.framework != "ddp" and stage >= 1:
         lines.append("--use-distributed-optimizer")

@@ -8,6 +8,9 @@
 * ``no_sync`` over the first G−1 micro-batches: only the last backward all-reduces, so a step moves
   ``2φΨ`` per rank instead of ``G·2φΨ`` (φ = (n−1)/n).
 * The optimizer (every rank updates all Ψ) waits for the last bucket.
+* ``overlap_grad_reduce: false`` (Megatron-LM's default; the PTD-P paper's data-parallel all-reduce
+  after the pipeline flush, Narayanan et al. 2021 §2.2): no bucket is reduced during the backward; the
+  whole gradient buffer is reduced in one call once the last gradient is ready.
 
 Megatron's distributed optimizer (``parallel.distributed_optimizer``; Megatron-LM
 ``distrib_optimizer.py``, formulas.md §4.2 ZeRO-1 row): each bucket is reduce-scattered instead of
@@ -38,6 +41,9 @@ class DDPHooks(Hooks):
         self.by_unit: dict = {}
         for bk in buckets:
             self.by_unit.setdefault(bk.ready_unit, []).append(bk)
+        #: without overlap: the unit whose gradients complete the buffer, and the buffer's elements
+        self.final_unit = ready[-1][0] if ready else None
+        self.total_elements = sum(bk.elements * bk.count for bk in buckets)
         self.last: int | None = None
         self.op = "reduce_scatter" if p.distributed_optimizer else "all_reduce"
         self.gathered: set = set()
@@ -60,8 +66,13 @@ class DDPHooks(Hooks):
     def grads_ready(self, b: GraphBuilder, g: int, unit, task: int) -> None:
         if self.ctx.size("dp") == 1 or not self._syncs(g):
             return
+        label = "allreduce" if self.op == "all_reduce" else "reducescatter"
+        if not self.ctx.parallel.overlap_grad_reduce:
+            if unit == self.final_unit:
+                self.last = b.collective(f"{label} grads mb{g}", "grad_reduce", self.op, "dp",
+                                         self.total_elements * self.grad_bytes, deps=(task,), micro_batch=g)
+            return
         for i, bk in enumerate(self.by_unit.get(unit, [])):
-            label = "allreduce" if self.op == "all_reduce" else "reducescatter"
             tid = b.collective(f"{label} grads@{_label(unit)}.{i} mb{g}", "grad_reduce", self.op, "dp",
                                bk.elements * self.grad_bytes, count=bk.count, deps=(task,), micro_batch=g)
             self.last = tid if tid is not None else self.last
