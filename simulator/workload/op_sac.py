@@ -18,7 +18,10 @@ memory (``activations``), recompute FLOPs (``flops``) and the recompute kernels 
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from simulator.config.model import ModelConfig
+from simulator.workload.op import Op, gemm
 
 
 def out_width(model: ModelConfig, linear: str) -> int:
@@ -53,3 +56,36 @@ def saved_width(model: ModelConfig) -> int:
 def recomputed_gemm_flops(model: ModelConfig, tokens: float) -> float:
     """Forward FLOPs of the re-run linears for ``tokens`` tokens: ``2·tokens·in·out`` each."""
     return sum(2.0 * tokens * in_width(model, n) * out_width(model, n) for n in recomputed_linears(model))
+
+
+#: The block linears each linear GEMM op of ``layer_ops`` computes (``ModelConfig.linear_modules``).
+_GEMM_LINEARS = {"qkv": ("qkv", "q", "k", "v"), "out_proj": ("o",), "mlp_up": ("gate", "up", "fc1"),
+                 "mlp_down": ("down", "fc2")}
+
+
+def mark(model: ModelConfig, ops: list[Op], pb: int) -> list[Op]:
+    """Mark what torchtitan's op-level policy re-runs (``op_sac``): every memory-bound op (norms,
+    rotary, activation, residual adds, FP8 casts) and the even-numbered linears; a GEMM op that
+    computes saved and re-run linears together (q, k, v; gate, up) is split by output width."""
+    rerun = set(recomputed_linears(model))
+    out: list[Op] = []
+    for op in ops:
+        if op.kind == "memory":
+            out.append(replace(op, recompute=True))
+            continue
+        linears = [x for x in _GEMM_LINEARS.get(op.name, ()) if x in model.linear_modules]
+        redo = [x for x in linears if x in rerun]
+        if not redo:
+            out.append(op)
+        elif len(redo) == len(linears):
+            out.append(replace(op, recompute=True))
+        else:  # e.g. q, k, v as one op: k is re-run, q and v kept
+            n_redo = op.n * sum(out_width(model, x) for x in redo) // sum(
+                out_width(model, x) for x in linears)
+            n_keep = op.n - n_redo
+            keep_launches = max(1, op.launches * (len(linears) - len(redo)) // len(linears))
+            redo_launches = max(1, op.launches - keep_launches)
+            out.append(replace(gemm(op.name, op.m, n_keep, op.k, pb), launches=keep_launches, linear=True))
+            out.append(replace(gemm(f"{op.name}.rerun", op.m, n_redo, op.k, pb), launches=redo_launches,
+                               linear=True, recompute=True))
+    return out

@@ -10,8 +10,10 @@ Conventions (each a reason, not a measurement):
   adds and the embedding output are replicated on every TP rank (no sequence parallelism). The TP
   all-reduces are communication, built by ``simulator.parallel``, not ops here.
 * QKV is one fused GEMM and SwiGLU's gate and up are one fused GEMM, as in Megatron-LM.
-* Bias adds are fused into GEMM epilogues / the activation kernel (Megatron's bias-GeLU fusion) and
-  cost nothing extra; there is no dropout (modern LLM pre-training sets it to 0).
+* Bias adds are fused into GEMM epilogues / the activation kernel (Megatron's bias-GeLU fusion), except
+  Megatron's QKV bias; every biased linear adds a bias-gradient reduction in the backward. Dropout
+  (``model.dropout``) costs a kernel on the unfused attention path only (FlashAttention and the
+  fused bias-dropout-add apply it inside their kernels).
 * A memory-bound op moves ``passes × elements × precision_bytes``: one pass per tensor read or
   written. Norm: read x, write y (2). Residual add: read 2, write 1 (3). A fused add+norm kernel
   (``kernels.fused_norm_residual``; Apex/TE ``fused_add_rmsnorm``) reads x and the residual and writes
@@ -26,14 +28,15 @@ Conventions (each a reason, not a measurement):
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
-from typing import Literal, Protocol
+from dataclasses import replace
+from typing import Protocol
 
 from simulator.config.model import ModelConfig
 from simulator.workload import op_sac
 from simulator.workload.flops import Recompute
+from simulator.workload.op import Op, OpKind, gemm, memory_op
 
-OpKind = Literal["gemm", "attention", "memory"]
+__all__ = ["Op", "OpKind", "gemm", "memory_op", "layer_ops", "head_ops", "backward_ops", "recompute_ops"]
 
 #: FLOPs per element of the memory-bound kernels (order of magnitude only: they are bandwidth-bound,
 #: so these never decide a roofline time). Norm: mean/variance or mean-square, scale, shift.
@@ -120,71 +123,6 @@ FP8_RECIPES: dict[str, tuple[float, int, tuple[float, int] | None]] = {
 FP8_EAGER_TORCHAO_LAUNCHES = 4
 #: Once-per-step weight cast: read 2 B, write the FP8 weight and its transpose (1 + 1 B).
 FP8_WEIGHT_CAST_BYTES = 4
-
-
-@dataclass(frozen=True)
-class Op:
-    """One kernel on one GPU. ``flops`` in FLOP, ``bytes`` in HBM bytes read + written.
-
-    GEMMs carry their shape ``C (m × n) = A (m × k) · B (k × n)``, ``batch`` independent products
-    (attention heads × sequences for the unfused attention core). ``recompute`` marks an op that
-    activation checkpointing runs again before the backward pass.
-    """
-
-    name: str
-    kind: OpKind
-    flops: float
-    bytes: float
-    m: int = 0
-    n: int = 0
-    k: int = 0
-    batch: int = 1
-    recompute: bool = False
-    #: Kernels this op launches (eager PyTorch splits one op into several; the compute model charges
-    #: each launch a GPU floor and a host dispatch cost, ``simulator.hardware.kernels``).
-    launches: int = 1
-    #: A linear-layer GEMM (QKV, output projection, MLP): the GEMMs FP8 recipes run in FP8; attention
-    #: and the logits GEMM stay 16-bit (``fp8_gemm`` in the compute model).
-    linear: bool = False
-    #: Kernels of this op's backward; 0 = the default rule of ``_backward``.
-    bwd_launches: int = 0
-    #: The FP8 recipe of an FP8 cast op (``FP8_RECIPES``), else empty.
-    fp8_recipe: str = ""
-    #: HBM bytes of this op's backward; 0 = the default rule of ``_backward``.
-    bwd_bytes: float = 0.0
-    #: A backward-pass kernel (the fused attention backward runs at its own rate,
-    #: ``simulator.hardware.attention``).
-    backward: bool = False
-
-    @property
-    def shape(self) -> tuple[int, int, int] | None:
-        return (self.m, self.n, self.k) if self.kind == "gemm" else None
-
-
-def gemm(name: str, m: int, n: int, k: int, precision_bytes: int, batch: int = 1) -> Op:
-    """A (batched) GEMM: ``2·m·n·k·batch`` FLOPs, ``(m·k + k·n + m·n)·batch·precision_bytes`` bytes."""
-    return Op(
-        name=name,
-        kind="gemm",
-        flops=2.0 * m * n * k * batch,
-        bytes=float((m * k + k * n + m * n) * batch * precision_bytes),
-        m=m,
-        n=n,
-        k=k,
-        batch=batch,
-    )
-
-
-def memory_op(
-    name: str, elements: float, passes: float, precision_bytes: int, flops_per_element: float
-) -> Op:
-    """A bandwidth-bound elementwise kernel: ``passes·elements·precision_bytes`` bytes."""
-    return Op(
-        name=name,
-        kind="memory",
-        flops=flops_per_element * elements,
-        bytes=passes * elements * precision_bytes,
-    )
 
 
 def _norm(name: str, elements: float, pb: int, eager_rms: bool) -> Op:
@@ -334,41 +272,8 @@ def layer_ops(
     if recompute == "full":
         ops = [replace(op, recompute=True) for op in ops]
     if recompute == "selective_op":
-        ops = _mark_op_sac(model, ops, pb)
+        ops = op_sac.mark(model, ops, pb)
     return ops
-
-
-#: The block linears each linear GEMM op of ``layer_ops`` computes (``ModelConfig.linear_modules``).
-_GEMM_LINEARS = {"qkv": ("qkv", "q", "k", "v"), "out_proj": ("o",), "mlp_up": ("gate", "up", "fc1"),
-                 "mlp_down": ("down", "fc2")}
-
-
-def _mark_op_sac(model: ModelConfig, ops: list[Op], pb: int) -> list[Op]:
-    """Mark what torchtitan's op-level policy re-runs (``op_sac``): every memory-bound op (norms,
-    rotary, activation, residual adds, FP8 casts) and the even-numbered linears; a GEMM op that
-    computes saved and re-run linears together (q, k, v; gate, up) is split by output width."""
-    rerun = set(op_sac.recomputed_linears(model))
-    out: list[Op] = []
-    for op in ops:
-        if op.kind == "memory":
-            out.append(replace(op, recompute=True))
-            continue
-        linears = [x for x in _GEMM_LINEARS.get(op.name, ()) if x in model.linear_modules]
-        redo = [x for x in linears if x in rerun]
-        if not redo:
-            out.append(op)
-        elif len(redo) == len(linears):
-            out.append(replace(op, recompute=True))
-        else:  # e.g. q, k, v as one op: k is re-run, q and v kept
-            n_redo = op.n * sum(op_sac.out_width(model, x) for x in redo) // sum(
-                op_sac.out_width(model, x) for x in linears)
-            n_keep = op.n - n_redo
-            keep_launches = max(1, op.launches * (len(linears) - len(redo)) // len(linears))
-            redo_launches = max(1, op.launches - keep_launches)
-            out.append(replace(gemm(op.name, op.m, n_keep, op.k, pb), launches=keep_launches, linear=True))
-            out.append(replace(gemm(f"{op.name}.rerun", op.m, n_redo, op.k, pb), launches=redo_launches,
-                               linear=True, recompute=True))
-    return out
 
 
 def _backward(op: Op) -> list[Op]:

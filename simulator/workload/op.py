@@ -1,0 +1,77 @@
+"""One kernel of the workload (:class:`Op`) and its two basic shapes: a GEMM and a memory-bound pass.
+
+``simulator.workload.ops`` builds a block's kernel lists from these; the compute model
+(``simulator.hardware``) turns each into seconds.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+OpKind = Literal["gemm", "attention", "memory"]
+
+
+@dataclass(frozen=True)
+class Op:
+    """One kernel on one GPU. ``flops`` in FLOP, ``bytes`` in HBM bytes read + written.
+
+    GEMMs carry their shape ``C (m × n) = A (m × k) · B (k × n)``, ``batch`` independent products
+    (attention heads × sequences for the unfused attention core). ``recompute`` marks an op that
+    activation checkpointing runs again before the backward pass.
+    """
+
+    name: str
+    kind: OpKind
+    flops: float
+    bytes: float
+    m: int = 0
+    n: int = 0
+    k: int = 0
+    batch: int = 1
+    recompute: bool = False
+    #: Kernels this op launches (eager PyTorch splits one op into several; the compute model charges
+    #: each launch a GPU floor and a host dispatch cost, ``simulator.hardware.kernels``).
+    launches: int = 1
+    #: A linear-layer GEMM (QKV, output projection, MLP): the GEMMs FP8 recipes run in FP8; attention
+    #: and the logits GEMM stay 16-bit (``fp8_gemm`` in the compute model).
+    linear: bool = False
+    #: Kernels of this op's backward; 0 = the default rule of ``_backward``.
+    bwd_launches: int = 0
+    #: The FP8 recipe of an FP8 cast op (``FP8_RECIPES``), else empty.
+    fp8_recipe: str = ""
+    #: HBM bytes of this op's backward; 0 = the default rule of ``_backward``.
+    bwd_bytes: float = 0.0
+    #: A backward-pass kernel (the fused attention backward runs at its own rate,
+    #: ``simulator.hardware.attention``).
+    backward: bool = False
+
+    @property
+    def shape(self) -> tuple[int, int, int] | None:
+        return (self.m, self.n, self.k) if self.kind == "gemm" else None
+
+
+def gemm(name: str, m: int, n: int, k: int, precision_bytes: int, batch: int = 1) -> Op:
+    """A (batched) GEMM: ``2·m·n·k·batch`` FLOPs, ``(m·k + k·n + m·n)·batch·precision_bytes`` bytes."""
+    return Op(
+        name=name,
+        kind="gemm",
+        flops=2.0 * m * n * k * batch,
+        bytes=float((m * k + k * n + m * n) * batch * precision_bytes),
+        m=m,
+        n=n,
+        k=k,
+        batch=batch,
+    )
+
+
+def memory_op(
+    name: str, elements: float, passes: float, precision_bytes: int, flops_per_element: float
+) -> Op:
+    """A bandwidth-bound elementwise kernel: ``passes·elements·precision_bytes`` bytes."""
+    return Op(
+        name=name,
+        kind="memory",
+        flops=flops_per_element * elements,
+        bytes=passes * elements * precision_bytes,
+    )
