@@ -50,7 +50,7 @@ def exporter(fmt: str) -> Callable[[Scenario], Exported]:
         from simulator.interop.deepspeed import export_config
         return export_config
     if fmt == "megatron":
-        from simulator.interop.megatron import export_args
+        from simulator.interop.megatron_export import export_args
         return export_args
     if fmt == "torchtitan":
         from simulator.interop.torchtitan import export_toml

@@ -1,0 +1,91 @@
+"""Scenario → Megatron-LM command-line arguments (the arguments file ``megatron.import_args`` reads back;
+flag names and defaults as documented in ``simulator.interop.megatron``)."""
+
+from __future__ import annotations
+
+from simulator.config.scenario import Scenario
+from simulator.interop.common import Exported
+
+
+def export_args(s: Scenario) -> Exported:
+    """The Megatron-LM arguments for ``s``, one flag per line (an arguments file ``import_args`` reads)."""
+    m, tr, par = s.model, s.training, s.parallel
+    notes: list[str] = []
+    lines: list[str] = [
+        f"--num-layers {m.n_layers}", f"--hidden-size {m.hidden_size}", f"--ffn-hidden-size {m.ffn_hidden_size}",
+        f"--num-attention-heads {m.n_heads}",
+    ]
+    if m.kv_heads != m.n_heads:
+        lines += ["--group-query-attention", f"--num-query-groups {m.kv_heads}"]
+    if m.head_dim is not None and m.head_dim * m.n_heads != m.hidden_size:
+        lines.append(f"--kv-channels {m.head_dim}")
+    if m.mlp == "swiglu":
+        lines.append("--swiglu")
+    elif m.mlp == "relu":
+        notes.append("model.mlp relu: Megatron-LM has no plain ReLU MLP; exported as GELU (same parameter count)")
+    lines.append(f"--normalization {'RMSNorm' if m.norm == 'rmsnorm' else 'LayerNorm'}")
+    if not m.linear_bias:
+        lines.append("--disable-bias-linear")
+    if m.qk_norm:
+        lines.append("--qk-layernorm")
+    pos = {"learned": "learned_absolute", "rope": "rope", "none": "none"}.get(m.position_embedding)
+    if pos is None:
+        notes.append(f"model.position_embedding {m.position_embedding}: not a Megatron-LM option; exported as none")
+        pos = "none"
+    lines.append(f"--position-embedding-type {pos}")
+    lines.append(f"--max-position-embeddings {m.max_position_embeddings or tr.seq_len}")
+    if not m.tied_embeddings:
+        lines.append("--untie-embeddings-and-output-weights")
+    lines += [f"--attention-dropout {m.dropout:g}", f"--hidden-dropout {m.dropout:g}"]
+    divisible = 128 if m.vocab_size % (128 * par.tp) == 0 else 1
+    if m.vocab_size % (divisible * par.tp):
+        notes.append(f"model.vocab_size {m.vocab_size}: Megatron-LM pads it to a multiple of tp ({par.tp})")
+    lines += [f"--vocab-size {m.vocab_size}", f"--make-vocab-size-divisible-by {divisible}"]
+    lines += [f"--seq-length {tr.seq_len}", f"--micro-batch-size {tr.micro_batch_size}",
+              f"--global-batch-size {tr.global_batch_size}"]
+    if tr.precision == "fp8":
+        lines += ["--bf16", "--fp8-format hybrid"]
+    elif tr.precision in ("bf16", "fp16"):
+        lines.append(f"--{tr.precision}")
+    if tr.activation_checkpointing == "full":
+        lines += ["--recompute-granularity full", "--recompute-method uniform", "--recompute-num-layers 1"]
+    elif tr.activation_checkpointing in ("selective", "selective_op"):  # Megatron has no op-level policy
+        lines.append("--recompute-granularity selective")
+    if tr.steps is not None:
+        lines.append(f"--train-iters {tr.steps}")
+    elif tr.total_tokens is not None:
+        lines.append(f"--train-samples {int(tr.total_tokens // tr.seq_len)}")
+    backend = "fused" if tr.kernels.attention == "cudnn" else "flash" if tr.kernels.flash_attention else "unfused"
+    lines.append(f"--attention-backend {backend}")
+    lines += [f"--tensor-model-parallel-size {par.tp}", f"--pipeline-model-parallel-size {par.pp}"]
+    if par.cp > 1:
+        lines.append(f"--context-parallel-size {par.cp}")
+    if par.sequence_parallel:
+        lines.append("--sequence-parallel")
+    if par.pipeline_layout is not None:
+        lines.append(f"--pipeline-model-parallel-layout '{par.pipeline_layout}'")
+    elif par.virtual_stages > 1:
+        lines.append(f"--num-layers-per-virtual-pipeline-stage {m.n_layers // (par.pp * par.virtual_stages)}")
+    elif par.pipeline_schedule == "gpipe":
+        notes.append("parallel.pipeline_schedule gpipe: Megatron-LM runs 1F1B")
+    if par.tp_comm_overlap:
+        lines.append("--tp-comm-overlap")
+    if par.overlap_grad_reduce:
+        lines.append("--overlap-grad-reduce")
+    stage = par.effective_zero_stage
+    if par.framework == "ddp" and par.distributed_optimizer or par.framework != "ddp" and stage >= 1:
+        lines.append("--use-distributed-optimizer")
+        if par.overlap_param_gather:
+            lines.append("--overlap-param-gather")
+        if stage >= 2 and par.framework != "ddp":
+            notes.append(f"{par.framework} ZeRO-{stage} sharding: Megatron-LM's distributed optimizer shards "
+                         "optimizer states only (ZeRO-1); parameters and gradients stay replicated")
+    if par.offload_optimizer != "none" or par.offload_param != "none":
+        notes.append("optimizer/parameter offload: not a Megatron-LM option")
+    per_node = s.cluster.topology.gpus_per_node
+    head = [f"# Megatron-LM arguments for {s.name} (written by dtsim export)",
+            f"# launch: torchrun --nnodes {-(-s.n_gpus // per_node)} --nproc-per-node {min(per_node, s.n_gpus)} "
+            f"pretrain_gpt.py $(grep -v '^#' THIS_FILE) + data, tokenizer, optimizer and checkpoint flags"]
+    head += [f"# not expressed: {n}" for n in notes]
+    # One flag per line without continuations, so $(grep -v '^#' FILE) splits into the arguments.
+    return Exported("\n".join(head) + "\n" + "\n".join(lines) + "\n", tuple(notes))
