@@ -34,7 +34,7 @@ from simulator.collectives import nccl_tuning as nt
 from simulator.collectives.batched import group_tensor
 from simulator.collectives.constants import DEFAULT_CALIBRATION, Calibration, Protocol
 from simulator.collectives.groups import normalise_groups, shape_key
-from simulator.config.topology import FullMeshFabric, NVSwitchFabric
+from simulator.collectives.scale_up import scale_up_GBps
 from simulator.errors import InputError
 from simulator.network.builder import LINK_CLASSES
 from simulator.network.cluster import Cluster
@@ -100,7 +100,7 @@ class CollectiveModel:
         self._nvls_eff = calibration.nvls_efficiency_by_arch.get(cluster.gpu.arch, 0.0)
         self._nvls_hw = cluster.topology.nvls and self._nvls_eff > 0
         self._sharp = cluster.topology.sharp
-        self._intra_GBps = _scale_up_GBps(cluster, calibration)
+        self._intra_GBps = scale_up_GBps(cluster, calibration)
         self._topo_memo: dict[tuple, nt.NcclTopo] = {}
         self._cache: dict[tuple, CollectiveResult] = {}
         self._exact: dict[tuple, CollectiveResult] = {}  # same query as given, skips normalisation
@@ -376,19 +376,6 @@ _PLAN_OF = {"ring": "ring", "tree": "tree", "nvls": "nvls", "nvls_tree": "nvls",
             "collnet_direct": "collnet", "collnet_chain": "collnet"}
 #: ``--algo nvls`` forces NVLS on one node and NVLSTree on several; ``--algo collnet`` either CollNet.
 _FAMILY = {"nvls_tree": "nvls", "collnet_direct": "collnet", "collnet_chain": "collnet"}
-
-
-def _scale_up_GBps(cluster: Cluster, cal: Calibration) -> float:
-    """Per-GPU scale-up bandwidth as NCCL models it (GB/s, per direction): NVLink/xGMI line rate ×
-    the per-class efficiency; PCIe GPU link × the PCIe efficiency when there is no scale-up fabric."""
-    intra = cluster.topology.intra_node
-    host = cluster.topology.host
-    if isinstance(intra, NVSwitchFabric):
-        return intra.bandwidth_GBps_per_gpu * cal.link_efficiency("nvlink", cluster.gpu.sm)
-    if isinstance(intra, FullMeshFabric):
-        links = cluster.gpus_per_node - 1
-        return links * intra.link_GBps * cal.link_efficiency(intra.link, cluster.gpu.sm)
-    return host.gpu_link_GBps * cal.pcie_efficiency
 
 
 @dataclass(frozen=True)
