@@ -7,7 +7,9 @@ ahead of the GPU, so the task takes
     T = max( Σ_kernels max(gpu_floor_s, roofline time),  Σ_kernels host_s )
 
 — GPU-bound when kernels are large (the host's dispatch hides behind them), host-bound when they are
-smaller than their dispatch cost (small models, small micro-batches, high tensor parallelism).
+smaller than their dispatch cost (small models, small micro-batches, high tensor parallelism). An
+eager transformer block's host side is more than its kernels (views, module calls, autograd nodes):
+its ops carry the block's measured host time instead (``simulator.workload.host``).
 
 Sources for the constants (``LaunchCosts``):
 

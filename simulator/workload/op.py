@@ -45,6 +45,10 @@ class Op:
     #: A backward-pass kernel (the fused attention backward runs at its own rate,
     #: ``simulator.hardware.attention``).
     backward: bool = False
+    #: CPU seconds to issue this op's code (its ATen calls, views and autograd nodes included);
+    #: ``None`` = ``launches`` × the launch model's per-kernel dispatch. Set on eager transformer blocks
+    #: by ``simulator.workload.host``.
+    host_s: float | None = None
 
     @property
     def shape(self) -> tuple[int, int, int] | None:

@@ -1,0 +1,102 @@
+"""Host (CPU) time of an eager transformer block: the ATen calls its PyTorch code makes.
+
+A compute task's time is ``max(GPU time, host time)`` (``simulator.hardware.kernels``): the CPU issues
+every kernel asynchronously and the GPU idles when the CPU falls behind. In eager PyTorch the CPU does
+not only launch kernels: every ATen call pays Python, module calls, pybind11, the autograd recorder and
+the dispatcher, whether it launches a kernel or only makes a view (``view``, ``transpose``, ``t``,
+``split``, ``expand``, ``detach``), and autograd's backward engine runs one node per recorded call. A
+block therefore costs the CPU several times its kernel count at ~10 µs per kernel. With small models,
+small micro-batches or wide tensor parallelism the GPU work per block drops below that host time and
+the step is CPU-bound: the regime where Megatron-LM measurements of 1,024-hidden models on one node run
+about twice the roofline (issue 12).
+
+Measured by ``python benchmarks/host_dispatch.py`` (torch 2.13, the reference blocks rebuilt in plain
+PyTorch after their framework's code and run on tiny CPU tensors, so that the time is the host's; min
+of 20 repeats of a 24-block stack on the 2-core AMD EPYC development machine, 1 December 2026; counts
+with ``TorchDispatchMode``):
+
+=================  ================  ==============  ===============  ===============
+block              calls fwd / bwd   host fwd (µs)   host bwd (µs)    µs per call
+=================  ================  ==============  ===============  ===============
+``megatron``       60 / 103          714             667              8.5
+``megatron-flash`` 42 / 84           493             573              8.5
+``llama``          75 / 139          540             696              5.8
+=================  ================  ==============  ===============  ===============
+
+* ``megatron``: Megatron-LM's ``ParallelTransformerLayer`` (megatron/model/transformer.py, 2023: LayerNorm,
+  QKV ``ColumnParallelLinear`` with its separate bias add, ``CoreAttention``'s ``baddbmm``, masked
+  softmax, dropout, ``bmm`` and ``permute().contiguous()``, bias-dropout-add, bias-GeLU, the Python
+  backward of ``LinearWithGradAccumulationAndAsyncCommunication``); ``megatron-flash``: the same with
+  PyTorch SDPA in place of the unfused core.
+* ``llama``: torchtitan's Llama 3 ``TransformerBlock`` in eager mode (RMSNorm as torch code, separate
+  wq/wk/wv, complex rotary, ``repeat_kv`` by expand/reshape, SDPA, SwiGLU).
+
+On a GPU each kernel-launching call also pays ``cudaLaunchKernel`` (1-3 µs, ``kernels`` module
+sources) where the CPU run pays a tiny CPU kernel (about 1-2 µs: an ``add`` of two 4×4 tensors takes
+1.7 µs on the same machine): the CPU figures stand for the GPU host's. A training node's host CPU
+(AMD EPYC 7742 in a DGX A100, Intel Xeon 8480C in a DGX H100) is of the same single-thread class.
+
+Which block applies: compiled blocks (``kernels.compile``: Inductor's wrapper calls its kernels
+directly, with no views, module calls or per-op autograd) keep the per-kernel dispatch; eager blocks
+with RMSNorm not fused (``fused_norm_residual: false``) are torchtitan/HF-style code (``llama``); every
+other eager block is Megatron-style code (``megatron``, or ``megatron-flash`` with FlashAttention).
+
+The CPU runs ahead of the GPU within a block, so what matters is the block's host time against its GPU
+time. The engine, though, prices each compute task on its own, and a block is split into several tasks
+at its tensor-parallel collectives and weight-gradient pieces. The host time is therefore spread over
+the ops in proportion to their work, ``flops + RIDGE_FLOP_PER_BYTE · bytes`` (a GPU-time proxy): every
+piece keeps the block's host/GPU ratio and is host-bound exactly when the whole block is. An even spread
+would make the pieces of small ops (norms, bias adds between two collectives) host-bound inside a
+GPU-bound block, a CPU stall that does not happen.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+#: (forward, backward) host seconds per block (module docstring; ``benchmarks/host_dispatch.py``).
+BLOCK_HOST_S: dict[str, tuple[float, float]] = {
+    "megatron": (714e-6, 667e-6),
+    "megatron-flash": (493e-6, 573e-6),
+    "llama": (540e-6, 696e-6),
+}
+#: FLOP per HBM byte at which a kernel turns compute-bound (A100: 312 TFLOP/s / 2.0 TB/s = 156; H100
+#: SXM: 989 / 3.35 = 295); only weighs ops against each other in ``spread``.
+RIDGE_FLOP_PER_BYTE = 200.0
+
+
+def block_style(model: Any, kernels: Any) -> str | None:
+    """The reference block whose host time applies (``BLOCK_HOST_S``), ``None`` when compiled."""
+    if getattr(kernels, "compile", False):
+        return None
+    if model.norm == "rmsnorm" and not kernels.fused_norm_residual:
+        return "llama"
+    return "megatron-flash" if kernels.flash_attention else "megatron"
+
+
+def _work(op: Any) -> float:
+    return op.flops + RIDGE_FLOP_PER_BYTE * op.bytes
+
+
+def spread(ops: tuple | list, host_s: float) -> tuple:
+    """``ops`` with ``host_s`` seconds spread over them in proportion to their work (``Op.host_s``)."""
+    if not ops:
+        return ()
+    total = sum(_work(op) for op in ops)
+    if total <= 0:
+        return tuple(replace(op, host_s=host_s / len(ops)) for op in ops)
+    return tuple(replace(op, host_s=host_s * _work(op) / total) for op in ops)
+
+
+def attach(fwd: list, recompute: tuple, bwd: tuple, model: Any, kernels: Any) -> tuple[tuple, tuple, tuple]:
+    """The block's forward, recompute and backward ops with their host time; unchanged when compiled.
+    Recomputation re-runs the forward code: each recomputed op carries its forward op's share."""
+    style = block_style(model, kernels)
+    if style is None:
+        return tuple(fwd), recompute, bwd
+    fwd_s, bwd_s = BLOCK_HOST_S[style]
+    fwd_t = spread(fwd, fwd_s)
+    by_name = {op.name: op.host_s for op in fwd_t}
+    redo = tuple(replace(op, host_s=by_name.get(op.name.removeprefix("recompute."), 0.0)) for op in recompute)
+    return fwd_t, redo, spread(bwd, bwd_s)

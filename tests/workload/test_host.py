@@ -1,0 +1,87 @@
+"""Host (CPU) time of eager transformer blocks: the measured figures, their spread over a block's ops,
+and the CPU-bound step they make of small models (``simulator.workload.host``)."""
+
+from __future__ import annotations
+
+import pytest
+
+from simulator.api import simulate
+from simulator.catalog import get_gpu
+from simulator.config.loader import scenario_from_dict
+from simulator.hardware import kernels
+from simulator.hardware.compute import RooflineComputeModel
+from simulator.hardware.efficiency import for_gpu
+from simulator.parallel import work as pwork
+from simulator.workload import host
+
+A100 = get_gpu("a100-80gb")
+
+
+def _scenario(h=1024, mbs=1, tp=1, flash=False, compile_=False, mlp="gelu", norm="layernorm", fused=True,
+              checkpointing="none"):
+    model = {"name": f"gpt-h{h}", "n_layers": 24, "hidden_size": h, "n_heads": h // 64, "ffn_hidden_size": 4 * h,
+             "vocab_size": 50304, "mlp": mlp, "norm": norm, "linear_bias": mlp == "gelu",
+             "position_embedding": "learned" if mlp == "gelu" else "rope", "max_position_embeddings": 1024,
+             "tied_embeddings": True}
+    raw = {"name": "small", "model": model, "cluster": {"topology": "dgx-a100", "nodes": 1},
+           "training": {"seq_len": 1024, "micro_batch_size": mbs, "global_batch_size": 4 * mbs * (8 // tp),
+                        "precision": "bf16", "activation_checkpointing": checkpointing,
+                        "kernels": {"flash_attention": flash, "compile": compile_, "fused_norm_residual": fused}},
+           "parallel": {"framework": "ddp", "tp": tp}}
+    return scenario_from_dict(raw)
+
+
+def _host(model, ops):
+    return model.host_time(tuple(ops))
+
+
+def test_a_megatron_block_costs_its_measured_host_time():
+    # benchmarks/host_dispatch.py measured Megatron-LM's block at 714 µs forward and 667 µs backward
+    # (unfused attention core), 493 and 573 µs with SDPA
+    work = pwork.from_scenario(_scenario())
+    model = RooflineComputeModel(A100, "bf16", for_gpu(A100), launch=kernels.EAGER)
+    assert _host(model, work.layer_fwd) == pytest.approx(714e-6)
+    assert _host(model, work.layer_bwd) == pytest.approx(667e-6)
+    flash = pwork.from_scenario(_scenario(flash=True))
+    assert _host(model, flash.layer_fwd) == pytest.approx(493e-6)
+    assert _host(model, flash.layer_bwd) == pytest.approx(573e-6)
+    # the roofline launch model has no host costs at all
+    bare = RooflineComputeModel(A100, "bf16", for_gpu(A100), launch=kernels.NONE)
+    assert _host(bare, work.layer_fwd) == 0.0
+
+
+def test_eager_llama_code_and_compiled_blocks():
+    # torchtitan-style eager block (RMSNorm as torch code): 540 µs forward, 696 µs backward
+    llama = pwork.from_scenario(_scenario(mlp="swiglu", norm="rmsnorm", fused=False, flash=True))
+    model = RooflineComputeModel(A100, "bf16", for_gpu(A100), launch=kernels.EAGER)
+    assert _host(model, llama.layer_fwd) == pytest.approx(540e-6)
+    assert _host(model, llama.layer_bwd) == pytest.approx(696e-6)
+    # compiled: Inductor's wrapper, the per-kernel dispatch (3 µs per kernel)
+    compiled = pwork.from_scenario(_scenario(compile_=True, flash=True))
+    assert all(op.host_s is None for op in compiled.layer_fwd + compiled.layer_bwd)
+    cmodel = RooflineComputeModel(A100, "bf16", for_gpu(A100), launch=kernels.COMPILED)
+    assert _host(cmodel, compiled.layer_fwd) == pytest.approx(3e-6 * sum(op.launches for op in compiled.layer_fwd))
+
+
+def test_host_time_follows_the_work_so_every_piece_keeps_the_block_ratio():
+    ops = pwork.from_scenario(_scenario()).layer_fwd
+    total = sum(op.flops + host.RIDGE_FLOP_PER_BYTE * op.bytes for op in ops)
+    for op in ops:
+        share = (op.flops + host.RIDGE_FLOP_PER_BYTE * op.bytes) / total
+        assert op.host_s == pytest.approx(714e-6 * share)
+
+
+def test_full_recompute_replays_the_forward_host_time():
+    work = pwork.from_scenario(_scenario(checkpointing="full"))
+    assert sum(op.host_s for op in work.layer_recompute) == pytest.approx(714e-6)
+
+
+def test_a_1024_hidden_model_at_tp8_is_cpu_bound():
+    # Hidden 1,024, micro-batch 1, TP 8: a block's GEMMs take a few µs each, far below the CPU's
+    # 714 + 667 = 1,381 µs per block and micro-batch. 24 blocks × 4 micro-batches: the step takes at
+    # least 24 · 4 · 1.381 ms = 133 ms of host time.
+    step = simulate(_scenario(tp=8)).step_time_s
+    assert step >= 24 * 4 * 1381e-6
+    # while the same model with no launch costs (the pure roofline) is at least twice as fast
+    bare = RooflineComputeModel(A100, "bf16", for_gpu(A100), launch=kernels.NONE)
+    assert simulate(_scenario(tp=8), compute_model=bare).step_time_s < step / 2
