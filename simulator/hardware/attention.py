@@ -58,6 +58,17 @@ CUDNN_ARCHS = ("hopper", "blackwell")
 #: (derived: the paper's A100 backward figure is not transcribed). ``fa3`` needs Hopper: choosing it on
 #: Ampere is an error. cuDNN fused attention on A100 has no published rate here: it is costed at
 #: FlashAttention-2's (an assumption, ``CUDNN_AS_FA2``).
+#:
+#: Blackwell (B200, 2,250 TFLOP/s dense BF16): FlashAttention-2 has no Blackwell code path (no tcgen05
+#: tensor-core instructions); its Ampere-style kernels run there at a fraction of the peak.
+#: tritonbench (meta-pytorch/tritonbench PR #171, B200, ``flash_v2``, batch 8, 16 heads, head dim 128)
+#: measures 330.6 TFLOP/s forward at sequence 16k (361.6 at 8k); flash-attention issue #1589 (flash-attn
+#: 2.7.4, torch 2.8 + cu128 on B200, head dim 64, sequence 16k) 379.4 forward and 334.0 backward,
+#: whose backward/forward ratio 0.880 gives the head-dim-128 backward. PyTorch SDPA runs this kernel on
+#: B200 unless it prefers cuDNN, which it does only from bundled cuDNN 9.15 on (``sdp_utils.cpp``
+#: ``check_prefer_cudnn_attention``, gated on cuDNN > 9.15.0 for sm90/sm100: torch 2.11 and later,
+#: huggingface/transformers PR #48163). cuDNN and the other fused kernels on Blackwell have no rate in
+#: this table: they take the planning ``flash_attention_fraction`` (``fractions``).
 FRACTIONS: dict[str, dict[str, tuple[float, float]]] = {
     "hopper": {
         "fa2": (370 / 989.5, 322 / 989.5),
@@ -67,7 +78,12 @@ FRACTIONS: dict[str, dict[str, tuple[float, float]]] = {
     "ampere": {
         "fa2": (230 / 312, 230 / 312 * 322 / 370),
     },
+    "blackwell": {
+        "fa2": (330.6 / 2250, 330.6 / 2250 * 334.0 / 379.4),
+    },
 }
+#: Architectures FlashAttention-3 runs on (wgmma and TMA: Hopper only).
+FA3_ARCHS = ("hopper",)
 #: Architectures where ``cudnn`` is costed as ``fa2`` (no published cuDNN rate).
 CUDNN_AS_FA2 = ("ampere",)
 #: FlashAttention-2 is "around 2×" FlashAttention (1.x) (Dao 2023, abstract): ``fa1`` = ``fa2`` / 2.
@@ -94,20 +110,20 @@ def for_scenario(scenario: Any) -> str:
 def fractions(impl: str, arch: str, fallback: float) -> tuple[float, float]:
     """``(forward, backward)`` long-sequence fraction of dense 16-bit peak of ``impl`` on ``arch``.
 
-    An architecture without published rates in ``FRACTIONS`` (Blackwell, Ada, Volta, AMD) uses
-    ``fallback`` (``efficiency.yaml``'s ``flash_attention_fraction`` planning value) for both
-    directions and every fused implementation (``fa1`` at half of it). Raises ``InputError`` for a
-    kernel that has no published rate on an architecture that has some (``fa3`` on A100)."""
+    A kernel without a published rate on the architecture (every kernel on Ada, Volta or AMD; cuDNN on
+    Blackwell) uses ``fallback`` (``efficiency.yaml``'s ``flash_attention_fraction`` planning value) for
+    both directions (``fa1`` at half of ``fa2``). ``fa3`` anywhere but Hopper raises ``InputError``:
+    FlashAttention-3 needs Hopper's wgmma and TMA."""
     if impl in UNFUSED_ATTENTION:
         raise ValueError(f"{impl} is unfused: its GEMMs and softmax are costed as such")
-    table = FRACTIONS.get(arch)
-    if table is None:
-        rate = fallback * (FA1_OF_FA2 if impl == "fa1" else 1.0)
-        return rate, rate
+    table = FRACTIONS.get(arch, {})
+    if impl == "fa3" and arch not in FA3_ARCHS:
+        choices = ", ".join(["fa1", *table] if table else ["fa1", "fa2", "cudnn"])
+        raise InputError(f"fa3 has no published rate on {arch} GPUs: FlashAttention-3 runs on Hopper only "
+                         f"(choose one of {choices}, sdpa_math or eager)", FIELD)
     base = "fa2" if impl == "fa1" or (impl == "cudnn" and arch in CUDNN_AS_FA2) else impl
-    if base not in table:
-        raise InputError(f"{impl} has no published rate on {arch} GPUs "
-                         f"(choose one of {', '.join(['fa1', *table])}, sdpa_math or eager)", FIELD)
-    fwd, bwd = table[base]
     scale = FA1_OF_FA2 if impl == "fa1" else 1.0
+    if base not in table:
+        return fallback * scale, fallback * scale
+    fwd, bwd = table[base]
     return fwd * scale, bwd * scale

@@ -58,9 +58,11 @@ CAUSES: dict[str, str] = {
 #: Causes shared by groups of corpus runs (``runs_corpus.yaml``; docs/validation-corpus.md), by id
 #: glob, first match wins; ``CAUSES`` takes precedence.
 GROUP_CAUSES: tuple[tuple[str, str], ...] = (
-    ("torchao-b200-*", "torchao's B200s are power-limited at a cap the source does not state; simulated at the "
-     "1,000 W datasheet peaks, so too fast. The figure itself checks out: torchtitan's median per-GPU tps "
-     "(8 GPUs, local batch 1, sequence 8,192) = about 21% MFU of the 2,250 TF BF16 peak"),
+    ("torchao-b200-*", "torchao's B200s are power-limited at a cap the source does not state (the torchao team's "
+     "other B200 benchmarks name a 750 W limit, pytorch/ao PR #3566); simulated at the 1,000 W datasheet peaks, "
+     "so too fast. Their SDPA runs FlashAttention-2 at its B200 rate (torch 2.9 prefers cuDNN only from cuDNN "
+     "9.15), which took these runs from +115..+184% to +48..+78%. The figure itself checks out: torchtitan's "
+     "median per-GPU tps (8 GPUs, local batch 1, sequence 8,192) = about 21% MFU of the 2,250 TF BF16 peak"),
     ("torchtitan-h100-*", "the 500 W HBM2e H100 runs at the midpoint of torchtitan's SXM/NVL peak bounds (U); what "
      "remains: at 32k-256k tokens (CP) the long-sequence attention error, and the 70B FSDP x TP run too slow "
      "(vanilla TP's exposed communication; its AsyncTP twin is -11%)"),

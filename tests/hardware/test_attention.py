@@ -57,6 +57,24 @@ def test_a100_fa2_forward_is_230_tflops_and_fa3_has_no_a100_rate():
         _model(A100, "fa3")
 
 
+def test_b200_fa2_runs_at_its_published_hopper_less_rate_and_cudnn_at_the_planning_value():
+    # tritonbench PR #171: flash_v2 on B200, head dim 128, sequence 16k: 330.6 TFLOP/s forward; the
+    # backward at flash-attention issue #1589's B200 ratio 334.0 / 379.4. Peak 2,250 TFLOP/s.
+    b200 = get_gpu("b200")
+    assert b200.arch == "blackwell"
+    model = _model(b200, "fa2")
+    op = Op("attention", "attention", 1e12, 1.0)
+    assert model.op_time(op) == pytest.approx(1e12 / 330.6e12, rel=1e-9)
+    (bwd,) = _backward(op)
+    assert model.op_time(bwd) == pytest.approx(2.5e12 / (330.6e12 * 334.0 / 379.4), rel=1e-9)
+    # cuDNN on Blackwell: no published rate in the table, so the planning fraction of the peak
+    eff = dataclasses.replace(for_gpu(b200), attention_sustained_of_bench=1.0)
+    cudnn = RooflineComputeModel(b200, "bf16", eff, launch=kernels.NONE, attention_impl="cudnn")
+    assert cudnn.op_time(op) == pytest.approx(1e12 / (2250e12 * eff.flash_attention_fraction), rel=1e-9)
+    with pytest.raises(InputError, match="FlashAttention-3 runs on Hopper only"):
+        _model(b200, "fa3")
+
+
 def test_sustained_share_scales_the_rate():
     eff = dataclasses.replace(for_gpu(H100), attention_sustained_of_bench=0.5)
     model = RooflineComputeModel(H100, "bf16", eff, launch=kernels.NONE, attention_impl="cudnn")
