@@ -82,6 +82,18 @@ FRACTIONS: dict[str, dict[str, tuple[float, float]]] = {
         "fa2": (330.6 / 2250, 330.6 / 2250 * 334.0 / 379.4),
     },
 }
+#: Rate at head dim 64 relative to head dim 128, ``(forward, backward)``: FlashAttention-3 paper (Shah et
+#: al. 2024) figures "Attention forward/backward speed, head dim 64 (H100 80GB SXM5)" against the head-dim
+#: 128 ones above, sequence 16k, no causal mask: forward FlashAttention-2 324/370, cuDNN 413/595,
+#: FlashAttention-3 497/648; backward 291/322, 433/516, 474/561. Smaller heads do less work per loaded
+#: tile (fewer FLOPs per byte of Q, K, V and per softmax element). Taken as a property of each kernel on
+#: every architecture (only Hopper is published); head dims between 64 and 128 interpolate linearly,
+#: 128 and above use the head-dim-128 rates (the tables' reference).
+HEAD_DIM_64: dict[str, tuple[float, float]] = {
+    "fa2": (324 / 370, 291 / 322),
+    "cudnn": (413 / 595, 433 / 516),
+    "fa3": (497 / 648, 474 / 561),
+}
 #: Architectures FlashAttention-3 runs on (wgmma and TMA: Hopper only).
 FA3_ARCHS = ("hopper",)
 #: Architectures where ``cudnn`` is costed as ``fa2`` (no published cuDNN rate).
@@ -127,3 +139,22 @@ def fractions(impl: str, arch: str, fallback: float) -> tuple[float, float]:
         return fallback * scale, fallback * scale
     fwd, bwd = table[base]
     return fwd * scale, bwd * scale
+
+
+def head_dim_factor(impl: str, arch: str, head_dim: int) -> tuple[float, float]:
+    """``(forward, backward)`` rate of ``impl`` at ``head_dim`` relative to its head-dim-128 rate
+    (``HEAD_DIM_64``; 1 from head dim 128 up)."""
+    base = "fa2" if impl == "fa1" or (impl == "cudnn" and arch in CUDNN_AS_FA2) else impl
+    ratio = HEAD_DIM_64.get(base)
+    if ratio is None or head_dim >= 128:
+        return 1.0, 1.0
+    t = max(head_dim - 64, 0) / 64
+    return ratio[0] + (1 - ratio[0]) * t, ratio[1] + (1 - ratio[1]) * t
+
+
+def head_dim_of(model: Any) -> int:
+    """The query/key head dim the attention kernel runs at: ``qk_nope + qk_rope`` for MLA (DeepSeek-V3:
+    128 + 64 = 192), else ``d_head``."""
+    if getattr(model, "is_mla", False):
+        return int(model.qk_nope_head_dim + model.qk_rope_head_dim)
+    return int(model.d_head)

@@ -33,7 +33,8 @@ class RooflineComputeModel:
     """Per GPU and training dtype. ``speedup`` scales peak FLOP/s (a what-if knob; 1 = datasheet)."""
 
     def __init__(self, gpu: GPUSpec, dtype: Dtype, efficiency: Efficiency, *, flops_scale: float = 1.0,
-                 hbm_scale: float = 1.0, launch: LaunchCosts = EAGER, attention_impl: str = "fa2") -> None:
+                 hbm_scale: float = 1.0, launch: LaunchCosts = EAGER, attention_impl: str = "fa2",
+                 attention_head_dim: int = 128) -> None:
         self.gpu = gpu
         self.eff = efficiency
         self.launch = launch
@@ -55,8 +56,9 @@ class RooflineComputeModel:
         self.attention_impl = attention_impl
         if attention_impl in attention.FUSED:
             fwd, bwd = attention.fractions(attention_impl, gpu.arch, efficiency.flash_attention_fraction)
+            hf, hb = attention.head_dim_factor(attention_impl, gpu.arch, attention_head_dim)
             c = efficiency.attention_sustained_of_bench
-            self.attn_rate = (self.attn_peak * fwd * c, self.attn_peak * bwd * c)
+            self.attn_rate = (self.attn_peak * fwd * hf * c, self.attn_peak * bwd * hb * c)
         else:  # unfused: no attention ops reach op_time; keep a rate for ops built without the scenario
             self.attn_rate = (self.attn_peak * efficiency.flash_attention_fraction,) * 2
 

@@ -75,6 +75,21 @@ def test_b200_fa2_runs_at_its_published_hopper_less_rate_and_cudnn_at_the_planni
         _model(b200, "fa3")
 
 
+def test_head_dim_64_runs_at_the_fa3_papers_head_dim_64_rates():
+    # FA3 paper, H100, 16k, head dim 64: forward FA2 324, cuDNN 413, FA3 497 TFLOP/s; backward 291, 433, 474
+    op = Op("attention", "attention", 1e12, 1.0)
+    (bwd,) = _backward(op)
+    for impl, fwd_tf, bwd_tf in (("fa2", 324, 291), ("cudnn", 413, 433), ("fa3", 497, 474)):
+        eff = dataclasses.replace(for_gpu(H100), attention_sustained_of_bench=1.0)
+        model = RooflineComputeModel(H100, "bf16", eff, launch=kernels.NONE, attention_impl=impl,
+                                     attention_head_dim=64)
+        assert model.op_time(op) == pytest.approx(1e12 / (fwd_tf * 1e12), rel=1e-9)
+        assert model.op_time(bwd) == pytest.approx(2.5e12 / (bwd_tf * 1e12), rel=1e-9)
+    # head dim 96 halfway: FA2 forward (324 + 370) / 2 = 347 TFLOP/s; 128 and 192 the head-dim-128 rate
+    assert attention.head_dim_factor("fa2", "hopper", 96)[0] * 370 == pytest.approx(347)
+    assert attention.head_dim_factor("fa2", "hopper", 192) == (1.0, 1.0)
+
+
 def test_sustained_share_scales_the_rate():
     eff = dataclasses.replace(for_gpu(H100), attention_sustained_of_bench=0.5)
     model = RooflineComputeModel(H100, "bf16", eff, launch=kernels.NONE, attention_impl="cudnn")
