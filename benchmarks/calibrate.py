@@ -94,7 +94,7 @@ def calibrate(log=print) -> tuple[dict, dict, str]:
         "suite": "load_runs(): expressible pure data-parallel runs not calibration_excluded",
         "objective": f"mean of min(|error|, {cal.CAP}) of tokens/s per GPU over the runs of one architecture",
         "search": (f"steepest descent on a {cal.STEP} grid at scales {list(cal.SCALES)} from "
-                   f"{cal.values(tuple(cal.START[p] for p in cal.PARAMS))}; folds from the full fit at scale 1"),
+                   f"{cal.values(tuple(cal.START[p] for p in cal.PARAMS))}; every fold the same search from the same start"),
         "cross_validation": "leave one source (publication) out",
         "network": "not refitted here: network efficiencies are fitted by the network layer against nccl-tests",
         **provenance,

@@ -137,16 +137,12 @@ def _runs(cases: list[Case]) -> list[Any]:
     return out
 
 
-def fit_params(cases: list[Case], start: dict[str, float] | None = None) -> tuple[dict[str, float], int]:
-    """The narrow interface to the bundled procedure: (fitted parameters, simulations run). With
-    ``start`` (a fold, as ``calibration.leave_one_source_out`` does) the descent starts there at
-    the finest scale."""
+def fit_params(cases: list[Case]) -> tuple[dict[str, float], int]:
+    """The narrow interface to the bundled procedure: (fitted parameters, simulations run). Folds are
+    fitted the same way, from the same start, as ``calibration.leave_one_source_out`` does."""
     from simulator.validation import calibration as cal
 
-    if start is None:
-        result = cal.fit(_runs(cases), cases[0].arch)
-    else:
-        result = cal.fit(_runs(cases), cases[0].arch, start=cal.point_of(start), scales=(1,))
+    result = cal.fit(_runs(cases), cases[0].arch)
     return dict(result.params), result.evaluations
 
 
@@ -187,7 +183,7 @@ def calibrate(cases: list[Case]) -> dict[str, ArchResult]:
             for fold in folds:
                 held = [c for c in rows if c.split == fold]
                 rest = [c for c in rows if c.split != fold]
-                fold_params, fold_evals = fit_params(rest, start=params)
+                fold_params, fold_evals = fit_params(rest)
                 evals += fold_evals
                 for case, err in zip(held, errors(held, fold_params), strict=True):
                     residuals[case.id] = round(math.log1p(err), 6)

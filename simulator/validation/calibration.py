@@ -30,8 +30,9 @@ that strictly lowers the objective. Grid values are integers in units of ``STEP`
 exactly reproducible.
 
 Cross-validation: every publication (``source_key``) is held out once: the parameters are refitted on
-the other sources' runs of the architecture (descent from the full fit at the finest scale) and the
-held-out source's runs are predicted with them. These out-of-fold errors are the honest accuracy and
+the other sources' runs of the architecture, by the same search from the same ``START`` as the full
+fit (not from the full fit, which has seen the held-out source: a local descent started there keeps
+some of it), and the held-out source's runs are predicted with them. These out-of-fold errors are the honest accuracy and
 feed the prediction intervals of ``dtsim run``.
 """
 
@@ -255,7 +256,7 @@ def leave_one_source_out(arch: str, cases: Sequence[Case], full: Fit) -> list[Fo
     for source in sorted({source_key(c.run) for c in cases}):
         held = [c for c in cases if source_key(c.run) == source]
         rest = [c for c in cases if source_key(c.run) != source]
-        f = fit(rest, arch, start=point_of(full.params), scales=(1,)) if rest else full
+        f = fit(rest, arch) if rest else full
         folds.append(Fold(arch, source, f.params, tuple(c.run.id for c in held), tuple(errors(held, f.params)),
                           f.evaluations))
     return folds

@@ -66,10 +66,12 @@ GROUP_CAUSES: tuple[tuple[str, str], ...] = (
     ("torchtitan-h100-*", "the 500 W HBM2e H100 runs at the midpoint of torchtitan's SXM/NVL peak bounds (U); what "
      "remains: at 32k-256k tokens (CP) the long-sequence attention error, and the 70B FSDP x TP run too slow "
      "(vanilla TP's exposed communication; its AsyncTP twin is -11%)"),
-    ("*gpt-oss*", "GPT-OSS attention sinks (learnable softmax offset): Transformer Engine runs them without "
-     "FlashAttention (TransformerEngine issue #2318: falls back to unfused attention; verl issue #5224: the "
-     "cuDNN fused kernel needs cuDNN >= 9.18), dtsim prices FlashAttention: too fast (sliding-window layers, "
-     "not modelled, would make it faster still)"),
+    ("*gpt-oss*", "GPT-OSS: not identified. Its attention (head dim 64, now priced at the head-dim-64 rates) "
+     "has learnable sinks, which Transformer Engine ran unfused with cuDNN 9.10 (TransformerEngine issue "
+     "#2318) but runs fused from TE 2.8 with cuDNN >= 9.13.1 (TE PR #2148), so the unfused fallback likely "
+     "does not apply to these containers (simulated unfused, 8 of the 9 rows come out 4-27% too slow); its clamped "
+     "SwiGLU with expert biases and 128 narrow experts (width 2,880) are modelled only as their shapes; the "
+     "sliding-window layers, not modelled, would make it faster still"),
     ("mbridge2511-b200-*", "25.11 container on DGX-B200: its MoE rows are 1.3-2.9x below the 26.02 container's "
      "rows of the same models on B200 (Qwen3-30B-A3B 214 vs 614 at micro-batch 1 vs 4, GPT-OSS 223 vs 373, "
      "DeepSeek-V3 557 vs 725 TFLOP/s/GPU); dtsim models one software state: too fast"),
