@@ -93,7 +93,7 @@ class Costing:
                 args = one.args
             hit = self._parts_cache[key] = (total, times, args)
         total, times, args = hit
-        rows = [{"name": label, "bytes": nbytes, "time_s": t} for (label, nbytes), t in zip(task.parts, times, strict=True)]
+        rows = [{"name": label, "bytes": nbytes, "time_s": t} for (label, nbytes), t in zip(task.parts, times)]  # noqa: B905
         args = {**args, "bytes": task.nbytes, "parts": rows}
         if task.host_s:
             args["host_s"] = task.host_s
@@ -111,7 +111,8 @@ class Costing:
         if isinstance(task, ComputeTask):
             return self._compute(task.ops)
         if isinstance(task, CollectiveTask):
-            # parts carry their own labels (the trace's sub-spans), so they are part of the key
+            if task.parts:  # labelled per task (the trace's sub-spans): priced by sizes in ``_parts``
+                return self._parts(task)
             key = (task.op, task.group, task.nbytes, task.count, task.host_s, task.parts)
             hit = self._task_costs.get(key)
             if hit is None:

@@ -131,6 +131,8 @@ class Zero3Hooks(Hooks):
         self.depth = self._depth(p, work)
         self.pf: Prefetcher | None = None
         self._fetches: dict[tuple, dict] = {}
+        self._released = self._released_after_recompute()  # the same for every block and micro-batch
+        self._refetch: tuple | None = None  # (micro-batch, its re-fetch issuer)
 
     @staticmethod
     def _depth(p, work) -> int:
@@ -153,10 +155,11 @@ class Zero3Hooks(Hooks):
         return tuple(k for k in range(len(shares)) if 2 * sum(shares[k + 1:]) >= limit)
 
     def post_recompute(self, b: GraphBuilder, g: int, unit, task: int):
-        released = self._released_after_recompute() if isinstance(unit, int) else ()
-        if not released:
+        if not self._released or not isinstance(unit, int):
             return ()
-        return (self._issuer(g, True, released)(b, unit, [task]),)
+        if self._refetch is None or self._refetch[0] != g:
+            self._refetch = (g, self._issuer(g, True, self._released))
+        return (self._refetch[1](b, unit, [task]),)
 
     def _gather_bytes(self, unit, backward: bool) -> float:
         p = self.ctx.parallel
@@ -188,7 +191,7 @@ class Zero3Hooks(Hooks):
             if parts is None:
                 return b.collective(f"allgather {phase} {unit}{mb}", "param_allgather", "all_gather", group,
                                     nbytes, deps=deps, micro_batch=g, host_s=host_s)
-            parts = tuple((prefix + mb, size) for prefix, size in parts)
+            parts = tuple([(prefix + mb, size) for prefix, size in parts])
             return b.collective(f"allgather {phase} {unit}{mb}", "param_allgather", "all_gather", group,
                                 nbytes, deps=deps, micro_batch=g, host_s=host_s, parts=parts)
 

@@ -104,6 +104,8 @@ def _tp(b: GraphBuilder, work: StepWork, name: str, after: int, g: int, layer: i
     (Megatron-Core ``MoEAlltoAllTokenDispatcher``: "use expt_tp_group as tensor parallel group in
     this module", permute → A2A(EP) → AG(expert TP); those collectives are ``expert._a2a``'s).
     Returns the issued task ids."""
+    if not work.sequence_parallel and work.tp_allreduce_bytes <= 0:
+        return []  # no tensor parallelism: the all-reduce would be skipped (zero bytes)
     ops = ("reduce_scatter", "all_gather") if work.sequence_parallel else ("all_reduce",)
     out = []
     for op in ops:
