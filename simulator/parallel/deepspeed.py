@@ -237,6 +237,15 @@ class Zero3Hooks(Hooks):
     def grads_ready(self, b: GraphBuilder, g: int, key, task: int) -> None:
         self.reducer.reduce(b, g, key, task)
 
+    def repeats(self, g: int) -> bool:
+        """Every micro-batch issues the same tasks: the prefetchers are rebuilt at each pass's first
+        unit, the gathered bytes and bucket plan are the step's, and the reductions run in every
+        micro-batch (no accumulation boundary); only the reducer's tail grows (``replicated``)."""
+        return True
+
+    def replicated(self, lo: int, hi: int, shift: int) -> None:
+        self.reducer.tail.extend([t + shift for t in self.reducer.tail if t is not None and lo <= t < hi])
+
     def post_backward(self, b: GraphBuilder, g: int, unit, task: int) -> None:
         assert self.pf is not None
         self.pf.computed(unit, task)

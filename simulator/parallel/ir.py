@@ -167,6 +167,11 @@ class GraphBuilder:
         self._tasks: list[Task] = []
         self.device = 0
 
+    @property
+    def tasks(self) -> list[Task]:
+        """The tasks issued so far (``simulator.parallel.replicate`` appends copies to it)."""
+        return self._tasks
+
     def _deps(self, deps: tuple[int | None, ...] | list[int | None]) -> tuple[int, ...]:
         n = len(deps)  # the common cases first: no set or sort (long pipelines issue 10⁵-10⁶ tasks)
         if n == 0:

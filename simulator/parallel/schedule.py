@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 
-from simulator.parallel import context_parallel, expert, tp_overlap
+from simulator.parallel import context_parallel, expert, replicate, tp_overlap
 from simulator.parallel.ir import COMPUTE, GraphBuilder
 from simulator.parallel.work import StepWork
 
@@ -85,6 +85,16 @@ class Hooks:
         return None
 
     def post_backward(self, b: GraphBuilder, g: int, unit: Unit, task: int) -> None:
+        return None
+
+    def repeats(self, g: int) -> bool:
+        """Whether micro-batch ``g`` issues exactly the tasks of ``g − 1``, renamed and with ids
+        shifted (no hook state carries over between them other than what ``replicated`` updates);
+        ``run_micro_batches`` then copies them (``simulator.parallel.replicate``)."""
+        return False
+
+    def replicated(self, lo: int, hi: int, shift: int) -> None:
+        """Tasks ``lo..hi−1`` (one micro-batch) were copied ``shift`` ids later (``repeats``)."""
         return None
 
 
@@ -274,9 +284,19 @@ def run_micro_batches(b: GraphBuilder, work: StepWork, n_micro: int, hooks: Hook
     first forward alone, then the backward of ``g`` together with the forward of ``g + 1``
     (``combined_pass``), then the last backward alone."""
     if not a2a_overlap(work) or n_micro < 2:
+        repeats = getattr(hooks, "repeats", None)
+        lo = hi = 0
         for g in range(n_micro):
+            if g and repeats is not None and repeats(g):
+                start = len(b.tasks)
+                if replicate.copy_micro_batch(b, lo, hi, g - 1, g):
+                    hooks.replicated(lo, hi, start - lo)
+                    lo, hi = start, len(b.tasks)
+                    continue
+            lo = len(b.tasks)
             forward_pass(b, work, g, hooks)
             backward_pass(b, work, g, hooks)
+            hi = len(b.tasks)
         return
     forward_pass(b, work, 0, hooks)
     for g in range(n_micro - 1):

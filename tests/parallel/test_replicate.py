@@ -1,0 +1,106 @@
+"""Micro-batches copied from the previous one (``simulator.parallel.replicate``) equal micro-batches
+issued through the framework hooks, task for task: same ids, names, deps, sizes, part labels."""
+
+from __future__ import annotations
+
+import glob
+
+import pytest
+
+from simulator.config.loader import load_scenario, scenario_from_dict
+from simulator.parallel import deepspeed, replicate
+from simulator.parallel.build import build_step_graph, context_for
+from simulator.parallel.ir import GraphBuilder
+from simulator.parallel.replicate import copy_micro_batch
+
+
+def _both(sc, monkeypatch, copies: int | None = None):
+    """The step built with copies (``copies``: how many micro-batches must have been copied) and
+    with every micro-batch issued through the hooks."""
+    ctx = context_for(sc)
+    done, original = [], replicate.copy_micro_batch
+
+    def counted(*args):
+        done.append(original(*args))
+        return done[-1]
+
+    with monkeypatch.context() as m:
+        m.setattr(replicate, "copy_micro_batch", counted)
+        copied = build_step_graph(ctx)
+    if copies is not None:
+        assert done.count(True) == copies
+    with monkeypatch.context() as m:
+        m.setattr(deepspeed.Zero3Hooks, "repeats", lambda self, g: False)
+        issued = build_step_graph(ctx)
+    return copied, issued
+
+
+def _zero3(*sets, model="llama-2-7b", topology="dgx-a100", nodes=1, ckpt="full"):
+    raw = {"name": "t", "model": model, "cluster": {"topology": topology, "nodes": nodes},
+           "training": {"seq_len": 2048, "micro_batch_size": 1, "global_batch_size": 6 * 8 * nodes,
+                        "activation_checkpointing": ckpt},
+           "parallel": {"framework": "deepspeed", "zero_stage": 3}}
+    return scenario_from_dict(raw, overrides=["model.n_layers=3", *sets])
+
+
+VARIANTS = [
+    (),
+    ("parallel.offload_optimizer=cpu",),
+    ("parallel.offload_optimizer=cpu", "parallel.offload_param=cpu"),
+    ("parallel.zero_hpz_partition_size=8", "parallel.zero_quantized_weights=true",
+     "parallel.zero_quantized_gradients=true"),
+    ("parallel.overlap_comm=false",),
+    ("parallel.stage3_prefetch_bucket_size=0",),
+    ("parallel.stage3_max_reuse_distance=0",),
+]
+
+
+@pytest.mark.parametrize("sets", VARIANTS)
+def test_copied_micro_batches_equal_issued_ones(sets, monkeypatch):
+    copied, issued = _both(_zero3(*sets, nodes=2), monkeypatch, copies=5)  # 6 micro-batches
+    assert len(copied.tasks) == len(issued.tasks) > 6 * 10
+    assert copied.tasks == issued.tasks
+    assert copied.meta == issued.meta
+
+
+@pytest.mark.parametrize("ckpt", ["none", "selective"])
+def test_equal_without_full_recomputation(ckpt, monkeypatch):
+    copied, issued = _both(_zero3(ckpt=ckpt), monkeypatch)
+    assert copied.tasks == issued.tasks
+
+
+def test_equal_with_one_data_parallel_rank(monkeypatch):
+    # dp = 1 (tp = 8 on one node): no gathers or reductions at all
+    copied, issued = _both(_zero3("parallel.tp=8"), monkeypatch)
+    assert copied.tasks == issued.tasks
+
+
+@pytest.mark.parametrize("path", sorted(glob.glob("scenarios/*.yaml")))
+def test_equal_on_bundled_scenarios(path, monkeypatch):
+    try:
+        sc = load_scenario(path)
+    except Exception:  # sweeps and comparisons are not single scenarios
+        pytest.skip("not a single scenario")
+    copied, issued = _both(sc, monkeypatch)
+    assert copied.tasks == issued.tasks
+
+
+def test_copy_refused_for_a_dependency_outside_the_micro_batch():
+    b = GraphBuilder()
+    first = b.compute("x mb0", "forward", (), micro_batch=0)
+    b.compute("y mb1", "forward", (), deps=(first,), micro_batch=1)
+    assert not copy_micro_batch(b, 1, 2, 1, 2)
+    assert len(b.tasks) == 2
+
+
+def test_copy_renames_and_shifts():
+    b = GraphBuilder()
+    a = b.compute("fwd 0 mb1", "forward", (), micro_batch=1)
+    b.collective("allgather fwd 0 mb1", "param_allgather", "all_gather", "dp", 8.0, deps=(a,), micro_batch=1,
+                 parts=(("allgather fwd 0.q mb1", 3.0), ("allgather fwd 0.k mb1", 5.0)))
+    assert copy_micro_batch(b, 0, 2, 1, 2)
+    c, g = b.tasks[2:]
+    assert (c.id, c.name, c.micro_batch) == (2, "fwd 0 mb2", 2)
+    assert (g.id, g.name, g.deps) == (3, "allgather fwd 0 mb2", (2,))
+    assert g.parts == (("allgather fwd 0.q mb2", 3.0), ("allgather fwd 0.k mb2", 5.0))
+    assert not copy_micro_batch(b, 0, 2, 0, 3)  # names do not end with " mb0": refused
