@@ -267,6 +267,8 @@ def finish(b: GraphBuilder, ctx: BuildContext, hooks: Zero012Hooks | Zero3Hooks)
     p, work = ctx.parallel, ctx.work
     stage = p.zero_stage
     n = ctx.size("dp")
+    if isinstance(hooks, Zero3Hooks):  # the prefetchers' issuers refer back to the hooks: drop the cycle
+        hooks.pf = hooks._refetch = None
     local = work.total_params / n if stage >= 1 else work.total_params
     tail = [t for t in hooks.reducer.tail if t is not None][-1:]
     if p.offload_optimizer != "none":

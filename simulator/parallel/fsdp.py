@@ -189,6 +189,7 @@ def build(ctx: BuildContext) -> StepGraph:
 def finish(b: GraphBuilder, ctx: BuildContext, hooks: FSDPHooks) -> dict:
     """Optimizer step on the local shard once every reduction stream has drained."""
     local = ctx.work.total_params / (hooks.n if hooks.sharded else 1)
+    hooks.pf = None  # its issuer refers back to the hooks: drop the cycle
     tail = [t for t in hooks.tail if t is not None]
     # Every stream's last reduction must be done (the replica all-reduces run on their own stream).
     deps = list(tail[-3:])
