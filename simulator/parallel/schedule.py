@@ -285,13 +285,14 @@ def run_micro_batches(b: GraphBuilder, work: StepWork, n_micro: int, hooks: Hook
     (``combined_pass``), then the last backward alone."""
     if not a2a_overlap(work) or n_micro < 2:
         repeats = getattr(hooks, "repeats", None)
-        lo = hi = 0
+        template, lo, hi = None, 0, 0
         for g in range(n_micro):
             if g and repeats is not None and repeats(g):
-                start = len(b.tasks)
-                if replicate.copy_micro_batch(b, lo, hi, g - 1, g):
+                if template is None:  # the first repeat: the micro-batch just issued is its template
+                    template = replicate.Template.of(b, lo, hi, g - 1)
+                if template is not None:
+                    start = template.append(b, g)
                     hooks.replicated(lo, hi, start - lo)
-                    lo, hi = start, len(b.tasks)
                     continue
             lo = len(b.tasks)
             forward_pass(b, work, g, hooks)

@@ -11,24 +11,24 @@ from simulator.config.loader import load_scenario, scenario_from_dict
 from simulator.parallel import deepspeed, replicate
 from simulator.parallel.build import build_step_graph, context_for
 from simulator.parallel.ir import GraphBuilder
-from simulator.parallel.replicate import copy_micro_batch
+from simulator.parallel.replicate import Template
 
 
 def _both(sc, monkeypatch, copies: int | None = None):
     """The step built with copies (``copies``: how many micro-batches must have been copied) and
     with every micro-batch issued through the hooks."""
     ctx = context_for(sc)
-    done, original = [], replicate.copy_micro_batch
+    done, original = [], replicate.Template.append
 
-    def counted(*args):
-        done.append(original(*args))
-        return done[-1]
+    def counted(self, b, g):
+        done.append(g)
+        return original(self, b, g)
 
     with monkeypatch.context() as m:
-        m.setattr(replicate, "copy_micro_batch", counted)
+        m.setattr(replicate.Template, "append", counted)
         copied = build_step_graph(ctx)
     if copies is not None:
-        assert done.count(True) == copies
+        assert len(done) == copies
     with monkeypatch.context() as m:
         m.setattr(deepspeed.Zero3Hooks, "repeats", lambda self, g: False)
         issued = build_step_graph(ctx)
@@ -85,22 +85,24 @@ def test_equal_on_bundled_scenarios(path, monkeypatch):
     assert copied.tasks == issued.tasks
 
 
-def test_copy_refused_for_a_dependency_outside_the_micro_batch():
+def test_template_refused_for_a_dependency_outside_the_micro_batch():
     b = GraphBuilder()
     first = b.compute("x mb0", "forward", (), micro_batch=0)
     b.compute("y mb1", "forward", (), deps=(first,), micro_batch=1)
-    assert not copy_micro_batch(b, 1, 2, 1, 2)
-    assert len(b.tasks) == 2
+    assert Template.of(b, 1, 2, 1) is None
 
 
-def test_copy_renames_and_shifts():
+def test_template_renames_and_shifts():
     b = GraphBuilder()
+    b.compute("optimizer", "optimizer", ())
     a = b.compute("fwd 0 mb1", "forward", (), micro_batch=1)
     b.collective("allgather fwd 0 mb1", "param_allgather", "all_gather", "dp", 8.0, deps=(a,), micro_batch=1,
                  parts=(("allgather fwd 0.q mb1", 3.0), ("allgather fwd 0.k mb1", 5.0)))
-    assert copy_micro_batch(b, 0, 2, 1, 2)
-    c, g = b.tasks[2:]
-    assert (c.id, c.name, c.micro_batch) == (2, "fwd 0 mb2", 2)
-    assert (g.id, g.name, g.deps) == (3, "allgather fwd 0 mb2", (2,))
-    assert g.parts == (("allgather fwd 0.q mb2", 3.0), ("allgather fwd 0.k mb2", 5.0))
-    assert not copy_micro_batch(b, 0, 2, 0, 3)  # names do not end with " mb0": refused
+    assert b.tasks[2].deps == (1,)
+    template = Template.of(b, 1, 3, 1)
+    assert template.append(b, 12) == 3
+    c, g = b.tasks[3:]
+    assert (c.id, c.name, c.micro_batch) == (3, "fwd 0 mb12", 12)
+    assert (g.id, g.name, g.deps, g.micro_batch) == (4, "allgather fwd 0 mb12", (3,), 12)
+    assert g.parts == (("allgather fwd 0.q mb12", 3.0), ("allgather fwd 0.k mb12", 5.0))
+    assert Template.of(b, 1, 3, 0) is None  # names do not end with " mb0": refused
