@@ -11,11 +11,14 @@ the cost of a step grows with layers × micro-batches × buckets, not with the G
 
 from __future__ import annotations
 
+from operator import itemgetter
 from typing import Any, Protocol
 
 from simulator.engine.executor import TaskCost
 from simulator.parallel.ir import CollectiveTask, ComputeTask, CopyTask, HostTask, StepGraph
 from simulator.parallel.mesh import RankMesh
+
+_size = itemgetter(1)  # of a (label, bytes) part
 
 
 class ComputeModel(Protocol):
@@ -79,22 +82,23 @@ class Costing:
         """Back-to-back calls of one task, each priced alone (latency included) plus its host time.
 
         The prices depend on the sizes only, so they are memoised per (operation, group, sizes, host
-        time); each task then only labels its rows (the labels name its layer and micro-batch)."""
-        sizes = tuple(nbytes for _, nbytes in task.parts)
-        key = (task.op, task.group, sizes, task.host_s)
+        time, total bytes) with the task's annotations but its rows; each task then only labels its
+        rows (the labels name its layer and micro-batch)."""
+        parts = task.parts
+        key = (task.op, task.group, tuple(map(_size, parts)), task.host_s, task.nbytes)
         hit = self._parts_cache.get(key)
         if hit is None:
             total, times, args = 0.0, [], {}
-            for nbytes in sizes:
+            for _, nbytes in parts:
                 one = self._collective(CollectiveTask(task.id, "", task.kind, task.op, task.group, nbytes))
                 t = one.duration_s + task.host_s
                 times.append(t)
                 total += t
                 args = one.args
-            hit = self._parts_cache[key] = (total, times, args)
-        total, times, args = hit
-        rows = [{"name": label, "bytes": nbytes, "time_s": t} for (label, nbytes), t in zip(task.parts, times)]  # noqa: B905
-        args = {**args, "bytes": task.nbytes, "parts": rows}
+            hit = self._parts_cache[key] = (total, times, {**args, "bytes": task.nbytes})
+        total, times, base = hit
+        args = base.copy()
+        args["parts"] = [{"name": label, "bytes": nbytes, "time_s": t} for (label, nbytes), t in zip(parts, times)]  # noqa: B905
         if task.host_s:
             args["host_s"] = task.host_s
         return TaskCost(task.count * total, args)
