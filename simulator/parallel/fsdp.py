@@ -125,6 +125,14 @@ class FSDPHooks(Hooks):
         ahead = self.ctx.parallel.backward_prefetch == "backward_pre"
         return (self._copy_out(b, g, unit, self.pf.ensure(b, unit, ahead=ahead), "backward"),)
 
+    def repeats(self, g: int) -> bool:
+        """Without a pipeline every micro-batch issues the same tasks: the prefetchers are rebuilt at
+        each pass's first unit and every micro-batch reduces; only the tail grows (``replicated``)."""
+        return not self.pipelined
+
+    def replicated(self, lo: int, hi: int, shift: int) -> None:
+        self.tail.extend([t + shift for t in self.tail if t is not None and lo <= t < hi])
+
     # -- reductions ----------------------------------------------------------------------------
     def post_backward(self, b: GraphBuilder, g: int, unit, task: int) -> None:
         if isinstance(unit, int) and self.reshard:

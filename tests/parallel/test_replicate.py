@@ -8,7 +8,7 @@ import glob
 import pytest
 
 from simulator.config.loader import load_scenario, scenario_from_dict
-from simulator.parallel import deepspeed, replicate
+from simulator.parallel import deepspeed, fsdp, replicate
 from simulator.parallel.build import build_step_graph, context_for
 from simulator.parallel.ir import GraphBuilder
 from simulator.parallel.replicate import Template
@@ -31,15 +31,16 @@ def _both(sc, monkeypatch, copies: int | None = None):
         assert len(done) == copies
     with monkeypatch.context() as m:
         m.setattr(deepspeed.Zero3Hooks, "repeats", lambda self, g: False)
+        m.setattr(fsdp.FSDPHooks, "repeats", lambda self, g: False)
         issued = build_step_graph(ctx)
     return copied, issued
 
 
-def _zero3(*sets, model="llama-2-7b", topology="dgx-a100", nodes=1, ckpt="full"):
+def _zero3(*sets, model="llama-2-7b", topology="dgx-a100", nodes=1, ckpt="full", parallel=None):
     raw = {"name": "t", "model": model, "cluster": {"topology": topology, "nodes": nodes},
            "training": {"seq_len": 2048, "micro_batch_size": 1, "global_batch_size": 6 * 8 * nodes,
                         "activation_checkpointing": ckpt},
-           "parallel": {"framework": "deepspeed", "zero_stage": 3}}
+           "parallel": parallel or {"framework": "deepspeed", "zero_stage": 3}}
     return scenario_from_dict(raw, overrides=["model.n_layers=3", *sets])
 
 
@@ -61,6 +62,33 @@ def test_copied_micro_batches_equal_issued_ones(sets, monkeypatch):
     assert len(copied.tasks) == len(issued.tasks) > 6 * 10
     assert copied.tasks == issued.tasks
     assert copied.meta == issued.meta
+
+
+FSDP = [
+    {"framework": "fsdp"},
+    {"framework": "fsdp", "fsdp_version": 2},
+    {"framework": "fsdp", "sharding_strategy": "shard_grad_op"},
+    {"framework": "fsdp", "sharding_strategy": "hybrid_shard"},
+    {"framework": "fsdp", "sharding_strategy": "no_shard"},
+    {"framework": "fsdp", "limit_all_gathers": False, "backward_prefetch": "backward_post"},
+    {"framework": "fsdp", "offload_optimizer": "cpu"},
+]
+
+
+@pytest.mark.parametrize("parallel", FSDP)
+def test_fsdp_copied_micro_batches_equal_issued_ones(parallel, monkeypatch):
+    copied, issued = _both(_zero3(nodes=2, parallel=parallel), monkeypatch, copies=5)
+    assert copied.tasks == issued.tasks
+    assert copied.meta == issued.meta
+
+
+@pytest.mark.parametrize("parallel", [{"framework": "deepspeed", "zero_stage": 3, "ep": 8},
+                                      {"framework": "fsdp", "ep": 8}])
+def test_moe_is_not_copied(parallel, monkeypatch):
+    # the expert-gradient reductions follow the last micro-batch only: every micro-batch is issued
+    copied, issued = _both(_zero3("model.n_layers=2", model="mixtral-8x7b", nodes=2, parallel=parallel),
+                           monkeypatch, copies=0)
+    assert copied.tasks == issued.tasks
 
 
 @pytest.mark.parametrize("ckpt", ["none", "selective"])
