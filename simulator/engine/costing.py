@@ -11,6 +11,7 @@ the cost of a step grows with layers × micro-batches × buckets, not with the G
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from operator import itemgetter
 from typing import Any, Protocol
 
@@ -19,6 +20,37 @@ from simulator.parallel.ir import CollectiveTask, ComputeTask, CopyTask, HostTas
 from simulator.parallel.mesh import RankMesh
 
 _size = itemgetter(1)  # of a (label, bytes) part
+
+
+
+class PartRows(Sequence):
+    """The trace rows of a task of back-to-back calls: ``{"name", "bytes", "time_s"}`` per call, made
+    when read (the Chrome trace reads them; a step has thousands of such tasks and seldom a trace).
+    Compares equal to the list of those rows."""
+
+    __slots__ = ("parts", "times")
+
+    def __init__(self, parts: tuple[tuple[str, float], ...], times: list[float]) -> None:
+        self.parts, self.times = parts, times
+
+    def __len__(self) -> int:
+        return len(self.parts)
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        label, nbytes = self.parts[i]
+        return {"name": label, "bytes": nbytes, "time_s": self.times[i]}
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, PartRows | list | tuple):
+            return list(self) == list(other)
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]  # mutable-sequence semantics, as the list it stands for
+
+    def __repr__(self) -> str:
+        return repr(list(self))
 
 
 class ComputeModel(Protocol):
@@ -82,8 +114,8 @@ class Costing:
         """Back-to-back calls of one task, each priced alone (latency included) plus its host time.
 
         The prices depend on the sizes only, so they are memoised per (operation, group, sizes, host
-        time, total bytes) with the task's annotations but its rows; each task then only labels its
-        rows (the labels name its layer and micro-batch)."""
+        time, total bytes) with the task's annotations but its rows; each task's rows are its labels
+        beside those prices (``PartRows``, read only by the Chrome trace)."""
         parts = task.parts
         key = (task.op, task.group, tuple(map(_size, parts)), task.host_s, task.nbytes)
         hit = self._parts_cache.get(key)
@@ -98,7 +130,7 @@ class Costing:
             hit = self._parts_cache[key] = (total, times, {**args, "bytes": task.nbytes})
         total, times, base = hit
         args = base.copy()
-        args["parts"] = [{"name": label, "bytes": nbytes, "time_s": t} for (label, nbytes), t in zip(parts, times)]  # noqa: B905
+        args["parts"] = PartRows(parts, times)
         if task.host_s:
             args["host_s"] = task.host_s
         return TaskCost(task.count * total, args)
