@@ -65,14 +65,15 @@ def _summaries(trace: Any) -> tuple[int, dict[str, Any], list[dict[str, float]]]
     """Summary of the bottleneck stage (most compute), with the global step time, and per-stage rows
     (busy, idle, pipeline bubble and exposed communication per stage). Spans are grouped by device
     once; only the bottleneck stage gets the full summary (long pipelines have 10⁵ spans)."""
+    devices = {span.device for span in trace.spans}
+    if len(devices) <= 1:
+        summary = summarize(trace)
+        summary["bubble_s"] = 0.0
+        return (next(iter(devices), 0), summary, [])
     end = trace.end_s
     by_dev: dict[int, list] = {}
     for span in trace.spans:
         by_dev.setdefault(span.device, []).append(span)
-    if len(by_dev) <= 1:
-        summary = summarize(trace)
-        summary["bubble_s"] = 0.0
-        return (next(iter(by_dev), 0), summary, [])
     window = pass_window(trace)
     rows = {d: stage_row(spans, window) for d, spans in by_dev.items()}
     device = max(rows, key=lambda d: (rows[d]["compute_busy_s"], -d))

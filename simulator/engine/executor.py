@@ -21,6 +21,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from heapq import heappush
+from itertools import chain
 from typing import Any
 
 import simpy
@@ -181,8 +182,9 @@ class Simulation:
         tasks = self.graph.tasks
         # A completion event only for the tasks another task waits on: an event nobody waits on
         # has no callbacks, and leaving it out does not change the order of the others.
-        waited = {d for t in tasks for d in t.deps}
-        done: list[_Event | None] = [_Event([]) if i in waited else None for i in range(len(tasks))]
+        done: list[_Event | None] = [None] * len(tasks)
+        for d in set(chain.from_iterable([t.deps for t in tasks])):
+            done[d] = _Event([])
         spans: list[Span] = []
         for (dev, stream), stream_tasks in self.graph.streams().items():
             state = devices.setdefault(dev, _Device(env, self.slowdown))
