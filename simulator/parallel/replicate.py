@@ -41,12 +41,13 @@ class Template:
                 return None
             parts = getattr(t, "parts", ())
             if parts:
-                if not all(label.endswith(suffix) for label, _ in parts):
+                stems = tuple([(label[:-cut], nbytes) for label, nbytes in parts if label.endswith(suffix)])
+                if len(stems) != len(parts):
                     return None
-                parts = tuple((label[:-cut], nbytes) for label, nbytes in parts)
+                parts = stems
             if type(t) not in (ComputeTask, CollectiveTask, CopyTask, HostTask):
                 return None
-            rows.append((t, t.name[:-cut], tuple(d - lo for d in deps), parts))
+            rows.append((t, t.name[:-cut], tuple([d - lo for d in deps]), parts))
         return cls(rows)
 
     def append(self, b: GraphBuilder, g: int) -> int:
