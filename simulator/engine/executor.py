@@ -84,7 +84,7 @@ class _Device:
     same events in the same order, without the stale ones (which did nothing).
     """
 
-    __slots__ = ("env", "slowdown", "slow_rate", "active_comm", "held_share", "job")
+    __slots__ = ("env", "slowdown", "slow_rate", "active_comm", "held_share", "rate", "job")
 
     def __init__(self, env: simpy.Environment, slowdown: float) -> None:
         self.env = env
@@ -93,6 +93,7 @@ class _Device:
         self.active_comm = 0
         # SMs held by collectives that size their own kernels (``sm_share``), summed while they run
         self.held_share = 0.0
+        self.rate = 1.0  # compute's current rate: ``_rate()``, kept up to date by ``bump``
         # [remaining idle-GPU work (s), time it was last updated, stream to notify,
         #  planned finish (time, eid), key (time, eid) of the timer on the queue]
         self.job: list | None = None
@@ -105,8 +106,16 @@ class _Device:
 
     def compute(self, work_s: float, stream: _Stream) -> None:
         """Start ``work_s`` of idle-GPU work; ``stream._finished`` is called when it is done."""
-        job = self.job = [work_s, self.env._now, stream, None, None]
-        self._schedule(job)
+        env = self.env
+        if work_s <= _EPS:
+            self.job = None
+            _push(env, 0, stream._finished)  # the "done" event, as the generator engine had it
+            return
+        now = env._now
+        # the key ``env.schedule`` would give a timer of the work at the current rate
+        plan = (now + work_s / self.rate, next(env._eid))
+        self.job = [work_s, now, stream, plan, plan]
+        self._queue(plan)
 
     def _schedule(self, job: list) -> None:
         env = self.env
@@ -115,7 +124,7 @@ class _Device:
             _push(env, 0, job[2]._finished)  # the "done" event, as the generator engine had it
             return
         # the key ``env.schedule`` would give a timer of the remaining work at the current rate
-        plan = job[3] = (env._now + job[0] / self._rate(), next(env._eid))
+        plan = job[3] = (env._now + job[0] / self.rate, next(env._eid))
         queued = job[4]
         if queued is None or plan[0] < queued[0]:
             job[4] = plan
@@ -150,12 +159,13 @@ class _Device:
         job = self.job
         if job is not None:
             now = self.env._now
-            job[0] -= (now - job[1]) * self._rate()
+            job[0] -= (now - job[1]) * self.rate
             job[1] = now
         if share is None:
             self.active_comm += delta
         else:
             self.held_share = max(self.held_share + delta * share, 0.0)
+        self.rate = self._rate()
         if job is not None:
             self._schedule(job)
 
