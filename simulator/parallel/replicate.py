@@ -60,7 +60,9 @@ class Template:
         for i, (t, stem, deps, parts) in enumerate(self.rows):
             tid = base + i
             name = stem + mb
-            if deps:
+            if len(deps) == 1:
+                deps = (deps[0] + base,)
+            elif deps:
                 deps = tuple([d + base for d in deps])
             kind = type(t)
             if kind is ComputeTask:
