@@ -14,12 +14,18 @@ from __future__ import annotations
 from collections.abc import Sequence
 from operator import itemgetter
 from typing import Any, Protocol
+from weakref import WeakKeyDictionary
 
 from simulator.engine.executor import TaskCost
 from simulator.parallel.ir import CollectiveTask, ComputeTask, CopyTask, HostTask, StepGraph
 from simulator.parallel.mesh import RankMesh
 
 _size = itemgetter(1)  # of a (label, bytes) part
+
+#: Collective prices per collective model, by (mesh, group kind, operation, bytes): a model's results
+#: depend on nothing else (``Costing._price``). Weakly keyed: they go with the model (the process's
+#: models live in ``simulator.model_cache``, at most 8).
+_PRICES: WeakKeyDictionary = WeakKeyDictionary()
 
 
 
@@ -88,27 +94,47 @@ class Costing:
         key = (task.op, task.group, task.nbytes)
         hit = self._coll.get(key)
         if hit is None:
-            groups = self._groups.get(task.group)
-            if groups is None:
-                groups = self._groups[task.group] = self.mesh.groups(task.group)
-            res = self.collectives.run(task.op, groups, task.nbytes)
+            price = self._price(task.op, task.group, task.nbytes)
             args = {
                 "op": task.op,
                 "group": task.group,
-                "group_size": len(groups[0]),
-                "concurrent_groups": len(groups),
+                "group_size": price[1],
+                "concurrent_groups": price[2],
                 "bytes": task.nbytes,
-                "algorithm": str(getattr(res, "algorithm", "")),
-                "busbw_GBps": float(getattr(res, "busbw_GBps", 0.0) or 0.0),
-                "bytes_on_wire_per_rank": float(getattr(res, "bytes_on_wire_per_rank", 0.0) or 0.0),
+                "algorithm": price[3],
+                "busbw_GBps": price[4],
+                "bytes_on_wire_per_rank": price[5],
             }
-            hit = self._coll[key] = (float(res.time_s), args)
+            hit = self._coll[key] = (price[0], args)
         time_s, args = hit
         if task.count != 1:
             args = {**args, "count": task.count}
         if task.host_s:
             args = {**args, "host_s": task.host_s}
         return TaskCost(task.count * (time_s + task.host_s), args)
+
+    def _price(self, op: str, group: str, nbytes: float) -> tuple:
+        """(time, group size, concurrent groups, algorithm, bus bandwidth, bytes on the wire per rank)
+        of one collective over every copy of ``group`` on the mesh. Shared by every step priced with
+        the same collective model (``_PRICES``): listing the groups of a 16,384-rank mesh and keying
+        the model's memo by them cost more than the rest of pricing a step."""
+        try:
+            shared = _PRICES.setdefault(self.collectives, {})
+        except TypeError:  # a model that cannot be weakly referenced or hashed: priced per step
+            shared = None
+        key = (self.mesh, group, op, nbytes)
+        price = shared.get(key) if shared is not None else None
+        if price is None:
+            groups = self._groups.get(group)
+            if groups is None:
+                groups = self._groups[group] = self.mesh.groups(group)
+            res = self.collectives.run(op, groups, nbytes)
+            price = (float(res.time_s), len(groups[0]), len(groups), str(getattr(res, "algorithm", "")),
+                     float(getattr(res, "busbw_GBps", 0.0) or 0.0),
+                     float(getattr(res, "bytes_on_wire_per_rank", 0.0) or 0.0))
+            if shared is not None:
+                shared[key] = price
+        return price
 
     def _parts(self, task: CollectiveTask) -> TaskCost:
         """Back-to-back calls of one task, each priced alone (latency included) plus its host time.
