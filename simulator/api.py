@@ -28,7 +28,7 @@ from simulator.hardware.kernels import launch_costs
 from simulator.network import build_cluster
 from simulator.parallel.build import build_step_graph, context_for
 from simulator.parallel.checks import check_supported
-from simulator.parallel.volume import bytes_per_rank, calls_per_rank
+from simulator.parallel.volume import per_rank
 from simulator.report.step_report import StepReport
 from simulator.steady_state import Played, play_step
 from simulator.workload import flops, memory
@@ -122,8 +122,8 @@ def simulate(scenario: Scenario, *, efficiency: Efficiency | None = None, what_i
         graph = build_step_graph(sample)
         trace = run_graph(graph, costing.costs(graph), eff.compute_slowdown_during_comm)
         device, summary, stages = _summaries(trace)
-        return Played(n, graph, trace, device, summary, stages, bytes_per_rank(graph, ctx.mesh, device),
-                      calls_per_rank(graph, device), len(graph.tasks))
+        volume, calls = per_rank(graph, ctx.mesh, device)
+        return Played(n, graph, trace, device, summary, stages, volume, calls, len(graph.tasks))
 
     with gc_paused():
         played = play_step(play, ctx.n_micro, par.pp, par.pipeline_schedule, par.virtual_stages, exact=exact)

@@ -138,7 +138,11 @@ class StepGraph:
         """Tasks per (device, stream), in issue order. Device = pipeline stage's representative GPU."""
         out: dict[tuple[int, str], list[Task]] = {}
         for task in self.tasks:
-            out.setdefault((task.device, task.stream), []).append(task)
+            key = (task.device, task.stream)
+            tasks = out.get(key)
+            if tasks is None:
+                tasks = out[key] = []
+            tasks.append(task)
         return out
 
     def collectives(self) -> list[CollectiveTask]:
