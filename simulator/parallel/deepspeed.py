@@ -111,6 +111,14 @@ class Zero012Hooks(Hooks):
             op = "all_reduce" if p.use_multi_rank_bucket_allreduce else "reduce_scatter"
             self.reducer = _Reducer(ctx, op, p.reduce_bucket_size, stream)
 
+    def repeats(self, g: int) -> bool:
+        """Stage 2 reduces in every micro-batch, stages 0-1 only in the boundary (last) one: the others
+        issue the same tasks; the reducer's tail is the only state (``replicated``)."""
+        return self.stage == 2 or g < self.ctx.n_micro - 1
+
+    def replicated(self, lo: int, hi: int, shift: int) -> None:
+        self.reducer.tail.extend([t + shift for t in self.reducer.tail if t is not None and lo <= t < hi])
+
     def grads_ready(self, b: GraphBuilder, g: int, unit, task: int) -> None:
         boundary = g == self.ctx.n_micro - 1
         if self.stage == 2 or (self.stage == 1 and boundary):

@@ -31,6 +31,7 @@ def _both(sc, monkeypatch, copies: int | None = None):
         assert len(done) == copies
     with monkeypatch.context() as m:
         m.setattr(deepspeed.Zero3Hooks, "repeats", lambda self, g: False)
+        m.setattr(deepspeed.Zero012Hooks, "repeats", lambda self, g: False)
         m.setattr(fsdp.FSDPHooks, "repeats", lambda self, g: False)
         issued = build_step_graph(ctx)
     return copied, issued
@@ -78,6 +79,28 @@ FSDP = [
 @pytest.mark.parametrize("parallel", FSDP)
 def test_fsdp_copied_micro_batches_equal_issued_ones(parallel, monkeypatch):
     copied, issued = _both(_zero3(nodes=2, parallel=parallel), monkeypatch, copies=5)
+    assert copied.tasks == issued.tasks
+    assert copied.meta == issued.meta
+
+
+# (parallel, micro-batches copied out of n): stages 0-1 issue the first and the boundary (last) one,
+# stage 2 only the first; TP overlap names its pieces after the micro-batch, so nothing is copied.
+ZERO012 = [
+    ({"framework": "deepspeed", "zero_stage": 0}, lambda n: n - 2),
+    ({"framework": "deepspeed", "zero_stage": 1}, lambda n: n - 2),
+    ({"framework": "deepspeed", "zero_stage": 2}, lambda n: n - 1),
+    ({"framework": "deepspeed", "zero_stage": 1, "use_multi_rank_bucket_allreduce": False}, lambda n: n - 2),
+    ({"framework": "deepspeed", "zero_stage": 2, "overlap_comm": False, "offload_optimizer": "cpu"}, lambda n: n - 1),
+    ({"framework": "deepspeed", "zero_stage": 1, "tp": 2, "sequence_parallel": True}, lambda n: n - 2),
+    ({"framework": "deepspeed", "zero_stage": 1, "tp": 2, "sequence_parallel": True, "tp_comm_overlap": True},
+     lambda n: 0),
+]
+
+
+@pytest.mark.parametrize(("parallel", "copies"), ZERO012)
+def test_zero012_copied_micro_batches_equal_issued_ones(parallel, copies, monkeypatch):
+    sc = _zero3(nodes=2, parallel=parallel)
+    copied, issued = _both(sc, monkeypatch, copies=copies(context_for(sc).n_micro))
     assert copied.tasks == issued.tasks
     assert copied.meta == issued.meta
 
