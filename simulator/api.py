@@ -28,7 +28,7 @@ from simulator.hardware.kernels import launch_costs
 from simulator.network import build_cluster
 from simulator.parallel.build import build_step_graph, context_for
 from simulator.parallel.checks import check_supported
-from simulator.parallel.volume import bytes_per_rank, calls_per_rank
+from simulator.parallel.volume import per_rank
 from simulator.report.step_report import StepReport
 from simulator.steady_state import Played, play_step
 from simulator.workload import flops, memory
@@ -65,14 +65,15 @@ def _summaries(trace: Any) -> tuple[int, dict[str, Any], list[dict[str, float]]]
     """Summary of the bottleneck stage (most compute), with the global step time, and per-stage rows
     (busy, idle, pipeline bubble and exposed communication per stage). Spans are grouped by device
     once; only the bottleneck stage gets the full summary (long pipelines have 10⁵ spans)."""
+    devices = {span.device for span in trace.spans}
+    if len(devices) <= 1:
+        summary = summarize(trace)
+        summary["bubble_s"] = 0.0
+        return (next(iter(devices), 0), summary, [])
     end = trace.end_s
     by_dev: dict[int, list] = {}
     for span in trace.spans:
         by_dev.setdefault(span.device, []).append(span)
-    if len(by_dev) <= 1:
-        summary = summarize(trace)
-        summary["bubble_s"] = 0.0
-        return (next(iter(by_dev), 0), summary, [])
     window = pass_window(trace)
     rows = {d: stage_row(spans, window) for d, spans in by_dev.items()}
     device = max(rows, key=lambda d: (rows[d]["compute_busy_s"], -d))
@@ -122,8 +123,8 @@ def simulate(scenario: Scenario, *, efficiency: Efficiency | None = None, what_i
         graph = build_step_graph(sample)
         trace = run_graph(graph, costing.costs(graph), eff.compute_slowdown_during_comm)
         device, summary, stages = _summaries(trace)
-        return Played(n, graph, trace, device, summary, stages, bytes_per_rank(graph, ctx.mesh, device),
-                      calls_per_rank(graph, device), len(graph.tasks))
+        volume, calls = per_rank(graph, ctx.mesh, device)
+        return Played(n, graph, trace, device, summary, stages, volume, calls, len(graph.tasks))
 
     with gc_paused():
         played = play_step(play, ctx.n_micro, par.pp, par.pipeline_schedule, par.virtual_stages, exact=exact)

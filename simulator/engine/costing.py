@@ -11,11 +11,52 @@ the cost of a step grows with layers × micro-batches × buckets, not with the G
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from operator import itemgetter
 from typing import Any, Protocol
+from weakref import WeakKeyDictionary
 
 from simulator.engine.executor import TaskCost
 from simulator.parallel.ir import CollectiveTask, ComputeTask, CopyTask, HostTask, StepGraph
 from simulator.parallel.mesh import RankMesh
+
+_size = itemgetter(1)  # of a (label, bytes) part
+
+#: Collective prices per collective model, by (mesh, group kind, operation, bytes): a model's results
+#: depend on nothing else (``Costing._price``). Weakly keyed: they go with the model (the process's
+#: models live in ``simulator.model_cache``, at most 8).
+_PRICES: WeakKeyDictionary = WeakKeyDictionary()
+
+
+
+class PartRows(Sequence):
+    """The trace rows of a task of back-to-back calls: ``{"name", "bytes", "time_s"}`` per call, made
+    when read (the Chrome trace reads them; a step has thousands of such tasks and seldom a trace).
+    Compares equal to the list of those rows."""
+
+    __slots__ = ("parts", "times")
+
+    def __init__(self, parts: tuple[tuple[str, float], ...], times: list[float]) -> None:
+        self.parts, self.times = parts, times
+
+    def __len__(self) -> int:
+        return len(self.parts)
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        label, nbytes = self.parts[i]
+        return {"name": label, "bytes": nbytes, "time_s": self.times[i]}
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, PartRows | list | tuple):
+            return list(self) == list(other)
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]  # mutable-sequence semantics, as the list it stands for
+
+    def __repr__(self) -> str:
+        return repr(list(self))
 
 
 class ComputeModel(Protocol):
@@ -53,21 +94,18 @@ class Costing:
         key = (task.op, task.group, task.nbytes)
         hit = self._coll.get(key)
         if hit is None:
-            groups = self._groups.get(task.group)
-            if groups is None:
-                groups = self._groups[task.group] = self.mesh.groups(task.group)
-            res = self.collectives.run(task.op, groups, task.nbytes)
+            price = self._price(task.op, task.group, task.nbytes)
             args = {
                 "op": task.op,
                 "group": task.group,
-                "group_size": len(groups[0]),
-                "concurrent_groups": len(groups),
+                "group_size": price[1],
+                "concurrent_groups": price[2],
                 "bytes": task.nbytes,
-                "algorithm": str(getattr(res, "algorithm", "")),
-                "busbw_GBps": float(getattr(res, "busbw_GBps", 0.0) or 0.0),
-                "bytes_on_wire_per_rank": float(getattr(res, "bytes_on_wire_per_rank", 0.0) or 0.0),
+                "algorithm": price[3],
+                "busbw_GBps": price[4],
+                "bytes_on_wire_per_rank": price[5],
             }
-            hit = self._coll[key] = (float(res.time_s), args)
+            hit = self._coll[key] = (price[0], args)
         time_s, args = hit
         if task.count != 1:
             args = {**args, "count": task.count}
@@ -75,26 +113,50 @@ class Costing:
             args = {**args, "host_s": task.host_s}
         return TaskCost(task.count * (time_s + task.host_s), args)
 
+    def _price(self, op: str, group: str, nbytes: float) -> tuple:
+        """(time, group size, concurrent groups, algorithm, bus bandwidth, bytes on the wire per rank)
+        of one collective over every copy of ``group`` on the mesh. Shared by every step priced with
+        the same collective model (``_PRICES``): listing the groups of a 16,384-rank mesh and keying
+        the model's memo by them cost more than the rest of pricing a step."""
+        try:
+            shared = _PRICES.setdefault(self.collectives, {})
+        except TypeError:  # a model that cannot be weakly referenced or hashed: priced per step
+            shared = None
+        key = (self.mesh, group, op, nbytes)
+        price = shared.get(key) if shared is not None else None
+        if price is None:
+            groups = self._groups.get(group)
+            if groups is None:
+                groups = self._groups[group] = self.mesh.groups(group)
+            res = self.collectives.run(op, groups, nbytes)
+            price = (float(res.time_s), len(groups[0]), len(groups), str(getattr(res, "algorithm", "")),
+                     float(getattr(res, "busbw_GBps", 0.0) or 0.0),
+                     float(getattr(res, "bytes_on_wire_per_rank", 0.0) or 0.0))
+            if shared is not None:
+                shared[key] = price
+        return price
+
     def _parts(self, task: CollectiveTask) -> TaskCost:
         """Back-to-back calls of one task, each priced alone (latency included) plus its host time.
 
         The prices depend on the sizes only, so they are memoised per (operation, group, sizes, host
-        time); each task then only labels its rows (the labels name its layer and micro-batch)."""
-        sizes = tuple(nbytes for _, nbytes in task.parts)
-        key = (task.op, task.group, sizes, task.host_s)
+        time, total bytes) with the task's annotations but its rows; each task's rows are its labels
+        beside those prices (``PartRows``, read only by the Chrome trace)."""
+        parts = task.parts
+        key = (task.op, task.group, tuple(map(_size, parts)), task.host_s, task.nbytes)
         hit = self._parts_cache.get(key)
         if hit is None:
             total, times, args = 0.0, [], {}
-            for nbytes in sizes:
+            for _, nbytes in parts:
                 one = self._collective(CollectiveTask(task.id, "", task.kind, task.op, task.group, nbytes))
                 t = one.duration_s + task.host_s
                 times.append(t)
                 total += t
                 args = one.args
-            hit = self._parts_cache[key] = (total, times, args)
-        total, times, args = hit
-        rows = [{"name": label, "bytes": nbytes, "time_s": t} for (label, nbytes), t in zip(task.parts, times, strict=True)]
-        args = {**args, "bytes": task.nbytes, "parts": rows}
+            hit = self._parts_cache[key] = (total, times, {**args, "bytes": task.nbytes})
+        total, times, base = hit
+        args = base.copy()
+        args["parts"] = PartRows(parts, times)
         if task.host_s:
             args["host_s"] = task.host_s
         return TaskCost(task.count * total, args)
@@ -111,7 +173,8 @@ class Costing:
         if isinstance(task, ComputeTask):
             return self._compute(task.ops)
         if isinstance(task, CollectiveTask):
-            # parts carry their own labels (the trace's sub-spans), so they are part of the key
+            if task.parts:  # labelled per task (the trace's sub-spans): priced by sizes in ``_parts``
+                return self._parts(task)
             key = (task.op, task.group, task.nbytes, task.count, task.host_s, task.parts)
             hit = self._task_costs.get(key)
             if hit is None:

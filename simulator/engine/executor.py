@@ -20,6 +20,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from heapq import heappush
+from itertools import chain
 from typing import Any
 
 import simpy
@@ -46,27 +48,43 @@ def _category(task: Task) -> str:
     return _CATEGORY.get(type(task), "host")
 
 
-class _Timer(simpy.Event):
-    """A triggered event, processed ``delay`` s from now, with one callback: what
-    ``env.timeout(delay).callbacks.append(callback)`` schedules, without the bound-class indirection."""
+class _Event:
+    """A simpy event reduced to what ``Environment.step`` reads (``callbacks``, ``_ok``), put on
+    simpy's queue under the key ``Environment.schedule`` gives it: ``(now + delay, priority, eid)``.
+    Timers and task completions are made by the thousand per step; a full ``simpy.Event`` (and its
+    ``schedule`` call) cost more than the work they stand for."""
 
-    def __init__(self, env: simpy.Environment, delay: float, callback, priority=NORMAL) -> None:
-        self.env = env
-        self.callbacks = [callback]
-        self._value = None
+    __slots__ = ("callbacks", "_ok", "_value", "at")
+
+    def __init__(self, callbacks: list) -> None:
+        self.callbacks = callbacks
         self._ok = True
-        env.schedule(self, priority, delay)
+        self._value = None
+
+
+def _push(env: simpy.Environment, delay: float, callback, priority=NORMAL) -> _Event:
+    """What ``env.timeout(delay).callbacks.append(callback)`` schedules: the same key on the queue."""
+    event = _Event([callback])
+    heappush(env._queue, (env._now + delay, priority, next(env._eid), event))
+    return event
 
 
 class _Device:
     """Shared state of one GPU: how many collectives run now, and the compute task in progress.
 
-    The compute task's finish time is rescheduled whenever a collective starts or ends (its rate
-    changes), by callbacks rather than by waking the compute stream: one timer per rate change, the
-    same arithmetic as a process that re-plans its remaining work.
+    The compute task's finish time is re-planned whenever a collective starts or ends (its rate
+    changes), by callbacks rather than by waking the compute stream, with the same arithmetic as a
+    process that re-plans its remaining work and sleeps until then.
+
+    Such a process leaves a stale timer on the queue at every rate change. Here each re-planned
+    finish reserves its place in simpy's order (time and event id, as ``schedule`` would give it)
+    but is put on the queue only when it is earlier than the one already there: a timer that comes
+    due before the planned finish puts the planned one on the queue then, under its reserved key.
+    Since that happens before anything later than the due timer is processed, the queue yields the
+    same events in the same order, without the stale ones (which did nothing).
     """
 
-    __slots__ = ("env", "slowdown", "slow_rate", "active_comm", "held_share", "job")
+    __slots__ = ("env", "slowdown", "slow_rate", "active_comm", "held_share", "rate", "job")
 
     def __init__(self, env: simpy.Environment, slowdown: float) -> None:
         self.env = env
@@ -75,7 +93,9 @@ class _Device:
         self.active_comm = 0
         # SMs held by collectives that size their own kernels (``sm_share``), summed while they run
         self.held_share = 0.0
-        # [remaining idle-GPU work (s), time it was last updated, stream to notify, generation]
+        self.rate = 1.0  # compute's current rate: ``_rate()``, kept up to date by ``bump``
+        # [remaining idle-GPU work (s), time it was last updated, stream to notify,
+        #  planned finish (time, eid), key (time, eid) of the timer on the queue]
         self.job: list | None = None
 
     def _rate(self) -> float:
@@ -86,41 +106,66 @@ class _Device:
 
     def compute(self, work_s: float, stream: _Stream) -> None:
         """Start ``work_s`` of idle-GPU work; ``stream._finished`` is called when it is done."""
-        job = self.job = [work_s, self.env.now, stream, 0]
-        self._schedule(job)
+        env = self.env
+        if work_s <= _EPS:
+            self.job = None
+            _push(env, 0, stream._finished)  # the "done" event, as the generator engine had it
+            return
+        now = env._now
+        # the key ``env.schedule`` would give a timer of the work at the current rate
+        plan = (now + work_s / self.rate, next(env._eid))
+        self.job = [work_s, now, stream, plan, plan]
+        self._queue(plan)
 
     def _schedule(self, job: list) -> None:
-        job[3] += 1
+        env = self.env
         if job[0] <= _EPS:
             self.job = None
-            _Timer(self.env, 0, job[2]._finished)  # the "done" event, as the generator engine had it
+            _push(env, 0, job[2]._finished)  # the "done" event, as the generator engine had it
             return
-        generation = job[3]
-        _Timer(self.env, job[0] / self._rate(), lambda _event: self._fired(job, generation))
+        # the key ``env.schedule`` would give a timer of the remaining work at the current rate
+        plan = job[3] = (env._now + job[0] / self.rate, next(env._eid))
+        queued = job[4]
+        if queued is None or plan[0] < queued[0]:
+            job[4] = plan
+            self._queue(plan)
 
-    def _fired(self, job: list, generation: int) -> None:
-        # A timer made stale by a later rate change does nothing.
-        if self.job is job and job[3] == generation:
-            self.job = None
-            env = self.env
-            if env.peek() > env.now:
-                # Nothing else is due at this instant, so a "done" event scheduled now would be the
-                # very next one processed: finishing the task here is the same, one event less.
-                job[2]._finished(None)
-            else:
-                _Timer(env, 0, job[2]._finished)
+    def _queue(self, key: tuple) -> None:
+        event = _Event([self._fired])
+        event.at = key
+        heappush(self.env._queue, (key[0], NORMAL, key[1], event))
+
+    def _fired(self, event: _Event) -> None:
+        job = self.job
+        if job is None or event.at is not job[4]:
+            return  # a timer of a finished job, or one overtaken by an earlier plan: it does nothing
+        if job[3] is not event.at:
+            # the plan moved later since this timer was queued: queue it now, under its own key
+            job[4] = job[3]
+            self._queue(job[3])
+            return
+        self.job = None
+        env = self.env
+        queue = env._queue
+        if not queue or queue[0][0] > env._now:
+            # Nothing else is due at this instant, so a "done" event scheduled now would be the
+            # very next one processed: finishing the task here is the same, one event less.
+            job[2]._finished(None)
+        else:
+            _push(env, 0, job[2]._finished)
 
     def bump(self, delta: int, share: float | None = None) -> None:
         """A collective starts (``delta`` +1) or ends (−1); ``share``: the SMs it holds (else NCCL's)."""
         job = self.job
         if job is not None:
-            now = self.env.now
-            job[0] -= (now - job[1]) * self._rate()
+            now = self.env._now
+            job[0] -= (now - job[1]) * self.rate
             job[1] = now
         if share is None:
             self.active_comm += delta
         else:
             self.held_share = max(self.held_share + delta * share, 0.0)
+        self.rate = self._rate()
         if job is not None:
             self._schedule(job)
 
@@ -147,8 +192,9 @@ class Simulation:
         tasks = self.graph.tasks
         # A completion event only for the tasks another task waits on: an event nobody waits on
         # has no callbacks, and leaving it out does not change the order of the others.
-        waited = {d for t in tasks for d in t.deps}
-        done: list[simpy.Event | None] = [simpy.Event(env) if i in waited else None for i in range(len(tasks))]
+        done: list[_Event | None] = [None] * len(tasks)
+        for d in set(chain.from_iterable([t.deps for t in tasks])):
+            done[d] = _Event([])
         spans: list[Span] = []
         for (dev, stream), stream_tasks in self.graph.streams().items():
             state = devices.setdefault(dev, _Device(env, self.slowdown))
@@ -180,19 +226,19 @@ class _Stream:
     the same instant), whose callbacks then run at once, in the same order.
     """
 
-    __slots__ = ("env", "peek", "device", "stream", "tasks", "n", "costs", "done", "append", "i", "dep", "task",
+    __slots__ = ("env", "queue", "device", "stream", "tasks", "n", "costs", "done", "append", "i", "dep", "task",
                  "start", "cost", "category", "slow_compute", "is_comm_stream")
 
     def __init__(self, env: simpy.Environment, device: _Device, stream: str, tasks: list[Task], costs,
                  slowdown: float, done: list, spans: list[Span], shares: bool = False) -> None:
-        self.env, self.peek, self.device, self.stream, self.tasks, self.costs = env, env.peek, device, stream, tasks, costs
-        self.n, self.done, self.append, self.task = len(tasks), done, spans.append, None
+        self.env, self.queue, self.device, self.stream, self.tasks = env, env._queue, device, stream, tasks
+        self.costs, self.n, self.done, self.append, self.task = costs, len(tasks), done, spans.append, None
         slows = slowdown > 0 or shares
         self.is_comm_stream = slows and any(isinstance(t, CollectiveTask) for t in tasks)
         self.slow_compute = stream == COMPUTE and slows
         self.i, self.dep = 0, 0
         self.start, self.cost, self.category = 0.0, None, ""
-        _Timer(env, 0, self._next, URGENT)  # what ``env.process`` schedules first
+        _push(env, 0, self._next, URGENT)  # what ``env.process`` schedules first
 
     def _next(self, _event=None) -> None:
         """Wait for the current task's dependencies, then start it."""
@@ -211,15 +257,15 @@ class _Stream:
             self.dep = 0
         env = self.env
         cost = self.cost = self.costs[task.id]
-        self.start = env.now
+        self.start = env._now
         category = self.category = _CATEGORY.get(type(task), "host")
         if self.slow_compute and category == "compute":
             self.device.compute(cost.duration_s, self)
         elif self.is_comm_stream and category == "comm" and (task.sm_share is not None or self.device.slowdown > 0):
             self.device.bump(+1, task.sm_share)
-            _Timer(env, cost.duration_s, self._comm_finished)
+            _push(env, cost.duration_s, self._comm_finished)
         else:
-            _Timer(env, cost.duration_s, self._finished)
+            _push(env, cost.duration_s, self._finished)
 
     def _comm_finished(self, _event) -> None:
         self.device.bump(-1, self.task.sm_share)
@@ -228,26 +274,27 @@ class _Stream:
     def _finished(self, _event) -> None:
         task = self.task
         env = self.env
-        now = env.now
+        now = env._now
         self.append(Span(task.id, task.name, self.stream, self.category, task.kind, self.start, now,
                          self.cost.args, task.device))
         self.i += 1
         ev = self.done[task.id]
         if ev is None:
             self._next()
-        elif self.peek() > now:
+            return
+        queue = self.queue
+        if not queue or queue[0][0] > now:
             # Nothing else is due now: the completion event would be processed right after this
             # stream's continuation, before anything that continuation schedules.
             self._next()
-            ev._ok, ev._value = True, None
-            if self.peek() > now:
+            if not queue or queue[0][0] > now:
                 callbacks, ev.callbacks = ev.callbacks, None
                 for callback in callbacks:
                     callback(ev)
             else:  # the continuation scheduled something for now: the event must come first
-                env.schedule(ev, URGENT)
+                heappush(queue, (now, URGENT, next(env._eid), ev))
         else:
-            ev.succeed()
+            heappush(queue, (now, NORMAL, next(env._eid), ev))  # what ``event.succeed()`` schedules
             self._next()
 
 

@@ -38,29 +38,35 @@ def measure(intervals: Iterable[Interval]) -> float:
 def length(merged: Iterable[Interval]) -> float:
     """Total length of intervals that are already a union (sorted, disjoint), s; equals ``measure``
     of them bit for bit (a union of a union is itself)."""
-    return sum(b - a for a, b in merged)
+    return sum([b - a for a, b in merged])
 
 
 def subtract(a: Iterable[Interval], b: Iterable[Interval], merged: bool = False) -> list[Interval]:
     """The parts of union(a) not covered by union(b); ``merged=True`` says both are already unions
     (sorted and disjoint), which skips re-merging them."""
     out: list[Interval] = []
+    append = out.append
     cuts = list(b) if merged else union(b)
+    n = len(cuts)
     j = 0
     for start, end in (a if merged else union(a)):
         cur = start
-        while j < len(cuts) and cuts[j][1] <= cur:
+        while j < n and cuts[j][1] <= cur:
             j += 1
         k = j
-        while k < len(cuts) and cuts[k][0] < end:
-            if cuts[k][0] > cur:
-                out.append((cur, cuts[k][0]))
-            cur = max(cur, cuts[k][1])
+        while k < n:
+            lo, hi = cuts[k]
+            if lo >= end:
+                break
+            if lo > cur:
+                append((cur, lo))
+            if hi > cur:  # cur = max(cur, hi), as ``max`` picks it
+                cur = hi
             if cur >= end:
                 break
             k += 1
         if cur < end:
-            out.append((cur, end))
+            append((cur, end))
     return out
 
 

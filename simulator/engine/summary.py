@@ -36,15 +36,14 @@ def summarize(trace: Trace) -> dict[str, Any]:
     built once and every exposed-time query subtracts from it. Merging is exact (endpoints are
     kept, never recomputed), so the figures equal those of a union of the raw spans bit for bit."""
     by: dict[tuple[str, str], list[tuple[float, float]]] = {}
-    busy: dict[tuple[str, str], float] = {}
     for s in trace.spans:
         key = (s.category, s.kind)
         ivs = by.get(key)
         if ivs is None:
             ivs = by[key] = []
-            busy[key] = 0.0
         ivs.append((s.start_s, s.end_s))
-        busy[key] += s.end_s - s.start_s
+    # busy time per group: its spans' durations added in span order, as a running sum would
+    busy = {key: sum([end - start for start, end in ivs], 0.0) for key, ivs in by.items()}
     by = {key: union(ivs) for key, ivs in by.items()}
 
     def cat(category: str, kinds: tuple[str, ...] | None = None) -> list[tuple[float, float]]:

@@ -38,7 +38,7 @@ class Trace:
 
     @property
     def end_s(self) -> float:
-        return max((s.end_s for s in self.spans), default=0.0)
+        return max([s.end_s for s in self.spans], default=0.0)
 
     @property
     def devices(self) -> list[int]:

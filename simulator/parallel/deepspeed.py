@@ -111,6 +111,14 @@ class Zero012Hooks(Hooks):
             op = "all_reduce" if p.use_multi_rank_bucket_allreduce else "reduce_scatter"
             self.reducer = _Reducer(ctx, op, p.reduce_bucket_size, stream)
 
+    def repeats(self, g: int) -> bool:
+        """Stage 2 reduces in every micro-batch, stages 0-1 only in the boundary (last) one: the others
+        issue the same tasks; the reducer's tail is the only state (``replicated``)."""
+        return self.stage == 2 or g < self.ctx.n_micro - 1
+
+    def replicated(self, lo: int, hi: int, shift: int) -> None:
+        self.reducer.tail.extend([t + shift for t in self.reducer.tail if t is not None and lo <= t < hi])
+
     def grads_ready(self, b: GraphBuilder, g: int, unit, task: int) -> None:
         boundary = g == self.ctx.n_micro - 1
         if self.stage == 2 or (self.stage == 1 and boundary):
@@ -131,6 +139,8 @@ class Zero3Hooks(Hooks):
         self.depth = self._depth(p, work)
         self.pf: Prefetcher | None = None
         self._fetches: dict[tuple, dict] = {}
+        self._released = self._released_after_recompute()  # the same for every block and micro-batch
+        self._refetch: tuple | None = None  # (micro-batch, its re-fetch issuer)
 
     @staticmethod
     def _depth(p, work) -> int:
@@ -153,10 +163,11 @@ class Zero3Hooks(Hooks):
         return tuple(k for k in range(len(shares)) if 2 * sum(shares[k + 1:]) >= limit)
 
     def post_recompute(self, b: GraphBuilder, g: int, unit, task: int):
-        released = self._released_after_recompute() if isinstance(unit, int) else ()
-        if not released:
+        if not self._released or not isinstance(unit, int):
             return ()
-        return (self._issuer(g, True, released)(b, unit, [task]),)
+        if self._refetch is None or self._refetch[0] != g:
+            self._refetch = (g, self._issuer(g, True, self._released))
+        return (self._refetch[1](b, unit, [task]),)
 
     def _gather_bytes(self, unit, backward: bool) -> float:
         p = self.ctx.parallel
@@ -188,7 +199,7 @@ class Zero3Hooks(Hooks):
             if parts is None:
                 return b.collective(f"allgather {phase} {unit}{mb}", "param_allgather", "all_gather", group,
                                     nbytes, deps=deps, micro_batch=g, host_s=host_s)
-            parts = tuple((prefix + mb, size) for prefix, size in parts)
+            parts = tuple([(prefix + mb, size) for prefix, size in parts])
             return b.collective(f"allgather {phase} {unit}{mb}", "param_allgather", "all_gather", group,
                                 nbytes, deps=deps, micro_batch=g, host_s=host_s, parts=parts)
 
@@ -234,6 +245,15 @@ class Zero3Hooks(Hooks):
     def grads_ready(self, b: GraphBuilder, g: int, key, task: int) -> None:
         self.reducer.reduce(b, g, key, task)
 
+    def repeats(self, g: int) -> bool:
+        """Every micro-batch issues the same tasks: the prefetchers are rebuilt at each pass's first
+        unit, the gathered bytes and bucket plan are the step's, and the reductions run in every
+        micro-batch (no accumulation boundary); only the reducer's tail grows (``replicated``)."""
+        return True
+
+    def replicated(self, lo: int, hi: int, shift: int) -> None:
+        self.reducer.tail.extend([t + shift for t in self.reducer.tail if t is not None and lo <= t < hi])
+
     def post_backward(self, b: GraphBuilder, g: int, unit, task: int) -> None:
         assert self.pf is not None
         self.pf.computed(unit, task)
@@ -255,6 +275,8 @@ def finish(b: GraphBuilder, ctx: BuildContext, hooks: Zero012Hooks | Zero3Hooks)
     p, work = ctx.parallel, ctx.work
     stage = p.zero_stage
     n = ctx.size("dp")
+    if isinstance(hooks, Zero3Hooks):  # the prefetchers' issuers refer back to the hooks: drop the cycle
+        hooks.pf = hooks._refetch = None
     local = work.total_params / n if stage >= 1 else work.total_params
     tail = [t for t in hooks.reducer.tail if t is not None][-1:]
     if p.offload_optimizer != "none":

@@ -257,6 +257,10 @@ class ExpertGradHooks:
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
 
+    def repeats(self, g: int) -> bool:
+        """Never: the expert reductions follow the last micro-batch only (``schedule.Hooks.repeats``)."""
+        return False
+
     def _gather(self, b, phase: str, g: int, unit: Any) -> list:
         """ZeRO-3 / FSDP: the all-gather of ``unit``'s expert shard (issued if not yet) and, one
         block ahead, of the next MoE block's in this pass."""

@@ -125,6 +125,14 @@ class FSDPHooks(Hooks):
         ahead = self.ctx.parallel.backward_prefetch == "backward_pre"
         return (self._copy_out(b, g, unit, self.pf.ensure(b, unit, ahead=ahead), "backward"),)
 
+    def repeats(self, g: int) -> bool:
+        """Without a pipeline every micro-batch issues the same tasks: the prefetchers are rebuilt at
+        each pass's first unit and every micro-batch reduces; only the tail grows (``replicated``)."""
+        return not self.pipelined
+
+    def replicated(self, lo: int, hi: int, shift: int) -> None:
+        self.tail.extend([t + shift for t in self.tail if t is not None and lo <= t < hi])
+
     # -- reductions ----------------------------------------------------------------------------
     def post_backward(self, b: GraphBuilder, g: int, unit, task: int) -> None:
         if isinstance(unit, int) and self.reshard:
@@ -189,6 +197,7 @@ def build(ctx: BuildContext) -> StepGraph:
 def finish(b: GraphBuilder, ctx: BuildContext, hooks: FSDPHooks) -> dict:
     """Optimizer step on the local shard once every reduction stream has drained."""
     local = ctx.work.total_params / (hooks.n if hooks.sharded else 1)
+    hooks.pf = None  # its issuer refers back to the hooks: drop the cycle
     tail = [t for t in hooks.tail if t is not None]
     # Every stream's last reduction must be done (the replica all-reduces run on their own stream).
     deps = list(tail[-3:])

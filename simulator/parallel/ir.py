@@ -138,7 +138,11 @@ class StepGraph:
         """Tasks per (device, stream), in issue order. Device = pipeline stage's representative GPU."""
         out: dict[tuple[int, str], list[Task]] = {}
         for task in self.tasks:
-            out.setdefault((task.device, task.stream), []).append(task)
+            key = (task.device, task.stream)
+            tasks = out.get(key)
+            if tasks is None:
+                tasks = out[key] = []
+            tasks.append(task)
         return out
 
     def collectives(self) -> list[CollectiveTask]:
@@ -166,6 +170,11 @@ class GraphBuilder:
     def __init__(self) -> None:
         self._tasks: list[Task] = []
         self.device = 0
+
+    @property
+    def tasks(self) -> list[Task]:
+        """The tasks issued so far (``simulator.parallel.replicate`` appends copies to it)."""
+        return self._tasks
 
     def _deps(self, deps: tuple[int | None, ...] | list[int | None]) -> tuple[int, ...]:
         n = len(deps)  # the common cases first: no set or sort (long pipelines issue 10⁵-10⁶ tasks)

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 
-from simulator.parallel import context_parallel, expert, tp_overlap
+from simulator.parallel import context_parallel, expert, replicate, tp_overlap
 from simulator.parallel.ir import COMPUTE, GraphBuilder
 from simulator.parallel.work import StepWork
 
@@ -87,6 +87,16 @@ class Hooks:
     def post_backward(self, b: GraphBuilder, g: int, unit: Unit, task: int) -> None:
         return None
 
+    def repeats(self, g: int) -> bool:
+        """Whether micro-batch ``g`` issues exactly the tasks of ``g − 1``, renamed and with ids
+        shifted (no hook state carries over between them other than what ``replicated`` updates);
+        ``run_micro_batches`` then copies them (``simulator.parallel.replicate``)."""
+        return False
+
+    def replicated(self, lo: int, hi: int, shift: int) -> None:
+        """Tasks ``lo..hi−1`` (one micro-batch) were copied ``shift`` ids later (``repeats``)."""
+        return None
+
 
 def _ops(work: StepWork, unit: Unit, phase: str) -> tuple:
     table = {"E": (work.embed_fwd, work.embed_bwd), "H": (work.head_fwd, work.head_bwd)}
@@ -104,6 +114,8 @@ def _tp(b: GraphBuilder, work: StepWork, name: str, after: int, g: int, layer: i
     (Megatron-Core ``MoEAlltoAllTokenDispatcher``: "use expt_tp_group as tensor parallel group in
     this module", permute → A2A(EP) → AG(expert TP); those collectives are ``expert._a2a``'s).
     Returns the issued task ids."""
+    if not work.sequence_parallel and work.tp_allreduce_bytes <= 0:
+        return []  # no tensor parallelism: the all-reduce would be skipped (zero bytes)
     ops = ("reduce_scatter", "all_gather") if work.sequence_parallel else ("all_reduce",)
     out = []
     for op in ops:
@@ -272,9 +284,20 @@ def run_micro_batches(b: GraphBuilder, work: StepWork, n_micro: int, hooks: Hook
     first forward alone, then the backward of ``g`` together with the forward of ``g + 1``
     (``combined_pass``), then the last backward alone."""
     if not a2a_overlap(work) or n_micro < 2:
+        repeats = getattr(hooks, "repeats", None)
+        template, lo, hi = None, 0, 0
         for g in range(n_micro):
+            if g and repeats is not None and repeats(g):
+                if template is None:  # the first repeat: the micro-batch just issued is its template
+                    template = replicate.Template.of(b, lo, hi, g - 1)
+                if template is not None:
+                    start = template.append(b, g)
+                    hooks.replicated(lo, hi, start - lo)
+                    continue
+            lo = len(b.tasks)
             forward_pass(b, work, g, hooks)
             backward_pass(b, work, g, hooks)
+            hi = len(b.tasks)
         return
     forward_pass(b, work, 0, hooks)
     for g in range(n_micro - 1):

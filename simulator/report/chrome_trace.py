@@ -38,10 +38,20 @@ def trace_events(spans: Iterable[Any], process_name: str = "rank 0") -> dict[str
         events.append({
             "ph": "X", "pid": getattr(s, "device", 0), "tid": tid[s.stream], "name": s.name,
             "cat": f"{s.category},{s.kind}", "ts": s.start_s * 1e6, "dur": (s.end_s - s.start_s) * 1e6,
-            "args": dict(s.args),
+            "args": _args(s.args),
         })
         events.extend(_sub_spans(s, tid[s.stream]))
     return {"traceEvents": events, "displayTimeUnit": "ms"}
+
+
+def _args(args: dict[str, Any]) -> dict[str, Any]:
+    """A span's annotations as plain JSON values (the rows of a split collective are made on demand:
+    ``engine.costing.PartRows``)."""
+    out = dict(args)
+    parts = out.get("parts")
+    if parts is not None and not isinstance(parts, list):
+        out["parts"] = list(parts)
+    return out
 
 
 def _sub_spans(s: Any, thread: int) -> list[dict[str, Any]]:

@@ -4,6 +4,8 @@ the callback executor (``simulator/engine/executor.py``) must equal span for spa
 One simpy process per (device, stream) runs its tasks in issue order: it waits for each unfinished
 dependency's completion event, starts the task (compute at a reduced rate while a collective runs
 on the same GPU), waits for its end, records the span and triggers the task's completion event.
+Collectives that state the SMs they hold (``CollectiveTask.sm_share``, added with the TP overlap)
+slow compute by that share, as in the engine.
 """
 
 from __future__ import annotations
@@ -29,11 +31,15 @@ class _Device:
         self.env = env
         self.slowdown = slowdown
         self.active_comm = 0
+        self.held_share = 0.0  # SMs held by collectives that state them (``CollectiveTask.sm_share``)
         # [remaining idle-GPU work (s), time it was last updated, event to fire, generation]
         self.job: list | None = None
 
     def _rate(self) -> float:
-        return 1.0 / (1.0 + self.slowdown) if self.active_comm else 1.0
+        rate = 1.0 / (1.0 + self.slowdown) if self.active_comm else 1.0
+        if self.held_share > 0:
+            rate *= max(1.0 - self.held_share, 0.05)
+        return rate
 
     def compute(self, work_s: float) -> simpy.Event:
         """Start ``work_s`` of idle-GPU work; the returned event fires when it is done."""
@@ -59,13 +65,16 @@ class _Device:
             self.job = None
             job[2].succeed()
 
-    def bump(self, delta: int) -> None:
+    def bump(self, delta: int, share: float | None = None) -> None:
         job = self.job
         if job is not None:
             now = self.env.now
             job[0] -= (now - job[1]) * self._rate()
             job[1] = now
-        self.active_comm += delta
+        if share is None:
+            self.active_comm += delta
+        else:
+            self.held_share = max(self.held_share + delta * share, 0.0)
         if job is not None:
             self._schedule()
 
@@ -101,8 +110,10 @@ class ReferenceSimulation:
         return Trace(tuple(spans))
 
     def _stream(self, env, device: _Device, stream: str, tasks: list[Task], done, spans: list[Span]):
-        is_comm_stream = self.slowdown > 0 and any(isinstance(t, CollectiveTask) for t in tasks)
-        slow_compute = stream == COMPUTE and self.slowdown > 0
+        # collectives that state the SMs they hold (``sm_share``) slow compute even without the slowdown
+        slows = self.slowdown > 0 or any(isinstance(t, CollectiveTask) and t.sm_share for t in self.graph.tasks)
+        is_comm_stream = slows and any(isinstance(t, CollectiveTask) for t in tasks)
+        slow_compute = stream == COMPUTE and slows
         costs, timeout, append = self.costs, env.timeout, spans.append
         for task in tasks:
             for dep in task.deps:
@@ -113,10 +124,10 @@ class ReferenceSimulation:
             category = _CATEGORY.get(type(task), "host")
             if slow_compute and category == "compute":
                 yield device.compute(cost.duration_s)
-            elif is_comm_stream and category == "comm":
-                device.bump(+1)
+            elif is_comm_stream and category == "comm" and (task.sm_share is not None or self.slowdown > 0):
+                device.bump(+1, task.sm_share)
                 yield timeout(cost.duration_s)
-                device.bump(-1)
+                device.bump(-1, task.sm_share)
             else:
                 yield timeout(cost.duration_s)
             append(Span(task.id, task.name, stream, category, task.kind, start, env.now, cost.args, task.device))

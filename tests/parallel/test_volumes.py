@@ -143,3 +143,16 @@ def test_deepspeed_stage1_per_rank_reduce_moves_psi_plus_phi_psi():
     v = volume(ctx(N, G, w=_w(), framework="deepspeed", zero_stage=1, use_multi_rank_bucket_allreduce=False))
     assert v["grad_reduce"] == pytest.approx(PHI * PSI * 2)
     assert v["post_step_gather"] == pytest.approx(PHI * PSI * 2)
+
+
+def test_per_rank_is_both_tallies_in_one_pass():
+    from simulator.parallel.build import build_step_graph
+    from simulator.parallel.volume import bytes_per_rank, calls_per_rank, per_rank
+
+    c = ctx(N, G, w=_w(), framework="deepspeed", zero_stage=3)
+    g = build_step_graph(c)
+    nbytes, calls = per_rank(g, c.mesh, 0)
+    assert list(nbytes.items()) == list(bytes_per_rank(g, c.mesh, 0).items())  # same sums, same key order
+    assert list(calls.items()) == list(calls_per_rank(g, 0).items())
+    # ZeRO-3: per micro-batch 2 gathers per block (forward and backward), N ranks: φ per element, 2 bytes
+    assert nbytes["param_allgather"] == pytest.approx(G * 2 * PHI * PSI * 2)
