@@ -9,7 +9,7 @@ from simulator.parallel import ddp, deepspeed, expert, fsdp, pipeline
 from simulator.parallel.context import BuildContext
 from simulator.parallel.ir import GraphBuilder, StepGraph
 from simulator.parallel.mesh import RankMesh
-from simulator.parallel.schedule import run_micro_batches
+from simulator.parallel.schedule import a2a_overlap, run_micro_batches
 from simulator.parallel.work import StepWork
 from simulator.parallel.work import from_scenario as work_from_scenario
 
@@ -43,6 +43,18 @@ def build_step_graph(ctx: BuildContext) -> StepGraph:
     hooks = make_hooks(ctx)
     run_micro_batches(b, ctx.work, ctx.n_micro, expert.wrap_hooks(lambda _: hooks)(ctx))
     return b.build(**finish(b, ctx, hooks))
+
+
+def copies_every_micro_batch(ctx: BuildContext) -> bool:
+    """Whether every micro-batch after the first issues exactly the first one's tasks (renamed, ids
+    shifted): no pipeline, no combined MoE 1F1B, and hooks whose ``repeats(g)`` holds for every
+    ``g`` (``schedule.Hooks.repeats``; ZeRO-2/3 and FSDP, not DDP or ZeRO-0/1, whose last
+    micro-batch reduces)."""
+    if ctx.mesh.pp > 1 or ctx.n_micro < 2 or a2a_overlap(ctx.work):
+        return False
+    make_hooks, _ = _FRAMEWORKS[ctx.parallel.framework]
+    hooks = expert.wrap_hooks(make_hooks)(ctx)
+    return all(hooks.repeats(g) for g in range(1, ctx.n_micro))
 
 
 def mesh_for(scenario: Any, gpus_per_node: int) -> RankMesh:
