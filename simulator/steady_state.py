@@ -21,7 +21,8 @@ interleaved 1F1B: one group of ``p`` micro-batches), then the drain and the opti
 
 **Separated micro-batches** (no pipeline): where every micro-batch after the first issues exactly
 the first one's tasks (``parallel.build.copies_every_micro_batch``: ZeRO-2/3 and FSDP reduce in
-every micro-batch) and every task of micro-batch 1 waits, through dependencies and stream order,
+every micro-batch; both sample graphs are built from one first micro-batch,
+``parallel.build.build_copied_samples``) and every task of micro-batch 1 waits, through dependencies and stream order,
 for every task of micro-batch 0 (``waits_for_whole``, on the 2-micro-batch graph; the copies repeat
 it between every ``g`` and ``g + 1``), a micro-batch runs alone on the rank: nothing of the one
 before it is still running when it starts, so its spans relative to its start are a function of
@@ -223,31 +224,31 @@ def _separated(played: Played) -> bool:
     return -1 not in lo or lo[-1] >= hi[last]
 
 
-def play_separated(play: Callable[..., Played], build: Callable[[int], Any], n_micro: int) -> Played | None:
+def play_separated(play: Callable[..., Played], samples: Callable[[tuple[int, ...]], Any], n_micro: int
+                   ) -> Played | None:
     """The ``n_micro`` step from samples of 1 and 2 micro-batches when its micro-batches are
     separated (module docstring, "Separated micro-batches"), else ``None``."""
-    graph = build(2)
-    if not waits_for_whole(graph, 0):
+    graphs = samples((1, 2))
+    if graphs is None or not waits_for_whole(graphs[1], 0):
         return None
-    large = play(2, graph)
+    large = play(2, graphs[1])
     if not _separated(large):
         return None
-    small = play(1)
+    small = play(1, graphs[0])
     if not _separated(small):
         return None
     return extrapolate(small, large, n_micro, 1, 0)
 
 
 def play_step(play: Callable[..., Played], n_micro: int, pp: int, schedule: str, virtual_stages: int,
-              exact: bool = False, uniform: Callable[[], bool] | None = None,
-              build: Callable[[int], Any] | None = None) -> Played:
-    """``play(n)`` simulates the step with ``n`` micro-batches (``play(n, graph)``: with that graph,
-    built by ``build(n)``); this returns the ``n_micro`` step, extrapolated from two samples where
-    the checks pass, else simulated whole. ``uniform()``: whether every micro-batch after the first
-    issues exactly the first one's tasks (``parallel.build.copies_every_micro_batch``)."""
-    if not exact and pp <= 1 and n_micro >= SEPARATED_MIN and build is not None and uniform is not None \
-            and uniform():
-        out = play_separated(play, build, n_micro)
+              exact: bool = False, samples: Callable[[tuple[int, ...]], Any] | None = None) -> Played:
+    """``play(n)`` simulates the step with ``n`` micro-batches (``play(n, graph)``: on that step
+    graph); this returns the ``n_micro`` step, extrapolated from two samples where the checks pass,
+    else simulated whole. ``samples(sizes)``: the step graphs with each of ``sizes`` micro-batches
+    where every micro-batch is a copy of the first (``parallel.build.build_copied_samples``), else
+    ``None``."""
+    if not exact and pp <= 1 and n_micro >= SEPARATED_MIN and samples is not None:
+        out = play_separated(play, samples, n_micro)
         if out is not None:
             return out
     sizes = None if exact else sample_sizes(n_micro, pp, schedule, virtual_stages)
