@@ -44,6 +44,7 @@ pipeline schedules.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -175,28 +176,32 @@ def extrapolate(small: Played, large: Played, n_micro: int, step: int, warm: int
 
 def waits_for_whole(graph: Any, g: int) -> bool:
     """Whether every task of micro-batch ``g + 1`` waits, through dependencies and stream order
-    (a stream runs its tasks in issue order), for every task of micro-batch ``g`` to end."""
-    bit: dict[int, int] = {}
-    for t in graph.tasks:
+    (a stream runs its tasks in issue order), for every task of micro-batch ``g`` to end.
+
+    Every task of ``g`` precedes, in its stream's order, the last task of ``g`` on that stream, so
+    it suffices that every task of ``g + 1`` waits for each of those (one bit each)."""
+    tasks = graph.tasks
+    ends: dict[tuple, int] = {}
+    for t in tasks:
         if t.micro_batch == g:
-            bit[t.id] = 1 << len(bit)
-    full = (1 << len(bit)) - 1
-    if not full:
+            ends[(t.device, t.stream)] = t.id
+    if not ends:
         return False
-    before: dict[int, int] = {}  # task id -> the tasks of ``g`` it waits for (bit set)
+    bit = {tid: 1 << i for i, tid in enumerate(ends.values())}
+    full = (1 << len(bit)) - 1
+    waits: dict[int, int] = {}  # task id -> the bits of ``bit`` it waits for
     last: dict[tuple, int] = {}
     seen_next = False
-    for t in graph.tasks:
+    get_w, get_b = waits.get, bit.get
+    for t in tasks:
         key = (t.device, t.stream)
         prev = last.get(key)
         last[key] = t.id
-        mask = 0
+        mask = 0 if prev is None else get_w(prev, 0) | get_b(prev, 0)
         for d in t.deps:
-            mask |= before.get(d, 0) | bit.get(d, 0)
-        if prev is not None:
-            mask |= before.get(prev, 0) | bit.get(prev, 0)
+            mask |= get_w(d, 0) | get_b(d, 0)
         if mask:
-            before[t.id] = mask
+            waits[t.id] = mask
         if t.micro_batch == g + 1:
             seen_next = True
             if mask != full:
@@ -208,20 +213,18 @@ def _separated(played: Played) -> bool:
     """Whether, in the trace, every micro-batch starts no earlier than every span of the one before
     it ends, and every span outside any micro-batch starts no earlier than the last one ends."""
     tasks = played.graph.tasks
-    lo: dict[int, float] = {}
-    hi: dict[int, float] = {}
+    n = played.n_micro
+    lo = [math.inf] * (n + 1)  # index -1: outside any micro-batch
+    hi = [-math.inf] * (n + 1)
     for s in played.trace.spans:
         g = tasks[s.task_id].micro_batch
-        if g not in lo:
-            lo[g], hi[g] = s.start_s, s.end_s
-        else:
-            lo[g], hi[g] = min(lo[g], s.start_s), max(hi[g], s.end_s)
-    last = played.n_micro - 1
-    if sorted(k for k in lo if k >= 0) != list(range(played.n_micro)):
+        if s.start_s < lo[g]:
+            lo[g] = s.start_s
+        if s.end_s > hi[g]:
+            hi[g] = s.end_s
+    if any(lo[g] == math.inf for g in range(n)):
         return False
-    if any(lo[g] < hi[g - 1] for g in range(1, played.n_micro)):
-        return False
-    return -1 not in lo or lo[-1] >= hi[last]
+    return all(lo[g] >= hi[g - 1] for g in range(1, n)) and lo[-1] >= hi[n - 1]
 
 
 def play_separated(play: Callable[..., Played], samples: Callable[[tuple[int, ...]], Any], n_micro: int
