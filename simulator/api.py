@@ -26,7 +26,7 @@ from simulator.hardware.compute import RooflineComputeModel
 from simulator.hardware.efficiency import Efficiency, for_gpu, is_calibrated
 from simulator.hardware.kernels import launch_costs
 from simulator.network import build_cluster
-from simulator.parallel.build import build_step_graph, context_for
+from simulator.parallel.build import build_copied_samples, build_step_graph, context_for
 from simulator.parallel.checks import check_supported
 from simulator.parallel.volume import per_rank
 from simulator.report.step_report import StepReport
@@ -118,16 +118,17 @@ def simulate(scenario: Scenario, *, efficiency: Efficiency | None = None, what_i
     costing = Costing(compute, collectives, ctx.mesh, pcie, eff.cpu_adam_params_per_s_per_node / per_node,
                       eff.nvme_Bps_per_node / per_node)
 
-    def play(n: int) -> Played:
-        sample = ctx if n == ctx.n_micro else dataclasses.replace(ctx, n_micro=n)
-        graph = build_step_graph(sample)
+    def play(n: int, graph: Any = None) -> Played:
+        if graph is None:
+            graph = build_step_graph(ctx if n == ctx.n_micro else dataclasses.replace(ctx, n_micro=n))
         trace = run_graph(graph, costing.costs(graph), eff.compute_slowdown_during_comm)
         device, summary, stages = _summaries(trace)
         volume, calls = per_rank(graph, ctx.mesh, device)
         return Played(n, graph, trace, device, summary, stages, volume, calls, len(graph.tasks))
 
     with gc_paused():
-        played = play_step(play, ctx.n_micro, par.pp, par.pipeline_schedule, par.virtual_stages, exact=exact)
+        played = play_step(play, ctx.n_micro, par.pp, par.pipeline_schedule, par.virtual_stages, exact=exact,
+                           samples=lambda sizes: build_copied_samples(ctx, sizes))
     graph, device, summary, stages = played.graph, played.device, played.summary, played.stages
     causal = tr.attention_flops == "causal"
     # Selective recomputation re-runs the attention core; with FlashAttention nothing extra runs

@@ -15,7 +15,17 @@ import pytest
 
 from simulator.api import simulate
 from simulator.config.loader import load_scenario, scenario_from_dict
-from simulator.steady_state import Played, _combine, extrapolate, period, sample_sizes
+from simulator.parallel.build import build_step_graph, context_for, copies_every_micro_batch
+from simulator.steady_state import (
+    SEPARATED_MIN,
+    Played,
+    _combine,
+    _separated,
+    extrapolate,
+    period,
+    sample_sizes,
+    waits_for_whole,
+)
 
 SCENARIOS = sorted((Path(__file__).resolve().parents[1] / "scenarios").glob("*.yaml"))
 REL = 1e-9
@@ -50,9 +60,11 @@ def test_bundled_scenarios_extrapolated_equal_exact(path):
     assert _mismatches(fast.to_dict(), exact.to_dict(), exact.step_time_s) == []
     n = exact.layout["grad_accum_steps"]
     # 4 + 5 micro-batches of samples: only scenarios with more than 9 can be extrapolated (a pattern
-    # that does not settle, e.g. an uneven MoE pipeline, is simulated whole).
+    # that does not settle, e.g. an uneven MoE pipeline, is simulated whole), unless the micro-batches
+    # are copies separated in time (samples of 1 and 2, from 4 micro-batches on).
     if fast.trace == ():
-        assert n > 9
+        scenario = load_scenario(path)
+        assert n > 9 or (n >= SEPARATED_MIN and copies_every_micro_batch(context_for(scenario)))
 
 
 def _scenario(parallel: dict, global_batch: int, nodes: int = 2, model: str = "olmo-2-1b"):
@@ -197,3 +209,74 @@ def test_cli_trace_has_every_micro_batch(tmp_path):
     names = {e["name"] for e in json.loads(trace.read_text())["traceEvents"] if e.get("ph") == "X"}
     # 32 micro-batches: the trace implies --exact, so the last one is there, not only the samples' 4 and 5.
     assert any(name.endswith(" mb31") for name in names)
+
+
+# --- Separated micro-batches: samples of 1 and 2 ---------------------------------------------------
+
+
+def test_copies_every_micro_batch_by_framework():
+    # ZeRO-2/3 and FSDP reduce in every micro-batch: each issues the first one's tasks. DDP and ZeRO-1
+    # reduce in the last one only; a pipeline interleaves micro-batches.
+    def copies(parallel, batch=64):
+        return copies_every_micro_batch(context_for(_scenario(parallel, batch)))
+
+    assert copies({"framework": "deepspeed", "zero_stage": 3})
+    assert copies({"framework": "deepspeed", "zero_stage": 2})
+    assert copies({"framework": "fsdp"})
+    assert not copies({"framework": "deepspeed", "zero_stage": 1})
+    assert not copies({"framework": "ddp"})
+    assert not copies({"framework": "fsdp", "tp": 2, "pp": 4})
+    assert not copies({"framework": "deepspeed", "zero_stage": 3}, batch=16)  # one micro-batch
+
+
+def test_waits_for_whole_follows_deps_and_stream_order():
+    from simulator.parallel.ir import COMM, CollectiveTask, ComputeTask, StepGraph
+
+    def graph(next_compute_waits_for_gather: bool):
+        # mb0: forward, then its reduce on the comm stream. mb1: a gather on the comm stream (after
+        # mb0's reduce in stream order), its forward after mb0's forward in stream order.
+        deps = (2,) if next_compute_waits_for_gather else ()
+        return StepGraph((
+            ComputeTask(0, "fwd mb0", "forward", (), micro_batch=0),
+            CollectiveTask(1, "rs mb0", "grad_reduce", "reduce_scatter", "dp", 1.0, stream=COMM, deps=(0,),
+                           micro_batch=0),
+            CollectiveTask(2, "ag mb1", "param_allgather", "all_gather", "dp", 1.0, stream=COMM, micro_batch=1),
+            ComputeTask(3, "fwd mb1", "forward", (), deps=deps, micro_batch=1),
+            ComputeTask(4, "opt", "optimizer", (), deps=(2,)),  # untagged: not part of either
+        ))
+
+    # The gather waits for the reduce (stream order), the reduce for the forward: the whole of mb0.
+    # Without the dependency, mb1's forward waits only for mb0's forward, not for its reduce.
+    assert waits_for_whole(graph(True), 0)
+    assert not waits_for_whole(graph(False), 0)
+    assert not waits_for_whole(graph(True), 1)  # no micro-batch 2
+
+
+def test_separated_samples_on_a_short_zero3_step(monkeypatch):
+    # 16 GPUs, dp 16, global batch 128: 8 micro-batches, fewer than the 4 + 5 samples need.
+    sc = _scenario({"framework": "deepspeed", "zero_stage": 3}, 128)
+    fast, exact = _both(sc)
+    assert exact.layout["grad_accum_steps"] == 8
+    assert fast.trace == (), "8 separated micro-batches are extrapolated from samples of 1 and 2"
+    assert _mismatches(fast.to_dict(), exact.to_dict(), exact.step_time_s) == []
+    # A micro-batch that starts before the previous one ends is not separated: refused.
+    two = _played(monkeypatch, sc, 2)
+    assert _separated(two)
+    spans = list(two.trace.spans)
+    tasks = two.graph.tasks
+    i = min(k for k, s in enumerate(spans) if tasks[s.task_id].micro_batch == 1)
+    end0 = max(s.end_s for s in spans if tasks[s.task_id].micro_batch == 0)
+    spans[i] = dataclasses.replace(spans[i], start_s=end0 - 1e-6)
+    assert not _separated(dataclasses.replace(two, trace=dataclasses.replace(two.trace, spans=tuple(spans))))
+
+
+def test_overlapping_micro_batches_are_not_separated():
+    # ZeRO-2 with overlapped reduction (``overlap_comm``): micro-batch g's reduce-scatters run under
+    # g + 1's forward, so 8 micro-batches (too few for 4 + 5) are simulated whole; FSDP's are separated.
+    zero2 = _scenario({"framework": "deepspeed", "zero_stage": 2, "overlap_comm": True,
+                       "reduce_bucket_size": 5e7}, 128)
+    assert not waits_for_whole(build_step_graph(dataclasses.replace(context_for(zero2), n_micro=2)), 0)
+    assert simulate(zero2).trace != ()
+    fast, exact = _both(_scenario({"framework": "fsdp"}, 80))  # 5 micro-batches
+    assert fast.trace == ()
+    assert _mismatches(fast.to_dict(), exact.to_dict(), exact.step_time_s) == []

@@ -87,6 +87,7 @@ class Costing:
         self._ops: dict[int, tuple[tuple, TaskCost]] = {}
         self._task_costs: dict[tuple, TaskCost] = {}
         self._parts_cache: dict[tuple, tuple[float, list[float], dict[str, Any]]] = {}
+        self._last: tuple[tuple, list[TaskCost]] = ((), [])
 
     def _collective(self, task: CollectiveTask) -> TaskCost:
         if task.parts:
@@ -190,14 +191,23 @@ class Costing:
 
     def costs(self, graph: StepGraph) -> list[TaskCost]:
         """``cost`` of every task; compute tasks whose ops tuple is already priced take a shortcut
-        (the same memo ``_compute`` reads), since they are most of a step's tasks."""
-        ops_memo, cost, out = self._ops, self.cost, []
+        (the same memo ``_compute`` reads), since they are most of a step's tasks. The leading tasks
+        this graph shares (the same objects) with the graph priced before keep their costs: the
+        steady-state samples share their first micro-batch (``parallel.build.build_copied_samples``)."""
+        tasks = graph.tasks
+        before, known = self._last
+        i, n = 0, min(len(before), len(tasks))
+        while i < n and tasks[i] is before[i]:
+            i += 1
+        out = known[:i]
+        ops_memo, cost = self._ops, self.cost
         append = out.append
-        for t in graph.tasks:
+        for t in tasks[i:] if i else tasks:
             if type(t) is ComputeTask:
                 hit = ops_memo.get(id(t.ops))
                 if hit is not None and hit[0] is t.ops:
                     append(hit[1])
                     continue
             append(cost(t))
+        self._last = (tasks, out)
         return out

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from simulator.errors import InputError
-from simulator.parallel import ddp, deepspeed, expert, fsdp, pipeline
+from simulator.parallel import ddp, deepspeed, expert, fsdp, pipeline, replicate
 from simulator.parallel.context import BuildContext
 from simulator.parallel.ir import GraphBuilder, StepGraph
 from simulator.parallel.mesh import RankMesh
-from simulator.parallel.schedule import run_micro_batches
+from simulator.parallel.schedule import a2a_overlap, run_micro_batches
 from simulator.parallel.work import StepWork
 from simulator.parallel.work import from_scenario as work_from_scenario
 
@@ -43,6 +44,49 @@ def build_step_graph(ctx: BuildContext) -> StepGraph:
     hooks = make_hooks(ctx)
     run_micro_batches(b, ctx.work, ctx.n_micro, expert.wrap_hooks(lambda _: hooks)(ctx))
     return b.build(**finish(b, ctx, hooks))
+
+
+def copies_every_micro_batch(ctx: BuildContext) -> bool:
+    """Whether every micro-batch after the first issues exactly the first one's tasks (renamed, ids
+    shifted): no pipeline, no combined MoE 1F1B, and hooks whose ``repeats(g)`` holds for every
+    ``g`` (``schedule.Hooks.repeats``; ZeRO-2/3 and FSDP, not DDP or ZeRO-0/1, whose last
+    micro-batch reduces)."""
+    if ctx.mesh.pp > 1 or ctx.n_micro < 2 or a2a_overlap(ctx.work):
+        return False
+    make_hooks, _ = _FRAMEWORKS[ctx.parallel.framework]
+    hooks = expert.wrap_hooks(make_hooks)(ctx)
+    return all(hooks.repeats(g) for g in range(1, ctx.n_micro))
+
+
+def build_copied_samples(ctx: BuildContext, sizes: tuple[int, ...]) -> list[StepGraph] | None:
+    """The step graphs of ``ctx`` with each of ``sizes`` (ascending) micro-batches, issuing the first
+    micro-batch through the hooks once for all of them: each graph is the first micro-batch, copies
+    of it up to its size (``simulator.parallel.replicate``) and the framework's ``finish``. Equal to
+    ``build_step_graph`` of each size (``tests/parallel/test_replicate.py``); ``None`` where the
+    micro-batches are not all copies of the first (``copies_every_micro_batch``) or the first cannot
+    be a template."""
+    if not copies_every_micro_batch(ctx) or not sizes or sizes[0] < 1 or list(sizes) != sorted(set(sizes)):
+        return None
+    make_hooks, finish = _FRAMEWORKS[ctx.parallel.framework]
+    hooks = make_hooks(ctx)
+    b = GraphBuilder()
+    run_micro_batches(b, ctx.work, 1, hooks)
+    hi = len(b.tasks)
+    template = replicate.Template.of(b, 0, hi, 0)
+    if template is None:
+        return None
+    graphs = []
+    g = 1
+    for n in sizes:
+        while g < n:
+            hooks.replicated(0, hi, template.append(b, g))
+            g += 1
+        fork = GraphBuilder()
+        fork.tasks.extend(b.tasks)
+        fork.device = b.device
+        sample = ctx if n == ctx.n_micro else dataclasses.replace(ctx, n_micro=n)
+        graphs.append(fork.build(**finish(fork, sample, hooks)))
+    return graphs
 
 
 def mesh_for(scenario: Any, gpus_per_node: int) -> RankMesh:

@@ -157,3 +157,36 @@ def test_template_renames_and_shifts():
     assert (g.id, g.name, g.deps, g.micro_batch) == (4, "allgather fwd 0 mb12", (3,), 12)
     assert g.parts == (("allgather fwd 0.q mb12", 3.0), ("allgather fwd 0.k mb12", 5.0))
     assert Template.of(b, 1, 3, 0) is None  # names do not end with " mb0": refused
+
+
+SAMPLED = [
+    *[(sets, None) for sets in VARIANTS],
+    *[((), parallel) for parallel in FSDP],
+    ((), {"framework": "deepspeed", "zero_stage": 2}),
+    ((), {"framework": "deepspeed", "zero_stage": 2, "overlap_comm": False, "offload_optimizer": "cpu"}),
+]
+
+
+@pytest.mark.parametrize(("sets", "parallel"), SAMPLED)
+def test_copied_samples_equal_separately_built_steps(sets, parallel):
+    # One first micro-batch through the hooks for the steady-state samples of 1, 2 and 5 micro-batches:
+    # each graph equals the step built alone with that many.
+    import dataclasses
+
+    from simulator.parallel.build import build_copied_samples
+
+    ctx = context_for(_zero3(*sets, nodes=2, parallel=parallel))
+    graphs = build_copied_samples(ctx, (1, 2, 5))
+    assert graphs is not None and len(graphs) == 3
+    for n, graph in zip((1, 2, 5), graphs, strict=True):
+        alone = build_step_graph(dataclasses.replace(ctx, n_micro=n))
+        assert graph.tasks == alone.tasks
+        assert graph.meta == alone.meta
+        assert max(t.micro_batch for t in graph.tasks) == n - 1
+
+
+def test_no_copied_samples_where_the_last_micro_batch_differs():
+    from simulator.parallel.build import build_copied_samples
+
+    for parallel in ({"framework": "deepspeed", "zero_stage": 1}, {"framework": "ddp"}):
+        assert build_copied_samples(context_for(_zero3(nodes=2, parallel=parallel)), (1, 2)) is None
