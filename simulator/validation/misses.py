@@ -38,7 +38,8 @@ CAUSES: dict[str, str] = {
     "former fitted flash fraction, 0.30 of peak, absorbed it); the same source's 7B, 34B and 70B runs are within "
     "15%: what slows the 13B run (40 heads, 4,096 tokens) is not identified",
     "megatron-bridge-2511-llama3-8b-8gpu-fsdp-fp8cs": "too slow like the other NVIDIA-tuned H100 FP8 runs: the "
-    "Hopper GEMM rate is fitted mostly on llm-foundry's BF16 FSDP runs (gemm_sustained_of_mamf 0.63), below what "
+    "Hopper GEMM rate is fitted mostly on llm-foundry's BF16 FSDP runs (gemm_sustained_of_mamf 0.80 of MAMF; "
+    "36 of the 50 Hopper fitting runs are llm-foundry's 2023 FSDP rows), below what "
     "Megatron-Core/Transformer Engine reach (issue 12)",
     "nemo2407-llama3-8b-8gpu-fp8": "FP8 on H100 with Transformer Engine: cast/amax costs and FP8 GEMM "
     "efficiency (issue 12 item 2)",
@@ -87,7 +88,7 @@ GROUP_CAUSES: tuple[tuple[str, str], ...] = (
     ("llmfoundry-*-h100-*-seq*", "long sequences on H100: attention efficiency at long context too high (the "
      "same configurations on A100 are within 10%)"),
     ("nemo-longseq2403-*", "long-context NeMo (cuDNN attention with context parallelism) too slow: the one "
-     "Hopper attention share (0.51 of the kernel benchmark) is set mostly by FlashAttention-2 stacks whose "
+     "Hopper attention share (0.52 of the kernel benchmark) is set mostly by FlashAttention-2 stacks whose "
      "layout copies around the kernel (GQA repeat_kv, transposes) are not yet separate ops; Transformer "
      "Engine's fused path keeps more of its benchmark (issue 12, attention per framework)"),
     ("nemo2407-sft-*", "NeMo 24.07 SFT: the table prints no virtual-pipeline or TP-overlap setting (1F1B and "
@@ -98,7 +99,8 @@ GROUP_CAUSES: tuple[tuple[str, str], ...] = (
      "(issue 12)"),
     ("nemo2407-*", "NeMo 24.07 H100 FP8: with the recipes' TP overlap, FP8 all-gathers, BF16 gradient reduction "
      "and parameter-gather overlap simulated, still too slow like NeMo's pure data-parallel runs (-10 to -23 %): "
-     "the Hopper GEMM rate is fitted mostly on llm-foundry's BF16 FSDP runs (gemm_sustained_of_mamf 0.63), below "
+     "the Hopper GEMM rate is fitted mostly on llm-foundry's BF16 FSDP runs (gemm_sustained_of_mamf 0.80 of "
+     "MAMF; 36 of the 50 Hopper fitting runs are llm-foundry's 2023 FSDP rows), below "
      "what Megatron-Core/Transformer Engine reach; large-TP runs also expose the collectives of their small "
      "attention-side GEMMs (issue 12)"),
     ("mbridge*-h100-llama3.1-405b-*", "Megatron-Bridge H100 FP8 TP/PP: too slow like the NeMo H100 runs; the table "
