@@ -35,14 +35,18 @@ def predict(curve: dict) -> list[tuple[int, float, float, str]]:
 def main() -> None:
     for curve in load_curves():
         rows = predict(curve)
+        floor = curve.get("min_bytes", 0)
         errs = [p / m - 1 for _, m, p, _ in rows]
+        tested = [e for (size, _, _, _), e in zip(rows, errs, strict=True) if size >= floor]
         print(f"\n**{curve['id']}** ({curve['topology']} x {curve['nodes']}, {curve['op']}; {curve['source']})\n")
         print("| size | measured busbw (GB/s) | predicted | error | algorithm |")
         print("|---:|---:|---:|---:|---|")
         for (size, m, p, a), e in zip(rows, errs, strict=True):
             label = f"{size / 2**30:g} GiB" if size >= 2**30 else f"{size / 2**20:g} MiB"
-            print(f"| {label} | {m:.1f} | {p:.1f} | {e:+.1%} | {a} |")
-        print(f"\nmax |error| {max(map(abs, errs)):.1%}, mean |error| {sum(map(abs, errs)) / len(errs):.1%}")
+            note = " (below min_bytes, untested)" if size < floor else ""
+            print(f"| {label} | {m:.1f} | {p:.1f} | {e:+.1%}{note} | {a} |")
+        scope = f" from {floor / 2**20:g} MiB ({curve['min_bytes_why']})" if floor else ""
+        print(f"\nmax |error| {max(map(abs, tested)):.1%}, mean |error| {sum(map(abs, tested)) / len(tested):.1%}{scope}")
 
 
 if __name__ == "__main__":

@@ -44,6 +44,13 @@ US = 1e-6
 
 #: Pipeline-fill constants (*fit* to whole nccl-tests curves, docs/network.md "Calibration").
 RING_FILL_S, RING_FILL_BYTES = 220e-6, 24 * 2**20
+#: Ring/tree steps of the curves ``RING_FILL_S`` was fitted on: an all-reduce of 8 GPUs, 2·(8 − 1).
+RING_FILL_STEPS = 14
+#: Per-step fill of a single ring pass (all-gather, reduce-scatter) as a fraction of the all-reduce's
+#: (*fit*, 0.05 grid, interior: 0.05 and 0.30 are worse): the 8 × H100 all_gather_perf and
+#: reduce_scatter_perf curves (collectives.yaml ``h100-8gpu-allgather`` / ``-reducescatter``,
+#: 8 MiB-1 GiB) run at NCCL's ring latency plus their β-time with almost no fill (8 MiB in 49 µs).
+PASS_FILL_FRACTION = 0.15
 NVLS_FILL_S, NVLS_FILL_BYTES = 60e-6, 12 * 2**20
 
 
@@ -62,16 +69,39 @@ class Protocol:
     #: When > 0, ``fill_s`` and ``fill_bytes`` hold for a group of ``fill_ranks`` ranks and scale
     #: with the group size (NVLS: the switch reduces one contribution per rank for every chunk).
     fill_ranks: int = 0
+    #: When > 0, ``fill_s`` holds for a pipeline of ``fill_steps`` ring/tree steps and scales with the
+    #: phase's steps (below).
+    fill_steps: int = 0
+    #: Fill per step of a single ring pass (all-gather, reduce-scatter) relative to an all-reduce's.
+    pass_fill_fraction: float = 1.0
 
-    def fill(self, nbytes: float, ranks: int = 0) -> float:
+    def fill(self, nbytes: float, ranks: int = 0, steps: int = 0, single_pass: bool = False) -> float:
         """Seconds a call of ``nbytes`` spends filling the protocol's chunk pipeline: a message gives
         each channel only ``S / (channels · ranks)`` bytes, so small messages run few, small chunks
         and never reach the steady-state rate; the cost saturates at ``fill_s`` once every channel's
-        pipeline is full (``fill_bytes`` is the e-folding message size)."""
+        pipeline is full (``fill_bytes`` is the e-folding message size).
+
+        A ring or tree moves each chunk through its steps one after the other, so the pipeline takes
+        ``steps`` chunk times to fill and drain before the steady rate holds: the fill is
+        ``fill_s · steps / fill_steps``, the same proportionality NCCL's own latency model gives its
+        per-step hardware latency (``latency = base + nsteps · hwLat``, ``src/graph/tuning.cc``; ring
+        all-reduce ``2(n − 1)`` steps, all-gather and reduce-scatter ``n − 1``). So an all-gather
+        of 8 GPUs fills in half the time of the all-reduce the constant was fitted on, a 4-GPU
+        tensor-parallel all-reduce in 6/14 of it. ``steps`` counts the steps inside one node; a
+        phase with steps across nodes passes 0 and keeps the fitted ``fill_s``: the measured
+        2 × DGX A100 all-reduce (≈ 190 GB/s busbw at 1 GiB, NIC-bound; tests/collectives) leaves no
+        room for a deeper fill there, and no multi-node curve is bundled to fit one.
+
+        ``single_pass``: an all-gather or reduce-scatter moves each chunk through one pass of the
+        ring, not the all-reduce's reduce-then-broadcast pass pair; measured on 8 × H100 its steps
+        fill at ``pass_fill_fraction`` of the all-reduce's (the curves in ``PASS_FILL_FRACTION``)."""
         if not self.fill_s:
             return 0.0
         k = ranks / self.fill_ranks if self.fill_ranks and ranks else 1.0
-        return k * self.fill_s * -math.expm1(-nbytes / (k * self.fill_bytes))
+        depth = steps / self.fill_steps if self.fill_steps and steps else 1.0
+        if single_pass:
+            depth *= self.pass_fill_fraction
+        return depth * k * self.fill_s * -math.expm1(-nbytes / (k * self.fill_bytes))
 
 
 @dataclass(frozen=True)
@@ -89,11 +119,14 @@ class Calibration:
         # LL: NCCL's values (base 6.6, per step NVLink 0.6 / PCI 1.0 / NET 2.7 µs); 8-byte stores of
         # 4 data + 4 flag bytes, so half the link bandwidth (NCCL: ``busBw · 0.5``).
         Protocol("LL", 6.6 * US, {"nvlink": 0.6 * US, "pci": 1.0 * US, "net": 2.7 * US}, 0.5,
-                 fill_s=RING_FILL_S, fill_bytes=RING_FILL_BYTES),
+                 fill_s=RING_FILL_S, fill_bytes=RING_FILL_BYTES, fill_steps=RING_FILL_STEPS,
+                 pass_fill_fraction=PASS_FILL_FRACTION),
         Protocol("LL128", 14.0 * US, {"nvlink": 1.9 * US, "pci": 2.5 * US, "net": 4.0 * US}, 0.92, needs_nvlink=True,
-                 fill_s=RING_FILL_S, fill_bytes=RING_FILL_BYTES),
+                 fill_s=RING_FILL_S, fill_bytes=RING_FILL_BYTES, fill_steps=RING_FILL_STEPS,
+                 pass_fill_fraction=PASS_FILL_FRACTION),
         Protocol("Simple", 8.4 * US, {"nvlink": 3.4 * US, "pci": 5.7 * US, "net": 14.0 * US}, 1.0,
-                 fill_s=RING_FILL_S, fill_bytes=RING_FILL_BYTES),
+                 fill_s=RING_FILL_S, fill_bytes=RING_FILL_BYTES, fill_steps=RING_FILL_STEPS,
+                 pass_fill_fraction=PASS_FILL_FRACTION),
     )
     nvls_protocol: Protocol = Protocol("Simple", 0.0, {"nvlink": 25.0 * US, "pci": 25.0 * US, "net": 18.0 * US}, 1.0,
                                        fill_s=NVLS_FILL_S, fill_bytes=NVLS_FILL_BYTES, fill_ranks=8)

@@ -56,9 +56,10 @@ def test_ring_all_reduce_loads_each_nvlink_port_with_its_volume(h100x2):
 def test_two_gpu_all_reduce_by_hand(h100x2):
     # n = 2: each GPU sends S over NVLink; H100 effective NVLink = 450 GB/s * 20.6/25 (NCCL topo.h).
     # time = NCCL ring/Simple latency (8.4 base + 2 steps * 3.4 us, tuning.cc) + the ring pipeline
-    # fill 220 us * (1 - exp(-S / 24 MiB)) + S / 370.8 GB/s.
+    # fill 220 us * (2 steps / the 14 of the 8-GPU all-reduce it was fitted on) * (1 - exp(-S / 24 MiB))
+    # + S / 370.8 GB/s.
     r = CollectiveModel(h100x2, algorithm="ring").run("all_reduce", [[0, 1]], 1 * GiB)
-    expected = (8.4 + 2 * 3.4) * 1e-6 + 220e-6 * (1 - math.exp(-1024 / 24)) + GiB / (450e9 * 20.6 / 25)
+    expected = (8.4 + 2 * 3.4) * 1e-6 + 220e-6 * 2 / 14 * (1 - math.exp(-1024 / 24)) + GiB / (450e9 * 20.6 / 25)
     assert r.time_s == pytest.approx(expected, rel=1e-6)
     assert r.busbw_GBps == pytest.approx(GiB / expected / 1e9)  # factor 2(n-1)/n = 1
 
