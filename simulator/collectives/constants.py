@@ -47,8 +47,8 @@ RING_FILL_S, RING_FILL_BYTES = 220e-6, 24 * 2**20
 #: Ring/tree steps of the curves ``RING_FILL_S`` was fitted on: an all-reduce of 8 GPUs, 2·(8 − 1).
 RING_FILL_STEPS = 14
 #: Per-step fill of a single ring pass (all-gather, reduce-scatter) as a fraction of the all-reduce's
-#: (*fit*, 0.05 grid, interior: 0.05 and 0.30 are worse): the 8 × H100 all_gather_perf and
-#: reduce_scatter_perf curves (collectives.yaml ``h100-8gpu-allgather`` / ``-reducescatter``,
+#: (*fit*, 0.05 grid, interior; ``python benchmarks/nccl_curves.py --pass-fill-grid`` prints the grid):
+#: the 8 × H100 all_gather_perf and reduce_scatter_perf curves (nccl_tests_curves.yaml ``h100-8gpu-allgather`` / ``-reducescatter``,
 #: 8 MiB-1 GiB) run at NCCL's ring latency plus their β-time with almost no fill (8 MiB in 49 µs).
 PASS_FILL_FRACTION = 0.15
 NVLS_FILL_S, NVLS_FILL_BYTES = 60e-6, 12 * 2**20
