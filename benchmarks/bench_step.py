@@ -38,17 +38,25 @@ RATIO_TARGET = 1.3
 
 def measure(scenario, repeat: int) -> dict[str, float]:
     """Cold wall time (s) of the first run, then min / median wall and min CPU time (s) of ``repeat`` runs."""
-    t0 = time.perf_counter()
-    report = simulate(scenario)
-    cold = time.perf_counter() - t0
-    walls, cpus = [], []
+    return measure_alternating([scenario], repeat)[0]
+
+
+def measure_alternating(scenarios: list, repeat: int) -> list[dict[str, float]]:
+    """``measure`` for several scenarios with their runs interleaved (a, b, a, b, ...), so that a ratio
+    of two of them compares runs made in the same seconds of a shared machine."""
+    out, reports = [], []
+    for scenario in scenarios:
+        t0 = time.perf_counter()
+        reports.append(simulate(scenario))
+        out.append({"cold": time.perf_counter() - t0, "walls": [], "cpus": []})
     for _ in range(repeat):
-        w, c = time.perf_counter(), time.process_time()
-        simulate(scenario)
-        cpus.append(time.process_time() - c)
-        walls.append(time.perf_counter() - w)
-    return {"cold": cold, "min": min(walls), "median": statistics.median(walls), "cpu": min(cpus),
-            "step_s": report.step_time_s, "tasks": report.layout["tasks"]}
+        for scenario, m in zip(scenarios, out, strict=True):
+            w, c = time.perf_counter(), time.process_time()
+            simulate(scenario)
+            m["cpus"].append(time.process_time() - c)
+            m["walls"].append(time.perf_counter() - w)
+    return [{"cold": m["cold"], "min": min(m["walls"]), "median": statistics.median(m["walls"]), "cpu": min(m["cpus"]),
+             "step_s": r.step_time_s, "tasks": r.layout["tasks"]} for m, r in zip(out, reports, strict=True)]
 
 
 def row(name: str, label: str, m: dict[str, float], target_ms: float | None) -> None:
@@ -73,8 +81,7 @@ def main() -> None:
     ]
     for name, label, scenario in rows:
         row(name, label, measure(scenario, repeat), TARGETS_MS[name])
-    small = measure(cases.llama3_70b_zero3(8), repeat)
-    large = measure(cases.llama3_70b_zero3(16384), repeat)
+    small, large = measure_alternating([cases.llama3_70b_zero3(8), cases.llama3_70b_zero3(16384)], repeat)
     row("llama3-70b-zero3-8", "Llama 3 70B, ZeRO-3, 8 H100", small, None)
     row("llama3-70b-zero3-16384", "Llama 3 70B, ZeRO-3, 16,384 H100", large, None)
     ratio, cold_ratio = large["min"] / small["min"], large["cold"] / small["cold"]
