@@ -4,7 +4,7 @@ and ``--layouts auto`` for Llama 3.1 405B on 16,384 H100.
 * grid: ZeRO stage (4) × reduce bucket size (25, log-spaced 1e7-1e9) × nodes (5: 1-16) × micro-batch
   (2) = 1,000 points, the issue's sweep (stage × bucket × micro-batch × nodes, timed there at 83 s) —
   target ≤ 15 s;
-* layouts: every valid (tp, pp, micro-batch, schedule, virtual stages) layout of Llama 3.1 405B
+* layouts: every valid (tp, cp, pp, micro-batch, schedule, virtual stages) layout of Llama 3.1 405B
   (FSDP + TP + PP, full checkpointing, 2,048 × 8,192 tokens) on 2,048 DGX H100 — target ≤ 60 s.
 
 Each sweep runs in a fresh process pool (workers build their own clusters and collective plans, as
