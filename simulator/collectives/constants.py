@@ -54,6 +54,12 @@ PASS_FILL_FRACTION = 0.15
 NVLS_FILL_S, NVLS_FILL_BYTES = 60e-6, 12 * 2**20
 
 
+#: Collectives that move each chunk through one ring pass (``Protocol.fill``).
+SINGLE_PASS = ("all_gather", "reduce_scatter")
+#: Collectives NCCL runs as grouped send/recv, not as a ring or tree of steps.
+DIRECT = ("all_to_all", "send_recv")
+
+
 @dataclass(frozen=True)
 class Protocol:
     """One NCCL protocol: latency terms (s) and the fraction of link bandwidth it reaches."""
@@ -102,6 +108,12 @@ class Protocol:
         if single_pass:
             depth *= self.pass_fill_fraction
         return depth * k * self.fill_s * -math.expm1(-nbytes / (k * self.fill_bytes))
+
+    def phase_fill(self, op: str, nbytes: float, ranks: int, steps_intra: int, steps_inter: int) -> float:
+        """``fill`` of one phase of ``op``: a single-node ring/tree phase's fill scales with its steps;
+        the grouped send/recv of all-to-all and p2p, and phases across nodes, keep the fitted one."""
+        steps = 0 if steps_inter or op in DIRECT else steps_intra
+        return self.fill(nbytes, ranks, steps, op in SINGLE_PASS)
 
 
 @dataclass(frozen=True)

@@ -355,10 +355,8 @@ class CollectiveModel:
         lat = beta = 0.0
         for ph in prof.phases:
             pr = cal.nvls_protocol if ph.nvls else proto
-            # a single-node ring/tree phase's fill scales with its steps (``Protocol.fill``); the
-            # grouped send/recv of all-to-all and p2p keeps the fitted constant
-            steps = 0 if ph.steps_inter or op in DIRECT else ph.steps_intra
-            lat += pr.fill(nbytes, t.ppn, steps, op in SINGLE_PASS) + (0.0 if nccl_algo else self._latency(pr, ph))
+            fill = pr.phase_fill(op, nbytes, t.ppn, ph.steps_intra, ph.steps_inter)
+            lat += fill + (0.0 if nccl_algo else self._latency(pr, ph))
             beta += ph.beta_s_per_byte * nbytes / pr.bandwidth_fraction
         if nccl_algo is not None:
             lat += nt.latency_us(op, nccl_algo, proto_name, t, nbytes) * 1e-6 + prof.phases[0].route_latency_s
@@ -371,10 +369,6 @@ class CollectiveModel:
         return lat + beta
 
 
-#: Collectives that move each chunk through one ring pass (``Protocol.fill``).
-SINGLE_PASS = ("all_gather", "reduce_scatter")
-#: Collectives NCCL runs as grouped send/recv, not as a ring or tree of steps.
-DIRECT = ("all_to_all", "send_recv")
 _REF_BYTES = float(2**30)
 _BATCHED = ("ring", "tree", "hierarchical", "nvls")
 #: The dtsim plan that plays each NCCL algorithm (PAT moves the ring's bytes; NVLSTree is the

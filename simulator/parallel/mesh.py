@@ -27,6 +27,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cached_property
 
+from simulator.parallel.expert_mesh import expert_groups, two_hop_groups
+
 
 @dataclass(frozen=True)
 class RankMesh:
@@ -94,12 +96,8 @@ class RankMesh:
         tp, cp, dp, pp = self.tp, self.cp, self.dp, self.pp
         r = self.rank
         if kind in ("ep", "etp", "edp"):
-            from simulator.parallel.expert import expert_groups
-
             return expert_groups(tp, cp, dp, pp, self.ep, self.etp, kind)
         if kind in ("ep_intra", "ep_inter"):
-            from simulator.parallel.expert import two_hop_groups
-
             return two_hop_groups(self.groups("ep"), self.node, kind)
         if kind == "tp":
             return [[r(t, d, p, c) for t in range(tp)] for p in range(pp) for d in range(dp) for c in range(cp)]

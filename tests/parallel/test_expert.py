@@ -8,7 +8,7 @@ import pytest
 from simulator.api import simulate
 from simulator.config.loader import scenario_from_dict
 from simulator.parallel.build import context_for
-from simulator.parallel.expert import expert_groups
+from simulator.parallel.expert_mesh import expert_groups
 from simulator.parallel.ir import CollectiveTask
 from simulator.parallel.mesh import RankMesh
 from simulator.parallel.placement import placement_lines
