@@ -38,7 +38,7 @@ CAUSES: dict[str, str] = {
     "former fitted flash fraction, 0.30 of peak, absorbed it); the same source's 7B, 34B and 70B runs are within "
     "15%: what slows the 13B run (40 heads, 4,096 tokens) is not identified",
     "megatron-bridge-2511-llama3-8b-8gpu-fsdp-fp8cs": "too slow like the other NVIDIA-tuned H100 FP8 runs: the "
-    "Hopper GEMM rate is fitted mostly on llm-foundry's BF16 FSDP runs (gemm_sustained_of_mamf 0.80 of MAMF; "
+    "Hopper GEMM rate is fitted mostly on llm-foundry's BF16 FSDP runs (gemm_sustained_of_mamf 0.76 of MAMF; "
     "36 of the 50 Hopper fitting runs are llm-foundry's 2023 FSDP rows), below what "
     "Megatron-Core/Transformer Engine reach (issue 12)",
     "nemo2407-llama3-8b-8gpu-fp8": "FP8 on H100 with Transformer Engine: cast/amax costs and FP8 GEMM "
@@ -98,8 +98,8 @@ GROUP_CAUSES: tuple[tuple[str, str], ...] = (
      "so its TP collectives are simulated exposed; with the Hopper GEMM rate fitted on llm-foundry: too slow "
      "(issue 12)"),
     ("nemo2407-*", "NeMo 24.07 H100 FP8: with the recipes' TP overlap, FP8 all-gathers, BF16 gradient reduction "
-     "and parameter-gather overlap simulated, still too slow like NeMo's pure data-parallel runs (-10 to -23 %): "
-     "the Hopper GEMM rate is fitted mostly on llm-foundry's BF16 FSDP runs (gemm_sustained_of_mamf 0.80 of "
+     "and parameter-gather overlap simulated, still too slow like NeMo's pure data-parallel runs (-3 to -13 %): "
+     "the Hopper GEMM rate is fitted mostly on llm-foundry's BF16 FSDP runs (gemm_sustained_of_mamf 0.76 of "
      "MAMF; 36 of the 50 Hopper fitting runs are llm-foundry's 2023 FSDP rows), below "
      "what Megatron-Core/Transformer Engine reach; large-TP runs also expose the collectives of their small "
      "attention-side GEMMs (issue 12)"),

@@ -128,3 +128,15 @@ def test_validate_predicts_each_fitted_run_with_the_fold_that_left_its_publicati
         fold["gemm_sustained_of_mamf"], fold["attention_sustained_of_bench"], fold["compute_slowdown_during_comm"])
     # a publication that took no part in the fit keeps the stored full fit
     assert cal.out_of_fold_efficiency(runs["korthikanti22-22B-sp-selective"]) is None
+
+
+def test_a_measured_parameter_is_not_searched_and_never_reported_on_a_bound():
+    # Hopper's overlap slowdown is measured (pytorch/pytorch PR #179937: matmuls 30-40 % slower under NCCL)
+    assert cal.MEASURED["hopper"]["compute_slowdown_during_comm"] == 35
+    assert cal.fitted("hopper") == ("gemm_sustained_of_mamf", "attention_sustained_of_bench")
+    assert cal.fitted("ampere") == cal.PARAMS
+    cases = [_FakeCase("a1", "A (arXiv:1111.11111)", 800)]
+    full = cal.fit(cases, "hopper")
+    assert full.params["gemm_sustained_of_mamf"] == 0.80 and full.params["compute_slowdown_during_comm"] == 0.35
+    pinned = {"gemm_sustained_of_mamf": 0.70, "attention_sustained_of_bench": 0.50, "compute_slowdown_during_comm": 0.35}
+    assert cal.on_bound(pinned, "hopper") == []  # its box is the single measured value, not an edge

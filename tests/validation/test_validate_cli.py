@@ -57,12 +57,6 @@ def test_tflops_converted_with_the_sources_convention(pure_dp):
     assert row["predicted_tflops_per_gpu"] / row["measured_tflops_per_gpu"] - 1 == pytest.approx(row["error"], rel=1e-3)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "reported miss (issue 12): every pure-DP error is out of fold, and the fixed split-test runs come out at "
-    "10.2 % (llm-foundry MPT-13B on 8 H100 +19.7 %, MPT-30B on 8 A100 -18.5 %). On Hopper the publications "
-    "disagree: the fold without llm-foundry fits a compute slowdown under communication of 0.05, the fit "
-    "with it 0.80 (the box's upper edge, the largest measured slowdown): physics missing, not a parameter "
-    "to widen. Strict: a pass means the target is met and this marker must go."))
 def test_pure_dp_held_out_mape_meets_the_target(pure_dp):
     held = pure_dp["summary"]["held_out_pure_dp"]
     assert held["n"] >= 8
