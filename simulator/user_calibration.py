@@ -139,12 +139,10 @@ def _runs(cases: list[Case]) -> list[Any]:
 
 def fit_params(cases: list[Case]) -> tuple[dict[str, float], int]:
     """The narrow interface to the bundled procedure: (fitted parameters, simulations run). Folds are
-    fitted the same way, from the same start, as ``calibration.leave_one_source_out`` does. Every
-    parameter is fitted (``pinned={}``): the bundled calibration's ``MEASURED`` values stand for what the
-    published runs could not identify, and the user's own runs may."""
+    fitted the same way, from the same start, as ``calibration.leave_one_source_out`` does."""
     from simulator.validation import calibration as cal
 
-    result = cal.fit(_runs(cases), cases[0].arch, pinned={})
+    result = cal.fit(_runs(cases), cases[0].arch)
     return dict(result.params), result.evaluations
 
 
