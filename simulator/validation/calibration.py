@@ -89,25 +89,20 @@ MAX_MOVES = 200
 Point = tuple[int, ...]
 
 
-def _pinned(arch: str, pinned: dict[str, int] | None) -> dict[str, int]:
-    return MEASURED.get(arch, {}) if pinned is None else pinned
-
-
-def bounds(arch: str, pinned: dict[str, int] | None = None) -> dict[str, tuple[int, int]]:
-    """The search box of an architecture (grid units); a pinned parameter (default ``MEASURED``) is
-    held at its value."""
-    held = {name: (k, k) for name, k in _pinned(arch, pinned).items()}
+def bounds(arch: str) -> dict[str, tuple[int, int]]:
+    """The search box of an architecture (grid units); a ``MEASURED`` parameter is held at its value."""
+    held = {name: (k, k) for name, k in MEASURED.get(arch, {}).items()}
     return {**BOUNDS, **ARCH_BOUNDS.get(arch, {}), **held}
 
 
-def fitted(arch: str, pinned: dict[str, int] | None = None) -> tuple[str, ...]:
-    """The parameters fitted on ``arch``: ``PARAMS`` less the pinned ones (default ``MEASURED``)."""
-    return tuple(name for name in PARAMS if name not in _pinned(arch, pinned))
+def fitted(arch: str) -> tuple[str, ...]:
+    """The parameters fitted on ``arch``: ``PARAMS`` less the ``MEASURED`` ones."""
+    return tuple(name for name in PARAMS if name not in MEASURED.get(arch, {}))
 
 
-def start_point(arch: str, pinned: dict[str, int] | None = None) -> Point:
-    """The descent's starting point on ``arch``: ``START``, with the pinned values."""
-    return tuple(_pinned(arch, pinned).get(name, START[name]) for name in PARAMS)
+def start_point(arch: str) -> Point:
+    """The descent's starting point on ``arch``: ``START``, with the ``MEASURED`` values."""
+    return tuple(MEASURED.get(arch, {}).get(name, START[name]) for name in PARAMS)
 
 
 def values(point: Point) -> dict[str, float]:
@@ -241,12 +236,11 @@ def descend(objective: Callable[[Point], float], start: Point, scales: Sequence[
     return point, best, len(cache), moves
 
 
-def fit(cases: Sequence[Case], arch: str, start: Point | None = None, scales: Sequence[int] = SCALES,
-        pinned: dict[str, int] | None = None) -> Fit:
-    """Fit the parameters of one architecture on ``cases`` (``fitted(arch, pinned)``; the pinned ones,
-    by default the ``MEASURED`` values of the bundled calibration, stay put; ``pinned={}`` fits all)."""
+def fit(cases: Sequence[Case], arch: str, start: Point | None = None, scales: Sequence[int] = SCALES) -> Fit:
+    """Fit the parameters of one architecture on ``cases`` (``fitted(arch)``; the ``MEASURED`` ones stay
+    at their values)."""
     point, best, evals, moves = descend(lambda p: objective(errors(cases, values(p))),
-                                        start or start_point(arch, pinned), scales, bounds(arch, pinned))
+                                        start or start_point(arch), scales, bounds(arch))
     return Fit(values(point), best, evals, moves)
 
 
