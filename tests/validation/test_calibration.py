@@ -131,12 +131,21 @@ def test_validate_predicts_each_fitted_run_with_the_fold_that_left_its_publicati
 
 
 def test_a_measured_parameter_is_not_searched_and_never_reported_on_a_bound():
-    # Hopper's overlap slowdown is measured (pytorch/pytorch PR #179937: matmuls 30-40 % slower under NCCL)
-    assert cal.MEASURED["hopper"]["compute_slowdown_during_comm"] == 35
-    assert cal.fitted("hopper") == ("gemm_sustained_of_mamf", "attention_sustained_of_bench")
-    assert cal.fitted("ampere") == cal.PARAMS
+    # the overlap slowdown is measured (pytorch/pytorch PR #179937: H100 matmuls 30-40 % slower under NCCL)
+    for arch in ("ampere", "hopper", "blackwell"):
+        assert cal.MEASURED[arch]["compute_slowdown_during_comm"] == 35
+        assert cal.fitted(arch) == ("gemm_sustained_of_mamf", "attention_sustained_of_bench")
+    assert cal.fitted("ada") == cal.PARAMS  # an architecture without a measurement fits all three
     cases = [_FakeCase("a1", "A (arXiv:1111.11111)", 800)]
     full = cal.fit(cases, "hopper")
     assert full.params["gemm_sustained_of_mamf"] == 0.80 and full.params["compute_slowdown_during_comm"] == 0.35
     pinned = {"gemm_sustained_of_mamf": 0.70, "attention_sustained_of_bench": 0.50, "compute_slowdown_during_comm": 0.35}
     assert cal.on_bound(pinned, "hopper") == []  # its box is the single measured value, not an edge
+
+
+def test_profile_refits_the_others_at_each_value_and_shows_an_unidentified_parameter_flat():
+    # the fake runs' throughput depends on the GEMM share only: every slowdown value fits it exactly
+    cases = [_FakeCase("a1", "A (arXiv:1111.11111)", 800), _FakeCase("a2", "A (arXiv:1111.11111)", 800)]
+    fits = cal.profile(cases, "ampere", "compute_slowdown_during_comm", (5, 40, 80))
+    assert [f.params["compute_slowdown_during_comm"] for f in fits] == [0.05, 0.40, 0.80]
+    assert all(f.params["gemm_sustained_of_mamf"] == 0.80 and f.objective == 0.0 for f in fits)
