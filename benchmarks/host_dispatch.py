@@ -16,7 +16,8 @@ the autograd recorder, the ATen dispatcher and the backward engine. Blocks:
 
 For each block it prints the ATen calls forward and backward (counted with ``TorchDispatchMode``,
 views included) and the host time per block (min over repeats of a 24-block stack), and the host
-time per call. Needs PyTorch, which dtsim does not depend on: ``pip install torch`` in a separate
+time per call; then the backward host time per parameter that Megatron-LM DDP's gradient-accumulation
+hook adds (``hook_time_per_param``). Needs PyTorch, which dtsim does not depend on: ``pip install torch`` in a separate
 virtualenv, then ``python benchmarks/host_dispatch.py`` (about 20 s).
 """
 
@@ -227,6 +228,49 @@ def host_time(make, shape) -> tuple[float, float]:
     return min(fwd), min(total) - min(fwd)
 
 
+def with_ddp_hooks(block: nn.Module) -> nn.Module:
+    """``block`` with Megatron-LM DDP's per-parameter gradient-accumulation hooks
+    (megatron/core/distributed/distributed_data_parallel.py: ``param.expand_as(param).grad_fn.next_functions[0][0]
+    .register_hook(_make_param_hook(param))``; the hook adds ``param.grad`` into ``param.main_grad`` and sets
+    ``param.grad = None``)."""
+    block._grad_accs = []
+    for param in block.parameters():
+        param.main_grad = torch.zeros_like(param)
+        acc = param.expand_as(param).grad_fn.next_functions[0][0]
+
+        def hook(*_unused, param=param):
+            if param.grad is not None and not getattr(param, "grad_added_to_main_grad", False):
+                param.main_grad.add_(param.grad.data)
+            param.grad = None
+
+        acc.register_hook(hook)
+        block._grad_accs.append(acc)
+    return block
+
+
+def hook_time_per_param(n: int = 2000) -> float:
+    """Backward host seconds per parameter that Megatron DDP's hook adds: ``n`` small parameters summed
+    into a loss, backward with and without the hooks (min of ``REPEATS`` each), over ``n``. The same
+    AccumulateGrad nodes run either way; the difference is the hook's call and its ``add_``."""
+
+    def backward_s(hooked: bool) -> float:
+        params = nn.ParameterList(nn.Parameter(torch.randn(HIDDEN)) for _ in range(n))
+        if hooked:
+            with_ddp_hooks(params)
+        best = math.inf
+        for i in range(REPEATS + 3):
+            loss = sum(q.sum() for q in params)
+            t0 = time.perf_counter()
+            loss.backward()
+            if i >= 3:
+                best = min(best, time.perf_counter() - t0)
+            for q in params:
+                q.grad = None
+        return best
+
+    return (backward_s(True) - backward_s(False)) / n
+
+
 def main() -> None:
     torch.manual_seed(0)
     torch.set_num_threads(1)
@@ -237,6 +281,8 @@ def main() -> None:
         nf, nb = calls(make, shape)
         tf, tb = host_time(make, shape)
         print(f"| {name} | {nf} | {nb} | {tf * 1e6:.0f} | {tb * 1e6:.0f} | {(tf + tb) / (nf + nb) * 1e6:.1f} |")
+    print()
+    print(f"Megatron DDP gradient-accumulation hook: {hook_time_per_param() * 1e6:.1f} µs of backward host per parameter")
 
 
 if __name__ == "__main__":

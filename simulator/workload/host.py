@@ -31,6 +31,12 @@ block              calls fwd / bwd   host fwd (µs)   host bwd (µs)    µs per 
 * ``llama``: torchtitan's Llama 3 ``TransformerBlock`` in eager mode (RMSNorm as torch code, separate
   wq/wk/wv, complex rotary, ``repeat_kv`` by expand/reshape, SDPA, SwiGLU).
 
+The torch available on the development machine now, 2.14.1, prints 25-40 % less for the same blocks
+(415-428 / 493-528 µs Megatron, three runs; docs/compute.md). The table is kept: a CPU run pays neither
+``cudaLaunchKernel`` nor the CUDA caching allocator per kernel-launching call (about 80 per block), so
+each CPU figure is a lower bound for a GPU host, and the held-out small-model steps of issue 12 run
+slower than dtsim. A measurement on a GPU host should replace it.
+
 On a GPU each kernel-launching call also pays ``cudaLaunchKernel`` (1-3 µs, ``kernels`` module
 sources) where the CPU run pays a tiny CPU kernel (about 1-2 µs: an ``add`` of two 4×4 tensors takes
 1.7 µs on the same machine): the CPU figures stand for the GPU host's. A training node's host CPU
@@ -61,6 +67,17 @@ BLOCK_HOST_S: dict[str, tuple[float, float]] = {
     "megatron-flash": (493e-6, 573e-6),
     "llama": (540e-6, 696e-6),
 }
+#: Backward host seconds per parameter of Megatron-LM DDP's gradient-accumulation hook
+#: (megatron/core/distributed/distributed_data_parallel.py ``_make_param_hook``, registered on every
+#: parameter's AccumulateGrad node: ``param.main_grad.add_(param.grad)`` unless the weight-gradient GEMM
+#: already accumulated into it, then ``param.grad = None``). ``python benchmarks/host_dispatch.py``:
+#: 4.1-4.7 µs (three runs, torch 2.14.1, 2,000 parameters with and without the hook).
+GRAD_HOOK_S = 4.5e-6
+#: Frameworks whose engines run such a Python hook per parameter in the backward: dtsim's Megatron-LM
+#: model (``ddp``) and DeepSpeed (ZeRO's ``reduce_ready_partitions_and_remove_grads`` hook per parameter).
+#: PyTorch FSDP reduces per flat parameter or per module, not per parameter.
+HOOKED_FRAMEWORKS = ("ddp", "deepspeed")
+
 #: FLOP per HBM byte at which a kernel turns compute-bound (A100: 312 TFLOP/s / 2.0 TB/s = 156; H100
 #: SXM: 989 / 3.35 = 295); only weighs ops against each other in ``spread``.
 RIDGE_FLOP_PER_BYTE = 200.0
@@ -89,13 +106,26 @@ def spread(ops: tuple | list, host_s: float) -> tuple:
     return tuple(replace(op, host_s=host_s * _work(op) / total) for op in ops)
 
 
-def attach(fwd: list, recompute: tuple, bwd: tuple, model: Any, kernels: Any) -> tuple[tuple, tuple, tuple]:
+def block_param_tensors(model: Any) -> int:
+    """Parameter tensors of one block as Megatron lays them out: the QKV, output, MLP-up (gate and up
+    fused) and MLP-down weights, their biases with ``linear_bias``, two norms (weight, and bias for a
+    biased LayerNorm) and the QK-norms."""
+    linears = 4 * (2 if model.linear_bias else 1)
+    norm = 2 if (model.norm == "layernorm" and model.linear_bias) else 1
+    return linears + 2 * norm + (2 * norm if model.qk_norm else 0)
+
+
+def attach(fwd: list, recompute: tuple, bwd: tuple, model: Any, kernels: Any,
+           framework: str = "fsdp") -> tuple[tuple, tuple, tuple]:
     """The block's forward, recompute and backward ops with their host time; unchanged when compiled.
-    Recomputation re-runs the forward code: each recomputed op carries its forward op's share."""
+    Recomputation re-runs the forward code: each recomputed op carries its forward op's share. Under a
+    ``HOOKED_FRAMEWORKS`` engine the backward also runs ``GRAD_HOOK_S`` per parameter tensor."""
     style = block_style(model, kernels)
     if style is None:
         return tuple(fwd), recompute, bwd
     fwd_s, bwd_s = BLOCK_HOST_S[style]
+    if framework in HOOKED_FRAMEWORKS:
+        bwd_s += GRAD_HOOK_S * block_param_tensors(model)
     fwd_t = spread(fwd, fwd_s)
     by_name = {op.name: op.host_s for op in fwd_t}
     redo = tuple(replace(op, host_s=by_name.get(op.name.removeprefix("recompute."), 0.0)) for op in recompute)
