@@ -31,9 +31,6 @@ CAUSES: dict[str, str] = {
     "megatron-sc21-t2-zero3-175B-768gpu": "2021 DeepSpeed ZeRO-3 at 96 nodes: the list-based gather cost "
     "(stage3_list_overhead_per_rank_s, one value fitted on this run and the 1,536-GPU one) is taken linear in "
     "the ranks, which leaves this one too fast and the 1,536-GPU one right",
-    "torchtitan-h100-llama31-405b-512gpu-3d-1f1b": "measured 1F1B is 1.28x slower than the same run interleaved "
-    "(100 vs 128 tokens/s); dtsim's 1F1B bubble makes it 1.11x: the 2024 torchtitan 1F1B loses more than its "
-    "bubble (not identified)",
     "ibm-fsdp-a100-llama213b": "too fast since attention runs at FlashAttention-2's published A100 rate (the "
     "former fitted flash fraction, 0.30 of peak, absorbed it); the same source's 7B, 34B and 70B runs are within "
     "15%: what slows the 13B run (40 heads, 4,096 tokens) is not identified",

@@ -92,3 +92,19 @@ def test_no_run_is_skipped_for_context_parallelism():
 
     assert not [r.id for r in load_runs() if "is not simulated" in (r.not_expressible or "")
                 and "context parallel" in (r.not_expressible or "")]
+
+
+def test_405b_pipeline_schedules_hold_what_torchtitan_defaults_imply(report):
+    # Table 5: local batch 32 in as many micro-batches as pipeline stages (torchtitan 9dec370 default):
+    # 1F1B 8 × 4 sequences, interleaved (2 stages per rank) 16 × 2. The 1F1B run keeps 8 in-flight
+    # micro-batches of 4 on stage 0 against interleaved's 16 × (1 + 7/16) chunk-forwards of 2 at half the
+    # layers, 32 against 23 sequence-stages: 1F1B holds more, as measured (82.5 vs 72.7 GiB).
+    rows = {r["id"]: r for r in report["rows"]}
+    one, inter = rows["torchtitan-405b-fsdp8-tp8-pp8-1f1b"], rows["torchtitan-405b-fsdp8-tp8-pp8-interleaved"]
+    assert one["predicted_GiB"] > inter["predicted_GiB"]
+    assert abs(one["error"]) <= memory_suite.TOLERANCE and abs(inter["error"]) <= memory_suite.TOLERANCE
+
+
+def test_memory_mape_meets_the_issue_target(report):
+    # issue 12 item 4: MAPE <= 10% over at least 20 published figures
+    assert report["summary"]["simulated"] >= 20 and report["summary"]["mape"] <= 0.10
