@@ -79,13 +79,14 @@ ARCH_BOUNDS: dict[str, dict[str, tuple[int, int]]] = {}
 #: point of MAPE) over 0.05-0.80 on every architecture (ampere 0.0559 at 0.05 → 0.0540 at 0.80, hopper
 #: 0.0771 → 0.0665, blackwell 0.0529 → 0.0578), so a free fit lands wherever one publication pulls it
 #: (Hopper: 0.80, the box's upper edge, with llm-foundry's 2023 FSDP rows; 0.05, the lower edge, without
-#: them) or on a local minimum of the descent (Ampere's former 0.44, Blackwell's 0.10). Measured: "NCCL collectives use SMs, which makes
-#: matmuls that are overlapped by them 30-40% slower" (Llama 3 8B, 8×H100 NVLink, pytorch/pytorch PR
-#: #179937), the midpoint 0.35; on A100 and H100 training, 18.9 % on average and 40 % at worst (Lee et
-#: al., arXiv:2507.03114), and +76 % for one GEMM of one A100 profile under an all-gather (NVIDIA/nccl
-#: issue #1428). The mechanism (NCCL's 16-32 channels of 108-148 SMs, its HBM traffic 2-3× its link
-#: rate) scales alike on A100, H100 and B200 (link/HBM bandwidth 600/2,039, 900/3,350, 1,800/8,000
-#: GB/s), so the H100 figure stands for all three (D on A100 and Blackwell).
+#: them) or on a local minimum of the descent (Ampere's former 0.44, Blackwell's 0.10). Measured: "NCCL
+#: collectives use SMs, which makes matmuls that are overlapped by them 30-40% slower" (Llama 3 8B,
+#: 8×H100 NVLink, pytorch/pytorch PR #179937), the midpoint 0.35; on A100 and H100 training, 18.9 % on
+#: average and 40 % at worst (Lee et al., arXiv:2507.03114), and +76 % for one GEMM of one A100 profile
+#: under an all-gather (NVIDIA/nccl issue #1428). The mechanism (NCCL's 16-32 channels of 108-148 SMs,
+#: its HBM traffic 2-3× its link rate) scales alike on A100, H100 and B200 (link/HBM bandwidth
+#: 600/2,039, 900/3,350, 1,800/8,000 GB/s), so the H100 figure stands for all three (D on A100 and
+#: Blackwell).
 MEASURED: dict[str, dict[str, int]] = {arch: {"compute_slowdown_during_comm": 35}
                                        for arch in ("ampere", "hopper", "blackwell")}
 #: Per-run error beyond which a run no longer pulls the fit (the issue-7 "no run worse than" bound).

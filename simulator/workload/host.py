@@ -31,16 +31,14 @@ block              calls fwd / bwd   host fwd (µs)   host bwd (µs)    µs per 
 * ``llama``: torchtitan's Llama 3 ``TransformerBlock`` in eager mode (RMSNorm as torch code, separate
   wq/wk/wv, complex rotary, ``repeat_kv`` by expand/reshape, SDPA, SwiGLU).
 
-The torch available on the development machine now, 2.14.1, prints 25-40 % less for the same blocks
-(415-428 / 493-528 µs Megatron, three runs; docs/compute.md). The table is kept: a CPU run pays neither
-``cudaLaunchKernel`` nor the CUDA caching allocator per kernel-launching call (about 80 per block), so
-each CPU figure is a lower bound for a GPU host, and the held-out small-model steps of issue 12 run
-slower than dtsim. A measurement on a GPU host should replace it.
-
 On a GPU each kernel-launching call also pays ``cudaLaunchKernel`` (1-3 µs, ``kernels`` module
-sources) where the CPU run pays a tiny CPU kernel (about 1-2 µs: an ``add`` of two 4×4 tensors takes
-1.7 µs on the same machine): the CPU figures stand for the GPU host's. A training node's host CPU
-(AMD EPYC 7742 in a DGX A100, Intel Xeon 8480C in a DGX H100) is of the same single-thread class.
+sources) and the CUDA caching allocator where the CPU run pays a tiny CPU kernel (about 1-2 µs: an
+``add`` of two 4×4 tensors takes 1.7 µs on the same machine): the CPU figures stand for the GPU host's,
+at most equal to it. The torch available on the development machine now, 2.14.1, prints 25-40 % less
+for the same blocks (415-428 / 493-528 µs Megatron, three runs; docs/compute.md); the table is kept,
+as the held-out small-model steps of issue 12 run slower than dtsim, not faster, until a measurement
+on a GPU host replaces it. A training node's host CPU (AMD EPYC 7742 in a DGX A100, Intel Xeon 8480C
+in a DGX H100) is of the same single-thread class.
 
 Which block applies: compiled blocks (``kernels.compile``: Inductor's wrapper calls its kernels
 directly, with no views, module calls or per-op autograd) keep the per-kernel dispatch; eager blocks
@@ -116,7 +114,7 @@ def block_param_tensors(model: Any) -> int:
 
 
 def attach(fwd: list, recompute: tuple, bwd: tuple, model: Any, kernels: Any,
-           framework: str = "fsdp") -> tuple[tuple, tuple, tuple]:
+           framework: str) -> tuple[tuple, tuple, tuple]:
     """The block's forward, recompute and backward ops with their host time; unchanged when compiled.
     Recomputation re-runs the forward code: each recomputed op carries its forward op's share. Under a
     ``HOOKED_FRAMEWORKS`` engine the backward also runs ``GRAD_HOOK_S`` per parameter tensor."""
