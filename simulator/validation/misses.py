@@ -91,9 +91,10 @@ GROUP_CAUSES: tuple[tuple[str, str], ...] = (
      "Hopper attention share (0.52 of the kernel benchmark) is set by llm-foundry's 36 fitting rows, which "
      "ran Triton FlashAttention (no Hopper code path) simulated as FlashAttention-2; the fold without them "
      "fits 0.77 (issue 12, attention per framework)"),
-    ("nemo2407-sft-*", "NeMo 24.07 SFT: the table prints no virtual-pipeline or TP-overlap setting (1F1B and "
-     "no overlap simulated) and the Hopper GEMM rate is fitted mostly on llm-foundry's BF16 FSDP runs: too slow "
-     "(issue 12)"),
+    ("nemo2407-sft-*", "NeMo 24.07 SFT on SQuAD packed to 4,096 tokens (layouts, virtual stages and TP overlap "
+     "from NVIDIA's launcher examples of these rows): attention runs per packed document, which dtsim simulates "
+     "as one causal 4,096-token sequence, and the Hopper shares are fitted mostly on llm-foundry's 2023 FSDP "
+     "runs: too slow, like the pure data-parallel 7B SFT row (-12%)"),
     ("nemo2407-llama2-70b-*", "NeMo 24.07 Llama 2 70B: the stored launcher config sets ub_tp_comm_overlap false, "
      "so its TP collectives are simulated exposed; with the Hopper GEMM rate fitted on llm-foundry: too slow "
      "(issue 12)"),
