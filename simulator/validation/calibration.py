@@ -307,6 +307,20 @@ def leave_one_source_out(arch: str, cases: Sequence[Case], full: Fit) -> list[Fo
     return folds
 
 
+def stored_folds() -> list[dict[str, Any]]:
+    """Every stored leave-one-source-out fold (``efficiency.yaml``'s calibration block): architecture,
+    held-out publication, the parameters fitted without it, its held-out run ids and their MAPE."""
+    from simulator.hardware.efficiency import _table
+
+    calib = _table().get("calibration", {})
+    out = []
+    for arch in sorted(k for k, v in calib.items() if isinstance(v, dict) and "folds" in v):
+        for source, fold in calib[arch]["folds"].items():
+            out.append({"arch": arch, "source": source, "params": fold["params"],
+                        "held_out": list(fold["held_out"]), "mape": fold["mape"]})
+    return out
+
+
 def out_of_fold_efficiency(run: Run) -> Efficiency | None:
     """The efficiency fitted without ``run``'s publication (its stored leave-one-source-out fold in
     ``efficiency.yaml``), or ``None`` (the stored full fit applies) when that publication took no

@@ -103,6 +103,18 @@ def markdown(rows: Sequence[dict[str, Any]], summary: dict[str, Any], command: s
     lines += ["", f"{h}# Misses beyond ±{100 * tol:.0f}%", "", "| run | error | cause |", "|---|---:|---|"]
     lines += [f"| {m['id']} | {100 * m['error']:+.1f}% | {m['cause'].replace('|', '/')} |"
               for m in summary.get("misses", [])]
+    lines += ["", f"{h}# Leave-one-source-out folds", "",
+              "Each publication of the calibration runs held out once: the parameters fitted without it "
+              "(GEMM share of MAMF, attention share of the kernel benchmark, overlap slowdown: measured, not "
+              "fitted) and the MAPE of its held-out runs above (`python benchmarks/calibrate.py` prints the "
+              "same folds).", "",
+              "| architecture | held-out publication | runs | GEMM / attention / slowdown | MAPE |",
+              "|---|---|---:|---|---:|"]
+    for f in summary.get("folds", []):
+        p = f["params"]
+        params = (f"{p['gemm_sustained_of_mamf']:.2f} / {p['attention_sustained_of_bench']:.2f} / "
+                  f"{p['compute_slowdown_during_comm']:.2f}")
+        lines.append(f"| {f['arch']} | {f['source'].replace('|', '/')} | {f['runs']} | {params} | {_pct(f['mape'])} |")
     lines += ["", f"{h}# Skipped", "", "| run | reason |", "|---|---|"]
     lines += [f"| {s['id']} | {s['reason'].replace('|', '/')} |" for s in summary["skipped_runs"]]
     return "\n".join(lines) + "\n"

@@ -90,4 +90,19 @@ def summarize(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
         "tolerance": TOLERANCE,
         "misses": misses(done),
         "skipped_runs": [{"id": r["id"], "reason": r["skipped"]} for r in rows if "skipped" in r],
+        "folds": _folds(done),
     }
+
+
+def _folds(done: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The stored leave-one-source-out folds whose held-out runs are among ``done``, each with the
+    MAPE of those runs in this pass (their errors are out of fold: ``suite.try_run``)."""
+    from simulator.validation.calibration import stored_folds
+
+    errors = {r["id"]: r["error"] for r in done}
+    out = []
+    for fold in stored_folds():
+        held = [errors[i] for i in fold["held_out"] if i in errors]
+        if held:
+            out.append({**fold, "runs": len(held), "mape": sum(map(abs, held)) / len(held)})
+    return out

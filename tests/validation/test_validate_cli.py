@@ -105,3 +105,17 @@ def test_readme_section_is_regenerated_between_markers(tmp_path):
     no_markers.write_text("nothing\n")
     bad = CliRunner().invoke(app, ["validate", "--only", "megatron-sc21-t1-1.7B", "--readme", str(no_markers)])
     assert bad.exit_code == 2 and "markers" in bad.output and no_markers.read_text() == "nothing\n"
+
+
+def test_every_stored_fold_is_reported_with_its_held_out_runs(pure_dp):
+    # issue 12 item 5: every publication held out once, every fold in the report
+    from simulator.validation.calibration import stored_folds
+    from simulator.validation.render import markdown
+
+    summary, rows = pure_dp["summary"], {r["id"]: r for r in pure_dp["rows"] if "error" in r}
+    assert {(f["arch"], f["source"]) for f in summary["folds"]} == {(f["arch"], f["source"]) for f in stored_folds()}
+    for f in summary["folds"]:
+        errors = [abs(rows[i]["error"]) for i in f["held_out"]]
+        assert f["runs"] == len(errors) and f["mape"] == pytest.approx(sum(errors) / len(errors))
+    text = markdown(pure_dp["rows"], summary, "dtsim validate")
+    assert "Leave-one-source-out folds" in text and "| hopper | mosaicml/llm-foundry |" in text
