@@ -138,6 +138,14 @@ class TrainingConfig(Frozen):
     #: matrix (PaLM App. B, Megatron SC'21 Eq. 3); "causal" counts the unmasked half (Megatron-LM code,
     #: FlashAttention benchmarks). Kernel time always uses causal work.
     attention_flops: Literal["full", "causal"] = "full"
+    #: Mean tokens per document when several documents are packed into each sequence and the fused
+    #: attention kernel masks per document (FlashAttention varlen, Transformer Engine THD with
+    #: ``cu_seqlens``: NeMo / Megatron-Bridge packed SFT, torchtitan document masking). The attention core
+    #: then covers ``seq_len / document_tokens`` documents of ``document_tokens`` tokens: its work scales
+    #: by ``document_tokens / seq_len`` and the kernel's key length is ``document_tokens``. Unfused
+    #: attention computes the whole ``s × s`` matrix and masks it, so it saves nothing. ``None``: one
+    #: document per sequence.
+    document_tokens: PositiveInt | None = None
     kernels: KernelConfig = KernelConfig()
     #: Gradient clipping by global norm before the optimizer step (Megatron ``--clip-grad``,
     #: torchtitan ``max_norm``; on in most LLM recipes): one read and one read-write of the gradients.
@@ -147,6 +155,9 @@ class TrainingConfig(Frozen):
     def _check_budget(self) -> TrainingConfig:
         if self.total_tokens is not None and self.steps is not None:
             raise ValueError("give training.total_tokens or training.steps, not both")
+        if self.document_tokens is not None and self.document_tokens > self.seq_len:
+            raise ValueError(f"training.document_tokens ({self.document_tokens}) exceeds training.seq_len "
+                             f"({self.seq_len}): a packed document is at most one sequence")
         return self
 
 

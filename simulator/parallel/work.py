@@ -14,6 +14,7 @@ from typing import Any
 
 from simulator.hardware.kernels import sm_count
 from simulator.units import DTYPE_BYTES
+from simulator.workload import flops as wflops
 from simulator.workload import host as whost
 from simulator.workload import ops as wops
 from simulator.workload import params as wparams
@@ -116,6 +117,9 @@ def from_scenario(scenario: Any, persistence_threshold: float = 1e5) -> StepWork
     else:
         fwd = [_scale_attention(op, cp)
                for op in wops.layer_ops(model, b, s, tp, pb, tr.kernels, tr.activation_checkpointing, fp8=fp8)]
+    packed = wflops.attention_work_fraction(tr)
+    if packed < 1.0:  # packed documents: the fused kernel runs per document (flops.attention_work_fraction)
+        fwd = [_pack_attention(op, packed, tr.document_tokens) for op in fwd]
     bwd_all = wops.backward_ops(fwd)
     recompute = tuple(op for op in bwd_all if op.name.startswith("recompute."))
     bwd = tuple(op for op in bwd_all if not op.name.startswith("recompute."))
@@ -191,6 +195,13 @@ def _scale_attention(op: Any, cp: int) -> Any:
     # ring attention: one attention kernel per KV chunk, cp chunks per pass
     return dataclasses.replace(op, flops=op.flops * cp, bytes=op.bytes * cp, launches=op.launches * cp,
                                bwd_launches=op.bwd_launches * cp)
+
+
+def _pack_attention(op: Any, fraction: float, document_tokens: int) -> Any:
+    if getattr(op, "kind", "") != "attention":
+        return op
+    # per-document masking: d/s of the score pairs, keys at most one document long
+    return dataclasses.replace(op, flops=op.flops * fraction, k=min(op.k, document_tokens))
 
 
 def _split_backward(bwd: tuple, blk: wparams.LayerParams, layer_local: float) -> tuple:

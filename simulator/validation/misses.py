@@ -92,9 +92,8 @@ GROUP_CAUSES: tuple[tuple[str, str], ...] = (
      "ran Triton FlashAttention (no Hopper code path) simulated as FlashAttention-2; the fold without them "
      "fits 0.77 (issue 12, attention per framework)"),
     ("nemo2407-sft-*", "NeMo 24.07 SFT on SQuAD packed to 4,096 tokens (layouts, virtual stages and TP overlap "
-     "from NVIDIA's launcher examples of these rows): attention runs per packed document, which dtsim simulates "
-     "as one causal 4,096-token sequence, and the Hopper shares are fitted mostly on llm-foundry's 2023 FSDP "
-     "runs: too slow, like the pure data-parallel 7B SFT row (-12%)"),
+     "from NVIDIA's launcher examples of these rows; attention per packed document at the 125-token length the "
+     "source's own FLOP counts imply): the Hopper shares are fitted mostly on llm-foundry's 2023 FSDP runs"),
     ("nemo2407-llama2-70b-*", "NeMo 24.07 Llama 2 70B: the stored launcher config sets ub_tp_comm_overlap false, "
      "so its TP collectives are simulated exposed; with the Hopper GEMM rate fitted on llm-foundry: too slow "
      "(issue 12)"),

@@ -13,7 +13,7 @@ Attention convention (formulas.md §1.1): ``causal=False`` counts the whole ``s 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal  # noqa: F401
+from typing import Any, Literal  # noqa: F401
 
 from simulator.config.model import ModelConfig
 from simulator.config.scenario import Recompute, Scenario  # noqa: F401  (Recompute re-exported)
@@ -123,6 +123,17 @@ def logits_forward(model: ModelConfig, b: int, s: int) -> float:
     return 2.0 * b * s * model.hidden_size * model.vocab_size
 
 
+def attention_work_fraction(training: Any) -> float:
+    """Share of the attention core's per-sequence work that packed documents leave: ``d / s`` with
+    ``training.document_tokens = d`` and a fused attention kernel (per-document masking, ``s/d``
+    documents of ``d²`` score pairs instead of ``s²``), else 1 (unfused attention computes the whole
+    matrix and masks it)."""
+    d = getattr(training, "document_tokens", None)
+    if d is None or not training.kernels.flash_attention:
+        return 1.0
+    return d / training.seq_len
+
+
 def step(
     model: ModelConfig,
     b: int,
@@ -130,6 +141,7 @@ def step(
     n_micro: int = 1,
     causal: bool = False,
     recompute: Recompute = "none",
+    attention_fraction: float = 1.0,
 ) -> StepFlops:
     """FLOPs of one optimizer step of ``n_micro`` micro-batches of ``b`` sequences of length ``s``.
 
@@ -142,12 +154,13 @@ def step(
     Sec. 5.1 Eq. 3). Selective non-causal: ``72·B·s·l·h²·(1 + 2s/9h + V/12lh)`` (formulas.md §1.2).
     """
     groups = _groups(model, b, s, causal)  # [(blocks, LayerFlops)]: one group unless MoE/MLA
-    forward = sum(c * lay.total for c, lay in groups) + logits_forward(model, b, s)
+    f = attention_fraction  # packed documents: the attention core of d-token documents (attention_work_fraction)
+    forward = sum(c * (lay.dense + f * lay.attention_core) for c, lay in groups) + logits_forward(model, b, s)
     if recompute == "selective_op":  # the re-run GEMMs of torchtitan's op-level policy (op_sac)
         extra = model.n_layers * op_sac.recomputed_gemm_flops(model, b * s)
     else:
-        extra = sum(c * {"none": 0.0, "selective": lay.attention_core, "full": lay.total}[recompute]
-                    for c, lay in groups)
+        extra = sum(c * {"none": 0.0, "selective": f * lay.attention_core,
+                         "full": lay.dense + f * lay.attention_core}[recompute] for c, lay in groups)
     return StepFlops(
         tokens=b * s * n_micro,
         causal=causal,
@@ -171,4 +184,5 @@ def for_scenario(scenario: Scenario) -> StepFlops:
         t.global_batch_size // t.micro_batch_size,
         causal=t.attention_flops == "causal",
         recompute=t.activation_checkpointing,
+        attention_fraction=attention_work_fraction(t),
     )

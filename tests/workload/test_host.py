@@ -100,3 +100,27 @@ def test_per_parameter_gradient_hooks_are_megatron_and_deepspeed_host_work_not_f
                                 "training": {"seq_len": 1024, "micro_batch_size": 1, "global_batch_size": 8},
                                 "parallel": {"framework": "ddp"}})
     assert host.block_param_tensors(llama.model) == 6
+
+
+def test_packed_documents_shrink_the_fused_attention_kernel_and_its_key_length():
+    # 8 documents of 128 tokens in a 1,024-token sequence: the kernel does 1/8 of the causal work, its
+    # main loop runs over 128 keys, not 1,024; the GEMMs stay.
+    def ops(doc):
+        raw = {"name": "p", "model": "llama-3-8b", "cluster": {"topology": "dgx-a100", "nodes": 1},
+               "training": {"seq_len": 1024, "micro_batch_size": 1, "global_batch_size": 8,
+                            **({"document_tokens": doc} if doc else {})}, "parallel": {"framework": "fsdp"}}
+        return {op.name: op for op in pwork.from_scenario(scenario_from_dict(raw)).layer_fwd}
+
+    one, packed = ops(None), ops(128)
+    assert packed["attention"].flops == pytest.approx(one["attention"].flops / 8)
+    assert (one["attention"].k, packed["attention"].k) == (1024, 128)
+    assert packed["qkv"].flops == one["qkv"].flops
+
+
+def test_a_document_longer_than_the_sequence_is_refused():
+    from simulator.errors import InputError
+
+    raw = {"name": "p", "model": "llama-3-8b", "cluster": {"topology": "dgx-a100", "nodes": 1},
+           "training": {"seq_len": 1024, "document_tokens": 2048, "micro_batch_size": 1, "global_batch_size": 8}}
+    with pytest.raises((InputError, ValueError), match="document_tokens"):
+        scenario_from_dict(raw)

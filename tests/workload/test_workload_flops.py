@@ -126,3 +126,24 @@ def test_for_scenario(new_scenario, shapes):
     m = sc.model
     assert got == flops.step(m, 2, 4096, 32, causal=True, recompute="none")
     assert got.tokens == sc.tokens_per_step
+
+
+def test_packed_documents_scale_the_attention_core_only():
+    # 4 documents of 1,024 tokens packed into a 4,096-token sequence, masked per document: the attention
+    # core covers 4 × 1,024² score pairs instead of 4,096², a quarter; the GEMMs are unchanged.
+    from simulator.config.loader import scenario_from_dict
+    from simulator.workload import flops as wflops
+
+    def sc(doc, flash=True):
+        training = {"seq_len": 4096, "micro_batch_size": 1, "global_batch_size": 8,
+                    "kernels": {"flash_attention": flash}, **({"document_tokens": doc} if doc else {})}
+        return scenario_from_dict({"name": "p", "model": "llama-3-8b", "cluster": {"topology": "dgx-h100", "nodes": 1},
+                                   "training": training, "parallel": {"framework": "fsdp"}})
+
+    full, packed = wflops.for_scenario(sc(None)), wflops.for_scenario(sc(1024))
+    lay = wflops.dense_layer_forward(sc(None).model, 1, 4096, causal=False)
+    n_seq, layers = 8, 32
+    assert wflops.attention_work_fraction(sc(1024).training) == 0.25
+    assert full.model_flops - packed.model_flops == pytest.approx(3 * n_seq * layers * 0.75 * lay.attention_core)
+    # unfused attention computes the whole matrix and masks it: nothing saved
+    assert wflops.attention_work_fraction(sc(1024, flash=False).training) == 1.0
