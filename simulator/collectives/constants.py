@@ -54,6 +54,9 @@ PASS_FILL_FRACTION = 0.15
 NVLS_FILL_S, NVLS_FILL_BYTES = 60e-6, 12 * 2**20
 
 
+#: The ring/tree pipeline fill every NCCL protocol shares (``Protocol.fill``; the constants above).
+_RING_FILL = dict(fill_s=RING_FILL_S, fill_bytes=RING_FILL_BYTES, fill_steps=RING_FILL_STEPS,
+                  pass_fill_fraction=PASS_FILL_FRACTION)
 #: Collectives that move each chunk through one ring pass (``Protocol.fill``).
 SINGLE_PASS = ("all_gather", "reduce_scatter")
 #: Collectives NCCL runs as grouped send/recv, not as a ring or tree of steps.
@@ -131,14 +134,11 @@ class Calibration:
         # LL: NCCL's values (base 6.6, per step NVLink 0.6 / PCI 1.0 / NET 2.7 µs); 8-byte stores of
         # 4 data + 4 flag bytes, so half the link bandwidth (NCCL: ``busBw · 0.5``).
         Protocol("LL", 6.6 * US, {"nvlink": 0.6 * US, "pci": 1.0 * US, "net": 2.7 * US}, 0.5,
-                 fill_s=RING_FILL_S, fill_bytes=RING_FILL_BYTES, fill_steps=RING_FILL_STEPS,
-                 pass_fill_fraction=PASS_FILL_FRACTION),
+                 **_RING_FILL),
         Protocol("LL128", 14.0 * US, {"nvlink": 1.9 * US, "pci": 2.5 * US, "net": 4.0 * US}, 0.92, needs_nvlink=True,
-                 fill_s=RING_FILL_S, fill_bytes=RING_FILL_BYTES, fill_steps=RING_FILL_STEPS,
-                 pass_fill_fraction=PASS_FILL_FRACTION),
+                 **_RING_FILL),
         Protocol("Simple", 8.4 * US, {"nvlink": 3.4 * US, "pci": 5.7 * US, "net": 14.0 * US}, 1.0,
-                 fill_s=RING_FILL_S, fill_bytes=RING_FILL_BYTES, fill_steps=RING_FILL_STEPS,
-                 pass_fill_fraction=PASS_FILL_FRACTION),
+                 **_RING_FILL),
     )
     nvls_protocol: Protocol = Protocol("Simple", 0.0, {"nvlink": 25.0 * US, "pci": 25.0 * US, "net": 18.0 * US}, 1.0,
                                        fill_s=NVLS_FILL_S, fill_bytes=NVLS_FILL_BYTES, fill_ranks=8)

@@ -276,7 +276,7 @@ def attach(work: Any, scenario: Any, pb: int) -> Any:
     """``work`` of an MoE / MLA model: per-block parameters without the experts (those reduce over
     the expert-DP group here), the MoE blocks' ops and all-to-all volumes, and an optimizer step
     that also updates this GPU's expert shard."""
-    from simulator.parallel.work import _scale_attention
+    from simulator.parallel.work import scale_attention
     from simulator.workload import moe as wmoe
     from simulator.workload import moe_ops
     from simulator.workload import ops as wops
@@ -298,7 +298,7 @@ def attach(work: Any, scenario: Any, pb: int) -> Any:
     if model.moe is None:
         return dataclasses.replace(work, **changes)
     ops = moe_ops.moe_block_ops(model, b, s, tp, pb, tr.kernels, tr.activation_checkpointing, ep, etp)
-    ops = dataclasses.replace(ops, pre=tuple(_scale_attention(op, cp) for op in ops.pre))
+    ops = dataclasses.replace(ops, pre=tuple(scale_attention(op, cp, tr) for op in ops.pre))
     imb = model.moe.effective_imbalance
     act_bytes = ops.routed_tokens * model.hidden_size * imb
     fp8 = tr.precision == "fp8"

@@ -112,14 +112,11 @@ def from_scenario(scenario: Any, persistence_threshold: float = 1e5) -> StepWork
     if model.moe is not None or model.is_mla:  # MLA attention in the dense blocks
         from simulator.workload import moe_ops
 
-        fwd = [_scale_attention(op, cp) for op in moe_ops.dense_block_ops(model, b, s, tp, pb, tr.kernels,
-                                                                          tr.activation_checkpointing, fp8=fp8)]
+        fwd = [scale_attention(op, cp, tr) for op in moe_ops.dense_block_ops(model, b, s, tp, pb, tr.kernels,
+                                                                             tr.activation_checkpointing, fp8=fp8)]
     else:
-        fwd = [_scale_attention(op, cp)
+        fwd = [scale_attention(op, cp, tr)
                for op in wops.layer_ops(model, b, s, tp, pb, tr.kernels, tr.activation_checkpointing, fp8=fp8)]
-    packed = wflops.attention_work_fraction(tr)
-    if packed < 1.0:  # packed documents: the fused kernel runs per document (flops.attention_work_fraction)
-        fwd = [_pack_attention(op, packed, tr.document_tokens) for op in fwd]
     bwd_all = wops.backward_ops(fwd)
     recompute = tuple(op for op in bwd_all if op.name.startswith("recompute."))
     bwd = tuple(op for op in bwd_all if not op.name.startswith("recompute."))
@@ -189,19 +186,17 @@ def _module_params(model: Any, gathered: float) -> tuple[float, ...]:
     return tuple(gathered * w / total for w in weights)
 
 
-def _scale_attention(op: Any, cp: int) -> Any:
-    if cp == 1 or getattr(op, "kind", "") != "attention":
-        return op
-    # ring attention: one attention kernel per KV chunk, cp chunks per pass
-    return dataclasses.replace(op, flops=op.flops * cp, bytes=op.bytes * cp, launches=op.launches * cp,
-                               bwd_launches=op.bwd_launches * cp)
-
-
-def _pack_attention(op: Any, fraction: float, document_tokens: int) -> Any:
+def scale_attention(op: Any, cp: int, training: Any) -> Any:
+    """An attention-core op as one rank runs it: with ring attention (context parallelism) one kernel
+    per KV chunk, ``cp`` chunks per pass; with packed documents (``training.document_tokens``) the
+    fused kernel's share of the score pairs (``flops.attention_work_fraction``) and at most one
+    document of keys. Other ops unchanged."""
     if getattr(op, "kind", "") != "attention":
         return op
-    # per-document masking: d/s of the score pairs, keys at most one document long
-    return dataclasses.replace(op, flops=op.flops * fraction, k=min(op.k, document_tokens))
+    packed = wflops.attention_work_fraction(training)
+    k = min(op.k, training.document_tokens) if packed < 1.0 else op.k
+    return dataclasses.replace(op, flops=op.flops * cp * packed, bytes=op.bytes * cp, launches=op.launches * cp,
+                               bwd_launches=op.bwd_launches * cp, k=k)
 
 
 def _split_backward(bwd: tuple, blk: wparams.LayerParams, layer_local: float) -> tuple:

@@ -13,10 +13,10 @@ Attention convention (formulas.md §1.1): ``causal=False`` counts the whole ``s 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal  # noqa: F401
+from typing import Literal  # noqa: F401
 
 from simulator.config.model import ModelConfig
-from simulator.config.scenario import Recompute, Scenario  # noqa: F401  (Recompute re-exported)
+from simulator.config.scenario import Recompute, Scenario, TrainingConfig  # noqa: F401  (Recompute re-exported)
 from simulator.workload import op_sac
 
 
@@ -123,12 +123,12 @@ def logits_forward(model: ModelConfig, b: int, s: int) -> float:
     return 2.0 * b * s * model.hidden_size * model.vocab_size
 
 
-def attention_work_fraction(training: Any) -> float:
+def attention_work_fraction(training: TrainingConfig) -> float:
     """Share of the attention core's per-sequence work that packed documents leave: ``d / s`` with
     ``training.document_tokens = d`` and a fused attention kernel (per-document masking, ``s/d``
     documents of ``d²`` score pairs instead of ``s²``), else 1 (unfused attention computes the whole
     matrix and masks it)."""
-    d = getattr(training, "document_tokens", None)
+    d = training.document_tokens
     if d is None or not training.kernels.flash_attention:
         return 1.0
     return d / training.seq_len
