@@ -1,7 +1,8 @@
 """Calibrate the compute-efficiency parameters per GPU architecture, with leave-one-source-out CV.
 
 Inputs (fixed, versioned): the runs ``simulator.validation.suite.load_runs()`` returns — their
-expressible, not ``calibration_excluded``, pure data-parallel runs — and the simulator itself. For each
+expressible, not ``calibration_excluded``, pure data-parallel or attention-dominated runs
+(``cal.fitting_cases``) — and the simulator itself. For each
 GPU architecture with such runs (``simulator.validation.calibration``):
 
 1. fit the parameters not ``cal.MEASURED`` (the GEMM and attention shares; the overlap slowdown is
@@ -94,7 +95,8 @@ def calibrate(log=print) -> tuple[dict, dict, str]:
             f"parameters on a bound: {cal.on_bound(full.params, arch) or 'none'}")
     block["calibration"] = {
         "script": "benchmarks/calibrate.py",
-        "suite": "load_runs(): expressible pure data-parallel runs not calibration_excluded",
+        "suite": ("load_runs(): expressible runs not calibration_excluded, pure data parallel or with the "
+                  f"attention core >= {cal.ATTENTION_DOMINATED} of the block FLOPs"),
         "objective": f"mean of min(|error|, {cal.CAP}) of tokens/s per GPU over the runs of one architecture",
         "search": (f"steepest descent on a {cal.STEP} grid at scales {list(cal.SCALES)} from "
                    f"{cal.values(tuple(cal.START[p] for p in cal.PARAMS))}; every fold the same search from the same start"),
@@ -117,7 +119,9 @@ def render_doc(block: dict, folds: list[cal.Fold], oof: list[tuple[str, str, str
              "`simulator/validation/calibration.py`. Two parameters per GPU architecture are fitted (`hbm_fraction` is "
              "measured, not fitted; so is the overlap slowdown, which the fitting runs do not identify: `MEASURED` there, "
              "`python benchmarks/calibrate.py --profile` prints its objective profile) on the "
-             "expressible pure data-parallel runs of the validation suite; every publication is held out once "
+             "expressible pure data-parallel runs of the validation suite and its attention-dominated runs (the attention "
+             "core at least half of a block's FLOPs, whatever their layout: the only runs that identify the attention "
+             "share); every publication is held out once "
              "(leave-one-source-out) and its runs predicted with the parameters fitted without it. Error = "
              "predicted / measured − 1 of tokens/s per GPU.", "",
              "## Fitted parameters", "",

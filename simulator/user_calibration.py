@@ -12,7 +12,8 @@ A measurements file lists runs of the user's cluster::
         split: test                        # optional: train / test; default alternates rows
 
 The bundled suite's format (``simulator/validation/runs.yaml``: ``id``, inline ``scenario``,
-``measured.tokens_per_s_per_gpu``, ``split``; its expressible pure data-parallel runs) is read too,
+``measured.tokens_per_s_per_gpu``, ``split``; its expressible pure data-parallel and attention-dominated
+runs, ``calibration.fitting_cases``) is read too,
 so the bundled calibration can be reproduced with this command.
 
 Procedure: that of the bundled calibration (``simulator.validation.calibration``, used through
@@ -86,6 +87,8 @@ def _measured(row: dict, scenario: Scenario, base_dir: Path, where: str) -> floa
 
 def load_cases(path: str | Path) -> list[Case]:
     """The rows of a measurements file as cases (every scenario validated; bad rows are InputErrors)."""
+    from simulator.validation import calibration
+
     path = Path(path)
     doc = read_yaml(path, "--measured")
     rows = doc.get("runs") if isinstance(doc, dict) else None
@@ -96,10 +99,9 @@ def load_cases(path: str | Path) -> list[Case]:
         where = f"runs[{i}]"
         if not isinstance(row, dict) or "scenario" not in row:
             raise InputError("each row needs scenario: (a path or a mapping)", where)
-        if "id" in row and "parallelism" in row:  # the bundled suite's format
-            if (row["scenario"] is None or row.get("parallelism") != "pure_dp"
-                    or row.get("calibration_excluded")):
-                continue
+        bundled = "id" in row and "parallelism" in row  # the bundled suite's format
+        if bundled and (row["scenario"] is None or row.get("calibration_excluded")):
+            continue
         spec, sets = row["scenario"], list(row.get("set") or [])
         if isinstance(spec, str):
             scenario_path = Path(spec) if Path(spec).is_absolute() else path.parent / spec
@@ -110,6 +112,8 @@ def load_cases(path: str | Path) -> list[Case]:
             raise InputError("must be a scenario path or mapping", f"{where}.scenario")
         resolved = prepare_raw(raw, base, sets)
         scenario = scenario_from_dict(resolved)
+        if bundled and not calibration.fits_on(row["parallelism"], scenario):  # the bundled fit's runs only
+            continue
         label = str(row.get("id") or f"{scenario.name}#{i}")
         # The fold a row is held out with: its publication (the bundled suite's source_key), else its
         # split (train / test; rows alternate by default).

@@ -16,9 +16,17 @@ bandwidth of streaming kernels per architecture, [S56][S57], ``efficiency.yaml``
 dispatch and GEMM tile/wave quantisation (``simulator.hardware.kernels``). The network efficiency parameters are not refitted here either: they
 belong to the network layer and are fitted there against nccl-tests bus-bandwidth curves.
 
-Runs: the expressible pure data-parallel runs of ``load_runs()`` (whatever files it reads) that are
-not ``calibration_excluded``, grouped by GPU architecture. Pure data parallelism keeps the fit away
-from tensor/pipeline-parallel network effects the compute parameters must not absorb.
+Runs: the expressible runs of ``load_runs()`` (whatever files it reads) that are not
+``calibration_excluded`` and are pure data parallel or attention-dominated, grouped by GPU
+architecture. Pure data parallelism keeps the fit away from tensor/pipeline-parallel network effects
+the compute parameters must not absorb. But at the sequence lengths of pure data-parallel runs (≤ 8k
+tokens but for a few) the attention core is 5-30 % of the work, so they hardly identify
+``attention_sustained_of_bench``: on Hopper it then took the value of the one source with many long
+rows, llm-foundry's 2023 Triton FlashAttention (0.52), or, without it, whatever a weak trade-off with
+the GEMM share left (0.79); long-context runs, which all need context or tensor parallelism, fitted
+0.56-0.68 one by one. So a run whose attention core is at least ``ATTENTION_DOMINATED`` (half) of a
+block's forward FLOPs (``attention_share``) joins the fit whatever its layout: its step is mostly one
+kernel whose rate is the parameter, and its ring exchange overlaps that kernel.
 
 Method: the objective is the mean absolute relative error of tokens/s per GPU over the fitting runs of
 one architecture, each run's error capped at ``CAP`` (a redescending, outlier-robust loss: a run
@@ -46,6 +54,7 @@ from typing import Any
 from simulator.config.hardware import GPUSpec
 from simulator.hardware.efficiency import Efficiency, for_gpu
 from simulator.validation.suite import Run, scenario_for
+from simulator.workload import flops
 
 #: The fitted parameters, in the order the search visits them.
 PARAMS = ("gemm_sustained_of_mamf", "attention_sustained_of_bench", "compute_slowdown_during_comm")
@@ -91,6 +100,9 @@ MEASURED: dict[str, dict[str, int]] = {arch: {"compute_slowdown_during_comm": 35
                                        for arch in ("ampere", "hopper", "blackwell")}
 #: Per-run error beyond which a run no longer pulls the fit (the issue-7 "no run worse than" bound).
 CAP = 0.25
+#: Attention-core share of a block's FLOPs from which a run joins the fitting runs whatever its
+#: parallelism: only such long-sequence runs identify ``attention_sustained_of_bench`` (``attention_share``).
+ATTENTION_DOMINATED = 0.5
 #: Safety limit on descent moves per scale.
 MAX_MOVES = 200
 
@@ -272,12 +284,30 @@ def is_local_minimum(cases: Sequence[Case], params: dict[str, float], arch: str)
     return all(not objective(errors(cases, values(n))) < here for n in neighbours(point, 1, bounds(arch))), here
 
 
+def attention_share(scenario: Any) -> float:
+    """The attention core's share of a transformer block's forward FLOPs at the scenario's sequence
+    length (causal): the weight ``attention_sustained_of_bench`` carries in its step time."""
+    lf = flops.layer_forward(scenario.model, 1, scenario.training.seq_len, causal=True)
+    core = lf.scores + lf.attn_v
+    return core / (core + lf.q + lf.kv + lf.out_proj + lf.mlp)
+
+
+def fits_on(parallelism: str, scenario: Any) -> bool:
+    """Whether a run joins the fitting runs: pure data parallel, or attention-dominated."""
+    return parallelism == "pure_dp" or attention_share(scenario) >= ATTENTION_DOMINATED
+
+
 def fitting_cases(runs: Sequence[Run]) -> dict[str, list[Case]]:
-    """Expressible pure data-parallel runs not ``calibration_excluded``, grouped by GPU arch."""
+    """The fitting runs, grouped by GPU arch: the expressible runs not ``calibration_excluded`` that are
+    pure data parallel or whose attention core is at least ``ATTENTION_DOMINATED`` of the block's
+    FLOPs (``attention_share``)."""
     out: dict[str, list[Case]] = {}
     for run in runs:
-        if run.parallelism == "pure_dp" and run.expressible and not run.extra.get("calibration_excluded"):
-            gpu = scenario_for(run).cluster.gpu_spec
+        if not run.expressible or run.extra.get("calibration_excluded"):
+            continue
+        scenario = scenario_for(run)
+        if fits_on(run.parallelism, scenario):
+            gpu = scenario.cluster.gpu_spec
             out.setdefault(gpu.arch, []).append(Case(run, gpu))
     return out
 

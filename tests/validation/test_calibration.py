@@ -149,3 +149,18 @@ def test_profile_refits_the_others_at_each_value_and_shows_an_unidentified_param
     fits = cal.profile(cases, "ampere", "compute_slowdown_during_comm", (5, 40, 80))
     assert [f.params["compute_slowdown_during_comm"] for f in fits] == [0.05, 0.40, 0.80]
     assert all(f.params["gemm_sustained_of_mamf"] == 0.80 and f.objective == 0.0 for f in fits)
+
+
+def test_attention_share_of_llama2_7b_by_hand_and_which_runs_it_admits():
+    # Llama 2 7B block per token, forward: QKV + out 2·4096²·(1+2+1), SwiGLU MLP 3·2·4096·11008; causal
+    # attention core (QKᵀ and ·V over s/2 keys on average) 2·2·s·4096/2 = 8192·s.
+    def share(s: int) -> float:
+        return 8192 * s / (8192 * s + 8 * 4096**2 + 6 * 4096 * 11008)
+
+    by_id = {r.id: r for r in load_runs()}
+    long_cp = by_id["nemo-longseq2403-llama2-7b-seq64k-64gpu-fp8"]  # TP 4 × CP 2, 65,536 tokens
+    short_tp = by_id["nemo-longseq2403-llama2-7b-seq8k-8gpu-fp8"]  # PP 2, 8,192 tokens
+    assert cal.attention_share(cal.scenario_for(long_cp)) == pytest.approx(share(65536), rel=1e-3)  # 0.570
+    assert cal.attention_share(cal.scenario_for(short_tp)) == pytest.approx(share(8192), rel=1e-3)  # 0.142
+    hopper = {c.run.id for c in cal.fitting_cases([long_cp, short_tp])["hopper"]}
+    assert hopper == {long_cp.id}  # attention-dominated joins whatever its layout; a short TP/PP run does not

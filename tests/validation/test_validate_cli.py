@@ -114,8 +114,8 @@ def test_every_stored_fold_is_reported_with_its_held_out_runs(pure_dp):
 
     summary, rows = pure_dp["summary"], {r["id"]: r for r in pure_dp["rows"] if "error" in r}
     assert {(f["arch"], f["source"]) for f in summary["folds"]} == {(f["arch"], f["source"]) for f in stored_folds()}
-    for f in summary["folds"]:
-        errors = [abs(rows[i]["error"]) for i in f["held_out"]]
+    for f in summary["folds"]:  # this pass is pure DP only: a fold's long-sequence TP/PP runs are not in it
+        errors = [abs(rows[i]["error"]) for i in f["held_out"] if i in rows]
         assert f["runs"] == len(errors) and f["mape"] == pytest.approx(sum(errors) / len(errors))
     text = markdown(pure_dp["rows"], summary, "dtsim validate")
     assert "Leave-one-source-out folds" in text and "| hopper | mosaicml/llm-foundry |" in text
