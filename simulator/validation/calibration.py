@@ -290,8 +290,7 @@ def attention_share(scenario: Any) -> float:
     """The attention core's share of a transformer block's forward FLOPs at the scenario's sequence
     length (causal): the weight ``attention_sustained_of_bench`` carries in its step time."""
     lf = flops.layer_forward(scenario.model, 1, scenario.training.seq_len, causal=True)
-    core = lf.scores + lf.attn_v
-    return core / (core + lf.q + lf.kv + lf.out_proj + lf.mlp)
+    return lf.attention_core / lf.total
 
 
 def fits_on(parallelism: str, scenario: Any) -> bool:

@@ -15,6 +15,10 @@ from typing import Any
 #: Per-run tolerance on tokens/s per GPU (the step-engine issue's ±15 %).
 TOLERANCE = 0.15
 
+#: The cause the Hopper runs of tuned 2024-25 stacks share: what sets the fitted GEMM share.
+_HOPPER_GEMM = ("the Hopper GEMM share (0.74 of MAMF) is fitted mostly on llm-foundry's 2023 FSDP rows (36 of the 59 "
+                "Hopper fitting runs)")
+
 #: Why each known miss misses, as far as we know.
 CAUSES: dict[str, str] = {
     "mbridge260201-gb300-llama3-70b-64gpu-mxfp8": "PP 4 without virtual stages and 8 micro-batches per pipeline "
@@ -34,9 +38,8 @@ CAUSES: dict[str, str] = {
     "ibm-fsdp-a100-llama213b": "too fast since attention runs at FlashAttention-2's published A100 rate (the "
     "former fitted flash fraction, 0.30 of peak, absorbed it); the same source's 7B, 34B and 70B runs are within "
     "15%: what slows the 13B run (40 heads, 4,096 tokens) is not identified",
-    "megatron-bridge-2511-llama3-8b-8gpu-fsdp-fp8cs": "too slow like the other NVIDIA-tuned H100 FP8 runs: the "
-    "Hopper GEMM share (0.74 of MAMF) is fitted mostly on llm-foundry's 2023 FSDP rows (36 of the 59 Hopper "
-    "fitting runs), below what Megatron-Core/Transformer Engine reach (issue 12)",
+    "megatron-bridge-2511-llama3-8b-8gpu-fsdp-fp8cs": "too slow like the other NVIDIA-tuned H100 FP8 runs: "
+    + _HOPPER_GEMM + ", below what Megatron-Core/Transformer Engine reach (issue 12)",
     "nemo2407-llama3-8b-8gpu-fp8": "FP8 on H100 with Transformer Engine: cast/amax costs and FP8 GEMM "
     "efficiency (issue 12 item 2)",
     "mbridge2511-gb300-qwen3-235b-a22b-64gpu-mxfp8": "TP 2 with the recipe's tp_comm_overlap=True "
@@ -83,8 +86,7 @@ GROUP_CAUSES: tuple[tuple[str, str], ...] = (
      "show, even at the measured FP8 GEMM rate (70.9 % of peak vs 80.3 % BF16): small models and long sequences "
      "where FP8's casts and BF16 attention dominate (issue 12)"),
     ("torchtitan-h200-*", "torchtitan H200 FP8 (compiled, 32-64 GPUs) too slow like the torchtitan H100 FP8 runs "
-     "at 8k tokens: the Hopper GEMM share (0.74 of MAMF) is fitted mostly on llm-foundry's 2023 FSDP rows (36 of "
-     "the 59 Hopper fitting runs); the 2024-25 NVIDIA and torchtitan runs want 0.76-0.92 one by one"),
+     "at 8k tokens: " + _HOPPER_GEMM + "; the 2024-25 NVIDIA and torchtitan runs want 0.76-0.92 one by one"),
     ("llmfoundry-*-h100-*-seq*", "H100 too fast: the benchmark ran llm-foundry's Triton "
      "FlashAttention (submit_benchmarks.py --attn_impl default 'triton'; attn.sh and h100_benchmarks.sh pass no "
      "other, image mosaicml/pytorch:2.1.0_cu121-nightly20230827 for the A100 and H100 rows alike), a 2022 "
@@ -102,9 +104,8 @@ GROUP_CAUSES: tuple[tuple[str, str], ...] = (
      "(issue 12)"),
     ("nemo2407-*", "NeMo 24.07 H100 FP8: with the recipes' TP overlap, FP8 all-gathers, BF16 gradient reduction "
      "and parameter-gather overlap simulated, still too slow like NeMo's pure data-parallel runs (-3 to -13 %): "
-     "the Hopper GEMM share (0.74 of MAMF) is fitted mostly on llm-foundry's 2023 FSDP rows (36 of the 59 "
-     "Hopper fitting runs), below what Megatron-Core/Transformer Engine reach; large-TP runs also expose the collectives of their small "
-     "attention-side GEMMs (issue 12)"),
+     + _HOPPER_GEMM + ", below what Megatron-Core/Transformer Engine reach; large-TP runs also expose the "
+     "collectives of their small attention-side GEMMs (issue 12)"),
     ("mbridge*-h100-llama3.1-405b-*", "Megatron-Bridge H100 FP8 TP/PP: too slow like the NeMo H100 runs; the table "
      "does not print the recipe's TP-overlap setting (simulated without) and the Hopper GEMM rate is fitted "
      "mostly on FSDP runs (issue 12)"),
