@@ -27,7 +27,8 @@ def _groups(summary: dict[str, Any]) -> list[tuple[str, str, int, float | None]]
     out = [("overall", "all simulated", summary["simulated"], summary["mape"]),
            ("overall", "pure DP", summary["pure_dp"]["n"], summary["pure_dp"]["mape"]),
            ("overall", "pure DP held-out", summary["held_out_pure_dp"]["n"], summary["held_out_pure_dp"]["mape"])]
-    for title, key in (("GPU", "by_gpu"), ("framework", "by_framework"), ("parallelism", "by_parallelism")):
+    for title, key in (("GPU", "by_gpu"), ("framework", "by_framework"), ("parallelism", "by_parallelism"),
+                       ("model size", "by_model_size"), ("precision", "by_precision")):
         out += [(title, k, v["n"], v["mape"]) for k, v in summary[key].items()]
     return out
 

@@ -14,10 +14,19 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from simulator.validation.misses import TOLERANCE, misses
-from simulator.validation.suite import Outcome
+from simulator.validation.suite import Outcome, scenario_for
+from simulator.workload.params import count
 
 #: Labels of the parallelism kinds.
 KINDS = {"pure_dp": "pure DP", "tp_pp": "TP/PP"}
+#: Model-size classes of the report (upper bound in parameters, label), by total parameters (a
+#: mixture-of-experts model counts all its experts): the issue-12 groups "small (≤ 1B) to 405B".
+SIZE_CLASSES = ((1e9, "≤ 1B"), (1e10, "1-10B"), (1e11, "10-100B"), (float("inf"), "> 100B"))
+
+
+def size_class(params: float) -> str:
+    """The ``SIZE_CLASSES`` label of a model with ``params`` parameters (bounds inclusive)."""
+    return next(label for bound, label in SIZE_CLASSES if params <= bound)
 
 
 def row(outcome: Outcome) -> dict[str, Any]:
@@ -30,7 +39,11 @@ def row(outcome: Outcome) -> dict[str, Any]:
         out["skipped"] = outcome.skipped
         return out
     pred_tok = outcome.predicted_tokens_per_s_per_gpu
-    out.update(measured_tokens_per_s_per_gpu=run.measured_tokens_per_s_per_gpu,
+    scenario = scenario_for(run)
+    params = count(scenario.model).total
+    out.update(model_params=params, model_size=size_class(params),
+               precision=scenario.training.precision.upper(),
+               measured_tokens_per_s_per_gpu=run.measured_tokens_per_s_per_gpu,
                predicted_tokens_per_s_per_gpu=pred_tok, error=outcome.error,
                predicted_step_time_s=outcome.report.step_time_s)
     if run.flops_per_token:
@@ -67,9 +80,15 @@ def _by(rows: Sequence[dict[str, Any]], key: str) -> dict[str, dict[str, Any]]:
     return {k: {"n": len(v), "mape": mape(v)} for k, v in sorted(groups.items())}
 
 
+def _by_size(rows: Sequence[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """``_by`` model size, in ``SIZE_CLASSES`` order rather than alphabetical."""
+    groups = _by(rows, "model_size")
+    return {label: groups[label] for _, label in SIZE_CLASSES if label in groups}
+
+
 def summarize(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    """Counts, MAPE overall / pure-DP / held-out (``split: test``), by GPU, framework and
-    parallelism kind, the worst five runs, every miss beyond the per-run tolerance with its cause
+    """Counts, MAPE overall / pure-DP / held-out (``split: test``), by GPU, framework, parallelism
+    kind, model size (``SIZE_CLASSES``) and training precision, the worst five runs, every miss beyond the per-run tolerance with its cause
     (``simulator.validation.misses``), and the skipped runs with their reasons."""
     done = [r for r in rows if "error" in r]
     pure = [r for r in done if r["parallelism"] == KINDS["pure_dp"]]
@@ -86,6 +105,8 @@ def summarize(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
         "by_gpu": _by(done, "gpu"),
         "by_framework": _by(done, "framework"),
         "by_parallelism": _by(done, "parallelism"),
+        "by_model_size": _by_size(done),
+        "by_precision": _by(done, "precision"),
         "worst": [{"id": r["id"], "error": r["error"]} for r in worst],
         "tolerance": TOLERANCE,
         "misses": misses(done),

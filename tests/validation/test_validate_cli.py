@@ -14,6 +14,7 @@ from typer.testing import CliRunner
 
 from simulator.cli_validate import validate_command
 from simulator.validation.suite import load_runs
+from simulator.validation.summary import SIZE_CLASSES, size_class
 
 pytestmark = pytest.mark.validation
 
@@ -50,6 +51,19 @@ def test_json_rows_and_summary(pure_dp):
             assert r["error"] == pytest.approx(r["predicted_tokens_per_s_per_gpu"] / r["measured_tokens_per_s_per_gpu"] - 1)
     assert set(summary["by_framework"]) <= {"FSDP", "DeepSpeed", "Megatron"}
     assert len(summary["worst"]) == 5
+
+
+def test_model_size_and_precision_groups(pure_dp):
+    rows = {r["id"]: r for r in pure_dp["rows"] if "error" in r}
+    # Megatron SC'21 Table 1: the 1.7B GPT; MPT-350M (llm-foundry): below 1B; both trained in 16-bit
+    assert rows["megatron-sc21-t1-1.7B"]["model_size"] == "1-10B"
+    assert 1.6e9 < rows["megatron-sc21-t1-1.7B"]["model_params"] < 1.8e9
+    assert rows["llmfoundry-mpt350m-a100_80gb-8gpu-seq2048"]["model_size"] == "≤ 1B"
+    assert rows["megatron-sc21-t1-1.7B"]["precision"] == "FP16"
+    groups = pure_dp["summary"]["by_model_size"]
+    assert set(groups) <= {label for _, label in SIZE_CLASSES}
+    assert sum(g["n"] for g in groups.values()) == pure_dp["summary"]["simulated"]
+    assert size_class(1e9) == "≤ 1B" and size_class(1.01e9) == "1-10B" and size_class(4.05e11) == "> 100B"
 
 
 def test_tflops_converted_with_the_sources_convention(pure_dp):
