@@ -81,6 +81,16 @@ class ParallelConfig(Frozen):
     #: ``--overlap-param-gather``, NeMo ``optim.overlap_param_sync``); else after the optimizer step,
     #: exposed.
     overlap_param_gather: bool = False
+    #: FP8 training: the blocks' linear weights (every block parameter but its norms and biases)
+    #: are gathered in FP8, 1 byte per element plus negligible scales, instead of the parameter
+    #: dtype: Megatron ``--fp8-param-gather`` (the distributed optimizer's parameter all-gather and
+    #: Megatron-FSDP's gathers; Megatron-Bridge's FP8 mixed-precision recipes set it,
+    #: ``training/mixed_precision.py``: delayed, tensorwise current scaling, MXFP8) and torchtitan
+    #: ``float8.enable_fsdp_float8_all_gather`` (FSDP2 casts each shard to float8 before the
+    #: all-gather, torchao ``float8/fsdp_utils.py``). Embeddings, the output layer and the norms
+    #: stay in the parameter dtype (neither stack converts them to FP8 modules). Needs
+    #: ``training.precision: fp8``; DeepSpeed has no such option.
+    fp8_param_gather: bool = False
     zero_stage: int = Field(0, ge=0, le=3)
     framework: Framework = "deepspeed"
     # --- DeepSpeed (deepspeed/runtime/zero/config.py defaults, DS 0.16.5) ---
@@ -240,6 +250,9 @@ class ParallelConfig(Frozen):
                     f"parallel.pipeline_layout has {n} stages but pp x virtual_stages = {self.pp} x {v} = "
                     f"{self.pp * v}; give one '|'-separated stage per virtual stage (or set "
                     f"parallel.virtual_stages: {n // self.pp if n % self.pp == 0 else 'n/pp'})")
+        if self.fp8_param_gather and self.framework == "deepspeed":
+            raise ValueError("parallel.fp8_param_gather is a Megatron (framework ddp) / FSDP option; DeepSpeed "
+                             "gathers parameters in their dtype: remove it or use framework ddp or fsdp")
         if self.overlap_param_gather and not self.distributed_optimizer:
             raise ValueError("parallel.overlap_param_gather needs parallel.distributed_optimizer: true (Megatron "
                              "gathers the parameters its distributed optimizer sharded)")

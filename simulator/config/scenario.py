@@ -256,6 +256,9 @@ class Scenario(Frozen):
         if t.activation_checkpointing == "selective_op" and (m.moe is not None or m.is_mla):
             raise ValueError("training.activation_checkpointing: selective_op (torchtitan's op-level policy) is "
                              "modelled for dense blocks only; use selective or full for an MoE or MLA model")
+        if p.fp8_param_gather and t.precision != "fp8":
+            raise ValueError(f"parallel.fp8_param_gather needs training.precision: fp8 (got {t.precision!r}): only "
+                             "FP8 linears have FP8 weights to gather; remove it or train in fp8")
         from simulator.config.moe import check_layout
 
         check_layout(m, p, n, self.cluster.topology.gpus_per_node)

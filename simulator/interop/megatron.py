@@ -45,7 +45,7 @@ BOOL_FLAGS = (
     "group-query-attention", "swiglu", "disable-bias-linear", "add-bias-linear", "qk-layernorm",
     "untie-embeddings-and-output-weights", "use-rotary-position-embeddings", "bf16", "fp16",
     "recompute-activations", "sequence-parallel", "use-distributed-optimizer", "tp-comm-overlap",
-    "use-flash-attn", "overlap-grad-reduce", "overlap-param-gather",
+    "use-flash-attn", "overlap-grad-reduce", "overlap-param-gather", "fp8-param-gather",
 )
 _NO_STEP_EFFECT = "optimizer, learning-rate or initialisation hyper-parameter: no effect on step time"
 _DATA = "data pipeline or tokenizer: dtsim assumes the input pipeline never stalls the step"
@@ -329,6 +329,10 @@ def _parallel(flags: dict, integer, out: Imported) -> None:
         raise InputError("--overlap-param-gather needs --use-distributed-optimizer", FIELD)
     if flags.get("overlap-param-gather"):
         out.set("parallel.overlap_param_gather", True)
+    if flags.get("fp8-param-gather"):
+        if not _value(flags, "fp8-format"):
+            raise InputError("--fp8-param-gather needs --fp8-format (FP8 training)", FIELD)
+        out.set("parallel.fp8_param_gather", True)
     nodes, per_node = integer("nnodes"), integer("nproc-per-node")
     if nodes is not None:
         out.set("cluster.nodes", nodes)

@@ -80,6 +80,8 @@ def export_args(s: Scenario) -> Exported:
         if stage >= 2 and par.framework != "ddp":
             notes.append(f"{par.framework} ZeRO-{stage} sharding: Megatron-LM's distributed optimizer shards "
                          "optimizer states only (ZeRO-1); parameters and gradients stay replicated")
+    if par.fp8_param_gather:
+        lines.append("--fp8-param-gather")
     if par.offload_optimizer != "none" or par.offload_param != "none":
         notes.append("optimizer/parameter offload: not a Megatron-LM option")
     per_node = s.cluster.topology.gpus_per_node

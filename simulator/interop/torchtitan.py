@@ -9,7 +9,8 @@ local_batch_size`` (``batch_size`` before 2025), ``global_batch_size`` (−1: lo
 ``enable_async_tensor_parallel``, ``pipeline_parallel_degree``, ``pipeline_parallel_schedule``,
 ``pipeline_parallel_microbatch_size``, ``context_parallel_degree``; ``[activation_checkpoint] mode``
 (``none`` / ``selective`` / ``full``; ``selective`` with ``selective_ac_option = "op"`` is
-``selective_op``); ``[float8]`` / ``[model] converters = ["float8"]``.
+``selective_op``); ``[float8]`` / ``[model] converters = ["float8"]``, ``[float8]
+enable_fsdp_float8_all_gather`` (``parallel.fp8_param_gather``).
 torchtitan applies FSDP2 (``fully_shard``): dtsim framework ``fsdp``; replicate × shard > 1 with
 both > 1 is HSDP (``hybrid_shard``), shard 1 with replicate > 1 is DDP (``ddp``).
 """
@@ -63,7 +64,6 @@ _KEY_REASONS = {
     "disable_loss_parallel": "loss parallelism is not modelled", "enable_compiled_autograd": "compiled autograd",
     "context_parallel_rotate_method": "ring rotation method: dtsim models all-gather-free ring attention",
     "selective_ac_option": "'op' is dtsim's selective_op; per-layer N is simulated as selective (attention core)",
-    "enable_fsdp_float8_all_gather": "float8 all-gather is not modelled (bf16 gathers)",
     "precompute_float8_dynamic_scale_for_fsdp": "float8 scale detail", "filter_fqns": "float8 module filter",
     "recipe_name": "float8 recipe", "emulate": "float8 emulation", "force_recompute_fp8_weight_in_bwd":
     "float8 detail", "expert_parallel_degree": "MoE expert parallelism: dense models only here",
@@ -126,6 +126,8 @@ def _model(model: dict, tr: dict, float8: dict, out: Imported) -> None:
     fp8 = "float8" in (model.get("converters") or []) or tr.get("enable_float8_linear") \
         or float8.get("enable_float8_linear")
     out.set("training.precision", "fp8" if fp8 else precision)
+    if fp8 and float8.get("enable_fsdp_float8_all_gather"):
+        out.set("parallel.fp8_param_gather", True)  # FSDP2 gathers the Float8Linear weights in float8
 
 
 def _degree(par: dict, key: str, default: int) -> int:
@@ -243,6 +245,8 @@ def export_toml(s: Scenario) -> Exported:
         sections["model"] = {"name": flavor[0], "flavor": flavor[1]}
     if tr.precision == "fp8":
         sections["model"]["converters"] = ["float8"]
+        if par.fp8_param_gather:
+            sections["float8"] = {"enable_fsdp_float8_all_gather": True}
     training: dict[str, Any] = {}
     if par.pp > 1:
         training["local_batch_size"] = tr.global_batch_size // dp

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from simulator.parallel.context import BuildContext
 from simulator.parallel.ir import GraphBuilder, StepGraph
-from simulator.parallel.schedule import Hooks, plan_buckets, ready_order, run_micro_batches, unit_params
+from simulator.parallel.schedule import Hooks, plan_buckets, ready_order, run_micro_batches, unit_gather_bytes
 from simulator.units import MiB
 
 
@@ -57,7 +57,7 @@ class DDPHooks(Hooks):
             return ()
         self.gathered.add(unit)
         tid = b.collective(f"allgather params@{_label(unit)}", "post_step_gather", "all_gather", "dp",
-                           unit_params(self.ctx.work, unit) * self.ctx.param_bytes)
+                           unit_gather_bytes(self.ctx.work, unit, self.ctx.param_bytes, p.fp8_param_gather))
         return (tid,) if tid is not None else ()
 
     def _syncs(self, g: int) -> bool:
@@ -93,8 +93,10 @@ def finish(b: GraphBuilder, ctx: BuildContext, hooks: DDPHooks) -> dict:
     if ctx.parallel.distributed_optimizer and dp > 1:
         done = b.compute("optimizer", "optimizer", ctx.work.optimizer(n / dp), deps=(hooks.last,))
         if not ctx.parallel.overlap_param_gather:
-            b.collective("allgather updated params", "post_step_gather", "all_gather", "dp", n * ctx.param_bytes,
-                         deps=(done,))
+            fp8, work = ctx.parallel.fp8_param_gather, ctx.work
+            nbytes = (work.n_layers * unit_gather_bytes(work, 0, ctx.param_bytes, fp8)
+                      + sum(unit_gather_bytes(work, u, ctx.param_bytes) for u in ("E", "H")))
+            b.collective("allgather updated params", "post_step_gather", "all_gather", "dp", nbytes, deps=(done,))
         return {"framework": "ddp", "distributed_optimizer": True, "n_micro": ctx.n_micro, "local_params": n / dp}
     b.compute("optimizer", "optimizer", ctx.work.optimizer(n), deps=(hooks.last,))
     return {"framework": "ddp", "n_micro": ctx.n_micro, "local_params": n}

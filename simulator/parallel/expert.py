@@ -329,7 +329,8 @@ def attach(work: Any, scenario: Any, pb: int) -> Any:
         expert_params=expert_local,
         expert_grad_dtype_bytes=4.0 if par.framework == "ddp" else float(pb),
         sharded_optimizer=stage >= 1,
-        gather_bytes=expert_local * pb if stage >= 3 else 0.0,
+        # expert weights are linear weights: FP8 under parallel.fp8_param_gather (schedule.unit_gather_bytes)
+        gather_bytes=expert_local * (1 if par.fp8_param_gather else pb) if stage >= 3 else 0.0,
         a2a_overlap=bool(getattr(par, "moe_a2a_overlap", False)),
     )
     per_node = scenario.cluster.topology.gpus_per_node

@@ -44,7 +44,7 @@ from simulator.parallel import offload
 from simulator.parallel.context import BuildContext
 from simulator.parallel.ir import COMM_REPLICA, GraphBuilder, StepGraph
 from simulator.parallel.prefetch import Prefetcher
-from simulator.parallel.schedule import Hooks, run_micro_batches
+from simulator.parallel.schedule import Hooks, run_micro_batches, unit_gather_bytes
 from simulator.workload.ops import memory_op
 
 ROOT = "root"
@@ -79,13 +79,20 @@ class FSDPHooks(Hooks):
     def _params(self, unit) -> float:
         return self.root_params if unit == ROOT else self.ctx.work.layer_params
 
+    def _gather_bytes(self, unit) -> float:
+        """One gather of ``unit``: the root (embeddings, output layer) in ``param_dtype``; a block's
+        linear weights in FP8 under ``parallel.fp8_param_gather`` (``schedule.unit_gather_bytes``)."""
+        if unit == ROOT:
+            return self.root_params * self.gather_b
+        return unit_gather_bytes(self.ctx.work, unit, self.gather_b, self.ctx.parallel.fp8_param_gather)
+
     def _issuer(self, g: int, phase: str):
         def issue(b: GraphBuilder, unit, deps: list) -> int | None:
             if not self.sharded or self.n == 1:
                 return None
             if self.pipelined and not self.reshard and g != 0:
                 return None  # still gathered since micro-batch 0
-            nbytes = self._params(unit) * self.gather_b
+            nbytes = self._gather_bytes(unit)
             return b.collective(f"allgather {phase} {unit} mb{g}", "param_allgather", "all_gather",
                                 self.shard_group, nbytes, deps=deps, micro_batch=g)
 
@@ -95,7 +102,8 @@ class FSDPHooks(Hooks):
         """FSDP2: split the gathered unit into its parameters on the compute stream (module docstring)."""
         if gather is None or not self.fsdp2:
             return gather
-        op = memory_op("fsdp2_allgather_copy_out", self._params(unit), 2, self.gather_b, 0.0)
+        n = self._params(unit)
+        op = memory_op("fsdp2_allgather_copy_out", n, 2, self._gather_bytes(unit) / n if n else self.gather_b, 0.0)
         return b.compute(f"copy-out {unit} mb{g}", kind, (op,), deps=(gather,), micro_batch=g)
 
     def pre_forward(self, b: GraphBuilder, g: int, unit):

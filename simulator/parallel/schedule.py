@@ -18,6 +18,9 @@ from dataclasses import dataclass
 from simulator.parallel import context_parallel, expert, replicate, tp_overlap
 from simulator.parallel.ir import COMPUTE, GraphBuilder
 from simulator.parallel.work import StepWork
+from simulator.units import DTYPE_BYTES
+
+FP8_BYTES = DTYPE_BYTES["fp8"]
 
 Unit = Hashable  # "E", "H" or a block index
 
@@ -54,6 +57,18 @@ def unit_params(work: StepWork, unit: Unit) -> float:
     if unit == "H":
         return work.head_params
     return work.layer_params
+
+
+def unit_gather_bytes(work: StepWork, unit: Unit, param_bytes: float, fp8_linear: bool = False) -> float:
+    """Bytes of one parameter all-gather of ``unit`` (its full size ``S``, before the ring's
+    ``(n−1)/n``): ``unit_params · param_bytes``; with ``fp8_linear`` (``parallel.fp8_param_gather``)
+    a block's linear weights travel in FP8, ``(P − V)·1 + V·param_bytes`` with ``V`` its vector
+    parameters (norms, biases), while the embedding and the output layer keep ``param_bytes``."""
+    n = unit_params(work, unit)
+    if not fp8_linear or unit in ("E", "H"):
+        return n * param_bytes
+    vectors = min(work.layer_vector_params, n)
+    return (n - vectors) * FP8_BYTES + vectors * param_bytes
 
 
 def unit_persistent(work: StepWork, unit: Unit) -> float:

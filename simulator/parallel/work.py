@@ -44,6 +44,9 @@ class StepWork:
     optimizer: Callable[[float], tuple[Any, ...]]
     layer_persistent: float = 0.0
     head_persistent: float = 0.0
+    #: A block's vector parameters on this rank (norm weights and biases, the QK-norms): what
+    #: ``parallel.fp8_param_gather`` still gathers in the parameter dtype (``schedule.unit_gather_bytes``).
+    layer_vector_params: float = 0.0
     #: Gathered elements of each ``nn.Linear`` of a block in forward order (``model.linear_modules``):
     #: DeepSpeed ZeRO-3 fetches each sub-module with its own all-gather. Shares follow the weight
     #: shapes; they sum to ``layer_params − layer_persistent`` (the one volume model).
@@ -126,11 +129,7 @@ def from_scenario(scenario: Any, persistence_threshold: float = 1e5) -> StepWork
     embed_fwd, head_fwd = head_all[:n_embed], head_all[n_embed:]
     counts = wparams.count(model)
     blk = wparams.layer(model)
-    norm_h = wparams.norm_params(model, model.hidden_size)
-    small = [norm_h, norm_h] if not model.qk_norm else [norm_h, norm_h, model.q_dim, model.kv_dim]
-    if model.linear_bias:
-        small += [model.q_dim + 2 * model.kv_dim, model.hidden_size, model.hidden_size,
-                  (model.mlp_matrices - 1) * model.ffn_hidden_size]
+    small = wparams.block_vectors(model)
     fused = tr.kernels.fused_adam
     layer_local = float(wparams.layer_local(model, tp))
     work = StepWork(
@@ -147,6 +146,7 @@ def from_scenario(scenario: Any, persistence_threshold: float = 1e5) -> StepWork
         head_params=float(counts.lm_head / tp + counts.final_norm),
         optimizer=lambda n: tuple(optimizer_ops(n, fused, tr.grad_clipping, fp8_weight_cast=fp8 is not None)),
         layer_persistent=float(min(_largest_tensor_below(persistence_threshold, small), blk.total)),
+        layer_vector_params=float(min(sum(small), layer_local)),
         head_persistent=float(counts.final_norm if counts.final_norm < persistence_threshold else 0),
         layer_module_names=model.linear_modules,
         layer_module_params=_module_params(model, layer_local - min(_largest_tensor_below(persistence_threshold, small),

@@ -35,8 +35,9 @@ one architecture, each run's error capped at ``CAP`` (a redescending, outlier-ro
 missed by more than 25 % is a structural miss, e.g. DeepSpeed 2021 ZeRO-3 collapsing at 96+ nodes,
 which efficiency parameters must not chase). The search is a steepest descent on a fixed grid, coarse
 to fine (``SCALES`` grid units of ``STEP``), inside ``bounds(arch)``, from ``START``: at each scale it
-moves to the best of the 6 neighbours (± one scale step in one parameter, in a fixed order) while
-that strictly lowers the objective. Grid values are integers in units of ``STEP``, so the result is
+moves to the best of the neighbours (± one scale step in any combination of the fitted parameters,
+diagonals included: 8 for two fitted shares, in a fixed order) while that strictly lowers the
+objective. Grid values are integers in units of ``STEP``, so the result is
 exactly reproducible.
 
 Cross-validation: every publication (``source_key``) is held out once: the parameters are refitted on
@@ -48,6 +49,7 @@ feed the prediction intervals of ``dtsim run``.
 
 from __future__ import annotations
 
+import itertools
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
@@ -220,16 +222,19 @@ class Fit:
 
 
 def neighbours(point: Point, scale: int = 1, box: dict[str, tuple[int, int]] | None = None) -> list[Point]:
-    """± ``scale`` grid steps in each parameter, in ``PARAMS`` order (minus first), inside ``box``
-    (default ``BOUNDS``), clipped to the box edge."""
+    """Every grid point ``scale`` steps away in any combination of the parameters (each moves by
+    ``−scale``, 0 or ``+scale``; ``3^n − 1`` points, the diagonals included), clipped to ``box``
+    (default ``BOUNDS``), without duplicates, in ``itertools.product`` order over ``PARAMS``. The
+    diagonals let the descent follow a valley along which two shares trade against each other (the
+    GEMM and attention shares of Blackwell's runs): with axis steps alone it stopped where a diagonal
+    step still lowered the objective."""
     box = box or BOUNDS
-    out = []
-    for i, name in enumerate(PARAMS):
-        lo, hi = box[name]
-        for delta in (-scale, scale):
-            k = min(hi, max(lo, point[i] + delta))
-            if k != point[i]:
-                out.append(point[:i] + (k,) + point[i + 1:])
+    out: list[Point] = []
+    for deltas in itertools.product((-scale, 0, scale), repeat=len(PARAMS)):
+        cand = tuple(min(box[name][1], max(box[name][0], k + d))
+                     for name, k, d in zip(PARAMS, point, deltas, strict=True))
+        if cand != point and cand not in out:
+            out.append(cand)
     return out
 
 

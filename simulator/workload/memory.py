@@ -221,6 +221,9 @@ def buffers(scenario: Scenario, psi: float | None = None, blocks: int | None = N
       parameters and gradients unsharded.
     * Megatron's distributed optimizer: gradients live in the contiguous fp32 ``main_grad`` buffer
       counted in the model states (reduce-scattered in place), so no bucket copy.
+    * ``parallel.fp8_param_gather`` (FSDP): a gathered block's linear weights are FP8, 1 byte each
+      (torchao's float8 all-gather hands the gathered float8 data to the GEMMs); norms and biases,
+      the embeddings and the output layer stay in ``param_dtype``.
     * NCCL communicator buffers: ``memory.nccl_buffers_bytes``.
 
     Optimizer-step transients: DeepSpeed stages 1–3 upcast the 16-bit gradient partition to fp32
@@ -264,16 +267,18 @@ def buffers(scenario: Scenario, psi: float | None = None, blocks: int | None = N
         unit = params.layer_local(m, par.tp)
         dense = psi if m.moe is None else _local_params(scenario, experts=False)
         root = dense - blocks * unit
+        # parallel.fp8_param_gather: a block's linear weights arrive, and stay unsharded, in FP8
+        saved = (mp - 1) * max(0.0, unit - sum(params.block_vectors(m))) if par.fp8_param_gather else 0.0
         strategy = par.sharding_strategy
         if par.pp > 1 and strategy != "no_shard":
-            gathered = mp * psi
+            gathered = mp * psi - blocks * saved
             comm = rd * psi
         elif strategy in ("full_shard", "hybrid_shard"):
             units = 2 if par.backward_prefetch == "backward_pre" else 1
-            gathered = mp * (root + units * unit)
+            gathered = mp * (root + units * unit) - units * saved
             comm = rd * unit
         elif strategy == "shard_grad_op":
-            gathered = mp * psi
+            gathered = mp * psi - blocks * saved
             comm = rd * unit
     return BufferBytes(comm, gathered, scenario.memory.nccl_buffers_bytes, optimizer_step=step)
 

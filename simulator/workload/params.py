@@ -81,6 +81,18 @@ def norm_params(model: ModelConfig, width: int) -> int:
     return width * (2 if has_bias else 1)
 
 
+def block_vectors(model: ModelConfig) -> list[int]:
+    """Sizes of a block's vector parameters (one tensor each): its two norms, the QK-norms, and with
+    ``linear_bias`` the QKV, output, MLP-up and MLP-down biases (as in :func:`layer`). Small tensors
+    DeepSpeed keeps persistent, and what FP8 parameter gathers leave in the parameter dtype."""
+    norm_h = norm_params(model, model.hidden_size)
+    out = [norm_h, norm_h] if not model.qk_norm else [norm_h, norm_h, model.q_dim, model.kv_dim]
+    if model.linear_bias:
+        out += [model.q_dim + 2 * model.kv_dim, model.hidden_size, model.hidden_size,
+                (model.mlp_matrices - 1) * model.ffn_hidden_size]
+    return out
+
+
 def layer(model: ModelConfig) -> LayerParams:
     """Parameters of one transformer block, including its norms and biases.
 

@@ -96,6 +96,15 @@ def test_option_of_another_framework():
     assert "zero_stage must be 0 with framework ddp" in _error(raw)
 
 
+def test_fp8_param_gather_needs_fp8_and_a_framework_that_has_it():
+    raw = {**BASE, "parallel": {"framework": "fsdp", "fp8_param_gather": True}}
+    assert "parallel.fp8_param_gather needs training.precision: fp8" in _error(raw)
+    scenario_from_dict(raw, overrides=["training.precision=fp8"])  # valid
+    raw = {**BASE, "parallel": {"framework": "deepspeed", "fp8_param_gather": True}}
+    assert "parallel.fp8_param_gather is a Megatron (framework ddp) / FSDP option" in _error(
+        raw, overrides=["training.precision=fp8"])
+
+
 def test_missing_section():
     raw = {k: v for k, v in BASE.items() if k != "training"}
     assert "training: required key is missing" in _error(raw)

@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 from simulator.cli import app
 from simulator.errors import InputError
 from simulator.interop.megatron import import_args
-from simulator.interop.pipeline import import_scenario
+from simulator.interop.pipeline import export_scenario, import_scenario
 
 runner = CliRunner()
 
@@ -191,6 +191,21 @@ def test_torchtitan_hsdp_ddp_and_errors(tmp_path):
         import_scenario("torchtitan", text=hsdp.replace("local_batch_size", "local_batch"), topology="dgx-h100")
     with pytest.raises(InputError, match="--model"):
         import_scenario("torchtitan", text=hsdp.replace("'8B'", "'debugmodel'"), topology="dgx-h100")
+
+
+def test_fp8_param_gather_imports_and_exports():
+    toml = "[model]\nname='llama3'\nflavor='8B'\nconverters=['float8']\n[training]\nlocal_batch_size=1\n" \
+           "seq_len=8192\n[float8]\nenable_fsdp_float8_all_gather=true\n"
+    s, _, _ = import_scenario("torchtitan", text=toml, topology="dgx-h100")
+    assert (s.training.precision, s.parallel.fp8_param_gather) == ("fp8", True)
+    assert "enable_fsdp_float8_all_gather = true" in export_scenario(s, "torchtitan").text
+    off, _, _ = import_scenario("torchtitan", text=toml.replace("=true", "=false"), topology="dgx-h100")
+    assert off.parallel.fp8_param_gather is False
+    args = "--num-layers 2 --hidden-size 1024 --num-attention-heads 16 --seq-length 512 --bf16 --fp8-format hybrid " \
+           "--use-distributed-optimizer --fp8-param-gather"
+    assert import_args(args).get("parallel.fp8_param_gather") is True
+    with pytest.raises(InputError, match="--fp8-param-gather needs --fp8-format"):
+        import_args(args.replace("--fp8-format hybrid ", ""))
 
 
 # NeMo 1.x megatron_gpt_config.yaml layout (trainer / exp_manager / model sections).

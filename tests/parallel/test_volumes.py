@@ -156,3 +156,35 @@ def test_per_rank_is_both_tallies_in_one_pass():
     assert list(calls.items()) == list(calls_per_rank(g, 0).items())
     # ZeRO-3: per micro-batch 2 gathers per block (forward and backward), N ranks: φ per element, 2 bytes
     assert nbytes["param_allgather"] == pytest.approx(G * 2 * PHI * PSI * 2)
+
+
+# --- parallel.fp8_param_gather: a block's linear weights gathered in FP8 (1 byte), its vectors and
+# the root (embedding, output layer) in the 2-byte parameter dtype.
+VEC = 1.0e4  # a block's norm weights and biases
+
+
+def _fp8_work():
+    from dataclasses import replace
+
+    root = 5e5
+    w = work(n_layers=L, layer_params=PSI_LAYER, embed_params=root / 2, head_params=root / 2)
+    return replace(w, layer_vector_params=VEC), root
+
+
+def test_fsdp_fp8_param_gather_halves_the_linear_weights():
+    w, root = _fp8_work()
+    bf16 = volume(ctx(N, G, w=w, framework="fsdp"))
+    fp8 = volume(ctx(N, G, precision="fp8", w=w, framework="fsdp", fp8_param_gather=True))
+    # blocks gathered twice per micro-batch (forward, backward); the root once (it stays gathered)
+    block_bytes = (PSI_LAYER - VEC) * 1 + VEC * 2
+    assert fp8["param_allgather"] == pytest.approx(G * PHI * (2 * L * block_bytes + root * 2))
+    assert bf16["param_allgather"] == pytest.approx(G * PHI * (2 * L * PSI_LAYER * 2 + root * 2))
+    assert fp8["grad_reduce"] == pytest.approx(bf16["grad_reduce"])  # gradients unchanged
+
+
+@pytest.mark.parametrize("overlap", [False, True])
+def test_distributed_optimizer_fp8_param_gather(overlap):
+    w, root = _fp8_work()
+    v = volume(ctx(N, G, precision="fp8", w=w, framework="ddp", distributed_optimizer=True,
+                   overlap_param_gather=overlap, fp8_param_gather=True))
+    assert v["post_step_gather"] == pytest.approx(PHI * (L * ((PSI_LAYER - VEC) + VEC * 2) + root * 2))

@@ -29,13 +29,27 @@ def test_descent_reaches_the_minimum_of_a_separable_bowl_by_hand():
     point, best, evals, moves = cal.descend(lambda p: sum((a - b) ** 2 for a, b in zip(p, target, strict=True)),
                                             tuple(cal.START[p] for p in cal.PARAMS))
     assert point == target and best == 0
-    assert moves == sum(abs(a - cal.START[p]) for a, p in zip(target, cal.PARAMS, strict=True))
-    assert evals <= 1 + 6 * moves + 6
+    # each step moves every parameter not yet at its target (diagonal neighbours): as many steps as
+    # the largest distance, |90 - 75| = 15; at most 26 new neighbours evaluated per step
+    assert moves == max(abs(a - cal.START[p]) for a, p in zip(target, cal.PARAMS, strict=True)) == 15
+    assert evals <= 1 + 26 * moves + 26
+
+
+def test_descent_follows_a_diagonal_valley():
+    # f = 10·|g − a| + |g + a − 170|: from (75, 75) a step in one share costs 10 and saves 1, so an
+    # axis-only descent stops at once (f = 20); the diagonal step keeps g = a and walks to (85, 85).
+    def f(p):
+        return 10 * abs(p[0] - p[1]) + abs(p[0] + p[1] - 170) + abs(p[2] - 20)
+
+    start = (75, 75, 20)
+    assert all(f(n) > f(start) for n in cal.neighbours(start) if sum(x != y for x, y in zip(n, start, strict=True)) == 1)
+    point, best, _, moves = cal.descend(f, start)
+    assert (point, best, moves) == ((85, 85, 20), 0, 10)
 
 
 def test_neighbours_stay_inside_bounds():
     low = tuple(cal.BOUNDS[p][0] for p in cal.PARAMS)
-    assert len(cal.neighbours(low)) == 3
+    assert len(cal.neighbours(low)) == 7  # every parameter stays or steps up: 2^3 - 1
     assert all(all(cal.BOUNDS[p][0] <= k <= cal.BOUNDS[p][1] for k, p in zip(n, cal.PARAMS, strict=True))
                for n in cal.neighbours(low))
 

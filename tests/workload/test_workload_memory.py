@@ -194,3 +194,18 @@ def test_ddp_bucket_view_saves_one_gradient_copy(new_scenario, shapes):
     view = new_scenario(shapes["llama3_8b"], parallel={"framework": "ddp", "gradient_as_bucket_view": True})
     saved = memory.buffers(copy).communication - memory.buffers(view).communication
     assert saved == 4 * 8_030_261_248
+
+
+def test_fsdp_fp8_param_gather_keeps_gathered_blocks_in_fp8(new_scenario, shapes):
+    """Llama 3 8B block by hand: q, o 4096² each, k, v 4096·1024 each, MLP 3·4096·14336 = 218,103,808
+    elements, plus two RMSNorm weights (2·4096). FULL_SHARD with backward_pre holds 2 gathered
+    blocks; FP8 gathers save 1 byte on each linear weight element of both."""
+    linear = 2 * 4096 * 4096 + 2 * 4096 * 1024 + 3 * 4096 * 14336
+    training = {"precision": "fp8"}
+
+    def gathered(fp8: bool) -> float:
+        sc = new_scenario(shapes["llama3_8b"], training=training,
+                          parallel={"framework": "fsdp", "fp8_param_gather": fp8})
+        return memory.buffers(sc).gathered_params
+
+    assert gathered(False) - gathered(True) == 2 * linear
