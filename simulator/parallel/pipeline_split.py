@@ -9,7 +9,10 @@ placements (Megatron-Core ``get_num_layers_to_build`` / ``get_transformer_layer_
 * ``account_for_embedding_in_pipeline_split`` / ``account_for_loss_in_pipeline_split``: the
   embedding and the loss each count as one more layer slot; ``L + e + l`` slots split evenly over
   the ``p·v`` virtual stages (must divide), the first virtual stage builds one block fewer for the
-  embedding, the last one fewer for the loss (Llama 3.1 405B: 126 + 2 = 128 slots on p=8 × v=8);
+  embedding, the last one fewer for the loss (Llama 3.1 405B: 126 + 2 = 128 slots on p=8 × v=8).
+  With one slot per virtual stage the first holds only the embedding and the last only the loss:
+  Megatron-Bridge runs Llama 3.1 405B so on p=16 × v=8 (``docs/performance-summary.md``, 26.02.01
+  DGX-GB200 MXFP8 row: 128 virtual stages for 126 blocks);
 * ``decoder_first_pipeline_num_layers`` / ``decoder_last_pipeline_num_layers``: the first (last)
   GPU stage holds that many blocks, the other stages split the rest evenly (must divide); with
   ``v > 1`` each GPU stage's blocks split evenly over its ``v`` chunks (must divide).
@@ -124,9 +127,6 @@ def split_error(n_layers: int, pp: int, v: int, parallel: Any) -> str | None:
         if slots % (pp * v):
             return (f"{n_layers} layers + {int(emb) + int(loss)} (embedding/loss slots) = {slots} must be divisible "
                     f"by pp x virtual_stages = {pp * v}")
-        if min(virtual_stage_layers(n_layers, pp, v, parallel)) < 1:
-            return (f"{slots} slots over {pp * v} virtual stages leave the first or last virtual stage without a "
-                    "transformer block; use fewer stages")
     return None
 
 
