@@ -2,8 +2,8 @@
 
 Simulates every run of the bundled validation suite (``simulator/validation/runs.yaml`` and
 ``runs_corpus.yaml``), prints measured vs predicted in the source's own terms with the signed error,
-and MAPE overall, for the pure data-parallel runs and their held-out part, by GPU, framework and
-parallelism kind, plus the worst five. Runs without a scenario, or that dtsim refuses (``InputError``), are listed as skipped.
+and MAPE overall, for the pure data-parallel runs and their held-out part, by GPU, framework,
+parallelism kind, model size and precision, plus the worst five. Runs without a scenario, or that dtsim refuses (``InputError``), are listed as skipped.
 
 Exit codes: 0 ok; 1 MAPE of the simulated runs above ``--max-mape``, or no run simulated (every
 selected run skipped: nothing was validated); 2 bad input.
