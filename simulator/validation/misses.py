@@ -27,9 +27,10 @@ CAUSES: dict[str, str] = {
     "runs a schedule the table does not print",
     "mbridge2511-gb300-llama3-70b-64gpu-mxfp8": "the same PP 4 layout with 8 micro-batches per pipeline: dtsim's "
     "1F1B bubble larger than the published row implies",
-    "mtnlg-530b-2240gpu": "Megatron-DeepSpeed's pipeline engine (MT-NLG, 2021): each TP rank sends the full "
-    "activation to its peer stage, blocking, through torch.distributed send/recv; dtsim plays Megatron-style "
-    "scattered, asynchronous p2p: too fast",
+    "mtnlg-530b-2240gpu": "Megatron-DeepSpeed's pipeline engine (MT-NLG, 2021) runs its schedule one "
+    "instruction at a time: each send is a blocking torch.distributed send on the critical path, and the receiver "
+    "all-gathers the activation its TP peers sent in 1/t partitions (PipelineEngine is_pipe_partitioned) before "
+    "its forward; dtsim plays Megatron-style scattered p2p on its own stream, overlapped: too fast",
     "mtnlg-530b-3360gpu": "as the 2,240-GPU run (DeepSpeed pipeline engine p2p), with more pipeline flushes per "
     "token at data parallel 12: too fast",
     "megatron-sc21-t2-zero3-175B-768gpu": "2021 DeepSpeed ZeRO-3 at 96 nodes: the list-based gather cost "
