@@ -98,7 +98,8 @@ def calibrate(log=print) -> tuple[dict, dict, str]:
         "suite": ("load_runs(): expressible runs not calibration_excluded, pure data parallel or with the "
                   f"attention core >= {cal.ATTENTION_DOMINATED} of the block FLOPs"),
         "objective": f"mean of min(|error|, {cal.CAP}) of tokens/s per GPU over the runs of one architecture",
-        "search": (f"steepest descent on a {cal.STEP} grid at scales {list(cal.SCALES)} from "
+        "search": (f"steepest descent over every one-step neighbour (diagonals included) on a {cal.STEP} grid "
+                   f"at scales {list(cal.SCALES)} from "
                    f"{cal.values(tuple(cal.START[p] for p in cal.PARAMS))}; every fold the same search from the same start"),
         "measured": {arch: {n: round(k * cal.STEP, 4) for n, k in m.items()} for arch, m in cal.MEASURED.items()},
         "measured_why": "not fitted: the fitting runs do not identify it (simulator/validation/calibration.py MEASURED)",
