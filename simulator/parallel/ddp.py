@@ -27,7 +27,14 @@ from __future__ import annotations
 
 from simulator.parallel.context import BuildContext
 from simulator.parallel.ir import GraphBuilder, StepGraph
-from simulator.parallel.schedule import Hooks, plan_buckets, ready_order, run_micro_batches, unit_gather_bytes
+from simulator.parallel.schedule import (
+    Hooks,
+    model_gather_bytes,
+    plan_buckets,
+    ready_order,
+    run_micro_batches,
+    unit_gather_bytes,
+)
 from simulator.units import MiB
 
 
@@ -93,9 +100,7 @@ def finish(b: GraphBuilder, ctx: BuildContext, hooks: DDPHooks) -> dict:
     if ctx.parallel.distributed_optimizer and dp > 1:
         done = b.compute("optimizer", "optimizer", ctx.work.optimizer(n / dp), deps=(hooks.last,))
         if not ctx.parallel.overlap_param_gather:
-            fp8, work = ctx.parallel.fp8_param_gather, ctx.work
-            nbytes = (work.n_layers * unit_gather_bytes(work, 0, ctx.param_bytes, fp8)
-                      + sum(unit_gather_bytes(work, u, ctx.param_bytes) for u in ("E", "H")))
+            nbytes = model_gather_bytes(ctx.work, ctx.param_bytes, ctx.parallel.fp8_param_gather)
             b.collective("allgather updated params", "post_step_gather", "all_gather", "dp", nbytes, deps=(done,))
         return {"framework": "ddp", "distributed_optimizer": True, "n_micro": ctx.n_micro, "local_params": n / dp}
     b.compute("optimizer", "optimizer", ctx.work.optimizer(n), deps=(hooks.last,))

@@ -46,6 +46,7 @@ from typing import Any
 
 from simulator.parallel import context_parallel
 from simulator.parallel.ir import COMM, GraphBuilder
+from simulator.units import DTYPE_BYTES
 
 #: Stream of the token dispatch / combine all-to-alls (their own NCCL communicator).
 EP_COMM = "comm_ep"
@@ -330,7 +331,7 @@ def attach(work: Any, scenario: Any, pb: int) -> Any:
         expert_grad_dtype_bytes=4.0 if par.framework == "ddp" else float(pb),
         sharded_optimizer=stage >= 1,
         # expert weights are linear weights: FP8 under parallel.fp8_param_gather (schedule.unit_gather_bytes)
-        gather_bytes=expert_local * (1 if par.fp8_param_gather else pb) if stage >= 3 else 0.0,
+        gather_bytes=expert_local * (DTYPE_BYTES["fp8"] if par.fp8_param_gather else pb) if stage >= 3 else 0.0,
         a2a_overlap=bool(getattr(par, "moe_a2a_overlap", False)),
     )
     per_node = scenario.cluster.topology.gpus_per_node

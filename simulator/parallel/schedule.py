@@ -71,6 +71,13 @@ def unit_gather_bytes(work: StepWork, unit: Unit, param_bytes: float, fp8_linear
     return (n - vectors) * FP8_BYTES + vectors * param_bytes
 
 
+def model_gather_bytes(work: StepWork, param_bytes: float, fp8_linear: bool = False) -> float:
+    """Bytes of one all-gather of every parameter of ``work``: its blocks, embedding and output
+    layer, each priced by ``unit_gather_bytes``."""
+    return (work.n_layers * unit_gather_bytes(work, 0, param_bytes, fp8_linear)
+            + sum(unit_gather_bytes(work, u, param_bytes) for u in ("E", "H")))
+
+
 def unit_persistent(work: StepWork, unit: Unit) -> float:
     if unit == "H":
         return work.head_persistent

@@ -146,7 +146,7 @@ def from_scenario(scenario: Any, persistence_threshold: float = 1e5) -> StepWork
         head_params=float(counts.lm_head / tp + counts.final_norm),
         optimizer=lambda n: tuple(optimizer_ops(n, fused, tr.grad_clipping, fp8_weight_cast=fp8 is not None)),
         layer_persistent=float(min(_largest_tensor_below(persistence_threshold, small), blk.total)),
-        layer_vector_params=float(min(sum(small), layer_local)),
+        layer_vector_params=float(sum(small)),
         head_persistent=float(counts.final_norm if counts.final_norm < persistence_threshold else 0),
         layer_module_names=model.linear_modules,
         layer_module_params=_module_params(model, layer_local - min(_largest_tensor_below(persistence_threshold, small),
