@@ -97,16 +97,21 @@ class RooflineComputeModel:
         return max(mem_t, floor)
 
     def host_time(self, ops: tuple) -> float:
-        """CPU seconds to issue ``ops``: each op's measured host time (``Op.host_s``, eager blocks) or
-        its kernels at ``launch.host_s`` each; none at all under a launch model without host costs."""
+        """CPU seconds to issue ``ops``: each op's measured host time (``Op.host_s``, eager blocks, times
+        ``host_dispatch_scale``: the training host's cost per call over the CPU-only benchmark that
+        measured it) or its kernels at ``launch.host_s`` each (already GPU-host figures); none at all
+        under a launch model without host costs."""
         per_kernel = self.launch.host_s
         if per_kernel == 0:
             return 0.0
-        total = 0.0
+        total = measured = 0.0
         for op in ops:
             s = getattr(op, "host_s", None)
-            total += getattr(op, "launches", 1) * per_kernel if s is None else s
-        return total
+            if s is None:
+                total += getattr(op, "launches", 1) * per_kernel
+            else:
+                measured += s
+        return total + measured * self.eff.host_dispatch_scale
 
     def time(self, ops: tuple) -> float:
         """``max(Σ GPU op time, Σ host dispatch)``; cached per ops tuple (builders share one tuple

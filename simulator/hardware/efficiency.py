@@ -24,6 +24,9 @@ class Efficiency:
     compute_slowdown_during_comm: float
     cpu_adam_params_per_s_per_node: float
     nvme_Bps_per_node: float
+    #: Host layer (``simulator.workload.host``): a training host's CPU time per PyTorch call over the
+    #: CPU-only benchmark that measured the eager blocks' host times.
+    host_dispatch_scale: float = 1.0
 
 
 @lru_cache(maxsize=1)
@@ -32,13 +35,15 @@ def _table() -> dict[str, dict]:
 
 
 def for_gpu(gpu: GPUSpec) -> Efficiency:
-    """Defaults overlaid with the architecture's measured values (``measured``), then its entry.
+    """Defaults overlaid with the host layer's fitted values for the architecture's platform (``host``),
+    the architecture's measured values (``measured``), then its entry.
 
     The GEMM fraction used by the compute model is ``MAMF × gemm_sustained_of_mamf``, MAMF from the
     GPU catalog (or the planning default when the catalog has none).
     """
     table = _table()
     values = dict(table["default"])
+    values.update((table.get("host") or {}).get(gpu.arch, {}))
     values.update(table.get("measured", {}).get(gpu.arch, {}))
     values.update(table.get(gpu.arch, {}))
     names = {f.name for f in fields(Efficiency)}

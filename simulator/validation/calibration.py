@@ -224,15 +224,16 @@ class Fit:
 def neighbours(point: Point, scale: int = 1, box: dict[str, tuple[int, int]] | None = None) -> list[Point]:
     """Every grid point ``scale`` steps away in any combination of the parameters (each moves by
     ``−scale``, 0 or ``+scale``; ``3^n − 1`` points, the diagonals included), clipped to ``box``
-    (default ``BOUNDS``), without duplicates, in ``itertools.product`` order over ``PARAMS``. The
+    (default ``BOUNDS``; its keys, in order, name the point's coordinates), without duplicates, in
+    ``itertools.product`` order. The
     diagonals let the descent follow a valley along which two shares trade against each other (the
     GEMM and attention shares of Blackwell's runs): with axis steps alone it stopped where a diagonal
     step still lowered the objective."""
     box = box or BOUNDS
     out: list[Point] = []
-    for deltas in itertools.product((-scale, 0, scale), repeat=len(PARAMS)):
+    for deltas in itertools.product((-scale, 0, scale), repeat=len(box)):
         cand = tuple(min(box[name][1], max(box[name][0], k + d))
-                     for name, k, d in zip(PARAMS, point, deltas, strict=True))
+                     for name, k, d in zip(box, point, deltas, strict=True))
         if cand != point and cand not in out:
             out.append(cand)
     return out

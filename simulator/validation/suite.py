@@ -64,17 +64,25 @@ class Run:
         return float(self.measured["tokens_per_s_per_gpu"])
 
 
-#: The bundled run files, read in this order.
-RUN_FILES = ("runs.yaml", "runs_corpus.yaml")
+#: The bundled run files, read in this order; ``VTRAIN`` stands for the runs ``simulator.validation.vtrain``
+#: builds from its measured tables (one scenario template, not a YAML entry per row).
+VTRAIN = "vtrain"
+RUN_FILES = ("runs.yaml", "runs_corpus.yaml", VTRAIN)
 
 
 def load_runs(text: str | None = None, files: Sequence[str] = RUN_FILES) -> tuple[Run, ...]:
-    """All runs of the bundled ``runs.yaml`` then ``runs_corpus.yaml`` (or of ``files`` among them, or of
-    ``text``, same format), in file order. Ids are unique across the files (``InputError`` otherwise)."""
-    texts = [text] if text is not None else [resources.files(__package__).joinpath(f).read_text() for f in files]
+    """All runs of the bundled ``runs.yaml``, ``runs_corpus.yaml`` and vTrain tables (or of ``files``
+    among them, or of ``text``, YAML of the same format), in file order. Ids are unique across the files
+    (``InputError`` otherwise)."""
     out: list[Run] = []
     known = {f for f in Run.__dataclass_fields__ if f not in ("overrides", "extra")}
-    for t in texts:
+    for name in [None] if text is not None else files:
+        if name == VTRAIN:
+            from simulator.validation import vtrain  # it builds ``Run`` objects of this module
+
+            out.extend(vtrain.corpus_runs())
+            continue
+        t = text if name is None else resources.files(__package__).joinpath(name).read_text()
         for raw in yamlio.safe_load(t)["runs"]:
             kwargs = {k: v for k, v in raw.items() if k in known}
             extra = {k: v for k, v in raw.items() if k not in known and k != "set"}
