@@ -124,7 +124,9 @@ def render_doc(block: dict, folds: list[cal.Fold], oof: list[tuple[str, str, str
              "core at least half of a block's FLOPs, whatever their layout: the only runs that identify the attention "
              "share); every publication is held out once "
              "(leave-one-source-out) and its runs predicted with the parameters fitted without it. Error = "
-             "predicted / measured − 1 of tokens/s per GPU.", "",
+             "predicted / measured − 1 of tokens/s per GPU. The host layer's one number (the A100 platform's "
+             "`host_dispatch_scale`) is fitted before, on host-bound runs (`python benchmarks/calibrate_host.py`, "
+             "docs/compute.md), and the vTrain runs it uses take no part here.", "",
              "## Fitted parameters", "",
              "| architecture | " + " | ".join(cal.PARAMS) + " | on a bound | in-sample MAPE | out-of-fold MAPE |",
              "|---" * (len(cal.PARAMS) + 4) + "|"]

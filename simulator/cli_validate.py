@@ -1,7 +1,7 @@
 """``dtsim validate [--only GLOB] [--kind pure_dp|tp_pp] [--json] [--max-mape PCT] [--png F] [--markdown F]``.
 
-Simulates every run of the bundled validation suite (``simulator/validation/runs.yaml`` and
-``runs_corpus.yaml``), prints measured vs predicted in the source's own terms with the signed error,
+Simulates every run of the bundled validation suite (``simulator/validation/runs.yaml``,
+``runs_corpus.yaml`` and the vTrain runs of ``simulator.validation.vtrain``), prints measured vs predicted in the source's own terms with the signed error,
 and MAPE overall, for the pure data-parallel runs and their held-out part, by GPU, framework,
 parallelism kind, model size and precision, plus the worst five. Runs without a scenario, or that dtsim refuses (``InputError``), are listed as skipped.
 

@@ -33,12 +33,12 @@ block              calls fwd / bwd   host fwd (µs)   host bwd (µs)    µs per 
 
 On a GPU each kernel-launching call also pays ``cudaLaunchKernel`` (1-3 µs, ``kernels`` module
 sources) and the CUDA caching allocator where the CPU run pays a tiny CPU kernel (about 1-2 µs: an
-``add`` of two 4×4 tensors takes 1.7 µs on the same machine): the CPU figures stand for the GPU host's,
-at most equal to it. The torch available on the development machine now, 2.14.1, prints 25-40 % less
-for the same blocks (415-428 / 493-528 µs Megatron, three runs; docs/compute.md); the table is kept,
-as the held-out small-model steps of issue 12 run slower than dtsim, not faster, until a measurement
-on a GPU host replaces it. A training node's host CPU (AMD EPYC 7742 in a DGX A100, Intel Xeon 8480C
-in a DGX H100) is of the same single-thread class.
+``add`` of two 4×4 tensors takes 1.7 µs on the same machine), and a training host's CPU and PyTorch
+version differ from the benchmark's (the torch available on the development machine now, 2.14.1,
+prints 25-40 % less for the same blocks: 415-428 / 493-528 µs Megatron, three runs; docs/compute.md).
+So the table is a lower bound: the compute model multiplies it by the host layer's
+``host_dispatch_scale`` (``RooflineComputeModel.host_time``), 1.56 on the A100 platform, fitted on
+vTrain's host-bound Megatron-DeepSpeed steps (``simulator.validation.host_calibration``), 1 elsewhere.
 
 Which block applies: compiled blocks (``kernels.compile``: Inductor's wrapper calls its kernels
 directly, with no views, module calls or per-op autograd) keep the per-kernel dispatch; eager blocks
