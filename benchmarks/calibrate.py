@@ -166,14 +166,16 @@ def stored_block(text: str) -> dict:
     return yaml.safe_load(match.group(1)) if match else {}
 
 
+def replace_block(text: str, begin: str, end: str, new: str) -> str:
+    """``text`` with its generated block (the lines from ``begin`` to ``end``) replaced by ``new``, or
+    ``new`` appended when it has none."""
+    if begin in text:
+        return re.sub(re.escape(begin) + r".*?" + re.escape(end) + r"\n", lambda _: new, text, flags=re.S)
+    return text.rstrip("\n") + "\n" + new
+
+
 def write(block: dict, intervals: dict, doc: str) -> None:
-    text = EFFICIENCY.read_text()
-    new = render_block(block)
-    if BEGIN in text:
-        text = re.sub(re.escape(BEGIN) + r".*?" + re.escape(END) + r"\n", lambda _: new, text, flags=re.S)
-    else:
-        text = text.rstrip("\n") + "\n" + new
-    EFFICIENCY.write_text(text)
+    EFFICIENCY.write_text(replace_block(EFFICIENCY.read_text(), BEGIN, END, render_block(block)))
     INTERVALS.write_text("# written by benchmarks/calibrate.py; do not edit\n"
                          + yaml.safe_dump(intervals, sort_keys=False, width=110, default_flow_style=None))
     DOC.write_text(doc)

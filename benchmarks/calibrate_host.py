@@ -16,13 +16,13 @@ exit 1 when the stored values differ), ``--dry-run`` (print only).
 from __future__ import annotations
 
 import argparse
-import re
 import sys
 import time
 from collections import defaultdict
 from pathlib import Path
 
 import yaml
+from calibrate import replace_block  # benchmarks/calibrate.py: the one generated-block writer
 
 from simulator.hardware.efficiency import _table
 from simulator.validation import calibration as cal
@@ -76,13 +76,7 @@ def render(block: dict) -> str:
 
 
 def write(block: dict) -> None:
-    text = EFFICIENCY.read_text()
-    new = render(block)
-    if BEGIN in text:
-        text = re.sub(re.escape(BEGIN) + r".*?" + re.escape(END) + r"\n", lambda _: new, text, flags=re.S)
-    else:
-        text = text.rstrip("\n") + "\n" + new
-    EFFICIENCY.write_text(text)
+    EFFICIENCY.write_text(replace_block(EFFICIENCY.read_text(), BEGIN, END, render(block)))
 
 
 def main(argv: list[str] | None = None) -> int:

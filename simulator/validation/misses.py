@@ -123,10 +123,10 @@ GROUP_CAUSES: tuple[tuple[str, str], ...] = (
      "of one layer and micro-batch at 5.0 ms at TP 8 against 3.0 (TP 1), 3.3 (TP 2) and 3.5 ms (TP 4) at the same "
      "Python per rank; one host scale (fitted on all layouts) leaves TP 8 too fast. What grows from TP 4 to TP 8 "
      "is not identified (not the per-collective host cost, which TP 2 and 4 share)"),
-    ("vtrain-single-*-pp4-*", "vTrain PP 4 (the grid's PP 4 rows are 5-7% too fast on average): Megatron's 1F1B "
-     "p2p calls torch.cuda.synchronize() after each batch_isend_irecv (batch_p2p_sync, on by default without "
-     "overlap_p2p_comm), so each send waits for its peer's receive on the host; dtsim plays the p2p on its own "
-     "stream: too fast"),
+    ("vtrain-single-*-pp4-*", "vTrain PP 4: the grid's PP 4 runs are 5-7% too fast on average (PP 2: 0-2%); not "
+     "identified. A candidate dtsim does not model: Megatron's 1F1B calls torch.cuda.synchronize() after each "
+     "batch_isend_irecv (batch_p2p_sync, on by default without overlap_p2p_comm), which ties each stage's host to "
+     "its neighbours' progress"),
     ("vtrain-single-h2048-*", "vTrain hidden 2,048 at micro-batch 1-2: the grid's host floor per layer and "
      "micro-batch varies between 2.8 and 3.5 ms across layouts of equal host work (TP 4 micro-batch 2: 2.8 ms; TP 4 "
      "micro-batch 1: 3.0 ms; TP 1: 3.3-4.0 ms); the one host scale fitted on their mean (1.56) leaves the "
