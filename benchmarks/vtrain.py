@@ -18,15 +18,13 @@ import time
 from collections import defaultdict
 from multiprocessing import Pool
 
-from simulator.api import simulate
-from simulator.config.loader import scenario_from_dict
 from simulator.validation import vtrain
+from simulator.validation.suite import simulate_run
 
 
 def error(row: vtrain.Row) -> float:
     """Signed throughput error of one measured run."""
-    scn = scenario_from_dict({"name": row.id, **vtrain.scenario(row)}, overrides=list(vtrain.overrides(row)))
-    return simulate(scn).tokens_per_s_per_gpu / row.tokens_per_s_per_gpu - 1.0
+    return simulate_run(vtrain.as_run(row)).tokens_per_s_per_gpu / row.tokens_per_s_per_gpu - 1.0
 
 
 def table(title: str, groups: dict[str, list[float]]) -> None:

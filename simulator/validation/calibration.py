@@ -182,6 +182,11 @@ class Case:
     _parts: tuple[Any, Any, Any] | None = None
 
     def simulate(self, params: dict[str, float]) -> Any:
+        """The run with the fitted compute parameters ``params`` (``efficiency_with``)."""
+        return self.simulate_with(efficiency_with(self.gpu, params))
+
+    def simulate_with(self, efficiency: Efficiency) -> Any:
+        """The run with the efficiencies ``efficiency``."""
         from simulator.api import _nodes, simulate
         from simulator.collectives import CollectiveModel
         from simulator.network import build_cluster
@@ -193,7 +198,7 @@ class Case:
             coll = CollectiveModel(cluster, fidelity=cl.network_fidelity, algorithm=cl.collective_algorithm)
             self._parts = (scn, cluster, coll)
         scn, cluster, coll = self._parts
-        return simulate(scn, efficiency=efficiency_with(self.gpu, params), collective_model=coll, cluster=cluster)
+        return simulate(scn, efficiency=efficiency, collective_model=coll, cluster=cluster)
 
 
 def errors(cases: Sequence[Case], params: dict[str, float]) -> list[float]:

@@ -39,9 +39,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from simulator.hardware.efficiency import Efficiency, for_gpu
+from simulator.hardware.efficiency import for_gpu
 from simulator.validation import calibration as cal
-from simulator.validation.vtrain import Row, host_fit_rows, host_test_rows, scenario
+from simulator.validation.suite import scenario_for
+from simulator.validation.vtrain import Row, as_run, host_fit_rows, host_test_rows
 
 #: The architecture whose training platform the host runs identify (vTrain's A100 nodes).
 ARCH = "ampere"
@@ -71,26 +72,18 @@ def point_of(params: dict[str, float]) -> Point:
 
 @dataclass
 class HostCase:
-    """One measured run with the parts of its simulation that the host parameters do not change
-    (validated scenario, cluster graph, collective model), built once."""
+    """One measured run as a fitting case: the compute calibration's ``Case`` of its ``Run``
+    (``vtrain.as_run``; scenario, cluster graph and collective model built once), simulated with the
+    architecture's efficiencies and the host parameters replaced."""
 
     row: Row
-    _parts: tuple[Any, Any, Any, Efficiency] | None = None
+    _case: cal.Case | None = None
 
     def simulate(self, params: dict[str, float]) -> Any:
-        from simulator.api import _nodes, simulate
-        from simulator.collectives import CollectiveModel
-        from simulator.config.loader import scenario_from_dict
-        from simulator.network import build_cluster
-
-        if self._parts is None:
-            scn = scenario_from_dict({"name": self.row.id, **scenario(self.row)})
-            cl = scn.cluster
-            cluster = build_cluster(cl.topology, _nodes(scn), cl.gpu_spec)
-            coll = CollectiveModel(cluster, fidelity=cl.network_fidelity, algorithm=cl.collective_algorithm)
-            self._parts = (scn, cluster, coll, for_gpu(cl.gpu_spec))
-        scn, cluster, coll, eff = self._parts
-        return simulate(scn, efficiency=replace(eff, **params), collective_model=coll, cluster=cluster)
+        if self._case is None:
+            run = as_run(self.row)
+            self._case = cal.Case(run, scenario_for(run).cluster.gpu_spec)
+        return self._case.simulate_with(replace(for_gpu(self._case.gpu), **params))
 
     def error(self, params: dict[str, float]) -> float:
         """Signed throughput error, predicted / measured − 1."""
