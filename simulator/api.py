@@ -161,6 +161,7 @@ def simulate(scenario: Scenario, *, efficiency: Efficiency | None = None, what_i
         "grad_accum_steps": ctx.n_micro,
         "micro_batch_size": tr.micro_batch_size,
         "gpu": gpu.name, "nodes": _nodes(scenario),
+        **({"gpu_power_limit_W": scenario.cluster.gpu_power_limit_W} if scenario.cluster.gpu_power_limit_W else {}),
         "tasks": played.tasks,
         **{k: v for k, v in graph.meta.items() if k in ("sharding_strategy", "prefetch_depth", "schedule",
                                                           "stage_layers", "virtual_stages")},

@@ -59,6 +59,9 @@ class GPUSpec(Frozen):
     #: clock under a cap below the datasheet part's TDP), None = the datasheet peaks. Applies to every
     #: tensor rate alike: one clock drives them all.
     power_limited_peak_fraction: float | None = Field(None, gt=0, le=1)
+    #: Datasheet dense BF16 peaks of the same silicon at other board powers, ``[[W, TFLOP/s], ...]``
+    #: (B100 / B200 / GB200): what ``cluster.gpu_power_limit_W`` interpolates (simulator.hardware.power).
+    power_points_bf16_tflops: list[tuple[PositiveFloat, PositiveFloat]] | None = None
     #: The same for FP8 (E4M3) matmuls, None where unmeasured (then FP8 GEMMs reach the 16-bit fraction).
     mamf_fraction_fp8: float | None = Field(None, gt=0, le=1)
     price_usd_per_gpu_hour: float | None = Field(None, ge=0)

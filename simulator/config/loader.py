@@ -123,7 +123,9 @@ def format_validation_error(exc: ValidationError) -> str:
                 lines.append(f"{path}: required key is missing")
         else:
             msg = err["msg"].removeprefix("Value error, ")
-            lines.append(f"{path}: {msg}" if path else msg)
+            # A section's validator that names the key inside it ("cluster.gpus (12) exceeds ...") is
+            # not prefixed with the section again.
+            lines.append(f"{path}: {msg}" if path and not msg.startswith(f"{path}.") else msg)
     return "\n".join(lines)
 
 

@@ -7,6 +7,7 @@ before validation, so a validated ``Scenario`` is self-contained.
 
 from __future__ import annotations
 
+from functools import cached_property
 from typing import Any, Literal
 
 from pydantic import Field, NonNegativeFloat, PositiveFloat, PositiveInt, model_validator
@@ -17,6 +18,7 @@ from simulator.config.model import ModelConfig
 from simulator.config.parallel import Framework, Offload, ParallelConfig  # noqa: F401  (re-exported)
 from simulator.config.run import CostConfig, ReliabilityConfig
 from simulator.config.topology import TopologyConfig
+from simulator.hardware import power
 
 #: ``selective``: Korthikanti et al. 2022 (the attention core is recomputed); ``selective_op``:
 #: torchtitan's op-level policy (``simulator.workload.op_sac``: every second GEMM output and the SDPA
@@ -36,12 +38,18 @@ class ClusterConfig(Frozen):
     gpus: PositiveInt | None = None
     network_fidelity: Literal["analytical", "flow"] = "analytical"
     collective_algorithm: Literal["auto", "ring", "tree", "hierarchical", "nvls", "collnet"] = "auto"
+    #: Board power cap of every GPU (``nvidia-smi --power-limit``), W; None = the GPU's TDP. The GPU then
+    #: computes at the datasheet peak of its silicon at that power (simulator.hardware.power).
+    gpu_power_limit_W: PositiveFloat | None = None
 
-    @property
+    @cached_property
     def gpu_spec(self) -> GPUSpec:
-        """The GPU in use: the override if given, else the topology's (resolved by the loader)."""
+        """The GPU in use: the override if given, else the topology's (resolved by the loader), under
+        ``gpu_power_limit_W`` when set (``simulator.hardware.power.capped``)."""
         assert self.gpu is not None, "loader resolves cluster.gpu"
-        return self.gpu
+        if self.gpu_power_limit_W is None:
+            return self.gpu
+        return power.capped(self.gpu, self.gpu_power_limit_W)
 
     @property
     def n_gpus(self) -> int:
@@ -49,6 +57,8 @@ class ClusterConfig(Frozen):
 
     @model_validator(mode="after")
     def _check_gpus(self) -> ClusterConfig:
+        if self.gpu_power_limit_W is not None and self.gpu is not None:
+            power.peak_fraction(self.gpu, self.gpu_power_limit_W)  # raises naming the field
         per_node = self.topology.gpus_per_node
         total = self.nodes * per_node
         if self.gpus is not None:

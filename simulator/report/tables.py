@@ -32,9 +32,10 @@ def render(report: StepReport, console: Console, interval: Any = None) -> None:
     lay, bd, step = report.layout, report.breakdown, report.step_time_s
     n_micro = lay["grad_accum_steps"]
     cp = f", cp={lay['cp']}" if lay.get("cp", 1) > 1 else ""
+    cap = f" at {lay['gpu_power_limit_W']:g} W" if "gpu_power_limit_W" in lay else ""
     console.print(
         f"[bold]{escape(report.scenario)}[/]: {lay['framework']} ZeRO-{lay['zero_stage']} on {report.n_gpus} x "
-        f"{lay['gpu']} (dp={lay['dp']}, tp={lay['tp']}{cp}, pp={lay['pp']}, "
+        f"{lay['gpu']}{cap} (dp={lay['dp']}, tp={lay['tp']}{cp}, pp={lay['pp']}, "
         + (f"ep={lay['ep']}, etp={lay['etp']}, edp={lay['edp']}, " if "ep" in lay else "")
         + f"{n_micro} micro-batch{'' if n_micro == 1 else 'es'} of {lay['micro_batch_size']})"
     )

@@ -110,11 +110,14 @@ def plan_run(scenario: Scenario, step_time_s: float, busy_fraction: float = 1.0)
     price = price_per_gpu_hour(scenario)
     gpu_hours = n_gpus * wall / HOUR_S
     tokens = steps * scenario.tokens_per_step
-    gpu = scenario.cluster.gpu_spec
-    power = n_gpus * gpu.tdp_W * (cost.gpu_idle_power_fraction + (1 - cost.gpu_idle_power_fraction) * busy_fraction)
+    # A GPU draws its board power (the power limit when one is set) while busy and a fraction of its
+    # rated TDP while idle; the node around it (CPUs, fans, NICs) is sized for the rated TDP.
+    rated_W, drawn_W = scenario.cluster.gpu.tdp_W, scenario.cluster.gpu_spec.tdp_W
+    idle = cost.gpu_idle_power_fraction
+    power = n_gpus * (rated_W * idle * (1 - busy_fraction) + drawn_W * busy_fraction)
     overhead = cost.node_overhead_W
     if overhead is None:
-        overhead = NODE_OVERHEAD_PER_GPU_TDP * scenario.cluster.topology.gpus_per_node * gpu.tdp_W
+        overhead = NODE_OVERHEAD_PER_GPU_TDP * scenario.cluster.topology.gpus_per_node * rated_W
     power += n_nodes * overhead
     return RunReport(
         steps=steps,

@@ -59,11 +59,13 @@ CAUSES: dict[str, str] = {
 #: Causes shared by groups of corpus runs (``runs_corpus.yaml``; docs/validation-corpus.md), by id
 #: glob, first match wins; ``CAUSES`` takes precedence.
 GROUP_CAUSES: tuple[tuple[str, str], ...] = (
-    ("torchao-b200-*", "torchao's B200s are power-limited at a cap the source does not state (the torchao team's "
-     "other B200 benchmarks name a 750 W limit, pytorch/ao PR #3566); simulated at the 1,000 W datasheet peaks, "
-     "so too fast. Their SDPA runs FlashAttention-2 at its B200 rate (torch 2.9 prefers cuDNN only from cuDNN "
-     "9.15), which took these runs from +115..+184% to +48..+78%. The figure itself checks out: torchtitan's "
-     "median per-GPU tps (8 GPUs, local batch 1, sequence 8,192) = about 21% MFU of the 2,250 TF BF16 peak"),
+    ("torchao-b200-*", "torchao's B200s are power-limited at a cap the source does not state; simulated at 750 W "
+     "(cluster.gpu_power_limit_W: 0.815 of the 1,000 W peaks by the B100/B200 datasheet chord), the limit the "
+     "PyTorch team's other B200 benchmarks use (pytorch/helion PR #347, pytorch/ao PR #3566), which took them "
+     "from +39..+67% to +17..+41%. What remains is not identified: the same runs' peak memory is 14 GiB below "
+     "the H100 twin's of the stated configuration, and float8 rowwise runs 17% below tensorwise (dtsim prices "
+     "their GEMMs alike). Their SDPA runs FlashAttention-2 at its B200 rate (torch 2.9 prefers cuDNN only from "
+     "cuDNN 9.15)"),
     ("torchtitan-h100-*", "the 500 W HBM2e H100 runs at the midpoint of torchtitan's SXM/NVL peak bounds (U); what "
      "remains: the 8B and 405B runs at 32k-64k tokens too slow (-15 to -26%) while their 128k-256k twins are "
      "within 11% (one attention share fitted on all of them), and the 70B FSDP x TP run too slow (vanilla TP's "

@@ -43,6 +43,16 @@ def test_energy_by_hand():
     assert run.energy_kwh == pytest.approx(power * run.wall_clock_s / 3.6e6)
 
 
+def test_energy_under_a_power_limit_by_hand():
+    s = _scenario("cluster.topology=dgx-b200", "cluster.gpu_power_limit_W=750",
+                  "reliability.enabled=false", "reliability.checkpoint.enabled=false")
+    run = plan_run(s, step_time_s=5.0, busy_fraction=0.5)
+    # Busy at the 750 W cap, idle at 0.3 of the rated 1,000 W; the node overhead (4.6 / 5.6 per TDP watt)
+    # is sized for the rated 8 x 1,000 W.
+    power = 8 * (1000 * 0.3 * 0.5 + 750 * 0.5) + 4600 / 5600 * 8 * 1000
+    assert run.energy_kwh == pytest.approx(power * run.wall_clock_s / 3.6e6)
+
+
 def test_goodput_falls_with_failure_rate():
     goodputs = [
         plan_run(_scenario(f"reliability.gpu_mtbf_hours={mtbf}"), step_time_s=5.0).goodput
