@@ -101,3 +101,13 @@ def test_power_limited_h100_runs_at_the_midpoint_of_torchtitans_bounds():
     # a part without a power cap runs at its datasheet peak
     sxm = catalog.get_gpu("h100-sxm")
     assert sxm.power_limited_peak_fraction is None and sxm.sustained_peak_flops("bf16") == 989.5e12
+
+
+@pytest.mark.parametrize(("name", "sibling"), [("h200", "h100-sxm"), ("h800", "h100-sxm"), ("a800", "a100-80gb")])
+def test_same_silicon_parts_take_the_measured_bf16_mamf_of_their_sibling(name, sibling):
+    # [S1] MAMF: H100 SXM 794.5 of 989.5 TF = 0.803, A100 SXM 271.2 of 312 TF = 0.869; H200, H800
+    # and A800 are the same silicon at the same clocks and power (hardware.md §0), unmeasured in BF16.
+    expected = {"h100-sxm": 794.5 / 989.5, "a100-80gb": 271.2 / 312}[sibling]
+    gpu = catalog.get_gpu(name)
+    assert gpu.mamf_fraction == catalog.get_gpu(sibling).mamf_fraction
+    assert gpu.mamf_fraction == pytest.approx(expected, abs=5e-4)
