@@ -32,6 +32,7 @@ from simulator.parallel.volume import per_rank
 from simulator.report.step_report import StepReport
 from simulator.steady_state import Played, play_step
 from simulator.workload import flops, memory
+from simulator.workload import recompute as recompute_blocks
 
 
 @dataclass(frozen=True)
@@ -137,12 +138,13 @@ def simulate(scenario: Scenario, *, efficiency: Efficiency | None = None, what_i
     if recompute == "selective" and tr.kernels.flash_attention:
         recompute = "none"
     n_seq_micro = scenario.grad_accum_steps * scenario.dp
+    share = recompute_blocks.fraction(scenario) if recompute == "full" else 1.0  # training.recompute_layers
     step_flops = flops.step(scenario.model, tr.micro_batch_size, tr.seq_len, n_micro=n_seq_micro,
-                            causal=causal, recompute=recompute)
+                            causal=causal, recompute=recompute, recompute_fraction=share)
     # HFU counts the FLOPs the kernels execute: a causal FlashAttention kernel skips the masked half
     # whatever the MFU convention (an unfused kernel computes the whole score matrix), so HFU ≤ 100%.
     executed = flops.step(scenario.model, tr.micro_batch_size, tr.seq_len, n_micro=n_seq_micro,
-                          causal=tr.kernels.flash_attention, recompute=recompute)
+                          causal=tr.kernels.flash_attention, recompute=recompute, recompute_fraction=share)
     mem = memory.breakdown(scenario).as_dict()
     breakdown = {k: summary[k] for k in ("forward_s", "backward_s", "recompute_s", "optimizer_s", "idle_s",
                                          "compute_busy_s", "bubble_s")}

@@ -142,6 +142,11 @@ class TrainingConfig(Frozen):
     global_batch_size: PositiveInt = Field(description="sequences per optimizer step")
     precision: Dtype = "bf16"
     activation_checkpointing: Recompute = "none"
+    #: With ``activation_checkpointing: full``, the blocks of each pipeline model chunk that recompute;
+    #: the others keep their activations (Megatron ``--recompute-method block --recompute-num-layers``,
+    #: torchtitan per-layer selective checkpointing, fms-fsdp ``selective_checkpointing``;
+    #: ``simulator.workload.recompute``). None: every block.
+    recompute_layers: PositiveInt | None = None
     total_tokens: PositiveFloat | None = None
     steps: PositiveInt | None = None
     #: FLOP convention for attention in model-FLOP counts (MFU): "full" counts the whole s×s score
@@ -266,6 +271,11 @@ class Scenario(Frozen):
         if t.activation_checkpointing == "selective_op" and (m.moe is not None or m.is_mla):
             raise ValueError("training.activation_checkpointing: selective_op (torchtitan's op-level policy) is "
                              "modelled for dense blocks only; use selective or full for an MoE or MLA model")
+        from simulator.workload import recompute
+
+        problem = recompute.check(self)
+        if problem:
+            raise ValueError(problem)
         if p.fp8_param_gather and t.precision != "fp8":
             raise ValueError(f"parallel.fp8_param_gather needs training.precision: fp8 (got {t.precision!r}): only "
                              "FP8 linears have FP8 weights to gather; remove it or train in fp8")

@@ -263,9 +263,14 @@ def _training(flags: dict, integer, out: Imported) -> None:
     if granularity not in (None, "full", "selective"):
         raise InputError(f"--recompute-granularity {granularity!r} must be full or selective", FIELD)
     out.set("training.activation_checkpointing", granularity or "none")
-    for name in ("recompute-method", "recompute-num-layers"):
-        if name in flags:
-            out.ignore(f"--{name}", "dtsim recomputes every layer under full granularity")
+    method, layers = _value(flags, "recompute-method"), integer("recompute-num-layers")
+    if granularity == "full" and method == "block" and layers is not None:
+        # block: the first N layers of each pipeline chunk recompute, the others keep their activations
+        out.set("training.recompute_layers", layers)
+    elif method is not None or layers is not None:
+        out.ignore("--recompute-method/--recompute-num-layers",
+                   "uniform recomputes every layer (in groups of N); only full granularity's block method "
+                   "recomputes some layers (training.recompute_layers)")
     iters, samples = integer("train-iters"), integer("train-samples")
     if iters is not None and samples is not None:
         raise InputError("--train-iters contradicts --train-samples; keep one", FIELD)

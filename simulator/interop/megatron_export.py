@@ -47,7 +47,10 @@ def export_args(s: Scenario) -> Exported:
         lines += ["--bf16", "--fp8-format hybrid"]
     elif tr.precision in ("bf16", "fp16"):
         lines.append(f"--{tr.precision}")
-    if tr.activation_checkpointing == "full":
+    if tr.activation_checkpointing == "full" and tr.recompute_layers is not None:
+        lines += ["--recompute-granularity full", "--recompute-method block",
+                  f"--recompute-num-layers {tr.recompute_layers}"]
+    elif tr.activation_checkpointing == "full":
         lines += ["--recompute-granularity full", "--recompute-method uniform", "--recompute-num-layers 1"]
     elif tr.activation_checkpointing in ("selective", "selective_op"):  # Megatron has no op-level policy
         lines.append("--recompute-granularity selective")

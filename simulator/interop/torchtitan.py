@@ -9,7 +9,8 @@ local_batch_size`` (``batch_size`` before 2025), ``global_batch_size`` (−1: lo
 ``enable_async_tensor_parallel``, ``pipeline_parallel_degree``, ``pipeline_parallel_schedule``,
 ``pipeline_parallel_microbatch_size``, ``context_parallel_degree``; ``[activation_checkpoint] mode``
 (``none`` / ``selective`` / ``full``; ``selective`` with ``selective_ac_option = "op"`` is
-``selective_op``); ``[float8]`` / ``[model] converters = ["float8"]``, ``[float8]
+``selective_op``, with an integer ``k`` full checkpointing of every ``k``-th block,
+``training.recompute_layers``); ``[float8]`` / ``[model] converters = ["float8"]``, ``[float8]
 enable_fsdp_float8_all_gather`` (``parallel.fp8_param_gather``).
 torchtitan applies FSDP2 (``fully_shard``): dtsim framework ``fsdp``; replicate × shard > 1 with
 both > 1 is HSDP (``hybrid_shard``), shard 1 with replicate > 1 is DDP (``ddp``).
@@ -63,7 +64,6 @@ _KEY_REASONS = {
     "pipeline_parallel_split_points": "dtsim splits layers evenly (embedding first, logits last)",
     "disable_loss_parallel": "loss parallelism is not modelled", "enable_compiled_autograd": "compiled autograd",
     "context_parallel_rotate_method": "ring rotation method: dtsim models all-gather-free ring attention",
-    "selective_ac_option": "'op' is dtsim's selective_op; per-layer N is simulated as selective (attention core)",
     "precompute_float8_dynamic_scale_for_fsdp": "float8 scale detail", "filter_fqns": "float8 module filter",
     "recipe_name": "float8 recipe", "emulate": "float8 emulation", "force_recompute_fp8_weight_in_bwd":
     "float8 detail", "expert_parallel_degree": "MoE expert parallelism: dense models only here",
@@ -107,10 +107,33 @@ def import_toml(text: str) -> Imported:
     ac = ac_section.get("mode", "none")
     if ac not in ("none", "selective", "full"):
         raise InputError(f"activation_checkpoint.mode {ac!r} must be none, selective or full", FIELD)
-    if ac == "selective" and str(ac_section.get("selective_ac_option", "")) == "op":
+    option = str(ac_section.get("selective_ac_option", ""))
+    if ac == "selective" and option == "op":
         ac = "selective_op"  # torchtitan's op-level policy (simulator.workload.op_sac)
+    elif ac == "selective" and option.isdigit():
+        ac = "full"  # per-layer: every k-th block fully checkpointed (_apply_ac_to_transformer_block)
+        _every_kth_block(int(option), out)
     out.set("training.activation_checkpointing", ac)
     return out
+
+
+def _every_kth_block(k: int, out: Imported) -> None:
+    """torchtitan's per-layer selective checkpointing wraps every ``k``-th block of a rank in a full
+    checkpoint (a counter over the rank's blocks): ``⌊L_rank / k⌋`` of them, ``training.recompute_layers``."""
+    if k < 1:
+        raise InputError(f"activation_checkpoint.selective_ac_option {k} must be >= 1 (or 'op')", FIELD)
+    if k == 1:
+        return  # every block
+    model = out.get("model")
+    if not isinstance(model, str):
+        out.ignore(f"activation_checkpoint.selective_ac_option {k}",
+                   "every k-th block needs the model's layer count: every block recomputes; give --set "
+                   "training.recompute_layers=N (N = layers per pipeline stage / k)")
+        return
+    from simulator import catalog
+
+    per_stage = catalog.get_model(model).n_layers // (out.get("parallel.pp") or 1)
+    out.set("training.recompute_layers", max(1, per_stage // k))
 
 
 def _model(model: dict, tr: dict, float8: dict, out: Imported) -> None:
@@ -304,6 +327,13 @@ def export_toml(s: Scenario) -> Exported:
     sections["parallelism"] = parallelism
     if tr.activation_checkpointing == "selective_op":
         sections["activation_checkpoint"] = {"mode": "selective", "selective_ac_option": "op"}
+    elif tr.activation_checkpointing == "full" and tr.recompute_layers is not None:
+        per_stage = s.model.n_layers // par.pp
+        k = max(1, per_stage // tr.recompute_layers)
+        if per_stage // k != tr.recompute_layers:
+            notes.append(f"training.recompute_layers {tr.recompute_layers}: torchtitan checkpoints every k-th block; "
+                         f"every {k}-th gives {per_stage // k} of {per_stage}")
+        sections["activation_checkpoint"] = {"mode": "selective", "selective_ac_option": str(k)}
     else:
         sections["activation_checkpoint"] = {"mode": tr.activation_checkpointing}
     lines = [f"# torchtitan job config for {s.name} (written by dtsim export); add [optimizer], [checkpoint], "

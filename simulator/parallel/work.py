@@ -18,6 +18,7 @@ from simulator.workload import flops as wflops
 from simulator.workload import host as whost
 from simulator.workload import ops as wops
 from simulator.workload import params as wparams
+from simulator.workload import recompute as wrecompute
 from simulator.workload.optimizer_ops import optimizer_ops
 
 
@@ -89,6 +90,13 @@ class StepWork:
     layer_bwd_pieces: tuple[tuple[str, tuple[Any, ...], float], ...] = ()
     #: Mixture-of-experts blocks (``simulator.parallel.expert.MoEWork``); None for a dense model.
     moe: Any = None
+    #: Blocks of each model chunk that run ``layer_recompute`` (the first ones: Megatron's ``block``
+    #: method; ``training.recompute_layers``, ``simulator.workload.recompute``); None = every block.
+    recompute_blocks: int | None = None
+
+    def recomputes(self, block: int) -> bool:
+        """Whether block ``block`` (index within its chunk) recomputes before its backward."""
+        return bool(self.layer_recompute) and (self.recompute_blocks is None or block < self.recompute_blocks)
 
     @property
     def layer_modules(self) -> int:
@@ -161,6 +169,7 @@ def from_scenario(scenario: Any, persistence_threshold: float = 1e5) -> StepWork
         tp_async_backward=par.framework == "ddp" and tp > 1,
         cp_kv_bytes=float(2 * b * tr.seq_len * model.kv_dim / tp * pb) if cp > 1 else 0.0,
         layer_bwd_pieces=_split_backward(bwd, blk, layer_local),
+        recompute_blocks=wrecompute.per_chunk(tr) or None,
     )
     if model.moe is not None or model.is_mla:
         from simulator.parallel import expert

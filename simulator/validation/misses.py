@@ -36,9 +36,10 @@ CAUSES: dict[str, str] = {
     "megatron-sc21-t2-zero3-175B-768gpu": "2021 DeepSpeed ZeRO-3 at 96 nodes: the list-based gather cost "
     "(stage3_list_overhead_per_rank_s, one value fitted on this run and the 1,536-GPU one) is taken linear in "
     "the ranks, which leaves this one too fast and the 1,536-GPU one right",
-    "ibm-fsdp-a100-llama213b": "too fast since attention runs at FlashAttention-2's published A100 rate (the "
-    "former fitted flash fraction, 0.30 of peak, absorbed it); the same source's 7B, 34B and 70B runs are within "
-    "15%: what slows the 13B run (40 heads, 4,096 tokens) is not identified",
+    "ibm-fsdp-h100-llama27b": "without activation checkpointing: runs that keep every block's activations come "
+    "out faster than the fully recomputed runs of the same source and GPU (this source's H100 34B and 70B rows "
+    "within 2%, its A100 7B row +8%; llm-foundry's H100 rows without recomputation +7 to +18% against +3% with "
+    "it); the physical cause is not identified",
     "megatron-bridge-2511-llama3-8b-8gpu-fsdp-fp8cs": "too slow like the other NVIDIA-tuned H100 FP8 runs: "
     + _HOPPER_GEMM + ", below what Megatron-Core/Transformer Engine reach (issue 12)",
     "nemo2407-llama3-8b-8gpu-fp8": "FP8 on H100 with Transformer Engine: cast/amax costs and FP8 GEMM "

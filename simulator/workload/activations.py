@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from simulator.config.model import ModelConfig
 from simulator.config.scenario import Scenario
 from simulator.parallel import pipeline_order, pipeline_split
-from simulator.workload import op_sac
+from simulator.workload import op_sac, recompute
 from simulator.workload.flops import Recompute
 
 #: Linears whose input is split over tensor-parallel ranks (Megatron row-parallel): each rank's GEMM
@@ -190,7 +190,9 @@ def stage_activations(scenario: Scenario) -> list[ActivationBytes]:
     placements). Sequence parallelism divides the norm/dropout region by ``t``; context parallelism
     makes every term one of the rank's ``s/cp`` tokens (Korthikanti's formulas with ``s → s/cp``).
     Full recomputation stores the block inputs and, while recomputing one block for its backward,
-    that block's full activations (Korthikanti Table 2 note). The first stage adds the embedding's
+    that block's full activations (Korthikanti Table 2 note); with ``training.recompute_layers`` only
+    ``n`` of a stage's blocks do (``simulator.workload.recompute.stage_counts``), the other ``n_s − n``
+    keep a block's activations without recomputation, and ``per_layer`` is their mean. The first stage adds the embedding's
     dropout mask ``sbh`` per in-flight micro-batch when dropout is on; the last stage the logits
     buffers of one micro-batch.
     """
@@ -217,13 +219,19 @@ def stage_activations(scenario: Scenario) -> list[ActivationBytes]:
     schedule, v, blocks = pipeline_blocks(scenario)
     n_micro = scenario.grad_accum_steps
     logits = logits_activation_bytes(m, b, s, t, pb, cross_entropy_kind(scenario))
+    # training.recompute_layers: only these blocks of a stage store the checkpoint input; the others
+    # keep a block's activations without recomputation (simulator.workload.recompute).
+    partial = tr.activation_checkpointing == "full" and tr.recompute_layers is not None
+    kept = layer_activation_bytes(m, b, s, t, recompute="none", **common) if partial else per_layer
+    recomputed = recompute.stage_counts(scenario) if partial else blocks
     rows = []
     for st in range(pp):
         k = _in_flight(schedule, st, pp, n_micro, v) if pp > 1 else 1
-        layers = per_layer * blocks[st] * k
+        layers = (per_layer * recomputed[st] + kept * (blocks[st] - recomputed[st])) * k
         embedding = MASK_BYTES * s * b * m.hidden_size * math.ceil(k) if (st == 0 and dropout) else 0.0
         head = logits if st == pp - 1 else 0.0
-        rows.append(ActivationBytes(per_layer=per_layer, layers=layers, recompute_transient=transient,
+        rows.append(ActivationBytes(per_layer=layers / (blocks[st] * k) if blocks[st] else per_layer,
+                                    layers=layers, recompute_transient=transient,
                                     embedding=embedding, logits=head, in_flight=k,
                                     total_bytes=layers + transient + embedding + head))
     return rows

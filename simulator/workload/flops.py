@@ -18,6 +18,7 @@ from typing import Literal  # noqa: F401
 from simulator.config.model import ModelConfig
 from simulator.config.scenario import Recompute, Scenario, TrainingConfig  # noqa: F401  (Recompute re-exported)
 from simulator.workload import op_sac
+from simulator.workload import recompute as recompute_mod
 
 
 @dataclass(frozen=True)
@@ -142,13 +143,16 @@ def step(
     causal: bool = False,
     recompute: Recompute = "none",
     attention_fraction: float = 1.0,
+    recompute_fraction: float = 1.0,
 ) -> StepFlops:
     """FLOPs of one optimizer step of ``n_micro`` micro-batches of ``b`` sequences of length ``s``.
 
     Per micro-batch: ``F = l·F_layer + F_logits``; ``model = 3F``;
     ``hardware = 3F + l·F_layer`` (full) or ``3F + l·F_core`` (selective) or ``3F`` (none);
     ``selective_op`` adds the forward FLOPs of the GEMMs torchtitan's op-level policy re-runs
-    (``op_sac.recomputed_gemm_flops``: Llama's k, o and up projections).
+    (``op_sac.recomputed_gemm_flops``: Llama's k, o and up projections). Full recomputation of only
+    some blocks (``training.recompute_layers``) adds ``recompute_fraction`` of full recomputation's
+    ``l·F_layer`` (``recompute.fraction``: the share of blocks that recompute).
     Non-causal, MHA, GELU-4h: ``model = 72·B·s·l·h²·(1 + s/6h + V/12lh)`` and full-recompute
     ``hardware = 96·B·s·l·h²·(1 + s/6h + V/16lh)`` with ``B = b·n_micro`` (Narayanan et al. SC'21
     Sec. 5.1 Eq. 3). Selective non-causal: ``72·B·s·l·h²·(1 + 2s/9h + V/12lh)`` (formulas.md §1.2).
@@ -160,7 +164,8 @@ def step(
         extra = model.n_layers * op_sac.recomputed_gemm_flops(model, b * s)
     else:
         extra = sum(c * {"none": 0.0, "selective": f * lay.attention_core,
-                         "full": lay.dense + f * lay.attention_core}[recompute] for c, lay in groups)
+                         "full": recompute_fraction * (lay.dense + f * lay.attention_core)}[recompute]
+                    for c, lay in groups)
     return StepFlops(
         tokens=b * s * n_micro,
         causal=causal,
@@ -185,4 +190,5 @@ def for_scenario(scenario: Scenario) -> StepFlops:
         causal=t.attention_flops == "causal",
         recompute=t.activation_checkpointing,
         attention_fraction=attention_work_fraction(t),
+        recompute_fraction=recompute_mod.fraction(scenario) if t.activation_checkpointing == "full" else 1.0,
     )

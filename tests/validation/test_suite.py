@@ -59,8 +59,8 @@ def test_megatron_eq3_convention_by_hand():
 
 def test_select_by_glob():
     runs = load_runs()
-    assert [r.id for r in select(runs, "ibm-fsdp-*70b")] == ["ibm-fsdp-a100-llama270b"]
-    assert len(select(runs, "ibm-*,megatron-sc21-t1-1.7B")) == 5
+    assert [r.id for r in select(runs, "ibm-fsdp-*70b")] == ["ibm-fsdp-a100-llama270b", "ibm-fsdp-h100-llama270b"]
+    assert len(select(runs, "ibm-*,megatron-sc21-t1-1.7B")) == 9  # IBM's 4 A100 and 4 H100 rows, and one
     assert select(runs, None) == list(runs)
 
 

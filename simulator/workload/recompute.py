@@ -1,0 +1,78 @@
+"""Which transformer blocks run full recomputation (``training.recompute_layers``).
+
+Full activation checkpointing need not cover every block. Frameworks checkpoint a number of blocks
+and let the others keep their activations, trading memory for compute block by block:
+
+* Megatron-LM ``--recompute-granularity full --recompute-method block --recompute-num-layers N``:
+  the first ``N`` blocks of each pipeline model chunk recompute (``TransformerBlock._checkpointed_forward``;
+  ``uniform`` recomputes every block, in groups of ``N``);
+* torchtitan's per-layer selective checkpointing (``activation_checkpoint.mode = "selective"``,
+  ``selective_ac_option = "k"``): every ``k``-th block of a rank is wrapped in a full checkpoint
+  (``_apply_ac_to_transformer_block``), ``⌊L/k⌋`` of ``L`` blocks;
+* IBM's fms-fsdp ``selective_checkpointing``: a share of the blocks, full checkpoint each.
+
+Each model chunk of ``L_c`` blocks recomputes ``n_c = min(N, L_c)`` of them (``N`` =
+``recompute_layers``; every block when it is unset). A recomputed block costs one more forward before
+its backward and keeps only its input (``p·s·b·h``); the others keep what a block without
+recomputation keeps. So the recompute FLOPs are ``Σ n_c / L`` of full recomputation's
+(``flops.step``), and a stage's activations ``n·A_full + (L_s − n)·A_none`` per micro-batch in flight
+(``activations.stage_activations``). Which blocks of a chunk recompute does not change either, nor the
+step time: the engine recomputes the first ``n_c`` of each chunk, as Megatron's ``block`` method does.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+FIELD = "training.recompute_layers"
+
+
+def chunk_layers(scenario: Any) -> list[int]:
+    """Blocks of each pipeline model chunk (virtual stage; one chunk per stage without interleaving)."""
+    from simulator.parallel import pipeline_split
+
+    par = scenario.parallel
+    v = par.virtual_stages if par.pp > 1 and par.pipeline_schedule == "interleaved" else 1
+    return pipeline_split.virtual_stage_layers(scenario.model.n_layers, par.pp, v, par)
+
+
+def per_chunk(training: Any) -> int | None:
+    """Blocks each model chunk recomputes under full checkpointing (``None``: all of them); 0 without
+    full checkpointing."""
+    if training.activation_checkpointing != "full":
+        return 0
+    return training.recompute_layers
+
+
+def chunk_counts(scenario: Any) -> list[int]:
+    """Recomputed blocks of each model chunk, ``min(N, L_c)``."""
+    n = per_chunk(scenario.training)
+    return [layers if n is None else min(n, layers) for layers in chunk_layers(scenario)]
+
+
+def fraction(scenario: Any) -> float:
+    """Share of all blocks that recompute: 1 under full checkpointing of every block, 0 without it."""
+    return sum(chunk_counts(scenario)) / scenario.model.n_layers
+
+
+def stage_counts(scenario: Any) -> list[int]:
+    """Recomputed blocks of each GPU pipeline stage (its chunks summed)."""
+    counts, pp = chunk_counts(scenario), scenario.parallel.pp
+    return [sum(counts[c * pp + s] for c in range(len(counts) // pp)) for s in range(pp)]
+
+
+def check(scenario: Any) -> str | None:
+    """Why ``training.recompute_layers`` cannot apply to the scenario, or None."""
+    tr, m = scenario.training, scenario.model
+    if tr.recompute_layers is None:
+        return None
+    if tr.activation_checkpointing != "full":
+        return (f"{FIELD} ({tr.recompute_layers}) counts fully recomputed blocks: it needs "
+                f"training.activation_checkpointing: full (got {tr.activation_checkpointing!r}); set it or remove {FIELD}")
+    if m.moe is not None or m.is_mla:
+        return f"{FIELD} is modelled for dense blocks only; remove it (every block recomputes) for an MoE or MLA model"
+    most = max(chunk_layers(scenario))
+    if tr.recompute_layers > most:
+        return (f"{FIELD} ({tr.recompute_layers}) exceeds the {most} blocks of a pipeline model chunk; give at "
+                f"most {most}, or remove it to recompute every block")
+    return None
