@@ -114,6 +114,12 @@ class KernelConfig(Frozen):
     #: (``eager``: torchtitan, FSDP trainers), or that under torch.compile (``compiled``); ``auto``:
     #: eager with framework fsdp, fused otherwise.
     cross_entropy: Literal["auto", "fused", "eager", "compiled"] = "auto"
+    #: Full recomputation stops once every tensor the block's forward saved is rebuilt: PyTorch's
+    #: non-reentrant checkpoint (``torch.utils.checkpoint`` early stop, on by default since 2.1) does not
+    #: re-run the block's last GEMM and residual add (``simulator.workload.recompute``). None: on with
+    #: framework fsdp (``checkpoint_wrapper`` NO_REENTRANT: torchtitan, FSDP trainers), off for Megatron
+    #: (``ddp``) and DeepSpeed, whose reentrant checkpoints re-run the whole block.
+    checkpoint_early_stop: bool | None = None
 
     @model_validator(mode="before")
     @classmethod

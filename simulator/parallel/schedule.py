@@ -199,7 +199,7 @@ def _backward_block(b: GraphBuilder, work: StepWork, unit: int, g: int, hooks: H
     overlap = _overlapped(work)
     name = f"recompute {unit} mb{g}"
     if work.recomputes(unit):
-        full = len(work.layer_recompute) == len(work.layer_fwd)  # full recompute re-runs the TP collectives
+        full = work.recompute_full  # full recompute re-runs the TP collectives
         if overlap and full:
             rid, deps = tp_overlap.forward_block(b, work, work.layer_recompute, "recompute", name, deps, g, unit)
         else:

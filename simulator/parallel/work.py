@@ -93,6 +93,9 @@ class StepWork:
     #: Blocks of each model chunk that run ``layer_recompute`` (the first ones: Megatron's ``block``
     #: method; ``training.recompute_layers``, ``simulator.workload.recompute``); None = every block.
     recompute_blocks: int | None = None
+    #: Full recomputation (the whole block forward, or all of it up to early stop) rather than a
+    #: selective policy: it re-runs the block's TP collectives and DeepSpeed's parameter fetches.
+    recompute_full: bool = False
 
     def recomputes(self, block: int) -> bool:
         """Whether block ``block`` (index within its chunk) recomputes before its backward."""
@@ -127,7 +130,8 @@ def from_scenario(scenario: Any, persistence_threshold: float = 1e5) -> StepWork
                                                                              tr.activation_checkpointing, fp8=fp8)]
     else:
         fwd = [scale_attention(op, cp, tr)
-               for op in wops.layer_ops(model, b, s, tp, pb, tr.kernels, tr.activation_checkpointing, fp8=fp8)]
+               for op in wops.layer_ops(model, b, s, tp, pb, tr.kernels, tr.activation_checkpointing, fp8=fp8,
+                                        early_stop=wrecompute.early_stop(scenario))]
     bwd_all = wops.backward_ops(fwd)
     recompute = tuple(op for op in bwd_all if op.name.startswith("recompute."))
     bwd = tuple(op for op in bwd_all if not op.name.startswith("recompute."))
@@ -170,6 +174,7 @@ def from_scenario(scenario: Any, persistence_threshold: float = 1e5) -> StepWork
         cp_kv_bytes=float(2 * b * tr.seq_len * model.kv_dim / tp * pb) if cp > 1 else 0.0,
         layer_bwd_pieces=_split_backward(bwd, blk, layer_local),
         recompute_blocks=wrecompute.per_chunk(tr) or None,
+        recompute_full=tr.activation_checkpointing == "full",
     )
     if model.moe is not None or model.is_mla:
         from simulator.parallel import expert

@@ -144,6 +144,7 @@ def step(
     recompute: Recompute = "none",
     attention_fraction: float = 1.0,
     recompute_fraction: float = 1.0,
+    recompute_skipped: float = 0.0,
 ) -> StepFlops:
     """FLOPs of one optimizer step of ``n_micro`` micro-batches of ``b`` sequences of length ``s``.
 
@@ -152,7 +153,8 @@ def step(
     ``selective_op`` adds the forward FLOPs of the GEMMs torchtitan's op-level policy re-runs
     (``op_sac.recomputed_gemm_flops``: Llama's k, o and up projections). Full recomputation of only
     some blocks (``training.recompute_layers``) adds ``recompute_fraction`` of full recomputation's
-    ``l·F_layer`` (``recompute.fraction``: the share of blocks that recompute).
+    ``l·F_layer`` (``recompute.fraction``: the share of blocks that recompute); early stop leaves
+    ``recompute_skipped`` FLOPs of each recomputed block out (``recompute.skipped_flops_per_block``).
     Non-causal, MHA, GELU-4h: ``model = 72·B·s·l·h²·(1 + s/6h + V/12lh)`` and full-recompute
     ``hardware = 96·B·s·l·h²·(1 + s/6h + V/16lh)`` with ``B = b·n_micro`` (Narayanan et al. SC'21
     Sec. 5.1 Eq. 3). Selective non-causal: ``72·B·s·l·h²·(1 + 2s/9h + V/12lh)`` (formulas.md §1.2).
@@ -164,7 +166,7 @@ def step(
         extra = model.n_layers * op_sac.recomputed_gemm_flops(model, b * s)
     else:
         extra = sum(c * {"none": 0.0, "selective": f * lay.attention_core,
-                         "full": recompute_fraction * (lay.dense + f * lay.attention_core)}[recompute]
+                         "full": recompute_fraction * (lay.dense + f * lay.attention_core - recompute_skipped)}[recompute]
                     for c, lay in groups)
     return StepFlops(
         tokens=b * s * n_micro,
@@ -191,4 +193,5 @@ def for_scenario(scenario: Scenario) -> StepFlops:
         recompute=t.activation_checkpointing,
         attention_fraction=attention_work_fraction(t),
         recompute_fraction=recompute_mod.fraction(scenario) if t.activation_checkpointing == "full" else 1.0,
+        recompute_skipped=recompute_mod.skipped_flops_per_block(scenario),
     )

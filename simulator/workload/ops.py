@@ -208,6 +208,7 @@ def layer_ops(
     kernels: Kernels,
     recompute: Recompute = "none",
     fp8: str | None = None,
+    early_stop: bool = False,
 ) -> list[Op]:
     """Forward kernels of ONE transformer block on one GPU, in execution order.
 
@@ -270,7 +271,10 @@ def layer_ops(
     if not fused:
         ops.append(memory_op("output_residual_add", tokens * h, 3, pb, _ADD_FLOPS))
     if recompute == "full":
-        ops = [replace(op, recompute=True) for op in ops]
+        # early stop (PyTorch non-reentrant checkpoint): the recompute ends when the down projection packs
+        # its saved input, before that GEMM runs; it and the ops after it are not re-run
+        tail = next(i for i, op in enumerate(ops) if op.name == "mlp_down") if early_stop else len(ops)
+        ops = [replace(op, recompute=True) if i < tail else op for i, op in enumerate(ops)]
     if recompute == "selective_op":
         ops = op_sac.mark(model, ops, pb)
     return ops

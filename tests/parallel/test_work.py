@@ -28,7 +28,8 @@ def test_total_params_match_the_workload_count():
 
 @pytest.mark.parametrize(("mode", "recompute_len"), [("none", 0), ("selective", 0), ("full", None)])
 def test_recompute_ops(mode, recompute_len):
-    work = from_scenario(_scenario(activation_checkpointing=mode))
+    # full: every forward op again (early stop off; with it see tests/workload/test_recompute_layers.py)
+    work = from_scenario(_scenario(activation_checkpointing=mode, kernels={"checkpoint_early_stop": False}))
     expected = len(work.layer_fwd) if recompute_len is None else recompute_len
     assert len(work.layer_recompute) == expected
     assert not any(op.name.startswith("recompute.") for op in work.layer_bwd)

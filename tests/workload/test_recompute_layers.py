@@ -93,3 +93,49 @@ def test_torchtitan_per_layer_option_checkpoints_every_kth_block():
     every = torchtitan.import_toml('[activation_checkpoint]\nmode = "selective"\nselective_ac_option = "1"\n')
     assert every.get("training.activation_checkpointing") == "full"
     assert every.get("training.recompute_layers") is None
+
+
+def _llama_full(new_scenario, shapes, **kwargs):
+    training = {**BASE, "activation_checkpointing": "full", **kwargs.pop("training", {})}
+    return new_scenario(shapes["llama3_8b"], training=training, **kwargs)
+
+
+def test_early_stop_skips_the_down_projection_of_each_recomputed_block(new_scenario, shapes):
+    # PyTorch's non-reentrant checkpoint stops once the down projection packs its input: per block
+    # the recompute leaves out 2·b·s·f·h = 2 · 2 · 4096 · 14336 · 4096 FLOPs (Llama 3 8B, b=2, s=4096)
+    down = 2 * 2 * 4096 * 14336 * 4096
+
+    def extra(sc):
+        f = flops.for_scenario(sc)
+        return f.hardware_flops - f.model_flops
+
+    fsdp = _llama_full(new_scenario, shapes, parallel={"framework": "fsdp"})
+    megatron = _llama_full(new_scenario, shapes, parallel={"framework": "ddp"})
+    n_micro = fsdp.training.global_batch_size // fsdp.training.micro_batch_size
+    assert extra(megatron) - extra(fsdp) == pytest.approx(32 * down * n_micro)
+    off = _llama_full(new_scenario, shapes, parallel={"framework": "fsdp"},
+                      training={"kernels": {"checkpoint_early_stop": False}})
+    assert extra(off) == pytest.approx(extra(megatron))
+
+
+def test_early_stop_recompute_ops_end_before_the_down_projection(new_scenario, shapes):
+    from simulator.parallel.work import from_scenario
+
+    work = from_scenario(_llama_full(new_scenario, shapes, parallel={"framework": "fsdp"}))
+    names = [op.name.removeprefix("recompute.") for op in work.layer_recompute]
+    assert "mlp_down" not in names and "mlp_up" in names and names[-1] == "mlp_swiglu"
+    assert work.recompute_full
+
+
+def test_early_stop_shortens_the_recomputed_step(new_scenario, shapes):
+    def step(**kernels):
+        sc = _llama_full(new_scenario, shapes, gpus=1, training={"global_batch_size": 2, "kernels": kernels},
+                         parallel={"framework": "fsdp"})
+        return simulate(sc).step_time_s
+
+    assert step() < step(checkpoint_early_stop=False)
+    # with tensor parallelism the block's collectives are re-run in full: no early stop
+    from simulator.workload import recompute
+
+    tp = _llama_full(new_scenario, shapes, parallel={"framework": "fsdp", "tp": 2})
+    assert not recompute.early_stop(tp)
