@@ -56,10 +56,10 @@ CAUSES: dict[str, str] = {
 #: Causes shared by groups of corpus runs (``runs_corpus.yaml``; docs/validation-corpus.md), by id
 #: glob, first match wins; ``CAUSES`` takes precedence.
 GROUP_CAUSES: tuple[tuple[str, str], ...] = (
-    ("ibm-fsdp-*", "recomputation against no recomputation: IBM's rows go from -3% (no recomputation) through "
-     "-5% (half the blocks) to -11% and -16% (every block) on A100, and +4%, -2%, -8%, -9% on H100; llm-foundry's "
-     "H100 rows the same way (+7 to +18% without, about +3% with). The step with full recomputation comes out "
-     "slower against the one without than measured; the physical cause is not identified"),
+    ("ibm-fsdp-*", "recomputation against no recomputation: with PyTorch's checkpoint early stop modelled, IBM's "
+     "rows still go from -5% (no recomputation) through -5% (half the blocks) to -9% and -13% (every block) on "
+     "A100, and +2%, -1%, -5%, -6% on H100: the step with full recomputation comes out slower against the one "
+     "without than measured; the physical cause is not identified"),
     ("torchao-b200-*", "torchao's B200s are power-limited at a cap the source does not state; simulated at 750 W "
      "(cluster.gpu_power_limit_W: 0.815 of the 1,000 W peaks by the B100/B200 datasheet chord), the limit the "
      "PyTorch team's other B200 benchmarks use (pytorch/helion PR #347, pytorch/ao PR #3566), which took them "
