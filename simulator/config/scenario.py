@@ -115,8 +115,8 @@ class KernelConfig(Frozen):
     #: eager with framework fsdp, fused otherwise.
     cross_entropy: Literal["auto", "fused", "eager", "compiled"] = "auto"
     #: Full recomputation stops once every tensor the block's forward saved is rebuilt: PyTorch's
-    #: non-reentrant checkpoint (``torch.utils.checkpoint`` early stop, on by default since 2.1) does not
-    #: re-run the block's last GEMM and residual add (``simulator.workload.recompute``). None: on with
+    #: non-reentrant checkpoint (``torch.utils.checkpoint`` early stop, on by default) does not
+    #: re-run the block's last GEMM and residual add (``simulator.workload.recompute.early_stop``). None: on with
     #: framework fsdp (``checkpoint_wrapper`` NO_REENTRANT: torchtitan, FSDP trainers), off for Megatron
     #: (``ddp``) and DeepSpeed, whose reentrant checkpoints re-run the whole block.
     checkpoint_early_stop: bool | None = None

@@ -1,4 +1,5 @@
-"""Which transformer blocks run full recomputation (``training.recompute_layers``).
+"""Which transformer blocks run full recomputation (``training.recompute_layers``), and how much of
+each (``training.kernels.checkpoint_early_stop``, :func:`early_stop`).
 
 Full activation checkpointing need not cover every block. Frameworks checkpoint a number of blocks
 and let the others keep their activations, trading memory for compute block by block:
@@ -64,10 +65,11 @@ def stage_counts(scenario: Any) -> list[int]:
 def early_stop(scenario: Any) -> bool:
     """Whether full recomputation stops before the block's last GEMM (``training.kernels.
     checkpoint_early_stop``; default on with framework fsdp). PyTorch's non-reentrant checkpoint
-    (``torch.utils.checkpoint``, ``early_stop`` on by default since PyTorch 2.1) counts the tensors the
-    original forward saved and stops the recompute when the last of them is packed again. In a
-    transformer block that is the down projection's input, packed when that GEMM records its autograd
-    node, before it runs: the down projection (``2·b·s·f·h/t`` FLOPs, 27% of a Llama 3 8B block's GEMM
+    (``torch.utils.checkpoint``: "by default, non-reentrant checkpoint stops recomputation as soon as it
+    has computed all needed Tensors", ``set_checkpoint_early_stop``) counts the tensors the original
+    forward saved and stops the recompute when the last of them is packed again. In a transformer block
+    that is the down projection's input, packed when that GEMM records its autograd node, before it
+    runs: the down projection (``2·b·s·f·h`` FLOPs, 27% of a Llama 3 8B block's GEMM
     FLOPs, a third of a GELU-4h block's) and the residual add after it are not re-run. Megatron's and
     DeepSpeed's reentrant checkpoints re-run the whole block. Modelled for dense blocks without tensor
     or context parallelism (their collectives inside the block are re-run in full)."""
