@@ -16,7 +16,7 @@ from typing import Any
 TOLERANCE = 0.15
 
 #: The cause the Hopper runs of tuned 2024-25 stacks share: what sets the fitted GEMM share.
-_HOPPER_GEMM = ("the Hopper GEMM share (0.74 of MAMF) is fitted mostly on llm-foundry's 2023 FSDP rows (36 of the 63 "
+_HOPPER_GEMM = ("the Hopper GEMM share (0.73 of MAMF) is fitted mostly on llm-foundry's 2023 FSDP rows (36 of the 63 "
                 "Hopper fitting runs)")
 
 #: Why each known miss misses, as far as we know.
