@@ -138,15 +138,13 @@ def simulate(scenario: Scenario, *, efficiency: Efficiency | None = None, what_i
     if recompute == "selective" and tr.kernels.flash_attention:
         recompute = "none"
     n_seq_micro = scenario.grad_accum_steps * scenario.dp
-    share = recompute_blocks.fraction(scenario) if recompute == "full" else 1.0  # training.recompute_layers
-    skipped = recompute_blocks.skipped_flops_per_block(scenario)  # early stop
+    terms = recompute_blocks.step_terms(scenario)  # training.recompute_layers, checkpoint early stop
     step_flops = flops.step(scenario.model, tr.micro_batch_size, tr.seq_len, n_micro=n_seq_micro,
-                            causal=causal, recompute=recompute, recompute_fraction=share, recompute_skipped=skipped)
+                            causal=causal, recompute=recompute, **terms)
     # HFU counts the FLOPs the kernels execute: a causal FlashAttention kernel skips the masked half
     # whatever the MFU convention (an unfused kernel computes the whole score matrix), so HFU ≤ 100%.
     executed = flops.step(scenario.model, tr.micro_batch_size, tr.seq_len, n_micro=n_seq_micro,
-                          causal=tr.kernels.flash_attention, recompute=recompute, recompute_fraction=share,
-                          recompute_skipped=skipped)
+                          causal=tr.kernels.flash_attention, recompute=recompute, **terms)
     mem = memory.breakdown(scenario).as_dict()
     breakdown = {k: summary[k] for k in ("forward_s", "backward_s", "recompute_s", "optimizer_s", "idle_s",
                                          "compute_busy_s", "bubble_s")}

@@ -207,11 +207,12 @@ def stage_activations(scenario: Scenario) -> list[ActivationBytes]:
         from simulator.workload import moe_memory
 
         per_layer += moe_memory.activation_delta_per_layer(scenario, pb)
+    kept = layer_activation_bytes(m, b, s, t, recompute="none", **common)  # a block without recomputation
     transient = 0.0
     if tr.activation_checkpointing == "selective_op":  # what the recompute rebuilds for one block
-        transient = max(0.0, layer_activation_bytes(m, b, s, t, recompute="none", **common) - per_layer)
+        transient = max(0.0, kept - per_layer)
     if tr.activation_checkpointing == "full":
-        transient = layer_activation_bytes(m, b, s, t, recompute="none", **common)
+        transient = kept
         if m.moe is not None or m.is_mla:  # the block being recomputed holds its routed tokens too
             from simulator.workload import moe_memory
 
@@ -222,7 +223,6 @@ def stage_activations(scenario: Scenario) -> list[ActivationBytes]:
     # training.recompute_layers: only these blocks of a stage store the checkpoint input; the others
     # keep a block's activations without recomputation (simulator.workload.recompute).
     partial = tr.activation_checkpointing == "full" and tr.recompute_layers is not None
-    kept = layer_activation_bytes(m, b, s, t, recompute="none", **common) if partial else per_layer
     recomputed = recompute.stage_counts(scenario) if partial else blocks
     rows = []
     for st in range(pp):

@@ -192,6 +192,5 @@ def for_scenario(scenario: Scenario) -> StepFlops:
         causal=t.attention_flops == "causal",
         recompute=t.activation_checkpointing,
         attention_fraction=attention_work_fraction(t),
-        recompute_fraction=recompute_mod.fraction(scenario) if t.activation_checkpointing == "full" else 1.0,
-        recompute_skipped=recompute_mod.skipped_flops_per_block(scenario),
+        **recompute_mod.step_terms(scenario),
     )

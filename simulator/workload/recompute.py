@@ -89,6 +89,13 @@ def skipped_flops_per_block(scenario: Any) -> float:
     return 2.0 * tr.micro_batch_size * tr.seq_len * m.ffn_hidden_size * m.hidden_size
 
 
+def step_terms(scenario: Any) -> dict[str, float]:
+    """``flops.step``'s recompute arguments for the scenario: the share of blocks that recompute under
+    full checkpointing (:func:`fraction`) and the FLOPs early stop leaves out of each
+    (:func:`skipped_flops_per_block`)."""
+    return {"recompute_fraction": fraction(scenario), "recompute_skipped": skipped_flops_per_block(scenario)}
+
+
 def check(scenario: Any) -> str | None:
     """Why ``training.recompute_layers`` cannot apply to the scenario, or None."""
     tr, m = scenario.training, scenario.model
