@@ -149,6 +149,12 @@ class ParallelConfig(Frozen):
     #: ``fully_shard`` (per-parameter DTensor; torchtitan): every gather is copied out into the
     #: parameters and every gradient reduction copied in (simulator/parallel/fsdp.py).
     fsdp_version: Literal[1, 2] = 1
+    #: The gradient averaging (÷ ranks) fused into the reduction (NCCL PreMulSum / AVG), so no separate
+    #: divide pass over the gradients: Megatron-FSDP (Megatron-Core ``DistributedDataParallelConfig
+    #: .gradient_reduce_div_fusion``, default True). None: PyTorch FSDP's own behaviour, FSDP1 dividing
+    #: in place before and after each reduce-scatter and FSDP2 fusing fp32/bf16 reductions only
+    #: (simulator/parallel/fsdp.py).
+    gradient_reduce_div_fusion: bool | None = None
 
     _DEEPSPEED_ONLY: ClassVar[tuple[str, ...]] = (
         "reduce_bucket_size",
@@ -184,6 +190,7 @@ class ParallelConfig(Frozen):
         "limit_all_gathers",
         "reshard_after_forward",
         "fsdp_version",
+        "gradient_reduce_div_fusion",
         "param_dtype",
         "reduce_dtype",
     )

@@ -45,12 +45,20 @@ class BuildContext:
             return DTYPE_BYTES[p.communication_data_type]
         return 2 if self.precision in ("fp16", "bf16", "fp8") else 4
 
-    def fsdp_dtype_bytes(self, which: str) -> int:
-        """FSDP MixedPrecision: ``param_dtype`` (gather) and ``reduce_dtype`` (defaults to param_dtype)."""
+    def fsdp_dtype_name(self, which: str) -> str:
+        """FSDP MixedPrecision: ``param_dtype`` (gather) and ``reduce_dtype`` (defaults to param_dtype);
+        unset, the working dtype (``param_bytes``: fp32 for fp32/tf32, else the 16-bit type, bf16 under fp8)."""
         p = self.parallel
-        param = p.param_dtype
-        value = param if which == "param" else (p.reduce_dtype or param)
-        return DTYPE_BYTES[value] if value is not None else self.param_bytes
+        value = p.param_dtype if which == "param" else (p.reduce_dtype or p.param_dtype)
+        if value is not None:
+            return value
+        if self.precision in ("fp32", "tf32"):
+            return "fp32"
+        return "fp16" if self.precision == "fp16" else "bf16"
+
+    def fsdp_dtype_bytes(self, which: str) -> int:
+        """Bytes of ``fsdp_dtype_name(which)``."""
+        return DTYPE_BYTES[self.fsdp_dtype_name(which)]
 
     def size(self, group: str) -> int:
         return self.mesh.size(group)

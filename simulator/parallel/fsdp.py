@@ -32,10 +32,21 @@ parameters, ``b_p`` = param_dtype bytes, ``b_r`` = reduce_dtype bytes):
   (``torch._chunk_cat`` of the gradients into the reduce-scatter input): ``2·P·b_r``. FSDP1's flat
   parameter gathers into and reduces from its own storage, so it has neither.
 
+* gradient averaging around the reduction (``1/n`` of the sum over ``n`` ranks) where NCCL does not
+  average: FSDP1 always (``_reduce_grad``: ``_div_if_needed(padded_unsharded_grad,
+  _gradient_predivide_factor)`` before the reduce-scatter, ``_div_if_needed(new_sharded_grad,
+  _gradient_postdivide_factor)`` after it; ``NO_SHARD`` likewise around its all-reduce), FSDP2 only
+  for an fp16 ``reduce_dtype`` (``_get_gradient_divide_factors`` returns none for fp32/bf16, which
+  reduce with ``ReduceOp.AVG``), Megatron-FSDP never (``parallel.gradient_reduce_div_fusion``). Both split ``n`` as ``f·(n/f)`` with ``f`` the first power of two
+  with ``f ≥ n/f`` (``_get_gradient_predivide_factor``; n = 8: 4 and 2) and divide in place when the
+  factor exceeds 1: ``2·P·b_r`` over the unsharded gradient before and ``2·(P/n)·b_r`` over the
+  shard after (``gradient_divide_bytes``).
+
 FSDP2 runs the gradient copies on its reduce-scatter stream; dtsim puts them on the compute stream
 just before the reduction (they are HBM-bound and would share HBM bandwidth with the compute
 kernels running beside them). The copy-in of the shard before the all-gather moves ``1/n`` of the
-unit and is left out.
+unit and is left out; the post-divide of the shard, which runs after the reduction, is costed with
+the pre-divide before it (``2·(P/n)·b_r``, a ``1/n`` share of that op).
 """
 
 from __future__ import annotations
@@ -48,6 +59,25 @@ from simulator.parallel.schedule import Hooks, run_micro_batches, unit_gather_by
 from simulator.workload.ops import memory_op
 
 ROOT = "root"
+
+
+def divide_factors(n: int) -> tuple[int, int]:
+    """``(pre, post)`` factors of PyTorch FSDP's gradient averaging over ``n`` ranks
+    (``torch.distributed.fsdp._init_utils._get_gradient_predivide_factor``, and FSDP2's
+    ``_get_gradient_divide_factors``): ``pre`` doubles while it divides ``n`` and ``n/pre > pre``;
+    ``pre · post = n``."""
+    pre = 1
+    while n % pre == 0 and n / pre > pre:
+        pre *= 2
+    return pre, n // pre
+
+
+def gradient_divide_bytes(params: float, n: int, reduce_bytes: int) -> float:
+    """HBM bytes of the in-place gradient divides around one reduction over ``n`` ranks (module
+    docstring): ``2·P·b_r`` when the pre-divide factor exceeds 1, plus ``2·(P/n)·b_r`` for the shard
+    when the post-divide factor does."""
+    pre, post = divide_factors(n)
+    return 2.0 * reduce_bytes * params * ((pre > 1) + (post > 1) / n)
 
 
 class FSDPHooks(Hooks):
@@ -72,6 +102,10 @@ class FSDPHooks(Hooks):
         self.reduce_b = ctx.fsdp_dtype_bytes("reduce")
         self.root_params = work.embed_params + work.head_params
         self.fsdp2 = p.fsdp_version == 2
+        # FSDP2 averages fp32/bf16 gradients in NCCL (ReduceOp.AVG); FSDP1 and fp16 divide in place;
+        # Megatron-FSDP fuses the division into the reduction (gradient_reduce_div_fusion).
+        fused = p.gradient_reduce_div_fusion
+        self.divides = not fused if fused is not None else (not self.fsdp2 or ctx.fsdp_dtype_name("reduce") == "fp16")
         self.tail: list[int | None] = []
         self.pf: Prefetcher | None = None
 
@@ -165,6 +199,10 @@ class FSDPHooks(Hooks):
             ops.append(memory_op("fsdp_grad_cast_reduce_dtype", params, 1, self.gather_b + self.reduce_b, 0.0))
         if self.fsdp2 and self.sharded:
             ops.append(memory_op("fsdp2_reduce_scatter_copy_in", params, 2, self.reduce_b, 0.0))
+        ranks = self.n if self.sharded else self.ctx.size("dp")
+        divide = gradient_divide_bytes(params, ranks, self.reduce_b) if self.divides else 0.0
+        if divide:
+            ops.append(memory_op("fsdp_grad_divide", divide, 1, 1, 0.0))
         if not ops:
             return task
         return b.compute(f"copy-in grads {unit} mb{g}", "backward", tuple(ops), deps=(task,), micro_batch=g)
