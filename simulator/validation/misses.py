@@ -122,10 +122,12 @@ GROUP_CAUSES: tuple[tuple[str, str], ...] = (
     ("mbridge*-h100-llama3-70b-*", "Megatron-Bridge H100 FP8: TP overlap and parameter-gather overlap simulated; "
      "too slow like the NeMo H100 runs: the Hopper GEMM rate is fitted mostly on llm-foundry's BF16 FSDP runs "
      "(issue 12)"),
-    ("vtrain-single-*-tp8-*-mbs1-*", "vTrain TP 8 at micro-batch 1: the grid's per-layer slopes put the host time "
-     "of one layer and micro-batch at 5.0 ms at TP 8 against 3.0 (TP 1), 3.3 (TP 2) and 3.5 ms (TP 4) at the same "
-     "Python per rank; one host scale (fitted on all layouts) leaves TP 8 too fast. What grows from TP 4 to TP 8 "
-     "is not identified (not the per-collective host cost, which TP 2 and 4 share)"),
+    ("vtrain-single-*-tp8-*-mbs1-*", "vTrain TP 8 at micro-batch 1: its 16 heads leave 2 per rank, so one "
+     "micro-batch gives 2 attention batches, not the multiple of 4 Megatron's fused scale-mask-softmax needs "
+     "(fused_softmax.py attn_batch_size % 4): it runs PyTorch's fp32 softmax chain instead, which dtsim now "
+     "costs (5 kernels and 37/41 bytes per score each way, 3 more host calls). The grid measures more: a layer "
+     "and micro-batch takes 5.0-5.2 ms at micro-batch 1 against 4.0-4.3 ms at micro-batch 2 (twice the tokens, "
+     "the fused kernel); the fallback's passes and calls explain about a quarter of that jump"),
     ("vtrain-single-*-pp4-*", "vTrain PP 4: the grid's PP 4 runs are 5-7% too fast on average (PP 2: 0-2%); not "
      "identified. A candidate dtsim does not model: Megatron's 1F1B calls torch.cuda.synchronize() after each "
      "batch_isend_irecv (batch_p2p_sync, on by default without overlap_p2p_comm), which ties each stage's host to "

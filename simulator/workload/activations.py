@@ -13,6 +13,7 @@ from simulator.config.model import ModelConfig
 from simulator.config.scenario import Scenario
 from simulator.parallel import pipeline_order, pipeline_split
 from simulator.workload import op_sac, recompute
+from simulator.workload.ops import fused_softmax_available
 from simulator.workload.flops import Recompute
 
 #: Linears whose input is split over tensor-parallel ranks (Megatron row-parallel): each rank's GEMM
@@ -23,6 +24,9 @@ _ROW_PARALLEL = ("o", "down", "fc2")
 MASK_BYTES = 1
 #: Bytes of FlashAttention's per-row softmax statistic (fp32 log-sum-exp; Dao et al. 2022 Alg. 1).
 SOFTMAX_STAT_BYTES = 4
+#: Bytes per score that Megatron's PyTorch softmax fallback (``workload.ops.fused_softmax_available``
+#: false) keeps for its backward: ``torch.softmax`` saves its fp32 output.
+SOFTMAX_FALLBACK_SAVED_BYTES = 4
 #: Bytes per logit of the fp32 log-probabilities cross-entropy keeps for its backward (PyTorch
 #: ``cross_entropy`` upcasts 16-bit logits; Megatron counts 4 B/logit in ``theoretical_memory_usage``).
 LOGPROB_BYTES = 4
@@ -114,8 +118,10 @@ def layer_activation_bytes(
         core = SOFTMAX_STAT_BYTES * model.n_heads * s * b
     elif recompute == "selective":
         core = 0.0
-    else:
+    elif fused_softmax_available(b, model.n_heads // t, s):
         core = heads_s2b * (p + (mask + p if dropout else 0))
+    else:  # Megatron's PyTorch softmax fallback keeps its fp32 output, the next op its 16-bit copy
+        core = heads_s2b * (SOFTMAX_FALLBACK_SAVED_BYTES + (mask + p if dropout else p))
     return replicated / region_div + (qkv_out + mlp + core) / t
 
 

@@ -144,6 +144,34 @@ def _add_norm(name: str, tokens_h: float, fused: bool, pb: int, eager_rms: bool 
     ]
 
 
+# --- Megatron's fused scale-mask-softmax and its PyTorch fallback (unfused attention core) ---------
+# ``FusedScaleMaskSoftmax`` runs its CUDA kernel only when the shapes suit its warp layout: Megatron-LM
+# / Megatron-DeepSpeed ``fused_softmax.py`` require ``16 < sk <= 16384`` (Megatron-DeepSpeed 2023: 2048),
+# ``sq % 4 == 0`` and ``b·np % 4 == 0`` (``attn_batches``: sequences × heads on this TP rank). Otherwise
+# it runs ``forward_torch_softmax``: ``input.float()``, ``* scale``, ``mask_func`` (``masked_fill_``),
+# ``torch.nn.Softmax`` in fp32, ``.half()`` (softmax in fp32 is forced with query-key layer scaling, the
+# GPT default). Per score element, forward ``(p+4) + 8 + (8+1) + 8 + (4+p)`` bytes, backward (autograd
+# through the same five ops) ``(p+4) + 12 + (8+1) + 8 + (4+p)``; five kernels each way instead of one.
+SOFTMAX_FUSED_MAX_SK = 16384
+SOFTMAX_FALLBACK_FWD_BYTES, SOFTMAX_FALLBACK_BWD_BYTES, SOFTMAX_FALLBACK_LAUNCHES = 33, 37, 5
+
+
+def fused_softmax_available(b: int, heads: int, s: int) -> bool:
+    """Whether Megatron's fused scale-mask-softmax kernel takes ``b`` sequences of ``heads`` heads (on
+    this TP rank) at sequence length ``s`` (self-attention, ``sq = sk = s``); the comment block above."""
+    return 16 < s <= SOFTMAX_FUSED_MAX_SK and s % 4 == 0 and (b * heads) % 4 == 0
+
+
+def _softmax(scores_el: float, pb: int, fused: bool) -> Op:
+    """The softmax of the unfused core: the fused kernel (read and write the scores) or the fp32
+    PyTorch fallback chain (comment block above)."""
+    if fused:
+        return memory_op("attn_softmax", scores_el, 2, pb, _SOFTMAX_FLOPS)
+    return Op("attn_softmax_fp32_fallback", "memory", _SOFTMAX_FLOPS * scores_el,
+              scores_el * (SOFTMAX_FALLBACK_FWD_BYTES + 2 * pb), launches=SOFTMAX_FALLBACK_LAUNCHES,
+              bwd_launches=SOFTMAX_FALLBACK_LAUNCHES, bwd_bytes=scores_el * (SOFTMAX_FALLBACK_BWD_BYTES + 2 * pb))
+
+
 def _attention_ops(model: ModelConfig, b: int, s: int, tp: int, pb: int, flash: bool) -> list[Op]:
     """The attention core of one block on one TP rank (``a/t`` query heads, ``g_kv/t`` KV heads)."""
     heads = model.n_heads // tp
@@ -160,7 +188,7 @@ def _attention_ops(model: ModelConfig, b: int, s: int, tp: int, pb: int, flash: 
     # its dropout, and the context copy back to the token-major layout (module comments above).
     scores_el = b * heads * s * s
     ops = [gemm("attn_scores", s, s, d, pb, batch=b * heads),
-           memory_op("attn_softmax", scores_el, 2, pb, _SOFTMAX_FLOPS)]
+           _softmax(scores_el, pb, fused_softmax_available(b, heads, s))]
     if model.dropout > 0:
         drop = scores_el * (2 * pb + DROPOUT_MASK_BYTES)
         ops.append(Op("attn_dropout", "memory", scores_el, drop, bwd_bytes=drop))

@@ -57,6 +57,19 @@ def test_a_megatron_block_costs_its_measured_host_time():
     assert _host(bare, work.layer_fwd) == 0.0
 
 
+def test_megatron_softmax_fallback_adds_its_three_calls_each_way():
+    # 16 heads at TP 8 and micro-batch 1: 2 attention batches, not a multiple of 4, so Megatron runs
+    # .float(), * scale, masked_fill_, softmax, .half(): 3 calls more than the reference block's
+    # masked_fill + softmax, at its 8.5 µs per call, forward and (autograd nodes) backward
+    model = RooflineComputeModel(A100, "bf16", CPU_ONLY, launch=kernels.EAGER)
+    tp8 = pwork.from_scenario(_scenario(tp=8))
+    assert "attn_softmax_fp32_fallback" in {op.name for op in tp8.layer_fwd}
+    assert _host(model, tp8.layer_fwd) == pytest.approx(714e-6 + 3 * 8.5e-6)
+    assert _host(model, tp8.layer_bwd) == pytest.approx(667e-6 + 54e-6 + 3 * 8.5e-6)
+    two = pwork.from_scenario(_scenario(tp=8, mbs=2))  # 4 attention batches: the fused kernel again
+    assert _host(model, two.layer_fwd) == pytest.approx(714e-6)
+
+
 def test_eager_llama_code_and_compiled_blocks():
     # torchtitan-style eager block (RMSNorm as torch code): 540 µs forward, 696 µs backward
     llama = pwork.from_scenario(_scenario(mlp="swiglu", norm="rmsnorm", fused=False, flash=True, framework="fsdp"))
@@ -80,8 +93,8 @@ def test_the_host_scale_multiplies_the_measured_block_time_not_the_per_kernel_di
     compiled = pwork.from_scenario(_scenario(compile_=True, flash=True))
     cmodel = RooflineComputeModel(A100, "bf16", scaled, launch=kernels.COMPILED)
     assert _host(cmodel, compiled.layer_fwd) == pytest.approx(3e-6 * sum(op.launches for op in compiled.layer_fwd))
-    # a host-bound task takes its host time: hidden 1,024, TP 8, micro-batch 1 forward (GPU ~0.1 ms)
-    tiny = pwork.from_scenario(_scenario(tp=8)).layer_fwd
+    # a host-bound task takes its host time: hidden 1,024, TP 8, micro-batch 2 forward (GPU ~0.2 ms)
+    tiny = pwork.from_scenario(_scenario(tp=8, mbs=2)).layer_fwd
     assert eager.time(tiny) == pytest.approx(1.5 * 714e-6)
 
 

@@ -136,6 +136,38 @@ def test_unfused_attention_ops(gpt3_175b):
     assert by_name["attn_v"].flops == 2 * b * heads * s * s * 128
 
 
+def test_fused_softmax_needs_attention_batches_divisible_by_four():
+    # Megatron fused_softmax.py: 16 < sk <= 16384, sq % 4 == 0, b*np % 4 == 0
+    assert ops.fused_softmax_available(1, 16, 1024)  # TP 1: 16 heads
+    assert ops.fused_softmax_available(2, 2, 1024)  # TP 8, micro-batch 2: 4 attention batches
+    assert not ops.fused_softmax_available(1, 2, 1024)  # TP 8, micro-batch 1: 2 attention batches
+    assert not ops.fused_softmax_available(4, 4, 16)  # sk must exceed 16
+    assert not ops.fused_softmax_available(4, 4, 1026)  # sq % 4
+    assert not ops.fused_softmax_available(4, 4, 32768)  # beyond the kernel's 16,384
+
+
+def test_softmax_fallback_is_the_fp32_torch_chain():
+    # a 1,024-hidden, 16-head GPT (vTrain's small grid) at TP 8, micro-batch 1: b*np = 2
+    from simulator.config.model import ModelConfig
+
+    m = ModelConfig(name="g", n_layers=2, hidden_size=1024, n_heads=16, ffn_hidden_size=4096, vocab_size=50257,
+                    mlp="gelu", norm="layernorm", linear_bias=True, position_embedding="learned",
+                    max_position_embeddings=1024)
+    b, s, tp, pb = 1, 1024, 8, 2
+    fwd = ops.layer_ops(m, b, s, tp, pb, UNFUSED)
+    by_name = {op.name: op for op in fwd}
+    assert "attn_softmax" not in by_name
+    sm = by_name["attn_softmax_fp32_fallback"]
+    el = b * 2 * s * s
+    # float() 2+4, *scale 4+4, masked_fill_ 4+1+4, softmax 4+4, half() 4+2 = 37 bytes per score
+    assert sm.bytes == el * 37 and sm.launches == 5
+    bwd = {op.name: op for op in ops.backward_ops(fwd)}["attn_softmax_fp32_fallback.bwd"]
+    # half() 2+4, softmax 4+4+4, masked_fill 4+1+4, mul 4+4, float() 4+2 = 41 bytes per score
+    assert bwd.bytes == el * 41 and bwd.launches == 5
+    # micro-batch 2 fills the kernel's warps again
+    assert "attn_softmax" in {op.name for op in ops.layer_ops(m, 2, s, tp, pb, UNFUSED)}
+
+
 def test_backward_flops(llama3_8b):
     fwd = ops.layer_ops(llama3_8b, 1, 4096, 2, 2, FLASH)
     bwd = ops.backward_ops(fwd)
