@@ -13,8 +13,8 @@ from simulator.config.model import ModelConfig
 from simulator.config.scenario import Scenario
 from simulator.parallel import pipeline_order, pipeline_split
 from simulator.workload import op_sac, recompute
-from simulator.workload.ops import fused_softmax_available
 from simulator.workload.flops import Recompute
+from simulator.workload.ops import fused_softmax_available
 
 #: Linears whose input is split over tensor-parallel ranks (Megatron row-parallel): each rank's GEMM
 #: output is the full hidden width of partial sums.

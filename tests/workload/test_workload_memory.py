@@ -38,7 +38,7 @@ def test_softmax_fallback_keeps_its_fp32_output(gpt3_175b):
     # 96 heads at TP 32 leave 3 per rank: b = 1 gives 3 attention batches, not a multiple of 4, so
     # Megatron runs the PyTorch softmax, which saves its fp32 output (4 B) besides the dropout mask
     # (1 B) and the dropout output (2 B): 7 B per score against the fused kernel's 2 + 1 + 2.
-    s, h, a, t = 2048, 12288, 96, 32
+    s, a, t = 2048, 96, 32
     fused = memory.layer_activation_bytes(gpt3_175b, 4, s, t, flash_attention=False, dropout=True) / 4
     fallback = memory.layer_activation_bytes(gpt3_175b, 1, s, t, flash_attention=False, dropout=True)
     assert fallback - fused == pytest.approx(a * s * s * (7 - 5) / t, rel=1e-12)
