@@ -17,6 +17,17 @@ Units: FLOP, bytes, seconds. fp8 training runs the linear-layer GEMMs (``Op.line
 rate; attention, the logits GEMM and the unfused attention GEMMs at the 16-bit rate (Transformer
 Engine and torchao leave the output layer and attention in BF16; FlashAttention-3 FP8 is not the
 default in training stacks).
+
+FP8 accumulation on Hopper. The FP8 MAMF of the catalog is measured with ``torch._scaled_mm``'s
+default precise accumulation (stas00/ml-engineering ``mamf-finder.py``: ``torch._scaled_mm(A, B, scale,
+scale, out=C)``, ``use_fast_accum`` False). Training stacks run the forward GEMM with Hopper's fast
+accumulation and the two backward GEMMs precisely: Transformer Engine ``_2X_ACC_FPROP = False``,
+``_2X_ACC_DGRAD = _2X_ACC_WGRAD = True`` (``module/base.py``; its current-scaling recipe likewise),
+torchao float8 ``gemm_config_output = Float8GemmConfig(use_fast_accum=True)`` and precise
+``grad_input`` / ``grad_weight`` (``torchao/float8/config.py``). Fast accumulation speeds an FP8 GEMM
+up "1.1x to 1.2x" (pytorch/ao issue #2377, H100 benchmark; the only figure found in text, U): the
+forward FP8 linear GEMMs run ``FP8_FAST_ACCUM_SPEEDUP`` (the midpoint, 1.15) faster on Hopper. Blackwell
+has no such mode (cuBLASLt fast accumulation is Hopper-only; MXFP8 accumulates in FP32).
 """
 
 from __future__ import annotations
@@ -27,6 +38,10 @@ from simulator.config.hardware import Dtype, GPUSpec
 from simulator.hardware import attention
 from simulator.hardware.efficiency import Efficiency
 from simulator.hardware.kernels import DEFAULT_TILES, EAGER, TILES, LaunchCosts, gemm_shape_factor, sm_count
+
+#: Forward FP8 GEMM speed-up of fast accumulation over the precise accumulation the FP8 MAMF is
+#: measured with, per architecture (module docstring: midpoint of pytorch/ao #2377's 1.1-1.2x, U).
+FP8_FAST_ACCUM_SPEEDUP: dict[str, float] = {"hopper": 1.15}
 
 
 class RooflineComputeModel:
@@ -49,6 +64,7 @@ class RooflineComputeModel:
             # FP8 GEMMs reach their own measured share of the FP8 peak (H100 SXM: 70.9 % against 80.3 %
             # for BF16, hardware.md §4 [S1]); the fitted sustained fraction applies to both.
             self.gemm_peak *= gpu.mamf_fraction_fp8 / (efficiency.gemm_fraction / efficiency.gemm_sustained_of_mamf)
+        self.fast_accum = FP8_FAST_ACCUM_SPEEDUP.get(gpu.arch, 1.0) if self.fp8 else 1.0
         self.attn_peak = gpu.sustained_peak_flops(attn_dtype) * flops_scale
         self.hbm_Bps = gpu.hbm_bandwidth_Bps * efficiency.hbm_fraction * hbm_scale
         self._cache: dict[int, tuple[tuple, float]] = {}
@@ -87,7 +103,10 @@ class RooflineComputeModel:
         floor = getattr(op, "launches", 1) * self.launch.gpu_floor_s
         if op.kind == "gemm":
             # fp8 recipes run only the linear layers in FP8; the rest stays 16-bit
-            peak = self.gemm_peak if (not self.fp8 or getattr(op, "linear", False)) else self.attn_peak
+            fp8_linear = self.fp8 and getattr(op, "linear", False)
+            peak = self.gemm_peak if (not self.fp8 or fp8_linear) else self.attn_peak
+            if fp8_linear and not getattr(op, "backward", False):
+                peak *= self.fast_accum  # forward FP8 GEMMs accumulate fast on Hopper (module docstring)
             rate = peak * self.eff.gemm_fraction * self.shape_factor(getattr(op, "shape", None),
                                                                      getattr(op, "batch", 1))
             return max(op.flops / rate, mem_t, floor)

@@ -42,8 +42,9 @@ class Op:
     fp8_recipe: str = ""
     #: HBM bytes of this op's backward; 0 = the default rule of ``_backward``.
     bwd_bytes: float = 0.0
-    #: A backward-pass kernel (the fused attention backward runs at its own rate,
-    #: ``simulator.hardware.attention``).
+    #: A backward-pass kernel: the fused attention backward runs at its own rate
+    #: (``simulator.hardware.attention``); GEMM dgrad/wgrad accumulate FP8 products precisely where the
+    #: forward uses Hopper's fast accumulation (``simulator.hardware.compute``).
     backward: bool = False
     #: CPU seconds to issue this op's code (its ATen calls, views and autograd nodes included);
     #: ``None`` = ``launches`` × the launch model's per-kernel dispatch. Set on eager transformer blocks

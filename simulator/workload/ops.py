@@ -314,8 +314,8 @@ def _backward(op: Op) -> list[Op]:
         # dgrad dA (m×k) = dC (m×n)·Bᵀ; wgrad dB (k×n) = Aᵀ·dC: each 2mnk FLOPs and the same three
         # operand sizes, hence the forward's bytes.
         return [
-            replace(op, name=f"{op.name}.dgrad", m=m, n=k, k=n, recompute=False),
-            replace(op, name=f"{op.name}.wgrad", m=k, n=n, k=m, recompute=False),
+            replace(op, name=f"{op.name}.dgrad", m=m, n=k, k=n, recompute=False, backward=True),
+            replace(op, name=f"{op.name}.wgrad", m=k, n=n, k=m, recompute=False, backward=True),
         ]
     launches = op.bwd_launches or op.launches
     if op.kind == "attention":
