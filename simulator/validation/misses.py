@@ -61,8 +61,8 @@ CAUSES: dict[str, str] = {
 #: glob, first match wins; ``CAUSES`` takes precedence.
 GROUP_CAUSES: tuple[tuple[str, str], ...] = (
     ("ibm-fsdp-*", "recomputation against no recomputation: with PyTorch's checkpoint early stop modelled, IBM's "
-     "rows still go from -5% (no recomputation) through -5% (half the blocks) to -9% and -13% (every block) on "
-     "A100, and +2%, -1%, -5%, -6% on H100: the step with full recomputation comes out slower against the one "
+     "rows still go from -7% (no recomputation) through -6% (half the blocks) to -9% and -13% (every block) on "
+     "A100, and +1%, -1%, -4%, -6% on H100: the step with full recomputation comes out slower against the one "
      "without than measured; the physical cause is not identified"),
     ("torchao-b200-*", "torchao's B200s are power-limited at a cap the source does not state; simulated at 750 W "
      "(cluster.gpu_power_limit_W: 0.815 of the 1,000 W peaks by the B100/B200 datasheet chord), the limit the "
