@@ -67,10 +67,6 @@ BLOCK_HOST_S: dict[str, tuple[float, float]] = {
 }
 #: Host seconds per ATen call of each reference block (table above: host time / calls, fwd and bwd).
 HOST_PER_CALL_S: dict[str, float] = {"megatron": 8.5e-6, "megatron-flash": 8.5e-6, "llama": 5.8e-6}
-#: ATen calls Megatron's PyTorch softmax fallback (``workload.ops.fused_softmax_available`` false) makes
-#: beyond the reference block's ``masked_fill`` + ``softmax``: ``.float()``, ``* scale`` and ``.half()``,
-#: and as many autograd nodes in the backward.
-SOFTMAX_FALLBACK_EXTRA_CALLS = 3
 #: Backward host seconds per parameter of Megatron-LM DDP's gradient-accumulation hook
 #: (megatron/core/distributed/distributed_data_parallel.py ``_make_param_hook``, registered on every
 #: parameter's AccumulateGrad node: ``param.main_grad.add_(param.grad)`` unless the weight-gradient GEMM
@@ -123,15 +119,15 @@ def attach(fwd: list, recompute: tuple, bwd: tuple, model: Any, kernels: Any,
            framework: str) -> tuple[tuple, tuple, tuple]:
     """The block's forward, recompute and backward ops with their host time; unchanged when compiled.
     Recomputation re-runs the forward code: each recomputed op carries its forward op's share. Under a
-    ``HOOKED_FRAMEWORKS`` engine the backward also runs ``GRAD_HOOK_S`` per parameter tensor; Megatron's
-    softmax fallback adds ``SOFTMAX_FALLBACK_EXTRA_CALLS`` calls each way."""
+    ``HOOKED_FRAMEWORKS`` engine the backward also runs ``GRAD_HOOK_S`` per parameter tensor; an op with
+    ``extra_host_calls`` (Megatron's softmax fallback) adds them at the block's per-call time each way."""
     style = block_style(model, kernels)
     if style is None:
         return tuple(fwd), recompute, bwd
     fwd_s, bwd_s = BLOCK_HOST_S[style]
-    if any(op.name == "attn_softmax_fp32_fallback" for op in fwd):
-        extra = SOFTMAX_FALLBACK_EXTRA_CALLS * HOST_PER_CALL_S[style]
-        fwd_s, bwd_s = fwd_s + extra, bwd_s + extra
+    # ops whose code makes more calls than the reference block's (Op.extra_host_calls), and their autograd nodes
+    extra = sum(op.extra_host_calls for op in fwd) * HOST_PER_CALL_S[style]
+    fwd_s, bwd_s = fwd_s + extra, bwd_s + extra
     if framework in HOOKED_FRAMEWORKS:
         bwd_s += GRAD_HOOK_S * block_param_tensors(model)
     fwd_t = spread(fwd, fwd_s)

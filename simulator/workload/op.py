@@ -50,6 +50,10 @@ class Op:
     #: ``None`` = ``launches`` × the launch model's per-kernel dispatch. Set on eager transformer blocks
     #: by ``simulator.workload.host``.
     host_s: float | None = None
+    #: ATen calls this op's code makes beyond what the measured reference block's code makes for it
+    #: (``simulator.workload.host``: each costs the block's per-call host time, forward and, as
+    #: autograd nodes, backward); e.g. Megatron's PyTorch softmax fallback.
+    extra_host_calls: int = 0
 
     @property
     def shape(self) -> tuple[int, int, int] | None:

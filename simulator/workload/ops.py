@@ -154,6 +154,9 @@ def _add_norm(name: str, tokens_h: float, fused: bool, pb: int, eager_rms: bool 
 # through the same five ops) ``(p+4) + 12 + (8+1) + 8 + (4+p)``; five kernels each way instead of one.
 SOFTMAX_FUSED_MAX_SK = 16384
 SOFTMAX_FALLBACK_FWD_BYTES, SOFTMAX_FALLBACK_BWD_BYTES, SOFTMAX_FALLBACK_LAUNCHES = 33, 37, 5
+#: Host calls of the fallback beyond the reference blocks' ``masked_fill`` + ``softmax``
+#: (``workload.host``): ``.float()``, ``* scale`` and ``.half()``.
+SOFTMAX_FALLBACK_EXTRA_CALLS = 3
 
 
 def fused_softmax_available(b: int, heads: int, s: int) -> bool:
@@ -169,7 +172,8 @@ def _softmax(scores_el: float, pb: int, fused: bool) -> Op:
         return memory_op("attn_softmax", scores_el, 2, pb, _SOFTMAX_FLOPS)
     return Op("attn_softmax_fp32_fallback", "memory", _SOFTMAX_FLOPS * scores_el,
               scores_el * (SOFTMAX_FALLBACK_FWD_BYTES + 2 * pb), launches=SOFTMAX_FALLBACK_LAUNCHES,
-              bwd_launches=SOFTMAX_FALLBACK_LAUNCHES, bwd_bytes=scores_el * (SOFTMAX_FALLBACK_BWD_BYTES + 2 * pb))
+              bwd_launches=SOFTMAX_FALLBACK_LAUNCHES, bwd_bytes=scores_el * (SOFTMAX_FALLBACK_BWD_BYTES + 2 * pb),
+              extra_host_calls=SOFTMAX_FALLBACK_EXTRA_CALLS)
 
 
 def _attention_ops(model: ModelConfig, b: int, s: int, tp: int, pb: int, flash: bool) -> list[Op]:
