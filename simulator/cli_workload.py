@@ -42,11 +42,13 @@ def flops_summary(model: ModelConfig, seq_len: int, convention: Literal["full", 
 
     Training FLOPs = 3 × forward (backward ≈ 2× forward: dgrad + wgrad per GEMM; Kaplan et al. 2020,
     Chinchilla App. F). The optimizer adds O(10·N) FLOPs per *step*, negligible, and is not counted.
+    Sliding-window blocks count the score pairs their window leaves (``flops.attention_span``, fused kernels).
     """
     counts = params.count(model)
     causal = convention == "causal"
-    plain = flops.step(model, 1, seq_len, causal=causal)
-    full = flops.step(model, 1, seq_len, causal=causal, recompute="full")
+    window = {"attention_fraction": flops.attention_span(model, seq_len)[0]}
+    plain = flops.step(model, 1, seq_len, causal=causal, **window)
+    full = flops.step(model, 1, seq_len, causal=causal, recompute="full", **window)
     moe = {}
     if model.moe is not None:  # active = what one token uses (simulator.workload.moe)
         moe = {"n_params_active": counts.active,

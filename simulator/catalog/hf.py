@@ -4,7 +4,9 @@ Supported families and their key names (as written by each family's ``configurat
 
 - Llama / Mistral / OLMo 2 / Qwen2-style: ``num_hidden_layers``, ``hidden_size``,
   ``num_attention_heads``, ``num_key_value_heads``, ``intermediate_size``, ``vocab_size``,
-  ``tie_word_embeddings``, ``head_dim``, ``hidden_act`` (silu ⇒ SwiGLU); OLMo 2 adds QK-norm.
+  ``tie_word_embeddings``, ``head_dim``, ``hidden_act`` (silu ⇒ SwiGLU); OLMo 2 adds QK-norm;
+  ``sliding_window`` (unless ``use_sliding_window`` is false) and ``layer_types`` give the
+  sliding-window blocks (``_sliding_window``).
 - MPT: ``n_layers``, ``d_model``, ``n_heads``, ``expansion_ratio``, ``vocab_size``, ``no_bias``,
   ``attn_config.alibi``; MPT always ties the embedding.
 - GPT-NeoX: Llama-style names with ``hidden_act`` gelu, biases and LayerNorm, rotary positions.
@@ -89,8 +91,30 @@ def _llama_like(cfg: dict[str, Any]) -> dict[str, Any]:
         "qk_norm": model_type == "olmo2",
         "position_embedding": "rope",
         "max_position_embeddings": cfg.get("max_position_embeddings"),
+        **_sliding_window(cfg),
     }
     return out
+
+
+def _sliding_window(cfg: dict[str, Any]) -> dict[str, Any]:
+    """``sliding_window`` and ``full_attention_interval`` from ``sliding_window`` (null, or disabled by
+    Qwen2's ``use_sliding_window: false``: none) and ``layer_types`` (GPT-OSS: "sliding_attention" /
+    "full_attention" per block; absent: every block windowed, as Mistral 7B v0.1). A pattern other than
+    every k-th block full cannot be expressed."""
+    window = cfg.get("sliding_window") if cfg.get("use_sliding_window", True) else None
+    if not window:
+        return {}
+    types = cfg.get("layer_types") or []
+    full = [i for i, t in enumerate(types) if t == "full_attention"]
+    if not types or not full:
+        return {"sliding_window": window}
+    if len(full) == len(types):
+        return {}
+    k = full[0] + 1
+    if full != list(range(k - 1, len(types), k)):
+        raise KeyError("layer_types (only every k-th block full attention can be expressed; write "
+                       "model.sliding_window and model.full_attention_interval)")
+    return {"sliding_window": window, "full_attention_interval": k}
 
 
 MOE_TYPES = ("mixtral", "qwen3_moe", "olmoe", "gpt_oss", "deepseek_v2", "deepseek_v3")

@@ -61,6 +61,17 @@ class ModelConfig(Frozen):
     qk_nope_head_dim: PositiveInt | None = None
     qk_rope_head_dim: PositiveInt | None = None
     v_head_dim: PositiveInt | None = None
+    #: Sliding-window (local) attention: a query attends to itself and the ``sliding_window − 1`` tokens
+    #: before it (Hugging Face ``sliding_window``: GPT-OSS 128, Mistral 7B v0.1 4,096, Gemma 2 4,096;
+    #: Megatron-Core ``window_size = (sliding_window − 1, 0)``). null = every block attends the whole
+    #: causal context. Fused kernels skip the masked blocks, so a window shortens the attention core
+    #: (``simulator.workload.flops.attention_span``); unfused attention computes the whole score matrix.
+    sliding_window: PositiveInt | None = None
+    #: With ``sliding_window``: every ``full_attention_interval``-th block (the k-th, 2k-th, ...) attends
+    #: the whole causal context and the others the window (GPT-OSS and Gemma 2: 2, alternating from a
+    #: windowed first block; Gemma 3: 6; Megatron-Core ``window_attn_skip_freq``). null = every block
+    #: windowed (Mistral 7B v0.1).
+    full_attention_interval: PositiveInt | None = None
     #: Mixture-of-experts MLPs (``simulator.config.moe``); null = dense.
     moe: MoEConfig | None = None
     #: Published total and active parameter counts (display only).
@@ -83,7 +94,19 @@ class ModelConfig(Frozen):
             raise ValueError("model.qk_norm_per_head needs model.qk_norm: true")
         if self.position_embedding == "learned" and self.max_position_embeddings is None:
             raise ValueError("position_embedding 'learned' needs max_position_embeddings")
+        if self.full_attention_interval is not None and self.sliding_window is None:
+            raise ValueError("model.full_attention_interval counts blocks between full-attention blocks of a "
+                             "sliding-window model: set model.sliding_window or remove it")
         return self
+
+    @property
+    def windowed_layers(self) -> int:
+        """Blocks that attend a sliding window (``sliding_window``): all of them, or all but every
+        ``full_attention_interval``-th; 0 without a window."""
+        if self.sliding_window is None:
+            return 0
+        k = self.full_attention_interval
+        return self.n_layers if k is None else self.n_layers - self.n_layers // k
 
     def _check_attention(self) -> None:
         kind = self.attention

@@ -123,14 +123,15 @@ def from_scenario(scenario: Any, persistence_threshold: float = 1e5) -> StepWork
     b, s, tp = tr.micro_batch_size, tr.seq_len // cp, par.tp
     pb = DTYPE_BYTES["bf16" if tr.precision == "fp8" else tr.precision]
     fp8 = tr.kernels.fp8_recipe if tr.precision == "fp8" else None
+    mode = wrecompute.attention_mode(tr)  # selective without core_attn stores the attention core
     if model.moe is not None or model.is_mla:  # MLA attention in the dense blocks
         from simulator.workload import moe_ops
 
-        fwd = [scale_attention(op, cp, tr) for op in moe_ops.dense_block_ops(model, b, s, tp, pb, tr.kernels,
-                                                                             tr.activation_checkpointing, fp8=fp8)]
+        fwd = [scale_attention(op, cp, model, tr) for op in moe_ops.dense_block_ops(model, b, s, tp, pb, tr.kernels,
+                                                                             mode, fp8=fp8)]
     else:
-        fwd = [scale_attention(op, cp, tr)
-               for op in wops.layer_ops(model, b, s, tp, pb, tr.kernels, tr.activation_checkpointing, fp8=fp8,
+        fwd = [scale_attention(op, cp, model, tr)
+               for op in wops.layer_ops(model, b, s, tp, pb, tr.kernels, mode, fp8=fp8,
                                         early_stop=wrecompute.early_stop(scenario))]
     bwd_all = wops.backward_ops(fwd)
     recompute = tuple(op for op in bwd_all if op.name.startswith("recompute."))
@@ -200,17 +201,17 @@ def _module_params(model: Any, gathered: float) -> tuple[float, ...]:
     return tuple(gathered * w / total for w in weights)
 
 
-def scale_attention(op: Any, cp: int, training: Any) -> Any:
+def scale_attention(op: Any, cp: int, model: Any, training: Any) -> Any:
     """An attention-core op as one rank runs it: with ring attention (context parallelism) one kernel
-    per KV chunk, ``cp`` chunks per pass; with packed documents (``training.document_tokens``) the
-    fused kernel's share of the score pairs (``flops.attention_work_fraction``) and at most one
-    document of keys. Other ops unchanged."""
+    per KV chunk, ``cp`` chunks per pass; with packed documents (``training.document_tokens``) or
+    sliding-window blocks (``model.sliding_window``) the fused kernel's share of the score pairs and
+    its shorter key length, averaged over the blocks (``flops.attention_span``). Other ops unchanged."""
     if getattr(op, "kind", "") != "attention":
         return op
-    packed = wflops.attention_work_fraction(training)
-    k = min(op.k, training.document_tokens) if packed < 1.0 else op.k
-    return dataclasses.replace(op, flops=op.flops * cp * packed, bytes=op.bytes * cp, launches=op.launches * cp,
-                               bwd_launches=op.bwd_launches * cp, k=k)
+    share, keys = wflops.attention_span(model, training.seq_len, training.document_tokens,
+                                        training.kernels.flash_attention)
+    return dataclasses.replace(op, flops=op.flops * cp * share, bytes=op.bytes * cp, launches=op.launches * cp,
+                               bwd_launches=op.bwd_launches * cp, k=min(op.k, keys))
 
 
 def _split_backward(bwd: tuple, blk: wparams.LayerParams, layer_local: float) -> tuple:

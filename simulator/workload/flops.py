@@ -124,15 +124,44 @@ def logits_forward(model: ModelConfig, b: int, s: int) -> float:
     return 2.0 * b * s * model.hidden_size * model.vocab_size
 
 
-def attention_work_fraction(training: TrainingConfig) -> float:
-    """Share of the attention core's per-sequence work that packed documents leave: ``d / s`` with
-    ``training.document_tokens = d`` and a fused attention kernel (per-document masking, ``s/d``
-    documents of ``d²`` score pairs instead of ``s²``), else 1 (unfused attention computes the whole
-    matrix and masks it)."""
-    d = training.document_tokens
-    if d is None or not training.kernels.flash_attention:
+def window_share(length: int, window: int | None) -> float:
+    """Score pairs of causal attention over one ``L``-token sequence under a sliding window of ``w``
+    keys, as a share of the whole causal ``L²/2``: query ``i`` sees ``min(i, w)`` keys (counted
+    continuously, as ``L²/2`` is), ``w·L − w²/2`` pairs for ``w < L``, a share ``2w/L − (w/L)²``; 1
+    without a window or with ``w ≥ L``."""
+    if window is None or window >= length:
         return 1.0
-    return d / training.seq_len
+    x = window / length
+    return 2.0 * x - x * x
+
+
+def attention_span(model: ModelConfig, seq_len: int, document_tokens: int | None = None,
+                   fused: bool = True) -> tuple[float, float]:
+    """What a fused attention kernel computes of the attention core, averaged over the blocks:
+    ``(fraction, key_len)``.
+
+    ``fraction``: the share of the full causal work of ``s``-token sequences. Packed documents
+    (``document_tokens = d``, ``training.document_tokens``) leave ``d/s`` of it (``s/d`` documents of ``d²`` pairs, per-document
+    masking); sliding-window blocks (``model.windowed_layers`` of the ``l`` blocks) keep the
+    :func:`window_share` ``r_w`` of each document. The block average
+    ``ρ = (l − l_win + l_win·r_w) / l`` makes the step's attention FLOPs exact whichever blocks are
+    windowed: ``fraction = (d/s)·ρ``.
+
+    ``key_len``: twice the mean keys per query over the blocks, ``d·ρ`` (a windowed block's
+    ``w − w²/2d`` keys per query is ``d·r_w/2``), the causal key length the compute model's fill
+    (``attention_factor``: mean keys ``k/2``) takes. A kernel of ``F`` FLOPs and key length ``k`` takes
+    ``F·(1 + 2·k_half/k)/R``; with ``F ∝ r`` and ``k = d·r`` per block the summed time is the averaged
+    block's, so the average is exact for the time too. Unfused attention (``fused`` false,
+    ``training.kernels.flash_attention: false``) computes the whole ``s × s`` matrix and masks it:
+    ``(1, s)``.
+    """
+    s = seq_len
+    if not fused:
+        return 1.0, float(s)
+    d = document_tokens or s
+    n, n_win = model.n_layers, model.windowed_layers
+    rho = (n - n_win + n_win * window_share(d, model.sliding_window)) / n
+    return d / s * rho, d * rho
 
 
 def step(
@@ -160,7 +189,7 @@ def step(
     Sec. 5.1 Eq. 3). Selective non-causal: ``72·B·s·l·h²·(1 + 2s/9h + V/12lh)`` (formulas.md §1.2).
     """
     groups = _groups(model, b, s, causal)  # [(blocks, LayerFlops)]: one group unless MoE/MLA
-    f = attention_fraction  # packed documents: the attention core of d-token documents (attention_work_fraction)
+    f = attention_fraction  # packed documents and sliding windows (attention_span)
     forward = sum(c * (lay.dense + f * lay.attention_core) for c, lay in groups) + logits_forward(model, b, s)
     if recompute == "selective_op":  # the re-run GEMMs of torchtitan's op-level policy (op_sac)
         extra = model.n_layers * op_sac.recomputed_gemm_flops(model, b * s)
@@ -182,7 +211,9 @@ def for_scenario(scenario: Scenario) -> StepFlops:
     """:func:`step` for a scenario's whole optimizer step (all data-parallel ranks): micro-batches of
     ``training.micro_batch_size`` sequences, ``global_batch_size / micro_batch_size`` of them, the
     attention convention of ``training.attention_flops`` and the recompute mode of
-    ``training.activation_checkpointing``. Divide by the GPU count for per-GPU work."""
+    ``training.activation_checkpointing`` (selective without ``core_attn`` among
+    ``training.recompute_modules`` re-runs no GEMM: ``recompute.attention_mode``). Divide by the GPU count
+    for per-GPU work."""
     t = scenario.training
     return step(
         scenario.model,
@@ -190,7 +221,7 @@ def for_scenario(scenario: Scenario) -> StepFlops:
         t.seq_len,
         t.global_batch_size // t.micro_batch_size,
         causal=t.attention_flops == "causal",
-        recompute=t.activation_checkpointing,
-        attention_fraction=attention_work_fraction(t),
+        recompute=recompute_mod.attention_mode(t),
+        attention_fraction=attention_span(scenario.model, t.seq_len, t.document_tokens, t.kernels.flash_attention)[0],
         **recompute_mod.step_terms(scenario),
     )

@@ -42,7 +42,8 @@ CONFIGS = {
     "gpt-oss-120b": {"model_type": "gpt_oss", "hidden_act": "silu", "hidden_size": 2880, "intermediate_size": 2880,
                      "num_attention_heads": 64, "num_hidden_layers": 36, "num_key_value_heads": 8, "head_dim": 64,
                      "num_local_experts": 128, "experts_per_token": 4, "attention_bias": True,
-                     "vocab_size": 201088, "tie_word_embeddings": False, "max_position_embeddings": 131072},
+                     "vocab_size": 201088, "tie_word_embeddings": False, "max_position_embeddings": 131072,
+                     "sliding_window": 128, "layer_types": ["sliding_attention", "full_attention"] * 18},
     "olmoe-1b-7b": {"model_type": "olmoe", "hidden_act": "silu", "hidden_size": 2048, "intermediate_size": 1024,
                     "num_attention_heads": 16, "num_hidden_layers": 16, "num_key_value_heads": 16,
                     "num_experts": 64, "num_experts_per_tok": 8, "vocab_size": 50304,
@@ -74,4 +75,35 @@ def test_irregular_dense_layers_refused(tmp_path):
     path = tmp_path / "config.json"
     path.write_text(json.dumps(cfg))
     with pytest.raises(InputError, match="mlp_only_layers"):
+        model_dict_from_hf(path)
+
+
+def test_gpt_oss_import_reads_the_sliding_window(tmp_path):
+    # config.json: sliding_window 128, layer_types alternating from a sliding block: every 2nd block full
+    m = _load(tmp_path, CONFIGS["gpt-oss-120b"])
+    want = catalog.get_model("gpt-oss-120b")
+    assert (m.sliding_window, m.full_attention_interval, m.windowed_layers) == (128, 2, 18)
+    assert (want.sliding_window, want.full_attention_interval) == (128, 2)
+
+
+@pytest.mark.parametrize(("extra", "window", "interval"), [
+    ({"sliding_window": 4096}, 4096, None),  # Mistral 7B v0.1: every block windowed, no layer_types
+    ({"sliding_window": None}, None, None),  # Mistral 7B v0.3
+    ({"sliding_window": 32768, "use_sliding_window": False}, None, None),  # Qwen2: window switched off
+    ({"sliding_window": 512, "layer_types": ["sliding_attention"] * 5 + ["full_attention"]}, 512, 6),  # Gemma 3
+    ({"sliding_window": 512, "layer_types": ["full_attention"] * 6}, None, None),
+])
+def test_llama_like_sliding_window_keys(tmp_path, extra, window, interval):
+    base = {"model_type": "mistral", "hidden_act": "silu", "hidden_size": 64, "intermediate_size": 128,
+            "num_attention_heads": 4, "num_hidden_layers": 6, "num_key_value_heads": 2, "vocab_size": 100}
+    m = _load(tmp_path, {**base, **extra})
+    assert (m.sliding_window, m.full_attention_interval) == (window, interval)
+
+
+def test_irregular_layer_types_refused(tmp_path):
+    cfg = {**CONFIGS["gpt-oss-120b"], "layer_types": ["sliding_attention"] * 35 + ["full_attention"] * 1}
+    cfg["layer_types"][3] = "full_attention"
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(cfg))
+    with pytest.raises(InputError, match="layer_types"):
         model_dict_from_hf(path)

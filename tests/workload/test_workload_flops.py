@@ -143,7 +143,53 @@ def test_packed_documents_scale_the_attention_core_only():
     full, packed = wflops.for_scenario(sc(None)), wflops.for_scenario(sc(1024))
     lay = wflops.dense_layer_forward(sc(None).model, 1, 4096, causal=False)
     n_seq, layers = 8, 32
-    assert wflops.attention_work_fraction(sc(1024).training) == 0.25
+    assert wflops.attention_span(sc(1024).model, 4096, 1024) == (0.25, 1024)
     assert full.model_flops - packed.model_flops == pytest.approx(3 * n_seq * layers * 0.75 * lay.attention_core)
     # unfused attention computes the whole matrix and masks it: nothing saved
-    assert wflops.attention_work_fraction(sc(1024, flash=False).training) == 1.0
+    assert wflops.attention_span(sc(1024).model, 4096, 1024, fused=False) == (1.0, 4096)
+
+
+def test_window_share_by_hand():
+    # 128-key window over 4,096 tokens: query i sees min(i, 128) keys, 128·4096 − 128²/2 = 516,096 pairs
+    # of the causal 4,096²/2 = 8,388,608: 0.0615234375.
+    assert flops.window_share(4096, 128) == pytest.approx(516096 / 8388608, rel=1e-15)
+    assert flops.window_share(4096, None) == 1.0
+    assert flops.window_share(4096, 4096) == 1.0  # a window as long as the sequence masks nothing
+
+
+def test_sliding_window_blocks_shorten_the_attention_core():
+    # GPT-OSS: 36 blocks, every 2nd full attention, the others a 128-token window (config.json
+    # layer_types). At 4,096 tokens 18 blocks keep 1 and 18 keep 0.0615234375 of the causal pairs: the
+    # block average is (18 + 18 × 0.0615234375)/36 = 0.53076171875, and the mean keys per query
+    # (doubled) 4,096 × that = 2,174.
+    from simulator.config.loader import scenario_from_dict
+
+    def sc(model, flash=True):
+        training = {"seq_len": 4096, "micro_batch_size": 1, "global_batch_size": 8, "precision": "bf16",
+                    "attention_flops": "causal", "kernels": {"flash_attention": flash}}
+        return scenario_from_dict({"name": "w", "model": model, "cluster": {"topology": "dgx-h100", "nodes": 1},
+                                   "training": training, "parallel": {"framework": "ddp", "ep": 8}})
+
+    oss = sc("gpt-oss-120b")
+    assert oss.model.windowed_layers == 18
+    assert flops.attention_span(oss.model, 4096) == pytest.approx((0.53076171875, 2174.0), rel=1e-12)
+    # the same model without windows: the difference is 18 blocks' (1 − r) of the causal core, × 3 for
+    # forward and backward, × 8 sequences; the core per block is 2 · 2 · 4096² · (64 · 64) / 2
+    full = sc({**oss.model.model_dump(), "sliding_window": None, "full_attention_interval": None})
+    core = 2 * 2 * 4096**2 * 64 * 64 / 2
+    saved = flops.for_scenario(full).model_flops - flops.for_scenario(oss).model_flops
+    assert saved == pytest.approx(3 * 8 * 18 * (1 - 516096 / 8388608) * core, rel=1e-12)
+    # unfused attention computes the whole matrix and masks it: nothing saved
+    unfused = sc("gpt-oss-120b", flash=False)
+    assert flops.for_scenario(unfused).model_flops == flops.for_scenario(full).model_flops
+
+
+def test_full_attention_interval_needs_a_window():
+    from simulator.config.model import ModelConfig
+
+    with pytest.raises(ValueError, match="set model.sliding_window"):
+        ModelConfig(n_layers=4, hidden_size=64, n_heads=4, ffn_hidden_size=128, vocab_size=100,
+                    full_attention_interval=2)
+    every = ModelConfig(n_layers=6, hidden_size=64, n_heads=4, ffn_hidden_size=128, vocab_size=100, sliding_window=8)
+    gemma3 = every.model_copy(update={"full_attention_interval": 6})
+    assert (every.windowed_layers, gemma3.windowed_layers) == (6, 5)
