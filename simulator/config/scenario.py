@@ -153,6 +153,13 @@ class TrainingConfig(Frozen):
     #: torchtitan per-layer selective checkpointing, fms-fsdp ``selective_checkpointing``;
     #: ``simulator.workload.recompute``). None: every block.
     recompute_layers: PositiveInt | None = None
+    #: With ``activation_checkpointing: selective``, the modules Megatron-Core recomputes
+    #: (``--recompute-modules``; its default, and dtsim's, is ``[core_attn]``): ``core_attn`` the attention
+    #: core, ``layernorm`` the norms that are modules of their own (an MoE block's pre-MLP norm; Transformer
+    #: Engine fuses the others into their linear), ``moe_act`` the experts' activation function. Each
+    #: drops its output from the stored activations and re-runs it before the backward
+    #: (``simulator.workload.recompute``).
+    recompute_modules: tuple[Literal["core_attn", "layernorm", "moe_act"], ...] | None = None
     total_tokens: PositiveFloat | None = None
     steps: PositiveInt | None = None
     #: FLOP convention for attention in model-FLOP counts (MFU): "full" counts the whole s×s score

@@ -5,12 +5,15 @@ Flag names and defaults are Megatron-LM's (``megatron/training/arguments.py``, c
 ``int(4h·2/3 / 64)·64`` with ``--swiglu``), ``--num-attention-heads``, ``--group-query-attention`` +
 ``--num-query-groups``, ``--kv-channels`` (default ``h / heads``), ``--normalization``
 (``LayerNorm`` default, ``RMSNorm``), ``--disable-bias-linear``, ``--qk-layernorm``,
-``--position-embedding-type`` (``learned_absolute`` default, ``rope``, ``none``),
+``--position-embedding-type`` (``learned_absolute`` default, ``rope``, ``none``), ``--window-size L,0``
+(sliding window of ``L + 1`` keys: ``model.sliding_window``) with ``--window-attn-skip-freq N`` (every
+N-th layer full attention, ``is_layer_window_attention``: ``model.full_attention_interval``),
 ``--untie-embeddings-and-output-weights`` (tied by default), ``--attention-dropout`` /
 ``--hidden-dropout`` (0.1 default), ``--vocab-size`` padded to a multiple of
 ``--make-vocab-size-divisible-by`` (128) × tp (``_vocab_size_with_padding``), ``--seq-length``,
 ``--micro-batch-size``, ``--global-batch-size``, ``--bf16`` / ``--fp16``, ``--recompute-granularity``
-(``full`` / ``selective``; ``--recompute-activations`` = selective), ``--tensor-model-parallel-size``,
+(``full`` / ``selective``; ``--recompute-activations`` = selective), ``--recompute-modules`` (a list:
+``core_attn``, ``layernorm``, ``moe_act``; ``training.recompute_modules``), ``--tensor-model-parallel-size``,
 ``--pipeline-model-parallel-size``, ``--context-parallel-size``, ``--sequence-parallel``,
 ``--num-layers-per-virtual-pipeline-stage``, ``--pipeline-model-parallel-layout`` (Megatron-Core's
 per-virtual-stage layout, ``parallel.pipeline_layout``), ``--use-distributed-optimizer``, ``--tp-comm-overlap``,
@@ -37,7 +40,7 @@ VALUE_FLAGS = (
     "global-batch-size", "recompute-granularity", "recompute-method", "recompute-num-layers", "train-iters",
     "train-samples", "tensor-model-parallel-size", "pipeline-model-parallel-size", "context-parallel-size",
     "num-layers-per-virtual-pipeline-stage", "virtual-pipeline-model-parallel-size", "pipeline-model-parallel-layout",
-    "fp8-format",
+    "fp8-format", "window-size", "window-attn-skip-freq", "recompute-modules",
     "attention-backend", "nnodes", "nproc-per-node",
 )
 #: Switches dtsim reads.
@@ -47,6 +50,10 @@ BOOL_FLAGS = (
     "recompute-activations", "sequence-parallel", "use-distributed-optimizer", "tp-comm-overlap",
     "use-flash-attn", "overlap-grad-reduce", "overlap-param-gather", "fp8-param-gather",
 )
+#: Flags taking a list of values (argparse ``nargs="*"``): every word up to the next flag.
+LIST_FLAGS = ("recompute-modules",)
+#: Megatron-Core recompute modules dtsim models (``training.recompute_modules``).
+RECOMPUTE_MODULES = ("core_attn", "layernorm", "moe_act")
 _NO_STEP_EFFECT = "optimizer, learning-rate or initialisation hyper-parameter: no effect on step time"
 _DATA = "data pipeline or tokenizer: dtsim assumes the input pipeline never stalls the step"
 _OUTSIDE = "logging, checkpointing or evaluation: outside the simulated step (checkpoints: reliability.checkpoint)"
@@ -125,6 +132,12 @@ def parse(words: list[str]) -> tuple[dict[str, str | bool], list[str]]:
         name = _canonical(name)
         if eq:
             value: str | bool = inline
+        elif name in LIST_FLAGS:
+            items = []
+            while i < len(words) and not words[i].startswith("--"):
+                items.append(words[i])
+                i += 1
+            value = " ".join(items) if items else True
         elif name in BOOL_FLAGS:
             value = True
         elif i < len(words) and not words[i].startswith("--"):
@@ -223,6 +236,7 @@ def _model(flags: dict, integer, out: Imported) -> None:
     elif pos == "learned_absolute" and integer("seq-length") is not None:
         out.set("model.max_position_embeddings", integer("seq-length"))  # validate_args' default
     out.set("model.tied_embeddings", not flags.get("untie-embeddings-and-output-weights"))
+    _window(flags, integer, out)
     drops = {as_float(_value(flags, n) or 0.1, f"--{n}") for n in ("attention-dropout", "hidden-dropout")}
     if len(drops) > 1:
         out.ignore("--attention-dropout", "dtsim has one dropout rate for the model; --hidden-dropout is used")
@@ -233,6 +247,29 @@ def _model(flags: dict, integer, out: Imported) -> None:
         divisible = integer("make-vocab-size-divisible-by") or 128
         multiple = divisible * tp  # arguments.py _vocab_size_with_padding
         out.set("model.vocab_size", -(-vocab // multiple) * multiple)
+
+
+def _window(flags: dict, integer, out: Imported) -> None:
+    """``--window-size L,R`` (``tuple_type``: ``128,0`` or ``(128, 0)``) and ``--window-attn-skip-freq N``."""
+    text = _value(flags, "window-size")
+    if text is None:
+        if _value(flags, "window-attn-skip-freq") is not None:
+            raise InputError("--window-attn-skip-freq needs --window-size (the sliding window); add it or remove "
+                             "--window-attn-skip-freq", FIELD)
+        return
+    parts = [p.strip() for p in text.strip("()[] ").split(",")]
+    if len(parts) != 2:
+        raise InputError(f"--window-size {text!r}: give left,right tokens, e.g. 127,0", FIELD)
+    left, right = (as_int(p, "--window-size") for p in parts)
+    if right != 0 or left < 0:
+        raise InputError(f"--window-size {text!r}: dtsim models causal sliding windows (right 0, left >= 0)", FIELD)
+    out.set("model.sliding_window", left + 1)
+    freq = _value(flags, "window-attn-skip-freq")
+    if freq is not None:
+        if not freq.strip().isdigit():
+            raise InputError(f"--window-attn-skip-freq {freq!r}: dtsim models every N-th layer full attention (an "
+                             "integer N); a per-layer list cannot be expressed", FIELD)
+        out.set("model.full_attention_interval", integer("window-attn-skip-freq"))
 
 
 def _training(flags: dict, integer, out: Imported) -> None:
@@ -263,6 +300,17 @@ def _training(flags: dict, integer, out: Imported) -> None:
     if granularity not in (None, "full", "selective"):
         raise InputError(f"--recompute-granularity {granularity!r} must be full or selective", FIELD)
     out.set("training.activation_checkpointing", granularity or "none")
+    modules = _value(flags, "recompute-modules")
+    if modules is not None:
+        names = tuple(modules.replace(",", " ").split())
+        other = [n for n in names if n not in RECOMPUTE_MODULES]
+        if other:
+            raise InputError(f"--recompute-modules {other[0]}: dtsim models {', '.join(RECOMPUTE_MODULES)}; remove "
+                             "the others or recompute more with --recompute-granularity full", FIELD)
+        if granularity != "selective":
+            raise InputError("--recompute-modules lists what selective recomputation re-runs: add "
+                             "--recompute-granularity selective or remove it", FIELD)
+        out.set("training.recompute_modules", list(names))
     method, layers = _value(flags, "recompute-method"), integer("recompute-num-layers")
     if granularity == "full" and method == "block" and layers is not None:
         # block: the first N layers of each pipeline chunk recompute, the others keep their activations

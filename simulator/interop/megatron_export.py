@@ -36,6 +36,10 @@ def export_args(s: Scenario) -> Exported:
     lines.append(f"--max-position-embeddings {m.max_position_embeddings or tr.seq_len}")
     if not m.tied_embeddings:
         lines.append("--untie-embeddings-and-output-weights")
+    if m.sliding_window is not None:
+        lines.append(f"--window-size {m.sliding_window - 1},0")
+        if m.full_attention_interval is not None:
+            lines.append(f"--window-attn-skip-freq {m.full_attention_interval}")
     lines += [f"--attention-dropout {m.dropout:g}", f"--hidden-dropout {m.dropout:g}"]
     divisible = 128 if m.vocab_size % (128 * par.tp) == 0 else 1
     if m.vocab_size % (divisible * par.tp):
@@ -54,6 +58,8 @@ def export_args(s: Scenario) -> Exported:
         lines += ["--recompute-granularity full", "--recompute-method uniform", "--recompute-num-layers 1"]
     elif tr.activation_checkpointing in ("selective", "selective_op"):  # Megatron has no op-level policy
         lines.append("--recompute-granularity selective")
+        if tr.recompute_modules is not None:
+            lines.append("--recompute-modules " + " ".join(tr.recompute_modules))
     if tr.steps is not None:
         lines.append(f"--train-iters {tr.steps}")
     elif tr.total_tokens is not None:

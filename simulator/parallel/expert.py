@@ -298,8 +298,11 @@ def attach(work: Any, scenario: Any, pb: int) -> Any:
         changes["cp_kv_bytes"] = float(b * tr.seq_len * width / tp * pb)
     if model.moe is None:
         return dataclasses.replace(work, **changes)
-    ops = moe_ops.moe_block_ops(model, b, s, tp, pb, tr.kernels, tr.activation_checkpointing, ep, etp)
-    ops = dataclasses.replace(ops, pre=tuple(scale_attention(op, cp, tr) for op in ops.pre))
+    from simulator.workload import recompute as wrecompute
+
+    ops = moe_ops.moe_block_ops(model, b, s, tp, pb, tr.kernels, wrecompute.attention_mode(tr), ep, etp,
+                                modules=wrecompute.modules(tr))
+    ops = dataclasses.replace(ops, pre=tuple(scale_attention(op, cp, model, tr) for op in ops.pre))
     imb = model.moe.effective_imbalance
     act_bytes = ops.routed_tokens * model.hidden_size * imb
     fp8 = tr.precision == "fp8"
@@ -314,14 +317,18 @@ def attach(work: Any, scenario: Any, pb: int) -> Any:
     def optimizer(n: float) -> tuple:
         return tuple(inner_opt(n + opt_params))
 
+    full = tr.activation_checkpointing == "full"
+
     def bwd(fwd_ops: tuple) -> tuple:
-        return tuple(op for op in wops.backward_ops(list(fwd_ops)) if not op.name.startswith("recompute."))
+        # full recomputation re-runs the pieces' forwards (MoEWork.recompute); selective recomputation's
+        # modules (training.recompute_modules) open the backward of the piece that holds them
+        return tuple(op for op in wops.backward_ops(list(fwd_ops)) if not (full and op.name.startswith("recompute.")))
 
     changes["moe"] = MoEWork(
         layers=flags,
         pre=ops.pre, experts=ops.experts, shared=ops.shared, post=ops.post,
         bwd_pre=bwd(ops.pre), bwd_experts=bwd(ops.experts), bwd_shared=bwd(ops.shared), bwd_post=bwd(ops.post),
-        recompute=tr.activation_checkpointing == "full",
+        recompute=full,
         dispatch_bytes=act_bytes * (1 if fp8 else pb),
         combine_bytes=act_bytes * pb,
         grad_bytes=act_bytes * pb,

@@ -208,7 +208,7 @@ def stage_activations(scenario: Scenario) -> list[ActivationBytes]:
     dropout = m.dropout > 0
     common = dict(flash_attention=tr.kernels.flash_attention, precision_bytes=pb, dropout=dropout,
                   sequence_parallel=par.sequence_parallel and t > 1)
-    per_layer = layer_activation_bytes(m, b, s, t, recompute=tr.activation_checkpointing, **common)
+    per_layer = layer_activation_bytes(m, b, s, t, recompute=recompute.attention_mode(tr), **common)
     if m.moe is not None or m.is_mla:  # routed tokens / MLA tensors instead of the dense ones
         from simulator.workload import moe_memory
 

@@ -15,7 +15,9 @@ activations of routed tokens.
   routed tokens' tensors: the permuted copies ``T·k·h`` (the experts' input, also the all-to-all
   receive buffer), the ``k_mlp−1`` expert up projections of width ``f_e/etp`` and the activation
   output (``× imbalance`` on the most-loaded rank), plus the shared experts' like a dense MLP of
-  width ``n_s·f_s``; ``T = b·s/(tp·cp)``. The MLP input stays (it is the router's input).
+  width ``n_s·f_s``; ``T = b·s/(tp·cp)``. The MLP input stays (it is the router's input), unless
+  selective recomputation re-runs the pre-MLP norm (``training.recompute_modules: layernorm``); with
+  ``moe_act`` the activation output goes too.
 * MLA blocks store, instead of Q, K, V and the out-projection input of width ``a·d_h``: the
   compressed query ``d_c'`` before and after its norm, the compressed KV ``d_c + d_r`` and its
   normalised ``d_c``, and Q, K (``a·d_qk`` each, ÷t), V and the out-projection input (``a·d_v``
@@ -65,9 +67,27 @@ def moe_block_extra(scenario: Any, pb: int) -> float:
     h, k_mlp, moe = m.hidden_size, m.mlp_matrices, m.moe
     dense = _mlp_stored(b * s, 0, m.ffn_hidden_size / tp, k_mlp, pb)
     t = b * s / tp * moe.top_k * moe.effective_imbalance
-    routed = pb * t * h + _mlp_stored(t, 0, moe.expert_ffn_hidden_size / par.etp, k_mlp, pb)
+    width = moe.expert_ffn_hidden_size / par.etp
+    routed = pb * t * h + _mlp_stored(t, 0, width, k_mlp, pb)
     shared = _mlp_stored(b * s, 0, moe.n_shared_experts * moe.shared_width / tp, k_mlp, pb) if moe.n_shared_experts else 0
-    return routed + shared - dense
+    return routed + shared - dense - _recomputed_module_bytes(scenario, pb, t, width)
+
+
+def _recomputed_module_bytes(scenario: Any, pb: int, routed: float, width: float) -> float:
+    """What selective recomputation's modules (``training.recompute_modules``) leave out of one MoE
+    block: ``layernorm`` the pre-MLP norm's output ``p·b·s·h`` (÷t with sequence parallelism, as the
+    norm region is), ``moe_act`` the experts' activation output ``p·T·k·f_e/etp`` (``routed`` token
+    copies on the most-loaded rank)."""
+    from simulator.workload import recompute
+
+    mods, tr, par = recompute.modules(scenario.training), scenario.training, scenario.parallel
+    out = 0.0
+    if "layernorm" in mods:
+        region = par.tp if par.sequence_parallel and par.tp > 1 else 1
+        out += pb * tr.micro_batch_size * (tr.seq_len // par.cp) * scenario.model.hidden_size / region
+    if "moe_act" in mods:
+        out += pb * routed * width
+    return out
 
 
 def model_states(scenario: Any, zero_model_states, shard_degree: int, stage: int, sizes: tuple) -> Any:

@@ -107,12 +107,18 @@ def dense_block_ops(model: ModelConfig, b: int, s: int, tp: int, pb: int, kernel
 
 
 def moe_block_ops(model: ModelConfig, b: int, s: int, tp: int, pb: int, kernels, recompute: str,
-                  ep: int = 1, etp: int = 1) -> MoEBlockOps:
-    """Forward ops of one MoE block on one GPU (conventions: module docstring)."""
+                  ep: int = 1, etp: int = 1, modules: frozenset[str] = frozenset()) -> MoEBlockOps:
+    """Forward ops of one MoE block on one GPU (conventions: module docstring). ``modules``: what
+    selective recomputation re-runs before the backward (``simulator.workload.recompute.modules``):
+    ``layernorm`` the pre-MLP norm (the post-attention add + norm op, whose add is re-run with it when
+    the two are one fused op), ``moe_act`` the experts' activation."""
     m = model.moe
     assert m is not None
     h, k_mlp = model.hidden_size, model.mlp_matrices
     att, _ = _attention_part(model, b, s, tp, pb, kernels, recompute)
+    if "layernorm" in modules:
+        att = [replace(op, recompute=True) if op.name.startswith("post_attn") and "norm" in op.name else op
+               for op in att]
     t = b * s / tp
     routed = t * m.top_k
     local_experts = max(1, m.n_experts // ep)
@@ -123,9 +129,10 @@ def moe_block_ops(model: ModelConfig, b: int, s: int, tp: int, pb: int, kernels,
         wops.memory_op("router_topk", t * m.n_experts, 3, pb, wops._SOFTMAX_FLOPS),
         wops.memory_op("permute", routed * h, 2, pb, 0.0),
     ]
+    act = wops.memory_op(f"experts_{model.mlp}", per_expert * local_experts * width, k_mlp, pb, wops._ACT_FLOPS)
     experts = [
         wops.gemm("experts_up", per_expert, (k_mlp - 1) * width, h, pb, batch=local_experts),
-        wops.memory_op(f"experts_{model.mlp}", per_expert * local_experts * width, k_mlp, pb, wops._ACT_FLOPS),
+        replace(act, recompute=True) if "moe_act" in modules else act,
         wops.gemm("experts_down", per_expert, h, width, pb, batch=local_experts),
     ]
     shared: list = []

@@ -26,6 +26,33 @@ from __future__ import annotations
 from typing import Any
 
 FIELD = "training.recompute_layers"
+MODULES_FIELD = "training.recompute_modules"
+#: Megatron-Core's selective recomputation when ``--recompute-modules`` is not given.
+DEFAULT_MODULES = ("core_attn",)
+
+
+def modules(training: Any) -> frozenset[str]:
+    """Modules selective recomputation re-runs (``training.recompute_modules``, default ``core_attn``);
+    empty without selective recomputation.
+
+    Megatron-Core (``TransformerConfig.recompute_modules``, ``transformer_layer.py``, ``moe/experts.py``):
+    ``core_attn`` checkpoints the attention core; ``layernorm`` the norms built as modules of their own,
+    which with Transformer Engine is an MoE block's ``pre_mlp_layernorm`` (``TENorm``; the input norm and a
+    dense MLP's norm are fused into ``TELayerNormColumnParallelLinear``, nothing separate to drop);
+    ``moe_act`` the experts' activation (``CheckpointWithoutOutput`` around ``activation_func``). A module
+    checkpointed this way stores no output: its output is rebuilt from its stored input just before the
+    backward needs it, one more forward of that module per micro-batch."""
+    if training.activation_checkpointing != "selective":
+        return frozenset()
+    return frozenset(training.recompute_modules or DEFAULT_MODULES)
+
+
+def attention_mode(training: Any) -> str:
+    """The recomputation mode of a block's dense part: ``activation_checkpointing``, except that
+    selective recomputation without ``core_attn`` among its modules keeps the attention core like no
+    recomputation (what the FLOP counts, the dense activations and the dense ops read)."""
+    mode = training.activation_checkpointing
+    return "none" if mode == "selective" and "core_attn" not in modules(training) else mode
 
 
 def chunk_layers(scenario: Any) -> list[int]:
@@ -97,8 +124,12 @@ def step_terms(scenario: Any) -> dict[str, float]:
 
 
 def check(scenario: Any) -> str | None:
-    """Why ``training.recompute_layers`` cannot apply to the scenario, or None."""
+    """Why ``training.recompute_layers`` or ``training.recompute_modules`` cannot apply, or None."""
     tr, m = scenario.training, scenario.model
+    if tr.recompute_modules is not None and tr.activation_checkpointing != "selective":
+        return (f"{MODULES_FIELD} lists what selective recomputation re-runs: it needs "
+                f"training.activation_checkpointing: selective (got {tr.activation_checkpointing!r}); set it or "
+                f"remove {MODULES_FIELD}")
     if tr.recompute_layers is None:
         return None
     if tr.activation_checkpointing != "full":

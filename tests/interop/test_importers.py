@@ -77,6 +77,30 @@ def test_megatron_virtual_pipeline_from_layers_per_chunk():
     assert imp.get("parallel.virtual_stages") == 4  # 32 / (4 x 2)
 
 
+def test_megatron_sliding_window_flags():
+    # GPT-OSS in Megatron-Bridge: window_size (127, 0) = the token and 127 before it, 128 keys;
+    # window_attn_skip_freq 2: layers 2, 4, ... (1-based, is_layer_window_attention) attend fully.
+    base = "--num-layers 4 --hidden-size 64 --num-attention-heads 4 "
+    imp = import_args(base + "--window-size 127,0 --window-attn-skip-freq 2")
+    assert (imp.get("model.sliding_window"), imp.get("model.full_attention_interval")) == (128, 2)
+    assert import_args(base + "--window-size '(4095, 0)'").get("model.sliding_window") == 4096
+    from simulator.config.loader import scenario_from_dict
+    from simulator.interop.megatron_export import export_args
+
+    sc = scenario_from_dict({"name": "w", "model": "gpt-oss-120b", "cluster": {"topology": "dgx-h100", "nodes": 8},
+                             "training": {"seq_len": 4096, "micro_batch_size": 1, "global_batch_size": 64},
+                             "parallel": {"framework": "ddp", "ep": 8}})
+    text = export_args(sc).text
+    assert "--window-size 127,0" in text and "--window-attn-skip-freq 2" in text
+
+
+def test_megatron_recompute_modules_list():
+    base = "--num-layers 4 --hidden-size 64 --num-attention-heads 4 --recompute-granularity selective "
+    imp = import_args(base + "--recompute-modules layernorm moe_act --bf16")
+    assert imp.get("training.recompute_modules") == ["layernorm", "moe_act"]
+    assert imp.get("training.precision") == "bf16"  # the list stops at the next flag
+
+
 @pytest.mark.parametrize("args, needle", [
     ("--num-layers 2 --hidden-size 64 --num-attention-heads 4 --bf16 --fp16", "--bf16 contradicts --fp16"),
     ("--num-layers 2 --hidden-size 64 --num-attention-heads 4 --tensor-model-parallel-sise 2",
@@ -86,6 +110,14 @@ def test_megatron_virtual_pipeline_from_layers_per_chunk():
     ("--num-layers 2 --hidden-size 64 --num-attention-heads 4 --recompute-activations "
      "--recompute-granularity full", "contradicts --recompute-granularity full"),
     ("--num-layers x --hidden-size 64 --num-attention-heads 4", "--num-layers: expected an integer"),
+    ("--num-layers 2 --hidden-size 64 --num-attention-heads 4 --window-size 127,16", "causal sliding windows"),
+    ("--num-layers 2 --hidden-size 64 --num-attention-heads 4 --recompute-granularity selective "
+     "--recompute-modules mla_up_proj", "--recompute-modules mla_up_proj: dtsim models core_attn, layernorm, moe_act"),
+    ("--num-layers 2 --hidden-size 64 --num-attention-heads 4 --recompute-modules moe_act",
+     "add --recompute-granularity selective"),
+    ("--num-layers 2 --hidden-size 64 --num-attention-heads 4 --window-attn-skip-freq 2", "needs --window-size"),
+    ("--num-layers 2 --hidden-size 64 --num-attention-heads 4 --window-size 127,0 --window-attn-skip-freq "
+     "'([0]*3+[1])'", "per-layer list"),
 ])
 def test_megatron_bad_flags(args, needle):
     with pytest.raises(InputError) as exc:

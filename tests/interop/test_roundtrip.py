@@ -17,7 +17,8 @@ BUNDLED = sorted((ROOT / "scenarios").glob("*.yaml"))
 IDS = [p.stem for p in BUNDLED]
 
 MODEL_KEYS = ("n_layers", "hidden_size", "n_heads", "kv_heads", "d_head", "ffn_hidden_size", "vocab_size",
-              "tied_embeddings", "norm", "linear_bias", "qk_norm", "dropout")
+              "tied_embeddings", "norm", "linear_bias", "qk_norm", "dropout", "sliding_window",
+              "full_attention_interval")
 BATCH_KEYS = ("seq_len", "micro_batch_size", "global_batch_size")
 
 

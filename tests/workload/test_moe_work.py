@@ -117,3 +117,59 @@ def test_grouped_gemm_efficiency_is_the_gemm_shape_factor_per_expert():
     k_fill = 2048 / (2048 + eff.gemm_half_dim)
     expected_rate = gpu.peak_flops("bf16") * eff.gemm_fraction * 0.9 * 640 / 660 * k_fill
     assert op.flops / model.op_time(op) == pytest.approx(expected_rate, rel=1e-9)
+
+
+def _mixtral_selective(modules, **training):
+    raw = {"name": "t", "model": "mixtral-8x7b", "cluster": {"topology": "dgx-h100", "nodes": 2},
+           "training": {"seq_len": 4096, "micro_batch_size": 1, "global_batch_size": 64,
+                        "activation_checkpointing": "selective", **training},
+           "parallel": {"framework": "ddp", "distributed_optimizer": True, "ep": 8, "pp": 2}}
+    if modules is not None:
+        raw["training"]["recompute_modules"] = modules
+    return scenario_from_dict(raw, overrides=["model.moe.imbalance=1.0"])
+
+
+def test_recompute_modules_drop_the_norm_and_expert_activation_outputs():
+    # Mixtral 8x7B, micro-batch 1 x 4,096 tokens, no TP: the pre-MLP norm output is 2 B x 4,096 x 4,096
+    # = 33,554,432 B; the experts' SwiGLU output 2 B x (4,096 tokens x top-2 = 8,192 copies) x 14,336
+    # = 234,881,024 B. Per MoE block (all 32 are) and micro-batch, the recomputed modules free both.
+    from simulator.workload import moe_memory
+
+    base = moe_memory.moe_block_extra(_mixtral_selective(None), 2)
+    both = moe_memory.moe_block_extra(_mixtral_selective(["layernorm", "moe_act"]), 2)
+    act = moe_memory.moe_block_extra(_mixtral_selective(["moe_act"]), 2)
+    assert base - act == 2 * 8192 * 14336
+    assert base - both == 2 * 8192 * 14336 + 2 * 4096 * 4096
+
+
+def test_recompute_modules_rerun_their_ops_before_the_backward():
+    from simulator.parallel import work as pwork
+
+    mw = pwork.from_scenario(_mixtral_selective(["layernorm", "moe_act"])).moe
+    act = next(op for op in mw.experts if op.name == "experts_swiglu")
+    again = [op for op in mw.bwd_experts if op.name.startswith("recompute.")]
+    # the activation re-runs once, first in the experts' backward, with the forward's bytes
+    assert [op.name for op in again] == ["recompute.experts_swiglu"] and mw.bwd_experts[0] is again[0]
+    assert again[0].bytes == act.bytes
+    assert [op.name for op in mw.bwd_pre if op.name.startswith("recompute.")] == ["recompute.post_attn_add_norm"]
+    # the default (core_attn) re-runs nothing in an MoE block with FlashAttention
+    plain = pwork.from_scenario(_mixtral_selective(None)).moe
+    assert not [op for op in plain.bwd_experts + plain.bwd_pre if op.name.startswith("recompute.")]
+
+
+def test_recompute_modules_without_core_attn_recompute_no_gemm():
+    # Megatron's default selective recomputation re-runs the attention core (its GEMM FLOPs count in
+    # HFU); a module list without core_attn re-runs only memory-bound ops: HFU = MFU.
+    from simulator.workload import flops
+
+    default = flops.for_scenario(_mixtral_selective(None))
+    mods = flops.for_scenario(_mixtral_selective(["layernorm", "moe_act"]))
+    assert default.hardware_flops > default.model_flops
+    assert mods.hardware_flops == mods.model_flops == default.model_flops
+
+
+def test_recompute_modules_need_selective():
+    with pytest.raises(ValueError, match="needs training.activation_checkpointing: selective"):
+        _mixtral_selective(["moe_act"], activation_checkpointing="full")
+    with pytest.raises(ValueError):
+        _mixtral_selective(["mlp"])  # not modelled: refused by the schema
