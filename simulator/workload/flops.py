@@ -141,8 +141,8 @@ def attention_span(model: ModelConfig, seq_len: int, document_tokens: int | None
     ``(fraction, key_len)``.
 
     ``fraction``: the share of the full causal work of ``s``-token sequences. Packed documents
-    (``document_tokens = d``, ``training.document_tokens``) leave ``d/s`` of it (``s/d`` documents of ``d²`` pairs, per-document
-    masking); sliding-window blocks (``model.windowed_layers`` of the ``l`` blocks) keep the
+    (``document_tokens = d``, ``training.document_tokens``) leave ``d/s`` of it (``s/d`` documents of
+    ``d²`` pairs, per-document masking); sliding-window blocks (``model.windowed_layers`` of the ``l`` blocks) keep the
     :func:`window_share` ``r_w`` of each document. The block average
     ``ρ = (l − l_win + l_win·r_w) / l`` makes the step's attention FLOPs exact whichever blocks are
     windowed: ``fraction = (d/s)·ρ``.

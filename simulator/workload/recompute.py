@@ -44,7 +44,8 @@ def modules(training: Any) -> frozenset[str]:
     backward needs it, one more forward of that module per micro-batch."""
     if training.activation_checkpointing != "selective":
         return frozenset()
-    return frozenset(training.recompute_modules or DEFAULT_MODULES)
+    given = training.recompute_modules
+    return frozenset(DEFAULT_MODULES if given is None else given)
 
 
 def attention_mode(training: Any) -> str:
@@ -130,6 +131,9 @@ def check(scenario: Any) -> str | None:
         return (f"{MODULES_FIELD} lists what selective recomputation re-runs: it needs "
                 f"training.activation_checkpointing: selective (got {tr.activation_checkpointing!r}); set it or "
                 f"remove {MODULES_FIELD}")
+    if tr.recompute_modules is not None and scenario.parallel.framework != "ddp":
+        return (f"{MODULES_FIELD} is Megatron-Core's --recompute-modules (framework ddp); got framework "
+                f"{scenario.parallel.framework!r}: remove it")
     if tr.recompute_layers is None:
         return None
     if tr.activation_checkpointing != "full":

@@ -173,3 +173,14 @@ def test_recompute_modules_need_selective():
         _mixtral_selective(["moe_act"], activation_checkpointing="full")
     with pytest.raises(ValueError):
         _mixtral_selective(["mlp"])  # not modelled: refused by the schema
+    raw = {"name": "t", "model": "mixtral-8x7b", "cluster": {"topology": "dgx-h100", "nodes": 2},
+           "training": {"seq_len": 4096, "micro_batch_size": 1, "global_batch_size": 64,
+                        "activation_checkpointing": "selective", "recompute_modules": ["moe_act"]},
+           "parallel": {"framework": "deepspeed", "zero_stage": 1, "ep": 8}}
+    with pytest.raises(ValueError, match="Megatron-Core's --recompute-modules"):
+        scenario_from_dict(raw)
+    # an empty list recomputes nothing (not Megatron's default core_attn)
+    from simulator.workload import recompute
+
+    assert recompute.modules(_mixtral_selective([]).training) == frozenset()
+    assert recompute.modules(_mixtral_selective(None).training) == {"core_attn"}
