@@ -80,8 +80,10 @@ GROUP_CAUSES: tuple[tuple[str, str], ...] = (
      "exp-bound cuDNN kernel at head dim 64 on Blackwell cannot close a 30-70% gap. The recipes "
      "(gpt_oss_workload_base_configs.py) are simulated with their recompute_modules [layernorm, moe_act] (GB200, "
      "B200, H100: about 1% slower) and moe_a2a_overlap on GB200 V2 (16% faster); GB300's CUDA-graphed attention and "
-     "router are not modelled (faster still); clamped SwiGLU with expert biases and 128 experts of width 2,880 are "
-     "modelled as their shapes"),
+     "router are not modelled (faster still); the experts' fc2 bias, which Megatron-Core adds per expert outside "
+     "the grouped GEMM (TEGroupedMLP._apply_bias; TransformerEngine issue #2766), is modelled (about 4% slower); "
+     "the clamped SwiGLU and 128 experts of width 2,880 are modelled as their shapes. Untimed candidates: cuDNN's "
+     "learnable-sink backward at head dim 64 and sliding-window tile skipping"),
     ("mbridge2511-b200-*", "25.11 container on DGX-B200: its MoE rows are 1.3-2.9x below the 26.02 container's "
      "rows of the same models on B200 (Qwen3-30B-A3B 214 vs 614 at micro-batch 1 vs 4, GPT-OSS 223 vs 373, "
      "DeepSeek-V3 557 vs 725 TFLOP/s/GPU); dtsim models one software state: too fast"),

@@ -45,6 +45,26 @@ class MoEBlockOps:
     routed_tokens: float
 
 
+#: Expert biases (``model.linear_bias``, GPT-OSS): Megatron-Core's ``TEGroupedMLP`` adds the fc2 bias
+#: outside the grouped GEMM, whose cuBLAS kernel has no bias epilogue (TransformerEngine issue #2766, "We
+#: need additional kernels for Bias/DBias"), one local expert at a time
+#: (``TEGroupedMLP._apply_bias``: ``torch.cat([t + b * p for t, b, p in zip(split(out), biases,
+#: split(probs))])``). Per element of the ``T·k × h`` output: ``b * p`` written (1 pass), ``t + ·`` two
+#: reads and a write (3), the ``cat`` copy (2); two kernels per expert and one ``cat``. Backward: the
+#: gradients of ``b`` and ``p`` are ``sum(grad·p)`` and ``sum(grad·b)``, each a product written and read
+#: back by the reduction after reading the gradient (3 passes each); two kernels each per expert. The fc1
+#: bias goes into the fused activation kernel (``weighted_bias_*_impl``): no extra pass counted.
+EXPERT_BIAS_PASSES = 6
+EXPERT_BIAS_BWD_PASSES = 6
+
+
+def _expert_bias(routed: float, h: int, local_experts: int, pb: int) -> object:
+    """The fc2 bias op of the local experts (``EXPERT_BIAS_*``)."""
+    op = wops.memory_op("experts_bias", routed * h, EXPERT_BIAS_PASSES, pb, wops._ADD_FLOPS)
+    return replace(op, launches=2 * local_experts + 1, bwd_launches=4 * local_experts,
+                   bwd_bytes=EXPERT_BIAS_BWD_PASSES * pb * routed * h)
+
+
 def _mark(ops: list, recompute: str) -> list:
     return [replace(op, recompute=True) for op in ops] if recompute == "full" else ops
 
@@ -135,6 +155,8 @@ def moe_block_ops(model: ModelConfig, b: int, s: int, tp: int, pb: int, kernels,
         replace(act, recompute=True) if "moe_act" in modules else act,
         wops.gemm("experts_down", per_expert, h, width, pb, batch=local_experts),
     ]
+    if model.linear_bias:
+        experts.append(_expert_bias(per_expert * local_experts, h, local_experts, pb))
     shared: list = []
     if m.n_shared_experts:
         fs = m.n_shared_experts * m.shared_width // tp

@@ -184,3 +184,22 @@ def test_recompute_modules_need_selective():
 
     assert recompute.modules(_mixtral_selective([]).training) == frozenset()
     assert recompute.modules(_mixtral_selective(None).training) == {"core_attn"}
+
+
+def test_expert_biases_cost_their_per_expert_passes():
+    # GPT-OSS (biased experts), 1 x 2,048 tokens, top-4, EP 64 of 128 experts: 2 local experts and
+    # 8,192 routed copies of 2,880 elements. Megatron-Core adds the fc2 bias per expert outside the grouped
+    # GEMM: 6 passes of 2 B forward (b·p, t + ·, cat), 6 backward (two products reduced), 2 kernels per expert
+    # + the cat forward, 4 per expert backward. Mixtral has no expert biases: no such op.
+    from simulator.workload import ops as wops
+
+    m = catalog.get_model("gpt-oss-120b")
+    m = m.model_copy(update={"moe": m.moe.model_copy(update={"imbalance": 1.0})})
+    blk = moe_ops.moe_block_ops(m, 1, 2048, 1, 2, KernelConfig(), "none", ep=64)
+    bias = blk.experts[-1]
+    elements = 2048 * 4 * 2880
+    assert (bias.name, bias.bytes, bias.launches) == ("experts_bias", 6 * 2 * elements, 2 * 2 + 1)
+    back = next(op for op in wops.backward_ops(list(blk.experts)) if op.name == "experts_bias.bwd")
+    assert (back.bytes, back.launches) == (6 * 2 * elements, 4 * 2)
+    mixtral = moe_ops.moe_block_ops(catalog.get_model("mixtral-8x7b"), 1, 2048, 1, 2, KernelConfig(), "none")
+    assert not [op for op in mixtral.experts if op.name == "experts_bias"]
