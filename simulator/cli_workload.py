@@ -156,6 +156,9 @@ def _flops(model_ref: str, seq_len: int | None, convention: str, tokens: float |
         "Training = 3 × forward (backward ≈ 2 × forward); the optimizer adds no meaningful FLOPs. "
         "6N is the Kaplan approximation without the attention term."
     )
+    if model.windowed_layers:
+        stdout.print(f"Sliding-window attention: {model.windowed_layers} of {model.n_layers} blocks attend "
+                     f"{model.sliding_window} tokens, counted as the score pairs inside the window.")
 
 
 def memory_command(

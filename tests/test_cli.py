@@ -36,6 +36,20 @@ def test_flops_llama3_8b_by_hand():
     )
 
 
+def test_flops_gpt_oss_counts_its_sliding_windows():
+    # GPT-OSS 120B at 4,096 tokens, full convention: each block's attention core is 4·s·(64·64) = 67,108,864
+    # FLOPs per token forward; its 18 windowed blocks (128 tokens) keep 2·128/4096 − (128/4096)² = 0.0615234375
+    # of it, so the windows take 18 × (1 − 0.0615234375) × 67,108,864 off the full-attention count.
+    win = _json(["flops", "gpt-oss-120b", "--seq-len", "4096"])["forward_flops_per_token"]
+    core = 4 * 4096 * 64 * 64
+    # per block: q, k, v, o (2880·(4096 + 512 + 512 + 4096)), router 2880·128, 4 experts of 2880·5760 + 2880·2880
+    block = 2880 * (4096 + 1024 + 4096) + 2880 * 128 + 4 * (2880 * 5760 + 2880 * 2880)
+    full = 2 * block * 36 + core * 36 + 2 * 2880 * 201088
+    assert win == pytest.approx(full - 18 * (1 - 0.0615234375) * core, rel=1e-12)
+    result = runner.invoke(app, ["flops", "gpt-oss-120b", "--seq-len", "4096"])
+    assert "18 of 36 blocks attend 128 tokens" in " ".join(result.stdout.split())
+
+
 def test_writeup_example_corrected():
     """The write-up's shape: ~3.4B params (tied), ~6.9e21 FLOPs, ~80 days on 8×A100 at 40%."""
     out = _json(["flops", str(SCENARIOS / "writeup-example.yaml"), "--mfu", "0.4"])
