@@ -105,6 +105,11 @@ GROUP_CAUSES: tuple[tuple[str, str], ...] = (
      "Its author's header says Triton forward + backward runs \"slightly slower than\" FlashAttention-1 (tested on "
      "A100 only), which FlashAttention-2 beats 1.7-3.0x (arXiv:2307.08691 §4), yet at FlashAttention-1's rate "
      "(training.kernels.attention fa1) the long-sequence rows come out 20-37% too slow on both GPUs: between the two"),
+    ("llmfoundry-*-a100*-seq*", "A100, attention-dominated (small model or long sequence): the benchmark ran "
+     "llm-foundry's Triton FlashAttention (attn_impl default 'triton'), simulated at FlashAttention-2's rate; "
+     "FlashAttention-2 is 1.3-1.5x faster than FlashAttention in Triton forward and about 2x backward on A100 "
+     "(Dao 2023, arXiv:2307.08691 §4.1), yet FlashAttention-1's rate (fa1) leaves the long-sequence rows 20-37% "
+     "too slow: between the two, too fast"),
     ("nemo-longseq2403-*", "long-context NeMo (cuDNN attention with context parallelism) too slow: one Hopper "
      "attention share (0.54 without NeMo, 0.57 with it) is fitted on the attention-dominated runs of NeMo "
      "(cuDNN) and torchtitan (FlashAttention-2) together; the NeMo rows alone want 0.61-0.68 of the cuDNN "
