@@ -301,7 +301,8 @@ def attach(work: Any, scenario: Any, pb: int) -> Any:
     from simulator.workload import recompute as wrecompute
 
     ops = moe_ops.moe_block_ops(model, b, s, tp, pb, tr.kernels, wrecompute.attention_mode(tr), ep, etp,
-                                modules=wrecompute.modules(tr))
+                                modules=wrecompute.modules(tr),
+                                fp8=tr.kernels.fp8_recipe if tr.precision == "fp8" else None)
     ops = dataclasses.replace(ops, pre=tuple(scale_attention(op, cp, model, tr) for op in ops.pre))
     imb = model.moe.effective_imbalance
     act_bytes = ops.routed_tokens * model.hidden_size * imb

@@ -65,6 +65,23 @@ def _expert_bias(routed: float, h: int, local_experts: int, pb: int) -> object:
                    bwd_bytes=EXPERT_BIAS_BWD_PASSES * pb * routed * h)
 
 
+def _linearize(ops: list, fp8: str | None) -> list:
+    """The block's weight GEMMs as linear layers (``Op.linear``: the FP8 rate when training in FP8,
+    Transformer Engine's ``Linear`` / ``GroupedLinear`` under ``fp8_autocast``; Megatron-Core pads each
+    expert's tokens for it, ``Fp8Padding``), each after the standalone cast of its input under ``fp8``
+    (the permute, Megatron's own activation kernels and the MLA norms produce 16-bit tensors). The
+    router GEMM stays 16-bit (Megatron-Core computes it outside the FP8 region)."""
+    out: list = []
+    for op in ops:
+        if op.kind != "gemm" or op.name == "router" or op.linear:
+            out.append(op)
+            continue
+        if fp8 is not None:
+            out.append(wops.fp8_cast(op.name, op.m * op.batch, op.n, op.k, fp8))
+        out.append(replace(op, linear=True))
+    return out
+
+
 def _mark(ops: list, recompute: str) -> list:
     return [replace(op, recompute=True) for op in ops] if recompute == "full" else ops
 
@@ -100,8 +117,9 @@ def _mla_attention(model: ModelConfig, b: int, s: int, tp: int, pb: int, fused: 
     return out
 
 
-def _attention_part(model, b, s, tp, pb, kernels, recompute) -> tuple[list, list]:
-    """(ops through the post-attention norm, the dense MLP ops after it) of one block."""
+def _attention_part(model, b, s, tp, pb, kernels, recompute, fp8: str | None = None) -> tuple[list, list]:
+    """(ops through the post-attention norm, the dense MLP ops after it) of one block; their linear
+    GEMMs in FP8 under ``fp8`` (``_linearize``; the dense blocks' through ``workload.ops.layer_ops``)."""
     if model.is_mla:
         att = _mla_attention(model, b, s, tp, pb, kernels.fused_norm_residual)
         h, f, t = model.hidden_size, model.ffn_hidden_size, b * s
@@ -111,8 +129,8 @@ def _attention_part(model, b, s, tp, pb, kernels, recompute) -> tuple[list, list
                wops.gemm("mlp_down", t, h, f // tp, pb)]
         if not kernels.fused_norm_residual:
             mlp.append(wops.memory_op("output_residual_add", t * h, 3, pb, wops._ADD_FLOPS))
-        return att, mlp
-    full = wops.layer_ops(model, b, s, tp, pb, kernels, "none")
+        return _linearize(att, fp8), _linearize(mlp, fp8)
+    full = wops.layer_ops(model, b, s, tp, pb, kernels, "none", fp8=fp8)
     cut = max(i for i, op in enumerate(full) if op.name.startswith("post_attn")) + 1
     return full[:cut], full[cut:]
 
@@ -122,20 +140,22 @@ def dense_block_ops(model: ModelConfig, b: int, s: int, tp: int, pb: int, kernel
     """Forward ops of a dense block of an MoE / MLA model (MLA attention when the model has it)."""
     if not model.is_mla:
         return wops.layer_ops(model, b, s, tp, pb, kernels, recompute, fp8=fp8)
-    att, mlp = _attention_part(model, b, s, tp, pb, kernels, recompute)
+    att, mlp = _attention_part(model, b, s, tp, pb, kernels, recompute, fp8)
     return _mark(att + mlp, recompute)
 
 
 def moe_block_ops(model: ModelConfig, b: int, s: int, tp: int, pb: int, kernels, recompute: str,
-                  ep: int = 1, etp: int = 1, modules: frozenset[str] = frozenset()) -> MoEBlockOps:
+                  ep: int = 1, etp: int = 1, modules: frozenset[str] = frozenset(),
+                  fp8: str | None = None) -> MoEBlockOps:
     """Forward ops of one MoE block on one GPU (conventions: module docstring). ``modules``: what
     selective recomputation re-runs before the backward (``simulator.workload.recompute.modules``):
     ``layernorm`` the pre-MLP norm (the post-attention add + norm op, whose add is re-run with it when
-    the two are one fused op), ``moe_act`` the experts' activation."""
+    the two are one fused op), ``moe_act`` the experts' activation. ``fp8``: the training's FP8 recipe
+    (the linear GEMMs, experts included, in FP8: ``_linearize``)."""
     m = model.moe
     assert m is not None
     h, k_mlp = model.hidden_size, model.mlp_matrices
-    att, _ = _attention_part(model, b, s, tp, pb, kernels, recompute)
+    att, _ = _attention_part(model, b, s, tp, pb, kernels, recompute, fp8)
     if "layernorm" in modules:
         att = [replace(op, recompute=True) if op.name.startswith("post_attn") and "norm" in op.name else op
                for op in att]
@@ -155,6 +175,7 @@ def moe_block_ops(model: ModelConfig, b: int, s: int, tp: int, pb: int, kernels,
         replace(act, recompute=True) if "moe_act" in modules else act,
         wops.gemm("experts_down", per_expert, h, width, pb, batch=local_experts),
     ]
+    experts = _linearize(experts, fp8)
     if model.linear_bias:
         experts.append(_expert_bias(per_expert * local_experts, h, local_experts, pb))
     shared: list = []
@@ -165,6 +186,7 @@ def moe_block_ops(model: ModelConfig, b: int, s: int, tp: int, pb: int, kernels,
             wops.memory_op(f"shared_{model.mlp}", b * s * fs, k_mlp, pb, wops._ACT_FLOPS),
             wops.gemm("shared_down", b * s, h, fs, pb),
         ]
+        shared = _linearize(shared, fp8)
     post = [wops.memory_op("unpermute", routed * h, 2 + 1, pb, wops._ADD_FLOPS)]
     if not kernels.fused_norm_residual:
         post.append(wops.memory_op("output_residual_add", b * s * h, 3, pb, wops._ADD_FLOPS))

@@ -110,7 +110,8 @@ DROPOUT_MASK_BYTES = 1
 #: pass first (6 B, 2 kernels). ``tensorwise``/``rowwise`` (torchao float8): an amax reduction, then
 #: the cast (+ the column-scaled copy for rowwise): 6 B, 2 kernels, never fused into the producer
 #: (without ``compile`` the eager chain abs/amax/scale/clamp/cast/transpose is 4 kernels).
-#: ``mxfp8`` (Blackwell, 1×32 block scales, local amax): like ``delayed``.
+#: ``mxfp8`` (Blackwell, 1×32 block scales, local amax; a rowwise and a columnwise copy, 4 B): like
+#: ``delayed``, except that a norm cannot produce it (``NORM_UNFUSED_RECIPES``).
 #: The weights are cast once per optimizer step (TE caches the FP8 weights across the micro-batches of
 #: a step; torchao with FSDP casts the shard before the FP8 all-gather): ``optimizer_ops``.
 FP8_RECIPES: dict[str, tuple[float, int, tuple[float, int] | None]] = {
@@ -121,6 +122,12 @@ FP8_RECIPES: dict[str, tuple[float, int, tuple[float, int] | None]] = {
     "mxfp8": (4.0, 1, (1.0, 0)),
 }
 FP8_EAGER_TORCHAO_LAUNCHES = 4
+#: Recipes whose cast a norm kernel cannot produce: Transformer Engine computes the norm in high precision
+#: and quantizes it in a second kernel for an MXFP8 quantizer (``pytorch/csrc/extensions/normalization.cpp``:
+#: ``Impl::UNFUSED`` unless ``NVTE_NORM_FWD_USE_CUDNN`` is set and the shape is whole 128 × 128 tiles), while
+#: its activation kernels quantize MXFP8 directly (``activation.cpp``: ``Impl::FULLY_FUSED``). So under MXFP8
+#: the QKV and MLP-up inputs pay the standalone cast, the MLP-down input the fused one.
+NORM_UNFUSED_RECIPES = ("mxfp8",)
 #: Once-per-step weight cast: read 2 B, write the FP8 weight and its transpose (1 + 1 B).
 FP8_WEIGHT_CAST_BYTES = 4
 
@@ -214,21 +221,29 @@ def _bias_grads(model: ModelConfig, tokens: int, outs: tuple[int, ...], pb: int,
 
 
 def _linear(name: str, m: int, n: int, k: int, pb: int, launches: int, fp8: str | None,
-            eager_cast: bool, producer_fused: bool = False) -> list[Op]:
+            eager_cast: bool, producer: str = "") -> list[Op]:
     """A linear-layer GEMM (``launches`` > 1 when eager code keeps its projections separate, e.g.
     torchtitan's ``wq``/``wk``/``wv``), preceded under FP8 by the cast of its input ``m·k``
-    (``FP8_RECIPES``; ``producer_fused``: the input comes from a norm or activation kernel the recipe
-    can fuse the cast into); its backward casts the output gradient ``m·n`` (standalone)."""
+    (``FP8_RECIPES``; ``producer``: ``norm`` or ``act`` when the input comes from a fused norm or
+    activation kernel the recipe can fuse the cast into, except a norm under ``NORM_UNFUSED_RECIPES``);
+    its backward casts the output gradient ``m·n`` (standalone)."""
     op = replace(gemm(name, m, n, k, pb), launches=launches, linear=True)
     if fp8 is None:
         return [op]
+    return [fp8_cast(name, m, n, k, fp8, launches, eager_cast, producer), op]
+
+
+def fp8_cast(name: str, m: float, n: float, k: float, fp8: str, launches: int = 1, eager_cast: bool = False,
+             producer: str = "") -> Op:
+    """The FP8 cast of a linear GEMM's ``m × k`` input (``FP8_RECIPES``; fused into its ``producer``
+    where the recipe allows, see :func:`_linear`); its backward casts the ``m × n`` output gradient."""
     per_el, kernels, fused = FP8_RECIPES[fp8]
     if eager_cast and fp8 in ("tensorwise", "rowwise"):
         kernels = FP8_EAGER_TORCHAO_LAUNCHES
-    fwd_el, fwd_k = fused if (producer_fused and fused is not None) else (per_el, kernels)
-    cast = Op(f"{name}.fp8_cast", "memory", 0.0, fwd_el * m * k, m=m, n=n, k=k, fp8_recipe=fp8,
+    fusable = producer == "act" or (producer == "norm" and fp8 not in NORM_UNFUSED_RECIPES)
+    fwd_el, fwd_k = fused if (fusable and fused is not None) else (per_el, kernels)
+    return Op(f"{name}.fp8_cast", "memory", 0.0, fwd_el * m * k, m=m, n=n, k=k, fp8_recipe=fp8,
               launches=max(fwd_k * launches, 1), bwd_launches=kernels * launches)
-    return [cast, op]
 
 
 def layer_ops(
@@ -269,7 +284,7 @@ def layer_ops(
     else:
         ops.append(_norm("input_norm", tokens * h, pb, eager_rms))
     ops += _linear("qkv", tokens, (model.q_dim + 2 * model.kv_dim) // t, h, pb, 1 if fused else 3, fp8, eager_cast,
-                   producer_fused=fused)
+                   producer="norm" if fused else "")
     qk_el = tokens * (model.q_dim + model.kv_dim) / t
     if model.qk_norm:
         if fused:
@@ -291,14 +306,14 @@ def layer_ops(
     ops += _add_norm("post_attn", tokens * h, fused, pb, eager_rms)
     up = (model.mlp_matrices - 1) * f // t
     ops += _linear("mlp_up", tokens, up, h, pb, 1 if fused else model.mlp_matrices - 1, fp8, eager_cast,
-                   producer_fused=fused)
+                   producer="norm" if fused else "")
     # GELU: read f, write f; SwiGLU: read gate and up (2f), write f (eager: silu, then multiply).
     if model.mlp == "swiglu" and not fused:
         ops.append(replace(memory_op("mlp_swiglu", tokens * f / t, EAGER_SWIGLU_PASSES, pb, _ACT_FLOPS),
                            launches=EAGER_SWIGLU_LAUNCHES))
     else:
         ops.append(memory_op(f"mlp_{model.mlp}", tokens * f / t, model.mlp_matrices, pb, _ACT_FLOPS))
-    ops += _linear("mlp_down", tokens, h, f // t, pb, 1, fp8, eager_cast, producer_fused=fused)
+    ops += _linear("mlp_down", tokens, h, f // t, pb, 1, fp8, eager_cast, producer="act" if fused else "")
     ops += _bias_grads(model, tokens, ((model.q_dim + 2 * model.kv_dim) // t, h, up, h), pb, fused)
     if not fused:
         ops.append(memory_op("output_residual_add", tokens * h, 3, pb, _ADD_FLOPS))

@@ -203,3 +203,24 @@ def test_expert_biases_cost_their_per_expert_passes():
     assert (back.bytes, back.launches) == (6 * 2 * elements, 4 * 2)
     mixtral = moe_ops.moe_block_ops(catalog.get_model("mixtral-8x7b"), 1, 2048, 1, 2, KernelConfig(), "none")
     assert not [op for op in mixtral.experts if op.name == "experts_bias"]
+
+
+def test_fp8_runs_the_expert_and_mla_gemms_in_fp8():
+    # Transformer Engine's GroupedLinear and Linear run in FP8 under fp8_autocast (Megatron-Core pads the
+    # experts' tokens for it, Fp8Padding): the experts' and MLA's weight GEMMs are linear layers, each after
+    # the standalone cast of its input (delayed scaling: 4 B per element, 1 kernel); the router stays 16-bit.
+    m = catalog.get_model("deepseek-v3")
+    m = m.model_copy(update={"moe": m.moe.model_copy(update={"imbalance": 1.0})})
+    blk = moe_ops.moe_block_ops(m, 1, 2048, 1, 2, KernelConfig(), "none", ep=32, fp8="delayed")
+    ops = blk.pre + blk.experts + blk.shared
+    gemms = {op.name: op for op in ops if op.kind == "gemm"}
+    assert not gemms["router"].linear
+    assert all(op.linear for name, op in gemms.items() if name != "router")
+    up = gemms["experts_up"]
+    cast = next(op for op in blk.experts if op.name == "experts_up.fp8_cast")
+    assert cast.bytes == 4 * up.m * up.batch * up.k  # 2,048 x 8 routed copies over 8 local experts x 7,168
+    assert up.m * up.batch == 2048 * 8
+    assert {"q_down.fp8_cast", "kv_up.fp8_cast", "out_proj.fp8_cast"} <= {op.name for op in blk.pre}
+    # without FP8 there is no cast and the GEMMs are still marked linear (the flag only matters in FP8)
+    bf16 = moe_ops.moe_block_ops(m, 1, 2048, 1, 2, KernelConfig(), "none", ep=32)
+    assert not [op for op in bf16.pre + bf16.experts if op.name.endswith(".fp8_cast")]

@@ -127,6 +127,20 @@ def test_fp8_casts_every_linear_gemm_and_nothing_else(llama3_8b):
     assert opt[-1].name == "fp8_weight_cast" and opt[-1].bytes == 4000
 
 
+def test_mxfp8_norm_outputs_pay_the_standalone_cast(llama3_8b):
+    """MXFP8 with Transformer Engine: a norm is computed in 16-bit and quantized by a second kernel
+    (normalization.cpp Impl::UNFUSED), an activation kernel quantizes directly (activation.cpp
+    FULLY_FUSED). So the QKV and MLP-up inputs (norm outputs, m·h each) cost the standalone 4 B/el, the
+    MLP-down input (the SwiGLU output, m·f) the fused 1 B/el, as under delayed scaling."""
+    b, s, pb = 2, 2048, 2
+    m, h, f = b * s, 4096, 14336
+    mx = {op.name: op for op in ops.layer_ops(llama3_8b, b, s, 1, pb, FLASH, fp8="mxfp8")}
+    delayed = {op.name: op for op in ops.layer_ops(llama3_8b, b, s, 1, pb, FLASH, fp8="delayed")}
+    assert (mx["qkv.fp8_cast"].bytes, mx["mlp_up.fp8_cast"].bytes) == (4 * m * h, 4 * m * h)
+    assert (delayed["qkv.fp8_cast"].bytes, delayed["mlp_up.fp8_cast"].bytes) == (1 * m * h, 1 * m * h)
+    assert mx["mlp_down.fp8_cast"].bytes == delayed["mlp_down.fp8_cast"].bytes == 1 * m * f
+
+
 def test_unfused_attention_ops(gpt3_175b):
     b, s, tp, pb = 1, 2048, 8, 2
     by_name = {op.name: op for op in ops.layer_ops(gpt3_175b, b, s, tp, pb, UNFUSED)}
