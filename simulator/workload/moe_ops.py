@@ -31,6 +31,7 @@ from dataclasses import dataclass, replace
 
 from simulator.config.model import ModelConfig
 from simulator.workload import ops as wops
+from simulator.workload.fp8_casts import fp8_cast
 
 
 @dataclass(frozen=True)
@@ -77,7 +78,7 @@ def _linearize(ops: list, fp8: str | None) -> list:
             out.append(op)
             continue
         if fp8 is not None:
-            out.append(wops.fp8_cast(op.name, op.m * op.batch, op.n, op.k, fp8))
+            out.append(fp8_cast(op.name, op.m * op.batch, op.n, op.k, fp8))
         out.append(replace(op, linear=True))
     return out
 

@@ -38,7 +38,7 @@ class Op:
     linear: bool = False
     #: Kernels of this op's backward; 0 = the default rule of ``_backward``.
     bwd_launches: int = 0
-    #: The FP8 recipe of an FP8 cast op (``FP8_RECIPES``), else empty.
+    #: The FP8 recipe of an FP8 cast op (``fp8_casts.FP8_RECIPES``), else empty.
     fp8_recipe: str = ""
     #: HBM bytes of this op's backward; 0 = the default rule of ``_backward``.
     bwd_bytes: float = 0.0

@@ -34,6 +34,7 @@ from typing import Protocol
 from simulator.config.model import ModelConfig
 from simulator.workload import op_sac
 from simulator.workload.flops import Recompute
+from simulator.workload.fp8_casts import fp8_cast, fp8_cast_backward
 from simulator.workload.op import Op, OpKind, gemm, memory_op
 
 __all__ = ["Op", "OpKind", "gemm", "memory_op", "layer_ops", "head_ops", "backward_ops", "recompute_ops"]
@@ -96,41 +97,6 @@ DROPOUT_MASK_BYTES = 1
 # the tokens, one kernel per biased linear in the backward (``grad_output.sum(0)``); Megatron adds the
 # QKV bias with its own kernel (``output + bias`` after the matmul; the other biases go into its fused
 # bias-GeLU and bias-dropout-add kernels), eager ``nn.Linear`` fuses it into ``addmm``.
-
-# --- FP8 (``training.precision: fp8``) ------------------------------------------------------------
-#: The FP8 casts around one linear GEMM, per recipe: extra HBM bytes per element of the 16-bit tensor
-#: cast, and kernels, for a standalone cast and for a cast fused into the kernel that produces the
-#: tensor (``None``: never fused). Each cast writes the FP8 tensor and a transposed FP8 copy for the
-#: backward GEMMs (Hopper FP8 GEMMs take only the TN layout): read 2 B, write 1 + 1 B = 4 B.
-#: ``delayed`` (Transformer Engine delayed scaling): amax comes from the previous iterations, so the
-#: cast fuses into the producer (TE ``LayerNormLinear``/``LayerNormMLP`` write the FP8 output of the
-#: norm or activation: only the transposed copy, 1 B, is extra); standalone ``cast_transpose`` 1 kernel.
-#: ``current`` (TE current scaling): the amax of this tensor must be known before scaling: the producer
-#: computes it, then a cast-transpose kernel reads the tensor again (4 B, 1 kernel); standalone an amax
-#: pass first (6 B, 2 kernels). ``tensorwise``/``rowwise`` (torchao float8): an amax reduction, then
-#: the cast (+ the column-scaled copy for rowwise): 6 B, 2 kernels, never fused into the producer
-#: (without ``compile`` the eager chain abs/amax/scale/clamp/cast/transpose is 4 kernels).
-#: ``mxfp8`` (Blackwell, 1×32 block scales, local amax; a rowwise and a columnwise copy, 4 B): like
-#: ``delayed``, except that a norm cannot produce it (``NORM_UNFUSED_RECIPES``).
-#: The weights are cast once per optimizer step (TE caches the FP8 weights across the micro-batches of
-#: a step; torchao with FSDP casts the shard before the FP8 all-gather): ``optimizer_ops``.
-FP8_RECIPES: dict[str, tuple[float, int, tuple[float, int] | None]] = {
-    "delayed": (4.0, 1, (1.0, 0)),
-    "current": (6.0, 2, (4.0, 1)),
-    "tensorwise": (6.0, 2, None),
-    "rowwise": (6.0, 2, None),
-    "mxfp8": (4.0, 1, (1.0, 0)),
-}
-FP8_EAGER_TORCHAO_LAUNCHES = 4
-#: Recipes whose cast a norm kernel cannot produce: Transformer Engine computes the norm in high precision
-#: and quantizes it in a second kernel for an MXFP8 quantizer (``pytorch/csrc/extensions/normalization.cpp``:
-#: ``Impl::UNFUSED`` unless ``NVTE_NORM_FWD_USE_CUDNN`` is set and the shape is whole 128 × 128 tiles), while
-#: its activation kernels quantize MXFP8 directly (``activation.cpp``: ``Impl::FULLY_FUSED``). So under MXFP8
-#: the QKV and MLP-up inputs pay the standalone cast, the MLP-down input the fused one.
-NORM_UNFUSED_RECIPES = ("mxfp8",)
-#: Once-per-step weight cast: read 2 B, write the FP8 weight and its transpose (1 + 1 B).
-FP8_WEIGHT_CAST_BYTES = 4
-
 
 def _norm(name: str, elements: float, pb: int, eager_rms: bool) -> Op:
     """One norm: a fused kernel (2 passes), or eager RMSNorm's chain (``EAGER_RMSNORM_*``)."""
@@ -224,26 +190,11 @@ def _linear(name: str, m: int, n: int, k: int, pb: int, launches: int, fp8: str 
             eager_cast: bool, producer: str = "") -> list[Op]:
     """A linear-layer GEMM (``launches`` > 1 when eager code keeps its projections separate, e.g.
     torchtitan's ``wq``/``wk``/``wv``), preceded under FP8 by the cast of its input ``m·k``
-    (``FP8_RECIPES``; ``producer``: ``norm`` or ``act`` when the input comes from a fused norm or
-    activation kernel the recipe can fuse the cast into, except a norm under ``NORM_UNFUSED_RECIPES``);
-    its backward casts the output gradient ``m·n`` (standalone)."""
+    (``fp8_casts.fp8_cast``, fused into a ``norm`` or ``act`` producer where the recipe allows)."""
     op = replace(gemm(name, m, n, k, pb), launches=launches, linear=True)
     if fp8 is None:
         return [op]
     return [fp8_cast(name, m, n, k, fp8, launches, eager_cast, producer), op]
-
-
-def fp8_cast(name: str, m: float, n: float, k: float, fp8: str, launches: int = 1, eager_cast: bool = False,
-             producer: str = "") -> Op:
-    """The FP8 cast of a linear GEMM's ``m × k`` input (``FP8_RECIPES``; fused into its ``producer``
-    where the recipe allows, see :func:`_linear`); its backward casts the ``m × n`` output gradient."""
-    per_el, kernels, fused = FP8_RECIPES[fp8]
-    if eager_cast and fp8 in ("tensorwise", "rowwise"):
-        kernels = FP8_EAGER_TORCHAO_LAUNCHES
-    fusable = producer == "act" or (producer == "norm" and fp8 not in NORM_UNFUSED_RECIPES)
-    fwd_el, fwd_k = fused if (fusable and fused is not None) else (per_el, kernels)
-    return Op(f"{name}.fp8_cast", "memory", 0.0, fwd_el * m * k, m=m, n=n, k=k, fp8_recipe=fp8,
-              launches=max(fwd_k * launches, 1), bwd_launches=kernels * launches)
 
 
 def layer_ops(
@@ -268,7 +219,7 @@ def layer_ops(
     Kernel styles: ``kernels.compile`` (torch.compile/Inductor) or ``fused_norm_residual`` (Megatron,
     Transformer Engine, Apex fused kernels) give one kernel per norm, rotary and activation; otherwise
     the op is eager PyTorch code: RMSNorm, rotary and SwiGLU become their ATen chains (``EAGER_*``)
-    and the projections separate GEMMs (q, k, v; gate, up). ``fp8`` (a ``FP8_RECIPES`` name) adds the
+    and the projections separate GEMMs (q, k, v; gate, up). ``fp8`` (a ``fp8_casts`` recipe) adds the
     cast ops of every linear GEMM; the attention core stays 16-bit.
     """
     pb = precision_bytes
@@ -350,10 +301,7 @@ def _backward(op: Op) -> list[Op]:
             )
         ]
     if op.name.endswith(".fp8_cast"):
-        # the output gradient (m × n) cast and transposed, standalone, at the recipe's bytes per element
-        per_el = FP8_RECIPES[op.fp8_recipe][0]
-        return [replace(op, name=f"{op.name}.bwd", bytes=per_el * op.m * op.n, recompute=False,
-                        launches=launches)]
+        return [fp8_cast_backward(op, launches)]
     if launches == 0:
         return []
     return [

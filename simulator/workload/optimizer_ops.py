@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import math
 
-from simulator.workload.ops import FP8_WEIGHT_CAST_BYTES, Op
+from simulator.workload.fp8_casts import FP8_WEIGHT_CAST_BYTES
+from simulator.workload.ops import Op
 
 #: Adam bytes per parameter. Fused (DeepSpeed FusedAdam / torch ``fused=True``, one multi-tensor pass):
 #: read fp32 master, m, v, grad (16 B), write master, m, v (12 B) and the 16-bit copy (2 B) = 30 B.

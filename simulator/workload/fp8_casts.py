@@ -1,0 +1,66 @@
+"""FP8 casts around the linear GEMMs when training in FP8 (``training.precision: fp8``), per scaling
+recipe (``training.kernels.fp8_recipe``): the HBM bytes and kernels of casting a GEMM's 16-bit input,
+fused into the kernel that produces it or standalone, and of casting its output gradient in the backward.
+``workload.ops`` and ``workload.moe_ops`` place them; ``optimizer_ops`` casts the weights once per step.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from simulator.workload.op import Op
+
+#: The FP8 casts around one linear GEMM, per recipe: extra HBM bytes per element of the 16-bit tensor
+#: cast, and kernels, for a standalone cast and for a cast fused into the kernel that produces the
+#: tensor (``None``: never fused). Each cast writes the FP8 tensor and a transposed FP8 copy for the
+#: backward GEMMs (Hopper FP8 GEMMs take only the TN layout): read 2 B, write 1 + 1 B = 4 B.
+#: ``delayed`` (Transformer Engine delayed scaling): amax comes from the previous iterations, so the
+#: cast fuses into the producer (TE ``LayerNormLinear``/``LayerNormMLP`` write the FP8 output of the
+#: norm or activation: only the transposed copy, 1 B, is extra); standalone ``cast_transpose`` 1 kernel.
+#: ``current`` (TE current scaling): the amax of this tensor must be known before scaling: the producer
+#: computes it, then a cast-transpose kernel reads the tensor again (4 B, 1 kernel); standalone an amax
+#: pass first (6 B, 2 kernels). ``tensorwise``/``rowwise`` (torchao float8): an amax reduction, then
+#: the cast (+ the column-scaled copy for rowwise): 6 B, 2 kernels, never fused into the producer
+#: (without ``compile`` the eager chain abs/amax/scale/clamp/cast/transpose is 4 kernels).
+#: ``mxfp8`` (Blackwell, 1×32 block scales, local amax; a rowwise and a columnwise copy, 4 B): like
+#: ``delayed``, except that a norm cannot produce it (``NORM_UNFUSED_RECIPES``).
+#: The weights are cast once per optimizer step (TE caches the FP8 weights across the micro-batches of
+#: a step; torchao with FSDP casts the shard before the FP8 all-gather): ``optimizer_ops``.
+FP8_RECIPES: dict[str, tuple[float, int, tuple[float, int] | None]] = {
+    "delayed": (4.0, 1, (1.0, 0)),
+    "current": (6.0, 2, (4.0, 1)),
+    "tensorwise": (6.0, 2, None),
+    "rowwise": (6.0, 2, None),
+    "mxfp8": (4.0, 1, (1.0, 0)),
+}
+FP8_EAGER_TORCHAO_LAUNCHES = 4
+#: Recipes whose cast a norm kernel cannot produce: Transformer Engine computes the norm in high precision
+#: and quantizes it in a second kernel for an MXFP8 quantizer (``pytorch/csrc/extensions/normalization.cpp``:
+#: ``Impl::UNFUSED`` unless ``NVTE_NORM_FWD_USE_CUDNN`` is set and the shape is whole 128 × 128 tiles), while
+#: its activation kernels quantize MXFP8 directly (``activation.cpp``: ``Impl::FULLY_FUSED``). So under MXFP8
+#: the QKV and MLP-up inputs pay the standalone cast, the MLP-down input the fused one.
+NORM_UNFUSED_RECIPES = ("mxfp8",)
+#: Once-per-step weight cast: read 2 B, write the FP8 weight and its transpose (1 + 1 B).
+FP8_WEIGHT_CAST_BYTES = 4
+
+
+
+def fp8_cast(name: str, m: float, n: float, k: float, fp8: str, launches: int = 1, eager_cast: bool = False,
+             producer: str = "") -> Op:
+    """The FP8 cast of a linear GEMM's ``m × k`` input (``FP8_RECIPES``): fused into its ``producer``
+    (``norm`` or ``act``: a fused norm or activation kernel) where the recipe allows it, except a norm under
+    ``NORM_UNFUSED_RECIPES``, else standalone; its backward casts the ``m × n`` output gradient."""
+    per_el, kernels, fused = FP8_RECIPES[fp8]
+    if eager_cast and fp8 in ("tensorwise", "rowwise"):
+        kernels = FP8_EAGER_TORCHAO_LAUNCHES
+    fusable = producer == "act" or (producer == "norm" and fp8 not in NORM_UNFUSED_RECIPES)
+    fwd_el, fwd_k = fused if (fusable and fused is not None) else (per_el, kernels)
+    return Op(f"{name}.fp8_cast", "memory", 0.0, fwd_el * m * k, m=m, n=n, k=k, fp8_recipe=fp8,
+              launches=max(fwd_k * launches, 1), bwd_launches=kernels * launches)
+
+
+def fp8_cast_backward(op: Op, launches: int) -> Op:
+    """The backward of a cast op: the output gradient (``m × n``) cast and transposed, standalone, at the
+    recipe's bytes per element."""
+    per_el = FP8_RECIPES[op.fp8_recipe][0]
+    return replace(op, name=f"{op.name}.bwd", bytes=per_el * op.m * op.n, recompute=False, launches=launches)
