@@ -70,11 +70,11 @@ def _linearize(ops: list, fp8: str | None) -> list:
     """The block's weight GEMMs as linear layers (``Op.linear``: the FP8 rate when training in FP8,
     Transformer Engine's ``Linear`` / ``GroupedLinear`` under ``fp8_autocast``; Megatron-Core pads each
     expert's tokens for it, ``Fp8Padding``), each after the standalone cast of its input under ``fp8``
-    (the permute, Megatron's own activation kernels and the MLA norms produce 16-bit tensors). The
-    router GEMM stays 16-bit (Megatron-Core computes it outside the FP8 region)."""
+    (the permute, Megatron's own activation kernels and the MLA norms produce 16-bit tensors). Not
+    applied to the router GEMM, which Megatron-Core keeps 16-bit."""
     out: list = []
     for op in ops:
-        if op.kind != "gemm" or op.name == "router" or op.linear:
+        if op.kind != "gemm":
             out.append(op)
             continue
         if fp8 is not None:
