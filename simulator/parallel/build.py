@@ -39,11 +39,11 @@ def build_step_graph(ctx: BuildContext) -> StepGraph:
     make_hooks, finish = _FRAMEWORKS[ctx.parallel.framework]
     if ctx.mesh.pp > 1:
         check_pipeline(ctx.parallel)
-        return pipeline.build(ctx, expert.wrap_hooks(make_hooks), finish)
+        return pipeline.build(ctx, expert.wrap_hooks(make_hooks), expert.wrap_finish(finish))
     b = GraphBuilder()
     hooks = make_hooks(ctx)
     run_micro_batches(b, ctx.work, ctx.n_micro, expert.wrap_hooks(lambda _: hooks)(ctx))
-    return b.build(**finish(b, ctx, hooks))
+    return b.build(**expert.wrap_finish(finish)(b, ctx, hooks))
 
 
 def copies_every_micro_batch(ctx: BuildContext) -> bool:
@@ -85,7 +85,7 @@ def build_copied_samples(ctx: BuildContext, sizes: tuple[int, ...]) -> list[Step
         fork.tasks.extend(b.tasks)
         fork.device = b.device
         sample = ctx if n == ctx.n_micro else dataclasses.replace(ctx, n_micro=n)
-        graphs.append(fork.build(**finish(fork, sample, hooks)))
+        graphs.append(fork.build(**expert.wrap_finish(finish)(fork, sample, hooks)))
     return graphs
 
 

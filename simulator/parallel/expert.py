@@ -12,8 +12,9 @@ Per MoE block and micro-batch (Megatron-Core ``MoEAlltoAllTokenDispatcher``):
 * backward: the mirror image (combine's backward is a dispatch of output gradients, and so on);
   full recomputation repeats the forward's all-to-alls;
 * bytes: ``T·top_k·h·bytes`` per GPU, ``× imbalance`` for the most-loaded receiver, which sets the
-  pace. Dispatch travels in FP8 and combine in BF16 when training in FP8 (DeepSeek-V3 report §3.3.2
-  / DeepEP), both in the training dtype otherwise;
+  pace. With DeepEP (``moe_dispatcher: deepep``) the dispatch travels in FP8 and the combine in BF16
+  when training in FP8 (DeepSeek-V3 report §3.3.2); Megatron-Core's alltoall dispatcher sends both in
+  the 16-bit training dtype (its experts cast their input to FP8 after the permute);
 * shared experts need no dispatch; with ``parallel.moe_shared_expert_overlap`` they run while the
   dispatch is in flight (Megatron-Core ``--moe-shared-expert-overlap``), otherwise after the
   routed experts;
@@ -86,6 +87,11 @@ class MoEWork:
     sharded_optimizer: bool
     #: ZeRO-3 / FSDP: bytes of one MoE block's experts all-gathered before each use (0 = not sharded).
     gather_bytes: float = 0.0
+    #: Sharded optimizer without sharded weights (Megatron's distributed optimizer, ZeRO-1/2): bytes of
+    #: one MoE block's updated experts all-gathered over the expert-DP group after the step (0 = none).
+    step_gather_bytes: float = 0.0
+    #: Megatron ``--overlap-param-gather``: that gather is issued per block ahead of its first forward.
+    overlap_step_gather: bool = False
     #: DeepEP two-hop dispatch: the network hop carries ``inter_fraction`` x the all-to-all's bytes
     #: (``N·p/top_k``, module docstring); 0 = one all-to-all over the EP group.
     inter_fraction: float = 0.0
@@ -212,6 +218,7 @@ class ExpertGradHooks:
     def __init__(self, inner: Any, ctx: Any) -> None:
         self.inner, self.ctx = inner, ctx
         self._gathers: dict[tuple[str, int, int], int | None] = {}
+        self._step_gathered: set = set()
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
@@ -238,8 +245,22 @@ class ExpertGradHooks:
                                                   micro_batch=g, layer=u)
         return [self._gathers[(phase, g, unit)]]
 
+    def _step_gather(self, b, unit: Any) -> list:
+        """``overlap_step_gather``: the previous step's update of ``unit``'s experts, gathered over the
+        expert-DP group before the block's first forward (Megatron's forward pre-hook waits for the
+        bucket group, as for the dense parameters: ``ddp.DDPHooks.pre_forward``)."""
+        mw: MoEWork = self.ctx.work.moe
+        if not (mw.overlap_step_gather and mw.step_gather_bytes > 0) or unit in self._step_gathered:
+            return []
+        if self.ctx.mesh.size("edp") <= 1 or not is_moe(self.ctx.work, unit):
+            return []
+        self._step_gathered.add(unit)
+        tid = b.collective(f"allgather expert params@{unit}", "post_step_gather", "all_gather", "edp",
+                           mw.step_gather_bytes, stream=EDP_COMM, layer=unit)
+        return [tid]
+
     def pre_forward(self, b, g, unit):
-        return [*self.inner.pre_forward(b, g, unit), *self._gather(b, "fwd", g, unit)]
+        return [*self.inner.pre_forward(b, g, unit), *self._gather(b, "fwd", g, unit), *self._step_gather(b, unit)]
 
     def post_forward(self, b, g, unit, task):
         return self.inner.post_forward(b, g, unit, task)
@@ -271,6 +292,42 @@ def wrap_hooks(make_hooks):
         return ExpertGradHooks(hooks, ctx) if getattr(ctx.work, "moe", None) is not None else hooks
 
     return make
+
+
+def wrap_finish(finish):
+    """``finish`` (the framework's optimizer step) followed, for an MoE model whose optimizer shards
+    the experts over the expert-DP group without sharding their weights, by the all-gather of the
+    updated expert weights over that group (``gather_updated_experts``)."""
+
+    def run(b: GraphBuilder, ctx: Any, hooks: Any) -> dict:
+        start = len(b.tasks)
+        meta = finish(b, ctx, hooks)
+        gather_updated_experts(b, ctx, start)
+        return meta
+
+    return run
+
+
+def gather_updated_experts(b: GraphBuilder, ctx: Any, start: int) -> None:
+    """The post-step all-gather of this stage's updated expert weights over the expert-DP group.
+
+    Megatron-Core's distributed optimizer keeps expert parameters in their own buffers sharded over the
+    expert-data-parallel group (``DistributedDataParallel`` expert-parallel buffers, ``DistributedOptimizer``
+    per buffer), so each rank steps ``1/edp`` of its experts and all-gathers the updated 16-bit (FP8 under
+    ``fp8_param_gather``) weights back: ``φ·Ψ_e·bytes`` per rank, ``Ψ_e`` this GPU's expert weights, as the
+    dense parameters' gather over DP (``ddp.finish``; DeepSpeed ZeRO-1/2 likewise over its expert-DP
+    groups). It waits for the optimizer step (the first optimizer or host-copy task ``finish`` issued
+    from task ``start`` on), and runs on the expert-DP stream beside the dense gather."""
+    mw = getattr(ctx.work, "moe", None)
+    if mw is None or mw.step_gather_bytes <= 0 or mw.overlap_step_gather or ctx.mesh.size("edp") <= 1:
+        return
+    n_blocks = sum(mw.layers)
+    if n_blocks == 0:
+        return
+    done = next((t.id for t in b.tasks[start:] if t.device == b.device
+                 and (getattr(t, "kind", "") == "optimizer" or getattr(t, "direction", "") == "h2d")), None)
+    b.collective("allgather updated expert params", "post_step_gather", "all_gather", "edp",
+                 n_blocks * mw.step_gather_bytes, stream=EDP_COMM, deps=(done,))
 
 
 def attach(work: Any, scenario: Any, pb: int) -> Any:
@@ -306,7 +363,10 @@ def attach(work: Any, scenario: Any, pb: int) -> Any:
     ops = dataclasses.replace(ops, pre=tuple(scale_attention(op, cp, model, tr) for op in ops.pre))
     imb = model.moe.effective_imbalance
     act_bytes = ops.routed_tokens * model.hidden_size * imb
-    fp8 = tr.precision == "fp8"
+    # FP8 dispatch is DeepEP's (DeepSeek-V3 report §3.3.2: activations quantized before the dispatch);
+    # Megatron-Core's alltoall dispatcher sends the 16-bit norm output that the experts' GroupedLinear
+    # casts after the permute (forks add FP8 all-to-alls: swiss-ai/Megatron-LM PR #127, AMD Primus PR #152)
+    fp8_dispatch = tr.precision == "fp8" and getattr(par, "moe_dispatcher", "alltoall") == "deepep"
     expert_local = wmoe.block_local(model, True, tp, ep, etp).experts
     stage = par.effective_zero_stage
     edp = scenario.n_gpus // (par.pp * ep * etp)
@@ -330,7 +390,7 @@ def attach(work: Any, scenario: Any, pb: int) -> Any:
         pre=ops.pre, experts=ops.experts, shared=ops.shared, post=ops.post,
         bwd_pre=bwd(ops.pre), bwd_experts=bwd(ops.experts), bwd_shared=bwd(ops.shared), bwd_post=bwd(ops.post),
         recompute=full,
-        dispatch_bytes=act_bytes * (1 if fp8 else pb),
+        dispatch_bytes=act_bytes * (1 if fp8_dispatch else pb),
         combine_bytes=act_bytes * pb,
         grad_bytes=act_bytes * pb,
         etp=etp,
@@ -340,6 +400,8 @@ def attach(work: Any, scenario: Any, pb: int) -> Any:
         sharded_optimizer=stage >= 1,
         # expert weights are linear weights: FP8 under parallel.fp8_param_gather (schedule.unit_gather_bytes)
         gather_bytes=expert_local * (DTYPE_BYTES["fp8"] if par.fp8_param_gather else pb) if stage >= 3 else 0.0,
+        step_gather_bytes=expert_local * (DTYPE_BYTES["fp8"] if par.fp8_param_gather else pb) if stage in (1, 2) else 0.0,
+        overlap_step_gather=bool(getattr(par, "overlap_param_gather", False)) and par.framework == "ddp",
         a2a_overlap=bool(getattr(par, "moe_a2a_overlap", False)),
     )
     per_node = scenario.cluster.topology.gpus_per_node

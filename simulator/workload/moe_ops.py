@@ -10,6 +10,11 @@ over this rank's experts), ``shared`` (shared experts, which need no dispatch) a
 * router: a ``T × E × h`` GEMM plus a softmax / top-k pass over the ``T × E`` scores (memory-bound);
 * permute / unpermute (Megatron ``moe_permute`` / ``moe_unpermute``): read the ``T·top_k`` token
   copies' hidden states and write them (2 passes each);
+* with more than one local expert, the tokens an EP rank receives arrive grouped by source rank and
+  are regrouped by local expert before the grouped GEMM, and back before the combine (Megatron-Core
+  ``MoEAlltoAllTokenDispatcher``: "Permutation 2", ``sort_chunks_by_idxs`` with
+  ``sort_input_by_local_experts`` in ``dispatch_postprocess`` and ``restore_output_by_local_experts``
+  in ``combine_preprocess``): one read and one write of the received tokens each way (2 passes);
 * grouped GEMM (Megatron ``--moe-grouped-gemm``, CUTLASS grouped GEMM): ``E/ep`` GEMMs, each with
   ``m = tokens per local expert`` rows. This rank receives ``T·top_k`` token copies on average and
   ``imbalance ×`` that on the most-loaded rank, which sets the pace (``model.moe.imbalance``). Small
@@ -179,6 +184,10 @@ def moe_block_ops(model: ModelConfig, b: int, s: int, tp: int, pb: int, kernels,
     experts = _linearize(experts, fp8)
     if model.linear_bias:
         experts.append(_expert_bias(per_expert * local_experts, h, local_experts, pb))
+    if local_experts > 1:  # Permutation 2 and its inverse (module docstring)
+        received = per_expert * local_experts * h
+        experts = [wops.memory_op("sort_chunks", received, 2, pb, 0.0), *experts,
+                   wops.memory_op("restore_chunks", received, 2, pb, 0.0)]
     shared: list = []
     if m.n_shared_experts:
         fs = m.n_shared_experts * m.shared_width // tp

@@ -58,10 +58,14 @@ def test_dispatch_and_combine_bytes_by_hand():
     assert len(a2a) == 4 * 4 * n_micro
 
 
-def test_fp8_dispatch_is_one_byte_combine_two():
-    sc = _scenario(nodes=1, ep=8, sets=["training.precision=fp8"])
+def test_fp8_dispatch_is_one_byte_combine_two_with_deepep_only():
+    # T = 1024 tokens x top-2 x h = 1024, x imbalance 1.25: DeepEP dispatches FP8 (1 B), combines BF16
+    sc = _scenario(nodes=1, ep=8, sets=["training.precision=fp8", "parallel.moe_dispatcher=deepep"])
     mw = context_for(sc).work.moe
     assert mw.dispatch_bytes * 2 == mw.combine_bytes == 1024 * 2 * 1024 * 2 * 1.25
+    # Megatron-Core's alltoall dispatcher sends the 16-bit hidden states both ways
+    mw = context_for(_scenario(nodes=1, ep=8, sets=["training.precision=fp8"])).work.moe
+    assert mw.dispatch_bytes == mw.combine_bytes == 1024 * 2 * 1024 * 2 * 1.25
 
 
 def test_breakdown_and_trace_show_the_all_to_all():
@@ -181,6 +185,38 @@ def test_zero3_gathers_expert_shards_over_expert_dp():
     assert len(gathers) == 4 * 2 * n_micro  # 4 MoE blocks, forward and backward, every micro-batch
     assert len(reduces) == 4 * n_micro
     assert simulate(sc).step_time_s > 0
+
+
+def _edp_gathers(sc):
+    graph = __import__("simulator.parallel.build", fromlist=["x"]).build_step_graph(context_for(sc))
+    return [t for t in graph.tasks if isinstance(t, CollectiveTask) and t.group == "edp" and t.op == "all_gather"]
+
+
+def test_distributed_optimizer_gathers_updated_experts_over_expert_dp():
+    # Megatron's distributed optimizer steps 1/edp of each GPU's experts, then all-gathers them back:
+    # 4 MoE blocks x 2 local experts (16 / ep 8) x 3 matrices of 1024 x 512, bf16, after the optimizer
+    sc = _scenario(nodes=2, ep=8, sets=["parallel.distributed_optimizer=true"])
+    (gather,) = _edp_gathers(sc)
+    assert gather.nbytes == 4 * 2 * 3 * 1024 * 512 * 2
+    graph = __import__("simulator.parallel.build", fromlist=["x"]).build_step_graph(context_for(sc))
+    (opt,) = [t for t in graph.tasks if getattr(t, "kind", "") == "optimizer"]
+    assert gather.deps == (opt.id,)
+    # FP8 weights gather in one byte
+    fp8 = _scenario(nodes=2, ep=8, sets=["parallel.distributed_optimizer=true", "parallel.fp8_param_gather=true",
+                                         "training.precision=fp8"])
+    assert [t.nbytes for t in _edp_gathers(fp8)] == [4 * 2 * 3 * 1024 * 512]
+    # without a sharded optimizer every GPU steps all its experts: nothing to gather
+    assert _edp_gathers(_scenario(nodes=2, ep=8)) == []
+    assert simulate(sc).collective_calls["post_step_gather"] == 2  # the dense parameters' over DP, the experts'
+    # one node, ep 8: edp = 1, nothing to gather
+    assert _edp_gathers(_scenario(nodes=1, ep=8, sets=["parallel.distributed_optimizer=true"])) == []
+
+
+def test_overlapped_param_gather_fetches_each_moe_block_before_its_forward():
+    sc = _scenario(nodes=2, ep=8, sets=["parallel.distributed_optimizer=true", "parallel.overlap_param_gather=true"])
+    gathers = _edp_gathers(sc)
+    assert len(gathers) == 4 and {t.nbytes for t in gathers} == {2 * 3 * 1024 * 512 * 2}
+    assert {t.layer for t in gathers} == {0, 1, 2, 3}
 
 
 def test_cross_node_ep_is_warned():

@@ -37,9 +37,22 @@ def test_mla_dense_block_ops_match_the_flop_count():
 def test_grouped_gemm_rows_are_tokens_per_local_expert():
     m = catalog.get_model("mixtral-8x7b")  # 8 experts, top-2, default imbalance 1.25
     ops = moe_ops.moe_block_ops(m, 1, 4096, 1, 2, KernelConfig(), "none", ep=4)
-    up = ops.experts[0]
+    up = next(op for op in ops.experts if op.name == "experts_up")
     # 4096 tokens x 2 copies x 1.25 on the busiest rank, over its 8/4 = 2 experts
     assert (up.m, up.batch, up.n, up.k) == (4096 * 2 * 1.25 / 2, 2, 2 * 14336, 4096)
+
+
+def test_received_tokens_are_regrouped_by_local_expert_and_back():
+    # Megatron-Core's alltoall dispatcher: with 2 local experts the 10,240 received token copies (4096 x 2
+    # x 1.25) of 4,096 bf16 elements are sorted by local expert after the dispatch and restored before the
+    # combine, each a read and a write; with one local expert (ep 8) there is nothing to regroup
+    m = catalog.get_model("mixtral-8x7b")
+    ops = moe_ops.moe_block_ops(m, 1, 4096, 1, 2, KernelConfig(), "none", ep=4)
+    first, last = ops.experts[0], ops.experts[-1]
+    assert (first.name, last.name) == ("sort_chunks", "restore_chunks")
+    assert first.bytes == last.bytes == 2 * 10240 * 4096 * 2
+    one = moe_ops.moe_block_ops(m, 1, 4096, 1, 2, KernelConfig(), "none", ep=8)
+    assert not [op for op in one.experts if "chunks" in op.name]
 
 
 def _mixtral(ep: int, stage: int) -> object:
@@ -196,7 +209,7 @@ def test_expert_biases_cost_their_per_expert_passes():
     m = catalog.get_model("gpt-oss-120b")
     m = m.model_copy(update={"moe": m.moe.model_copy(update={"imbalance": 1.0})})
     blk = moe_ops.moe_block_ops(m, 1, 2048, 1, 2, KernelConfig(), "none", ep=64)
-    bias = blk.experts[-1]
+    bias = next(op for op in blk.experts if op.name == "experts_bias")
     elements = 2048 * 4 * 2880
     assert (bias.name, bias.bytes, bias.launches) == ("experts_bias", 6 * 2 * elements, 2 * 2 + 1)
     back = next(op for op in wops.backward_ops(list(blk.experts)) if op.name == "experts_bias.bwd")
