@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, PositiveInt, model_validator
+from pydantic import Field, NonNegativeInt, PositiveInt, model_validator
 
 from simulator.config.base import Frozen
 from simulator.config.moe import MoEConfig
@@ -74,6 +74,12 @@ class ModelConfig(Frozen):
     full_attention_interval: PositiveInt | None = None
     #: Mixture-of-experts MLPs (``simulator.config.moe``); null = dense.
     moe: MoEConfig | None = None
+    #: Multi-token prediction modules trained with the model (DeepSeek-V3 §2.2; Megatron-Core
+    #: ``mtp_num_layers``, Megatron-Bridge's DeepSeek-V3 recipe sets 1): each runs one more transformer
+    #: block of the last block's kind after the last block, on the last pipeline stage (or where a
+    #: ``pipeline_layout`` puts its ``m``), fed by the projection of two norms, then the shared output
+    #: head and loss again (``simulator.workload.mtp``). 0 = none.
+    mtp_layers: NonNegativeInt = 0
     #: Published total and active parameter counts (display only).
     reported_active_params: float | None = None
     #: Published parameter count, when the source gives one (used only in reports, never as a result).

@@ -59,7 +59,7 @@ def check_layout(scenario: Any) -> None:
                 f"global_batch_size / (micro_batch_size x dp)) divisible by pp={p.pp}", "parallel.virtual_stages")
     if pipeline_split.is_custom(p):
         v = p.virtual_stages if p.pipeline_schedule == "interleaved" else 1
-        why = "needs parallel.pp >= 2" if p.pp < 2 else pipeline_split.split_error(m.n_layers, p.pp, v, p)
+        why = "needs parallel.pp >= 2" if p.pp < 2 else pipeline_split.split_error(m.n_layers, p.pp, v, p, m.mtp_layers)
         if why:
             key = "parallel.pipeline_layout" if getattr(p, "pipeline_layout", None) else "parallel.pp"
             raise InputError(f"uneven pipeline placement: {why}", key)

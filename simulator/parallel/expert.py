@@ -344,7 +344,8 @@ def attach(work: Any, scenario: Any, pb: int) -> Any:
     b, s, tp = tr.micro_batch_size, tr.seq_len // cp, par.tp  # a CP rank holds s/cp tokens
     ep, etp = getattr(par, "ep", 1), getattr(par, "etp", 1)
     flags = tuple(model.moe is not None and model.moe.is_moe_layer(i) for i in range(model.n_layers))
-    dense_local = sum(wmoe.block_local(model, f, tp, ep, etp).dense for f in flags) / model.n_layers
+    flags += flags[-1:] * model.mtp_layers  # an MTP block is of the last block's kind (simulator.workload.mtp)
+    dense_local = sum(wmoe.block_local(model, f, tp, ep, etp).dense for f in flags) / len(flags)
     changes: dict[str, Any] = {"layer_params": float(dense_local), "layer_bwd_pieces": ()}
     mods = getattr(work, "layer_module_params", ())
     if mods and sum(mods) > 0:  # ZeRO-3 per-module gathers: the same shares of the non-expert block
@@ -371,7 +372,7 @@ def attach(work: Any, scenario: Any, pb: int) -> Any:
     stage = par.effective_zero_stage
     edp = scenario.n_gpus // (par.pp * ep * etp)
     n_moe = sum(flags)
-    per_stage = -(-model.n_layers // par.pp)
+    per_stage = -(-len(flags) // par.pp)
     opt_params = expert_local * min(n_moe, per_stage) / (edp if stage >= 1 else 1)
     inner_opt = work.optimizer
 

@@ -101,7 +101,8 @@ def build(ctx: BuildContext, make_hooks: Callable[[BuildContext], Hooks],
     schedule = ctx.parallel.pipeline_schedule
     v = ctx.parallel.virtual_stages if schedule == "interleaved" else 1
     n_virtual = pp * v
-    layers = pipeline_split.virtual_stage_layers(ctx.work.n_layers, pp, v, ctx.parallel)
+    mtp = ctx.work.mtp_layers
+    layers = pipeline_split.virtual_stage_layers(ctx.work.n_layers - mtp, pp, v, ctx.parallel, mtp)
     ctxs = [dataclasses.replace(ctx, work=stage_work(ctx.work, j, layers)) for j in range(n_virtual)]
     hooks = [make_hooks(c) for c in ctxs]
     if ctx.parallel.framework == "deepspeed":

@@ -25,9 +25,10 @@ placements (Megatron-Core ``get_num_layers_to_build`` / ``get_transformer_layer_
   ``m`` = multi-token-prediction block, ``L`` = loss; ``(..)*n`` and ``x*n`` repeat, commas are
   cosmetic (``parse_str_to_list``). As in Megatron-Core ``validate_layer_layout``: exactly one
   ``E``, in the first stage, before its blocks; exactly one ``L``, at the end of the last stage;
-  the ``t`` count equals the model's layers; ``m`` only after every ``t``. dtsim does not model
-  MTP: an ``m`` holds no work (DeepSeek-V3's MTP module adds about one MoE block of compute on the
-  last stage, which this leaves out). Megatron-Bridge runs DeepSeek-V3 (61 blocks) on pp=8 × v=2 as
+  the ``t`` count equals the model's layers; ``m`` only after every ``t``. With ``model.mtp_layers``
+  the ``m`` count must equal it and each ``m`` is one more block on its stage (``simulator.workload.mtp``;
+  without a layout the MTP blocks go to the last stage, Megatron-Core's placement); with
+  ``model.mtp_layers: 0`` an ``m`` holds no work. Megatron-Bridge runs DeepSeek-V3 (61 blocks) on pp=8 × v=2 as
   ``Etttt|(tttt|)*14tmL`` (``recipes/deepseek/deepseek_v3.py``, ``layout_map[(8, 2)]``): four
   blocks per virtual stage, the embedding with the first four, the last stage one block, MTP and
   the loss; 61 blocks cannot be split over 16 chunks by ``decoder_first/last_pipeline_num_layers``
@@ -61,7 +62,7 @@ def layout_stages(text: str) -> list[str]:
     return stages
 
 
-def _layout_error(text: str, n_layers: int, n_stages: int) -> str | None:
+def _layout_error(text: str, n_layers: int, n_stages: int, mtp: int = 0) -> str | None:
     stages = layout_stages(text)
     flat = "".join(stages)
     if len(stages) != n_stages:
@@ -74,6 +75,8 @@ def _layout_error(text: str, n_layers: int, n_stages: int) -> str | None:
         return f"pipeline_layout places {flat.count('t')} transformer blocks (t), the model has {n_layers}"
     if "m" in flat and "t" in flat[flat.index("m"):]:
         return "pipeline_layout: MTP blocks (m) must come after every transformer block (t)"
+    if mtp and flat.count("m") != mtp:
+        return f"pipeline_layout places {flat.count('m')} MTP blocks (m), model.mtp_layers is {mtp}"
     return None
 
 
@@ -99,14 +102,15 @@ def is_custom(parallel: Any) -> bool:
     return first is not None or last is not None or emb or loss or _layout(parallel) is not None
 
 
-def split_error(n_layers: int, pp: int, v: int, parallel: Any) -> str | None:
-    """Why the blocks cannot be placed (a message naming the key), or ``None``."""
+def split_error(n_layers: int, pp: int, v: int, parallel: Any, mtp: int = 0) -> str | None:
+    """Why the blocks cannot be placed (a message naming the key), or ``None``. ``n_layers``: the
+    model's blocks; ``mtp``: its multi-token-prediction blocks (``model.mtp_layers``)."""
     first, last, emb, loss = _options(parallel)
     if _layout(parallel) is not None:
         if first is not None or last is not None or emb or loss:
             return ("pipeline_layout replaces decoder_first/last_pipeline_num_layers and "
                     "account_for_embedding/loss_in_pipeline_split (Megatron-Core refuses both); use one")
-        return _layout_error(_layout(parallel), n_layers, pp * v)
+        return _layout_error(_layout(parallel), n_layers, pp * v, mtp)
     if (first is not None or last is not None) and (emb or loss):
         return ("decoder_first/last_pipeline_num_layers and account_for_embedding/loss_in_pipeline_split "
                 "cannot be combined (Megatron-Core refuses it); use one of the two")
@@ -130,12 +134,21 @@ def split_error(n_layers: int, pp: int, v: int, parallel: Any) -> str | None:
     return None
 
 
-def virtual_stage_layers(n_layers: int, pp: int, v: int = 1, parallel: Any = None) -> list[int]:
-    """Blocks on each of the ``p·v`` virtual stages (index ``j = chunk·p + s``)."""
+def virtual_stage_layers(n_layers: int, pp: int, v: int = 1, parallel: Any = None, mtp: int = 0) -> list[int]:
+    """Blocks on each of the ``p·v`` virtual stages (index ``j = chunk·p + s``): the model's
+    ``n_layers`` placed as configured, and its ``mtp`` MTP blocks where the layout puts them or on the
+    last virtual stage."""
+    text = _layout(parallel)
+    if text is not None:
+        return [stage.count("t") + (stage.count("m") if mtp else 0) for stage in layout_stages(text)]
+    layers = _decoder_layers(n_layers, pp, v, parallel)
+    layers[-1] += mtp
+    return layers
+
+
+def _decoder_layers(n_layers: int, pp: int, v: int, parallel: Any) -> list[int]:
     n = pp * v
     first, last, emb, loss = _options(parallel)
-    if _layout(parallel) is not None:
-        return [stage.count("t") for stage in layout_stages(_layout(parallel))]
     if first is not None or last is not None:
         middle = pp - (first is not None) - (last is not None)
         rest = n_layers - (first or 0) - (last or 0)
@@ -154,7 +167,7 @@ def virtual_stage_layers(n_layers: int, pp: int, v: int = 1, parallel: Any = Non
     return _even(n_layers, n)
 
 
-def gpu_stage_layers(n_layers: int, pp: int, v: int = 1, parallel: Any = None) -> list[int]:
-    """Blocks on each GPU stage (its ``v`` chunks summed)."""
-    layers = virtual_stage_layers(n_layers, pp, v, parallel)
+def gpu_stage_layers(n_layers: int, pp: int, v: int = 1, parallel: Any = None, mtp: int = 0) -> list[int]:
+    """Blocks on each GPU stage (its ``v`` chunks summed), MTP blocks included."""
+    layers = virtual_stage_layers(n_layers, pp, v, parallel, mtp)
     return [sum(layers[c * pp + s] for c in range(v)) for s in range(pp)]

@@ -16,6 +16,7 @@ from simulator.hardware.kernels import sm_count
 from simulator.units import DTYPE_BYTES
 from simulator.workload import flops as wflops
 from simulator.workload import host as whost
+from simulator.workload import mtp as wmtp
 from simulator.workload import ops as wops
 from simulator.workload import params as wparams
 from simulator.workload import recompute as wrecompute
@@ -90,6 +91,9 @@ class StepWork:
     layer_bwd_pieces: tuple[tuple[str, tuple[Any, ...], float], ...] = ()
     #: Mixture-of-experts blocks (``simulator.parallel.expert.MoEWork``); None for a dense model.
     moe: Any = None
+    #: Of the ``n_layers`` block units, the multi-token-prediction blocks at the end (``model.mtp_layers``,
+    #: ``simulator.workload.mtp``): placed on the last pipeline stage, their other work in the head.
+    mtp_layers: int = 0
     #: Blocks of each model chunk that run ``layer_recompute`` (the first ones: Megatron's ``block``
     #: method; ``training.recompute_layers``, ``simulator.workload.recompute``); None = every block.
     recompute_blocks: int | None = None
@@ -140,13 +144,15 @@ def from_scenario(scenario: Any, persistence_threshold: float = 1e5) -> StepWork
     head_all = wops.head_ops(model, b, s, tp, pb, tr.kernels)
     n_embed = 2 if model.embedding_norm else 1
     embed_fwd, head_fwd = head_all[:n_embed], head_all[n_embed:]
+    head_fwd = head_fwd + wmtp.head_ops(model, b, s, tp, pb, head_fwd)
     counts = wparams.count(model)
     blk = wparams.layer(model)
     small = wparams.block_vectors(model)
     fused = tr.kernels.fused_adam
     layer_local = float(wparams.layer_local(model, tp))
     work = StepWork(
-        n_layers=model.n_layers,
+        n_layers=model.n_layers + model.mtp_layers,
+        mtp_layers=model.mtp_layers,
         layer_fwd=tuple(fwd),
         layer_bwd=bwd,
         layer_recompute=recompute,
@@ -156,7 +162,7 @@ def from_scenario(scenario: Any, persistence_threshold: float = 1e5) -> StepWork
         head_bwd=tuple(wops.backward_ops(list(head_fwd))),
         layer_params=layer_local,
         embed_params=float((counts.embedding + counts.embedding_norm) / tp),
-        head_params=float(counts.lm_head / tp + counts.final_norm),
+        head_params=float(counts.lm_head / tp + counts.final_norm) + wmtp.params(model, tp),
         optimizer=lambda n: tuple(optimizer_ops(n, fused, tr.grad_clipping, fp8_weight_cast=fp8 is not None)),
         layer_persistent=float(min(_largest_tensor_below(persistence_threshold, small), blk.total)),
         layer_vector_params=float(sum(small)),

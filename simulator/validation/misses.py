@@ -81,9 +81,11 @@ GROUP_CAUSES: tuple[tuple[str, str], ...] = (
      "(gpt_oss_workload_base_configs.py) are simulated with their recompute_modules [layernorm, moe_act] (GB200, "
      "B200, H100: about 1% slower) and moe_a2a_overlap on GB200 V2 (16% faster); GB300's CUDA-graphed attention and "
      "router are not modelled (faster still); the experts' fc2 bias, which Megatron-Core adds per expert outside "
-     "the grouped GEMM (TEGroupedMLP._apply_bias; TransformerEngine issue #2766), is modelled (about 4% slower); "
-     "the clamped SwiGLU and 128 experts of width 2,880 are modelled as their shapes. Untimed candidates: cuDNN's "
-     "learnable-sink backward at head dim 64 and sliding-window tile skipping"),
+     "the grouped GEMM (TEGroupedMLP._apply_bias; TransformerEngine issue #2766), is modelled (about 4% slower), "
+     "and so is the distributed optimizer's post-step all-gather of the experts over the expert-DP group (DGX rows, "
+     "edp 8 over InfiniBand: 7-12% slower); the clamped SwiGLU and 128 experts of width 2,880 are modelled as "
+     "their shapes. Untimed candidates: cuDNN's learnable-sink backward at head dim 64 and sliding-window tile "
+     "skipping"),
     ("mbridge2511-b200-*", "25.11 container on DGX-B200: its MoE rows are 1.3-2.9x below the 26.02 container's "
      "rows of the same models on B200 (Qwen3-30B-A3B 214 vs 614 at micro-batch 1 vs 4, GPT-OSS 223 vs 373, "
      "DeepSeek-V3 557 vs 725 TFLOP/s/GPU); dtsim models one software state: too fast"),
@@ -94,8 +96,9 @@ GROUP_CAUSES: tuple[tuple[str, str], ...] = (
      "FP8 kernels it runs is not measured here. Megatron-Bridge's HybridEP / DeepEP dispatchers and CUDA-graphed MoE "
      "preprocessing are simulated as the alltoall dispatcher (issue 15)"),
     ("*deepseekv3*", "MoE in FP8 (experts and MLA projections at the dense FP8 GEMM rate, the grouped kernels' "
-     "efficiency not measured); DeepSeek-V3's MTP block and the recipe's selective MLA up-projection recompute not "
-     "modelled (issue 15)"),
+     "efficiency not measured); the recipe's MTP module (model.mtp_layers 1) and pipeline layout are simulated "
+     "(8-11% slower on the last stage), its CUDA-graphed MoE preprocessing and HybridEP / DeepEP dispatch are "
+     "simulated as the alltoall dispatcher without graphs"),
     ("llmfoundry-*-h100-*-fp8", "FP8 on H100: modelled gain larger than llm-foundry's Transformer Engine runs "
      "show, even at the measured FP8 GEMM rate (70.9 % of peak vs 80.3 % BF16): small models and long sequences "
      "where FP8's casts and BF16 attention dominate (issue 12)"),

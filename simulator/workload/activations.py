@@ -172,7 +172,8 @@ def pipeline_blocks(scenario: Scenario) -> tuple[str, int, list[int]]:
     par = scenario.parallel
     schedule = par.pipeline_schedule if par.pp > 1 else "1f1b"
     v = par.virtual_stages if schedule == "interleaved" else 1
-    return schedule, v, pipeline_split.gpu_stage_layers(scenario.model.n_layers, par.pp, v, par)
+    return schedule, v, pipeline_split.gpu_stage_layers(scenario.model.n_layers, par.pp, v, par,
+                                                        scenario.model.mtp_layers)
 
 
 def _in_flight(schedule: str, stage: int, pp: int, n_micro: int, v: int) -> float:

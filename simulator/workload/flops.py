@@ -187,6 +187,8 @@ def step(
     Non-causal, MHA, GELU-4h: ``model = 72·B·s·l·h²·(1 + s/6h + V/12lh)`` and full-recompute
     ``hardware = 96·B·s·l·h²·(1 + s/6h + V/16lh)`` with ``B = b·n_micro`` (Narayanan et al. SC'21
     Sec. 5.1 Eq. 3). Selective non-causal: ``72·B·s·l·h²·(1 + 2s/9h + V/12lh)`` (formulas.md §1.2).
+    ``model.mtp_layers`` modules add ``3·(F_last + F_logits + 4·b·s·h²)`` each to the hardware FLOPs only
+    (their block, ``eh_proj`` and the head again; model FLOPs count the main model, as DeepSeek-V3 does).
     """
     groups = _groups(model, b, s, causal)  # [(blocks, LayerFlops)]: one group unless MoE/MLA
     f = attention_fraction  # packed documents and sliding windows (attention_span)
@@ -197,6 +199,10 @@ def step(
         extra = sum(c * {"none": 0.0, "selective": f * lay.attention_core,
                          "full": recompute_fraction * (lay.dense + f * lay.attention_core - recompute_skipped)}[recompute]
                     for c, lay in groups)
+    if model.mtp_layers:  # MTP modules (workload.mtp): a block of the last kind, eh_proj, the head again
+        last, h = groups[-1][1], model.hidden_size
+        extra += 3 * model.mtp_layers * (last.dense + f * last.attention_core + logits_forward(model, b, s)
+                                         + 2.0 * b * s * 2 * h * h)
     return StepFlops(
         tokens=b * s * n_micro,
         causal=causal,

@@ -158,14 +158,19 @@ def block_local(model: ModelConfig, moe_layer: bool, tp: int = 1, ep: int = 1, e
 def local(model: ModelConfig, tp: int = 1, pp: int = 1, ep: int = 1, etp: int = 1) -> LocalParams:
     """Parameters held by the most-loaded GPU of a ``tp × pp`` (× ``ep × etp``) group: the stage with
     the most blocks (the first stages, holding any leading dense blocks, when layers do not divide),
-    plus the embedding or the head as in ``params.local``."""
+    plus the embedding or the head as in ``params.local``; the last stage also holds the MTP modules."""
+    from simulator.workload import mtp
+
     per_stage = math.ceil(model.n_layers / pp)
     flags = [_is_moe(model, i) for i in range(model.n_layers)]
     best = LocalParams(0.0, 0.0)
     for st in range(pp):
         idx = range(st * per_stage, min(model.n_layers, (st + 1) * per_stage))
         parts = [block_local(model, flags[i], tp, ep, etp) for i in idx]
-        cand = LocalParams(sum(p.dense for p in parts), sum(p.experts for p in parts))
+        if st == pp - 1:  # the MTP modules (model.mtp_layers): blocks of the last block's kind, on the last stage
+            parts += [block_local(model, flags[-1], tp, ep, etp)] * model.mtp_layers
+        cand = LocalParams(sum(p.dense for p in parts) + (mtp.params(model, tp) if st == pp - 1 else 0.0),
+                           sum(p.experts for p in parts))
         if cand.total > best.total:
             best = cand
     extra = wparams.outside_local(model, tp, pp)

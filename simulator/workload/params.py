@@ -197,7 +197,14 @@ def local(model: ModelConfig, tp: int = 1, pp: int = 1) -> int:
         from simulator.workload import moe
 
         return int(moe.local(model, tp, pp).total)
-    return math.ceil(model.n_layers / pp) * layer_local(model, tp) + outside_local(model, tp, pp)
+    from simulator.workload import mtp
+
+    per_stage = math.ceil(model.n_layers / pp)
+    # the last stage's blocks plus the MTP modules (model.mtp_layers: a block and eh_proj each)
+    last = model.n_layers - (pp - 1) * per_stage + model.mtp_layers
+    blocks = max(per_stage, last) if pp > 1 else model.n_layers + model.mtp_layers
+    own = mtp.params(model, tp) if blocks == last or pp == 1 else 0.0
+    return int(blocks * layer_local(model, tp) + own) + outside_local(model, tp, pp)
 
 
 def outside_local(model: ModelConfig, tp: int = 1, pp: int = 1) -> int:

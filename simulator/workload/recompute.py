@@ -62,7 +62,7 @@ def chunk_layers(scenario: Any) -> list[int]:
 
     par = scenario.parallel
     v = par.virtual_stages if par.pp > 1 and par.pipeline_schedule == "interleaved" else 1
-    return pipeline_split.virtual_stage_layers(scenario.model.n_layers, par.pp, v, par)
+    return pipeline_split.virtual_stage_layers(scenario.model.n_layers, par.pp, v, par, scenario.model.mtp_layers)
 
 
 def per_chunk(training: Any) -> int | None:
