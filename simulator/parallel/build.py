@@ -6,7 +6,7 @@ import dataclasses
 from typing import Any
 
 from simulator.errors import InputError
-from simulator.parallel import ddp, deepspeed, expert, fsdp, pipeline, replicate
+from simulator.parallel import ddp, deepspeed, expert_sync, fsdp, pipeline, replicate
 from simulator.parallel.context import BuildContext
 from simulator.parallel.ir import GraphBuilder, StepGraph
 from simulator.parallel.mesh import RankMesh
@@ -39,11 +39,11 @@ def build_step_graph(ctx: BuildContext) -> StepGraph:
     make_hooks, finish = _FRAMEWORKS[ctx.parallel.framework]
     if ctx.mesh.pp > 1:
         check_pipeline(ctx.parallel)
-        return pipeline.build(ctx, expert.wrap_hooks(make_hooks), expert.wrap_finish(finish))
+        return pipeline.build(ctx, expert_sync.wrap_hooks(make_hooks), expert_sync.wrap_finish(finish))
     b = GraphBuilder()
     hooks = make_hooks(ctx)
-    run_micro_batches(b, ctx.work, ctx.n_micro, expert.wrap_hooks(lambda _: hooks)(ctx))
-    return b.build(**expert.wrap_finish(finish)(b, ctx, hooks))
+    run_micro_batches(b, ctx.work, ctx.n_micro, expert_sync.wrap_hooks(lambda _: hooks)(ctx))
+    return b.build(**expert_sync.wrap_finish(finish)(b, ctx, hooks))
 
 
 def copies_every_micro_batch(ctx: BuildContext) -> bool:
@@ -54,7 +54,7 @@ def copies_every_micro_batch(ctx: BuildContext) -> bool:
     if ctx.mesh.pp > 1 or ctx.n_micro < 2 or a2a_overlap(ctx.work):
         return False
     make_hooks, _ = _FRAMEWORKS[ctx.parallel.framework]
-    hooks = expert.wrap_hooks(make_hooks)(ctx)
+    hooks = expert_sync.wrap_hooks(make_hooks)(ctx)
     return all(hooks.repeats(g) for g in range(1, ctx.n_micro))
 
 
@@ -85,7 +85,7 @@ def build_copied_samples(ctx: BuildContext, sizes: tuple[int, ...]) -> list[Step
         fork.tasks.extend(b.tasks)
         fork.device = b.device
         sample = ctx if n == ctx.n_micro else dataclasses.replace(ctx, n_micro=n)
-        graphs.append(fork.build(**expert.wrap_finish(finish)(fork, sample, hooks)))
+        graphs.append(fork.build(**expert_sync.wrap_finish(finish)(fork, sample, hooks)))
     return graphs
 
 
