@@ -92,6 +92,7 @@ def _llama_like(cfg: dict[str, Any]) -> dict[str, Any]:
         "position_embedding": "rope",
         "max_position_embeddings": cfg.get("max_position_embeddings"),
         **_sliding_window(cfg),
+        **({"swiglu_limit": cfg["swiglu_limit"]} if cfg.get("swiglu_limit") else {}),
     }
     return out
 

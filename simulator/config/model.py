@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, NonNegativeInt, PositiveInt, model_validator
+from pydantic import Field, NonNegativeInt, PositiveFloat, PositiveInt, model_validator
 
 from simulator.config.base import Frozen
 from simulator.config.moe import MoEConfig
@@ -72,6 +72,12 @@ class ModelConfig(Frozen):
     #: windowed first block; Gemma 3: 6; Megatron-Core ``window_attn_skip_freq``). null = every block
     #: windowed (Mistral 7B v0.1).
     full_attention_interval: PositiveInt | None = None
+    #: Clamped SwiGLU (Hugging Face ``swiglu_limit``: GPT-OSS 7.0): the gate is clamped to at most the
+    #: limit and the linear half to ±limit before the gated product (OpenAI gpt-oss model card §2.1;
+    #: Megatron-Core ``activation_func_clamp_value``). Megatron-Core clamps in eager PyTorch before its
+    #: fused activation (``fused_bias_geglu.py``: ``chunk``, two ``clamp``, ``cat``): extra memory passes
+    #: over the experts' fc1 output (``simulator.workload.moe_ops``). null = no clamp.
+    swiglu_limit: PositiveFloat | None = None
     #: Mixture-of-experts MLPs (``simulator.config.moe``); null = dense.
     moe: MoEConfig | None = None
     #: Multi-token prediction modules trained with the model (DeepSeek-V3 §2.2; Megatron-Core
@@ -96,6 +102,9 @@ class ModelConfig(Frozen):
                 f"hidden_size ({self.hidden_size}) is not divisible by n_heads ({self.n_heads}); set head_dim"
             )
         self._check_attention()
+        if self.swiglu_limit is not None and (self.mlp != "swiglu" or self.moe is None):
+            raise ValueError("model.swiglu_limit clamps the experts' SwiGLU (GPT-OSS): it needs model.mlp: swiglu "
+                             "and model.moe; remove it")
         if self.qk_norm_per_head and not self.qk_norm:
             raise ValueError("model.qk_norm_per_head needs model.qk_norm: true")
         if self.position_embedding == "learned" and self.max_position_embeddings is None:

@@ -137,6 +137,14 @@ class ParallelConfig(Frozen):
     #: False: Megatron-LM's default: one reduction of the whole gradient buffer after the last backward
     #: (``finish_grad_sync``; Megatron-Core DDP uses a single bucket when it does not overlap), exposed.
     overlap_grad_reduce: bool = True
+    #: The gradient buffer and its reduction in fp32 (Megatron-Core ``DistributedDataParallelConfig
+    #: .grad_reduce_in_fp32``; Megatron-LM keeps fp32 unless ``--grad-reduce-in-bf16``). False: the
+    #: ``main_grad`` buffer has the 16-bit parameter dtype, so it holds and reduces 2 B per gradient
+    #: instead of 4 (NVIDIA's Megatron-Bridge performance recipes for Qwen3, DeepSeek-V3 and GPT-OSS set
+    #: ``cfg.ddp.grad_reduce_in_fp32 = False``). The distributed optimizer then casts its own shard to
+    #: fp32 for the step (``4/d`` B per parameter, counted with the optimizer states). No effect in fp32
+    #: training (the parameters, and so the gradients, are fp32).
+    grad_reduce_in_fp32: bool = True
     # --- PyTorch FSDP (torch/distributed/fsdp/api.py) ---
     sharding_strategy: Literal["full_shard", "shard_grad_op", "hybrid_shard", "no_shard"] = "full_shard"
     backward_prefetch: Literal["backward_pre", "backward_post", "none"] = "backward_pre"
@@ -182,6 +190,7 @@ class ParallelConfig(Frozen):
         "gradient_as_bucket_view",
         "comm_hook",
         "overlap_grad_reduce",
+        "grad_reduce_in_fp32",
     )
     _FSDP_ONLY: ClassVar[tuple[str, ...]] = (
         "sharding_strategy",
@@ -268,6 +277,19 @@ class ParallelConfig(Frozen):
                 "parallel.distributed_optimizer (Megatron) applies to framework ddp; with deepspeed use "
                 "zero_stage: 1, with fsdp a sharding_strategy"
             )
+
+    def ddp_grad_bytes(self, precision: str) -> int:
+        """Bytes per gradient in the ddp engine's buffer and its reduction: 4 (fp32, PyTorch DDP under
+        AMP and Megatron's default), 2 with a 16-bit ``comm_hook`` on the wire only, or in the buffer too
+        when ``grad_reduce_in_fp32`` is False in 16-bit training (``grad_buffer_bytes``)."""
+        if self.comm_hook in ("fp16", "bf16"):
+            return 2
+        return self.grad_buffer_bytes(precision)
+
+    def grad_buffer_bytes(self, precision: str) -> int:
+        """Bytes per gradient the ddp engine stores: 2 with ``grad_reduce_in_fp32`` False in 16-bit
+        (or fp8) training, else 4."""
+        return 2 if not self.grad_reduce_in_fp32 and precision in ("bf16", "fp16", "fp8") else 4
 
     @property
     def fsdp_zero_stage(self) -> int:

@@ -111,9 +111,11 @@ class KernelConfig(Frozen):
     fp8_recipe: Literal["delayed", "current", "tensorwise", "rowwise", "mxfp8"] = "delayed"
     #: How the loss is computed, for its memory (``workload.activations.CROSS_ENTROPY_BYTES``): Megatron's
     #: in-place vocab-parallel kernel (``fused``), PyTorch ``F.cross_entropy`` on upcast logits
-    #: (``eager``: torchtitan, FSDP trainers), or that under torch.compile (``compiled``); ``auto``:
-    #: eager with framework fsdp, fused otherwise.
-    cross_entropy: Literal["auto", "fused", "eager", "compiled"] = "auto"
+    #: (``eager``: torchtitan, FSDP trainers), or that under torch.compile (``compiled``), or
+    #: FlashAttention's fused cross-entropy kernel (``flash``: ``flash_attn.losses.cross_entropy``,
+    #: llm-foundry's MPT default ``loss_fn: fused_crossentropy``); ``auto``: eager with framework fsdp,
+    #: fused otherwise.
+    cross_entropy: Literal["auto", "fused", "eager", "compiled", "flash"] = "auto"
     #: Full recomputation stops once every tensor the block's forward saved is rebuilt: PyTorch's
     #: non-reentrant checkpoint (``torch.utils.checkpoint`` early stop, on by default) does not
     #: re-run the block's last GEMM and residual add (``simulator.workload.recompute.early_stop``). None: on with
@@ -158,8 +160,9 @@ class TrainingConfig(Frozen):
     #: core, ``layernorm`` the norms that are modules of their own (an MoE block's pre-MLP norm; Transformer
     #: Engine fuses the others into their linear), ``moe_act`` the experts' activation function. Each
     #: drops its output from the stored activations and re-runs it before the backward
-    #: (``simulator.workload.recompute``).
-    recompute_modules: tuple[Literal["core_attn", "layernorm", "moe_act"], ...] | None = None
+    #: (``simulator.workload.recompute``); ``mla_up_proj`` the MLA up projections and their rotary
+    #: embedding (Q, K and V are rebuilt from the stored compressed latents).
+    recompute_modules: tuple[Literal["core_attn", "layernorm", "moe_act", "mla_up_proj"], ...] | None = None
     total_tokens: PositiveFloat | None = None
     steps: PositiveInt | None = None
     #: FLOP convention for attention in model-FLOP counts (MFU): "full" counts the whole s×s score

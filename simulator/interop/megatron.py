@@ -13,7 +13,7 @@ N-th layer full attention, ``is_layer_window_attention``: ``model.full_attention
 ``--make-vocab-size-divisible-by`` (128) × tp (``_vocab_size_with_padding``), ``--seq-length``,
 ``--micro-batch-size``, ``--global-batch-size``, ``--bf16`` / ``--fp16``, ``--recompute-granularity``
 (``full`` / ``selective``; ``--recompute-activations`` = selective), ``--recompute-modules`` (a list:
-``core_attn``, ``layernorm``, ``moe_act``; ``training.recompute_modules``), ``--tensor-model-parallel-size``,
+``core_attn``, ``layernorm``, ``moe_act``, ``mla_up_proj``; ``training.recompute_modules``), ``--tensor-model-parallel-size``,
 ``--pipeline-model-parallel-size``, ``--context-parallel-size``, ``--sequence-parallel``,
 ``--num-layers-per-virtual-pipeline-stage``, ``--pipeline-model-parallel-layout`` (Megatron-Core's
 per-virtual-stage layout, ``parallel.pipeline_layout``), ``--use-distributed-optimizer``, ``--tp-comm-overlap``,
@@ -48,12 +48,12 @@ BOOL_FLAGS = (
     "group-query-attention", "swiglu", "disable-bias-linear", "add-bias-linear", "qk-layernorm",
     "untie-embeddings-and-output-weights", "use-rotary-position-embeddings", "bf16", "fp16",
     "recompute-activations", "sequence-parallel", "use-distributed-optimizer", "tp-comm-overlap",
-    "use-flash-attn", "overlap-grad-reduce", "overlap-param-gather", "fp8-param-gather",
+    "use-flash-attn", "overlap-grad-reduce", "overlap-param-gather", "fp8-param-gather", "grad-reduce-in-bf16",
 )
 #: Flags taking a list of values (argparse ``nargs="*"``): every word up to the next flag.
 LIST_FLAGS = ("recompute-modules",)
 #: Megatron-Core recompute modules dtsim models (``training.recompute_modules``).
-RECOMPUTE_MODULES = ("core_attn", "layernorm", "moe_act")
+RECOMPUTE_MODULES = ("core_attn", "layernorm", "moe_act", "mla_up_proj")
 _NO_STEP_EFFECT = "optimizer, learning-rate or initialisation hyper-parameter: no effect on step time"
 _DATA = "data pipeline or tokenizer: dtsim assumes the input pipeline never stalls the step"
 _OUTSIDE = "logging, checkpointing or evaluation: outside the simulated step (checkpoints: reliability.checkpoint)"
@@ -82,7 +82,7 @@ IGNORED = (
       "fp8-amax-", "fp8-margin", "fp8-interval", "fp8-wgrad", "bias-dropout-fusion", "squared-relu-fusion",
       "manual-gc", "no-async-tensor-model-parallel-allreduce", "calculate-per-token-loss", "init-model-with-meta-device",
       "deterministic-mode", "check-for-nan-in-loss-and-grad", "no-check-for-nan-in-loss-and-grad", "bf16-",
-      "grad-reduce-in-bf16", "align-grad-reduce", "align-param-gather", "ddp-bucket-size",
+      "align-grad-reduce", "align-param-gather", "ddp-bucket-size",
       "ddp-average-in-collective", "tp-comm-", "defer-embedding-wgrad-compute"),
      _NUMERICS),
     (("distributed-backend", "distributed-timeout-minutes", "local-rank", "local_rank", "use-cpu-initialization",
@@ -382,6 +382,8 @@ def _parallel(flags: dict, integer, out: Imported) -> None:
         raise InputError("--overlap-param-gather needs --use-distributed-optimizer", FIELD)
     if flags.get("overlap-param-gather"):
         out.set("parallel.overlap_param_gather", True)
+    if flags.get("grad-reduce-in-bf16"):
+        out.set("parallel.grad_reduce_in_fp32", False)
     if flags.get("fp8-param-gather"):
         if not _value(flags, "fp8-format"):
             raise InputError("--fp8-param-gather needs --fp8-format (FP8 training)", FIELD)

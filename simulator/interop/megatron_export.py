@@ -91,6 +91,8 @@ def export_args(s: Scenario) -> Exported:
                          "optimizer states only (ZeRO-1); parameters and gradients stay replicated")
     if par.fp8_param_gather:
         lines.append("--fp8-param-gather")
+    if par.framework == "ddp" and not par.grad_reduce_in_fp32:
+        lines.append("--grad-reduce-in-bf16")
     if par.offload_optimizer != "none" or par.offload_param != "none":
         notes.append("optimizer/parameter offload: not a Megatron-LM option")
     per_node = s.cluster.topology.gpus_per_node

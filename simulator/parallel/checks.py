@@ -36,6 +36,9 @@ def check_layout(scenario: Any) -> None:
             f"unevenly: use a divisor of {per_node}", "parallel.tp")
     if p.pp > m.n_layers:
         raise InputError(f"pp={p.pp} exceeds the model's {m.n_layers} layers", "parallel.pp")
+    if "mla_up_proj" in (tr.recompute_modules or ()) and not m.is_mla:
+        raise InputError("recompute module mla_up_proj re-runs MLA's up projections, but the model has no MLA "
+                         "attention; remove it", "training.recompute_modules")
     if p.pp > 1 and p.framework == "deepspeed" and p.pipeline_schedule != "1f1b":
         raise InputError(
             f"DeepSpeed's pipeline engine runs only its 1F1B TrainSchedule, not {p.pipeline_schedule!r}; use "

@@ -42,7 +42,7 @@ class DDPHooks(Hooks):
     def __init__(self, ctx: BuildContext) -> None:
         p, work = ctx.parallel, ctx.work
         self.ctx = ctx
-        self.grad_bytes = 2 if p.comm_hook in ("fp16", "bf16") else 4
+        self.grad_bytes = p.ddp_grad_bytes(ctx.precision)
         ready = ready_order(work)
         buckets = plan_buckets(ready, p.bucket_cap_mb * MiB / self.grad_bytes, p.first_bucket_mb * MiB / self.grad_bytes)
         self.by_unit: dict = {}

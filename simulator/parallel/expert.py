@@ -281,7 +281,7 @@ def attach(work: Any, scenario: Any, pb: int) -> Any:
         etp=etp,
         shared_overlap=bool(getattr(par, "moe_shared_expert_overlap", False)),
         expert_params=expert_local,
-        expert_grad_dtype_bytes=4.0 if par.framework == "ddp" else float(pb),
+        expert_grad_dtype_bytes=float(par.ddp_grad_bytes(tr.precision)) if par.framework == "ddp" else float(pb),
         sharded_optimizer=stage >= 1,
         gather_bytes=weight_bytes if stage >= 3 else 0.0,
         step_gather_bytes=weight_bytes if stage in (1, 2) else 0.0,

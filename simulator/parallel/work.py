@@ -131,8 +131,9 @@ def from_scenario(scenario: Any, persistence_threshold: float = 1e5) -> StepWork
     if model.moe is not None or model.is_mla:  # MLA attention in the dense blocks
         from simulator.workload import moe_ops
 
-        fwd = [scale_attention(op, cp, model, tr) for op in moe_ops.dense_block_ops(model, b, s, tp, pb, tr.kernels,
-                                                                             mode, fp8=fp8)]
+        dense = moe_ops.dense_block_ops(model, b, s, tp, pb, tr.kernels, mode, fp8=fp8,
+                                        modules=wrecompute.modules(tr))
+        fwd = [scale_attention(op, cp, model, tr) for op in dense]
     else:
         fwd = [scale_attention(op, cp, model, tr)
                for op in wops.layer_ops(model, b, s, tp, pb, tr.kernels, mode, fp8=fp8,

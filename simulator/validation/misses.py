@@ -46,8 +46,19 @@ CAUSES: dict[str, str] = {
     "over the same RoCE fabric, which no scaling mechanism gives; dtsim predicts the two alike (the 64-GPU row is "
     "+3%): a measurement outlier, not a physical cause",
     "mbridge260201-b300-qwen3-235b-a22b-256gpu-mxfp8": "the published B300 row (391 TFLOP/s/GPU) is below the "
-    "25.11 B200 row of the same model (484), opposite to every other model in the tables (B300 above B200); "
-    "no physical cause found",
+    "26.02 B200 row of the same model without virtual pipelining (563), opposite to every other model in the tables "
+    "(B300 above B200). The B300 preset of that period ran virtual pipeline 4 with moe_a2a_overlap (EP all-to-all "
+    "overlap, Megatron-Core's combined 1F1B), which NVIDIA later dropped because both \"degraded perf\" on B300 "
+    "(Megatron-Bridge issue #3399); their host (CPU) cost is not modelled: dtsim plays the overlap as free",
+    "mbridge2511-b200-qwen3-235b-a22b-64gpu-mxfp8": "the 25.11 B200 preset ran moe_a2a_overlap with virtual "
+    "pipelining; Megatron-Bridge PR #1760 disabled both \"due to CPU overhead\" to fix this regression (MXFP8 step "
+    "20.1 s -> 16.9 s; the row's 3,269 tokens/s/GPU is a 20.05 s step). dtsim models no host cost for the EP "
+    "all-to-all overlap and the row is simulated without it: too fast",
+    "mbridge2511-h100-qwen3-30b-a3b-16gpu-fp8cs": "25.11 dropless regression (Megatron-Bridge issue #1998: Qwen3-30B "
+    "\"2X slower\" on H100 and B200 with the dropless schedule than with token drop; the 25.09 table's same layout ran "
+    "10,494 tokens/s/GPU against 5,275 here, which dtsim's -5% matches) on top of the preset's moe_a2a_overlap: the "
+    "alltoall dispatcher's per-layer host synchronisation (dropless only: token_dispatcher.py "
+    "_maybe_dtoh_and_synchronize) and Megatron-Core's host time per MoE layer are not modelled: too fast",
 }
 
 
@@ -83,9 +94,17 @@ GROUP_CAUSES: tuple[tuple[str, str], ...] = (
      "router are not modelled (faster still); the experts' fc2 bias, which Megatron-Core adds per expert outside "
      "the grouped GEMM (TEGroupedMLP._apply_bias; TransformerEngine issue #2766), is modelled (about 4% slower), "
      "and so is the distributed optimizer's post-step all-gather of the experts over the expert-DP group (DGX rows, "
-     "edp 8 over InfiniBand: 7-12% slower); the clamped SwiGLU and 128 experts of width 2,880 are modelled as "
-     "their shapes. Untimed candidates: cuDNN's learnable-sink backward at head dim 64 and sliding-window tile "
-     "skipping"),
+     "edp 8 over InfiniBand: 7-12% slower), in the recipes' 16-bit gradient buffer (grad_reduce_in_fp32 False: "
+     "faster, 26.02 DGX-B200 +34% -> +46%); the eager clamp of the clamped SwiGLU (fused_bias_geglu.py: chunk, two "
+     "clamps, cat) is modelled (about 5% slower) and the 128 experts of width 2,880 as their shapes. Untimed "
+     "candidates: cuDNN's learnable-sink backward at head dim 64 and sliding-window tile skipping"),
+    ("mbridge2511-b200-qwen3-30b*", "25.11 dropless regression at micro-batch 1: Megatron-Bridge issue #1998 "
+     "(Qwen3-30B \"2X slower\" on H100 and B200 with the dropless schedule than with token drop, 25.11 against "
+     "25.09); the 25.09 table ran this layout at 18,066 tokens/s/GPU (token drop), 9,299 here, and 26.02.01's preset "
+     "(PR #2499: flex dispatcher, micro-batch 4, attention in the CUDA graph) at 26,695, which dtsim matches within "
+     "2%. The dropless alltoall dispatcher synchronises host and GPU in every MoE layer's forward "
+     "(token_dispatcher.py _maybe_dtoh_and_synchronize, skipped with drop-and-pad), which exposes the host time of "
+     "Megatron-Core's MoE layer at micro-batch 1; dtsim models neither: too fast"),
     ("mbridge2511-b200-*", "25.11 container on DGX-B200: its MoE rows are 1.3-2.9x below the 26.02 container's "
      "rows of the same models on B200 (Qwen3-30B-A3B 214 vs 614 at micro-batch 1 vs 4, GPT-OSS 223 vs 373, "
      "DeepSeek-V3 557 vs 725 TFLOP/s/GPU); dtsim models one software state: too fast"),
@@ -96,9 +115,11 @@ GROUP_CAUSES: tuple[tuple[str, str], ...] = (
      "FP8 kernels it runs is not measured here. Megatron-Bridge's HybridEP / DeepEP dispatchers and CUDA-graphed MoE "
      "preprocessing are simulated as the alltoall dispatcher (issue 15)"),
     ("*deepseekv3*", "MoE in FP8 (experts and MLA projections at the dense FP8 GEMM rate, the grouped kernels' "
-     "efficiency not measured); the recipe's MTP module (model.mtp_layers 1) and pipeline layout are simulated "
-     "(8-11% slower on the last stage), its CUDA-graphed MoE preprocessing and HybridEP / DeepEP dispatch are "
-     "simulated as the alltoall dispatcher without graphs"),
+     "efficiency not measured); the recipe's MTP module (model.mtp_layers 1), pipeline layout, recomputed MLA up "
+     "projections (recompute_modules [mla_up_proj]) and 16-bit gradient buffer are simulated, its CUDA-graphed MoE "
+     "preprocessing and HybridEP / DeepEP dispatch as the alltoall dispatcher without graphs; on DGX-B200 "
+     "(pipeline 16, EP 8, micro-batch 1) the dropless dispatcher's per-layer host synchronisation and Megatron-Core's "
+     "host time per MoE layer (Megatron-Bridge issue #1998 for Qwen3-30B) are not modelled: too fast"),
     ("llmfoundry-*-h100-*-fp8", "FP8 on H100: modelled gain larger than llm-foundry's Transformer Engine runs "
      "show, even at the measured FP8 GEMM rate (70.9 % of peak vs 80.3 % BF16): small models and long sequences "
      "where FP8's casts and BF16 attention dominate (issue 12)"),

@@ -58,6 +58,12 @@ def print_table(rows: Sequence[dict[str, Any]], summary: dict[str, Any], console
     for m in summary.get("misses", []):
         console.print(f"  {m['id']} ({100 * m['error']:+.1f}%): {m['cause']}", highlight=False, soft_wrap=True,
                       markup=False)
+    fit = summary.get("fit_check", {"runs": 0, "over": []})
+    console.print(f"published runs simulated above their GPU's usable memory (they ran): {len(fit['over'])} of "
+                  f"{fit['runs']}", highlight=False)
+    for o in fit["over"]:
+        console.print(f"  {o['id']} ({o['memory_of_usable']:.2f}x): {o['cause']}", highlight=False, soft_wrap=True,
+                      markup=False)
     console.print(f"skipped {summary['skipped']} of {summary['runs']} runs:", highlight=False)
     for s in summary["skipped_runs"]:
         console.print(f"  {s['id']}: {s['reason']}", highlight=False, soft_wrap=True, markup=False)
@@ -105,6 +111,13 @@ def markdown(rows: Sequence[dict[str, Any]], summary: dict[str, Any], command: s
     lines += ["", f"{h}# Misses beyond ±{100 * tol:.0f}%", "", "| run | error | cause |", "|---|---:|---|"]
     lines += [f"| {m['id']} | {100 * m['error']:+.1f}% | {m['cause'].replace('|', '/')} |"
               for m in summary.get("misses", [])]
+    fit = summary.get("fit_check", {"runs": 0, "over": []})
+    lines += ["", f"{h}# Runs simulated above their GPU's memory", "",
+              f"Every published run ran, so its peak memory fit the GPU: a simulated peak above the usable HBM is "
+              f"an overestimate of the memory model (simulator/validation/fit_check.py). "
+              f"{len(fit['over'])} of {fit['runs']} simulated runs.", "",
+              "| run | simulated / usable memory | cause |", "|---|---:|---|"]
+    lines += [f"| {o['id']} | {o['memory_of_usable']:.2f} | {o['cause'].replace('|', '/')} |" for o in fit["over"]]
     lines += ["", f"{h}# Leave-one-source-out folds", "",
               "Each publication of the calibration runs held out once: the parameters fitted without it "
               "(GEMM share of MAMF, attention share of the kernel benchmark, overlap slowdown: measured, not "

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from simulator.validation.fit_check import overestimates
 from simulator.validation.misses import TOLERANCE, misses
 from simulator.validation.suite import Outcome, scenario_for
 from simulator.workload.params import count
@@ -46,6 +47,8 @@ def row(outcome: Outcome) -> dict[str, Any]:
                measured_tokens_per_s_per_gpu=run.measured_tokens_per_s_per_gpu,
                predicted_tokens_per_s_per_gpu=pred_tok, error=outcome.error,
                predicted_step_time_s=outcome.report.step_time_s)
+    if "total_bytes" in outcome.report.memory:  # the run ran: its peak fit (fit_check)
+        out["memory_of_usable"] = outcome.report.memory["total_bytes"] / float(scenario.cluster.gpu_spec.hbm_usable_bytes)
     if run.flops_per_token:
         pred_tflops = pred_tok * run.flops_per_token / 1e12
         out["predicted_tflops_per_gpu"] = pred_tflops
@@ -110,6 +113,7 @@ def summarize(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
         "worst": [{"id": r["id"], "error": r["error"]} for r in worst],
         "tolerance": TOLERANCE,
         "misses": misses(done),
+        "fit_check": {"runs": sum(1 for r in done if "memory_of_usable" in r), "over": overestimates(done)},
         "skipped_runs": [{"id": r["id"], "reason": r["skipped"]} for r in rows if "skipped" in r],
         "folds": _folds(done),
     }

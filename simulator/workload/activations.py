@@ -14,6 +14,7 @@ from simulator.config.scenario import Scenario
 from simulator.parallel import pipeline_order, pipeline_split
 from simulator.workload import op_sac, recompute
 from simulator.workload.flops import Recompute
+from simulator.workload.fp8_casts import SAVES_FP8_INPUTS
 from simulator.workload.ops import fused_softmax_available
 
 #: Linears whose input is split over tensor-parallel ranks (Megatron row-parallel): each rank's GEMM
@@ -43,9 +44,14 @@ LOGPROB_BYTES = 4
 #:   (torchtitan ``del pred`` frees the 16-bit logits before ``loss.backward()``; the forward's
 #:   16-bit + fp32 copy + fp32 log-probs = ``p + 8`` is lower);
 #: * ``compiled``: torch.compile fuses the upcast, log-softmax, NLL and their backward; what stays is
-#:   the saved 16-bit logits and the 16-bit gradient written for the output layer: ``2p`` (D).
+#:   the saved 16-bit logits and the 16-bit gradient written for the output layer: ``2p`` (D);
+#: * ``flash``: FlashAttention's ``flash_attn.losses.cross_entropy.CrossEntropyLoss`` (llm-foundry's MPT
+#:   default ``loss_fn: fused_crossentropy``, ``ComposerMPTCausalLM``): its kernel reads the 16-bit
+#:   logits in fp32 registers and saves them with one fp32 log-sum-exp per row; the backward recomputes
+#:   the softmax from them and writes a 16-bit gradient of the logits' shape: ``2p`` per logit (the
+#:   per-row statistic is negligible).
 CROSS_ENTROPY_BYTES = {"fused": lambda p: p + LOGPROB_BYTES, "eager": lambda p: 3 * 4,
-                       "compiled": lambda p: 2 * p}
+                       "compiled": lambda p: 2 * p, "flash": lambda p: 2 * p}
 
 @dataclass(frozen=True)
 class ActivationBytes:
@@ -70,6 +76,13 @@ def is_16bit(scenario: Scenario) -> bool:
     return scenario.training.precision in ("bf16", "fp16", "fp8")
 
 
+def linear_input_bytes(scenario: Scenario, pb: int) -> int:
+    """Bytes per element of a linear layer's saved input: 1 under a Transformer Engine FP8 recipe
+    (``fp8_casts.SAVES_FP8_INPUTS``), else the training dtype's ``pb``."""
+    tr = scenario.training
+    return 1 if tr.precision == "fp8" and tr.kernels.fp8_recipe in SAVES_FP8_INPUTS else pb
+
+
 def layer_activation_bytes(
     model: ModelConfig,
     b: int,
@@ -81,6 +94,7 @@ def layer_activation_bytes(
     recompute: Recompute = "none",
     precision_bytes: int = 2,
     dropout: bool = False,
+    fp8_inputs: bool = False,
 ) -> float:
     """Bytes one transformer block keeps for the backward, one micro-batch (Korthikanti et al. 2022,
     "Reducing Activation Recomputation in Large Transformer Models", Sec. 4 and Table 2).
@@ -100,6 +114,10 @@ def layer_activation_bytes(
     Total without parallelism, MHA, GELU-4h, dropout, p = 2: ``s·b·h·(34 + 5·a·s/h)``; with TP
     ``s·b·h·(10 + 24/t + 5as/(ht))``; selective ``s·b·h·(10 + 24/t)``. Full recomputation keeps only
     the block input, ``p·sbh`` (÷t with SP); see :func:`activations` for the transient.
+
+    ``fp8_inputs`` (Transformer Engine FP8 recipes, ``fp8_casts.SAVES_FP8_INPUTS``): the four linear
+    inputs are kept in FP8, 1 B instead of ``p``: the attention and MLP inputs (the norm outputs), the
+    out-projection input and the MLP-down input (the activation output).
     """
     p, t, mask = precision_bytes, tp, (MASK_BYTES if dropout else 0)
     sbh = s * b * model.hidden_size
@@ -108,11 +126,12 @@ def layer_activation_bytes(
         return p * sbh / region_div
     if recompute == "selective_op":
         return op_sac_layer_bytes(model, b, s, t, sequence_parallel=sequence_parallel, precision_bytes=p)
-    replicated = sbh * (4 * p + 2 * mask)
-    qkv_out = p * s * b * (2 * model.q_dim + 2 * model.kv_dim)
+    lin = 1 if fp8_inputs else p  # bytes per element of a saved linear-layer input
+    replicated = sbh * (2 * p + 2 * lin + 2 * mask)
+    qkv_out = p * s * b * (model.q_dim + 2 * model.kv_dim) + lin * s * b * model.q_dim
     if model.qk_norm:
         qkv_out += p * s * b * (model.q_dim + model.kv_dim)
-    mlp = p * s * b * model.ffn_hidden_size * model.mlp_matrices
+    mlp = s * b * model.ffn_hidden_size * (p * (model.mlp_matrices - 1) + lin)
     heads_s2b = model.n_heads * s * s * b
     if flash_attention:
         core = SOFTMAX_STAT_BYTES * model.n_heads * s * b
@@ -208,7 +227,7 @@ def stage_activations(scenario: Scenario) -> list[ActivationBytes]:
     pb = 2 if is_16bit(scenario) else 4
     dropout = m.dropout > 0
     common = dict(flash_attention=tr.kernels.flash_attention, precision_bytes=pb, dropout=dropout,
-                  sequence_parallel=par.sequence_parallel and t > 1)
+                  sequence_parallel=par.sequence_parallel and t > 1, fp8_inputs=linear_input_bytes(scenario, pb) == 1)
     per_layer = layer_activation_bytes(m, b, s, t, recompute=recompute.attention_mode(tr), **common)
     if m.moe is not None or m.is_mla:  # routed tokens / MLA tensors instead of the dense ones
         from simulator.workload import moe_memory

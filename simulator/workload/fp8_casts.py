@@ -42,6 +42,13 @@ FP8_EAGER_TORCHAO_LAUNCHES = 4
 NORM_UNFUSED_RECIPES = ("mxfp8",)
 #: Once-per-step weight cast: read 2 B, write the FP8 weight and its transpose (1 + 1 B).
 FP8_WEIGHT_CAST_BYTES = 4
+#: Recipes whose linear layers keep their FP8 input (1 B per element, its scale negligible) for the
+#: weight-gradient GEMM instead of the 16-bit one: Transformer Engine's ``Linear`` / ``LayerNormLinear``
+#: / ``LayerNormMLP`` under ``fp8_autocast`` save the quantized ``inputmat`` (or its FP8 transpose, and
+#: from TE 2.x only the column-wise copy: "Discard row-wise data since it is not needed in backward
+#: pass", ``module/linear.py``). torchao's float8 linears save the high-precision input and cast it again
+#: in the backward (``matmul_with_hp_or_float8_args``), so tensorwise and rowwise are not listed.
+SAVES_FP8_INPUTS = ("delayed", "current", "mxfp8")
 
 
 

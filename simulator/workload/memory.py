@@ -156,7 +156,8 @@ def model_states(scenario: Scenario, psi: float | None = None) -> ModelStateByte
       gradient partition to the host (ZeRO-Offload; DeepSpeed's ``estimate_zero2`` gives GPU = 2Ψ);
       ``offload_param`` (stage 3) moves the parameter partition too (GPU = largest layer, in buffers).
     * DDP under AMP keeps fp32 parameters and fp32 gradients (formulas.md §4.1) and Adam's fp32 m, v:
-      4/4/8 B, nothing sharded; the 16-bit autocast copies are transient.
+      4/4/8 B, nothing sharded; the 16-bit autocast copies are transient; 16-bit gradients (2 B) with
+      ``grad_reduce_in_fp32`` False.
     * FSDP shards fp32 flat parameters, fp32 gradients (upcast after the reduce-scatter) and Adam
       states: 4/4/8 B ÷ the shard degree (all three for FULL_SHARD, HYBRID_SHARD — within a node —
       and SHARD_GRAD_OP, nothing for NO_SHARD); the 16-bit unsharded copies are buffers.
@@ -165,7 +166,8 @@ def model_states(scenario: Scenario, psi: float | None = None) -> ModelStateByte
     * Megatron's distributed optimizer (framework ddp, ``distributed_optimizer``) in 16-bit training:
       16-bit parameters, fp32 gradient buffer (``main_grad``), fp32 master + Adam m, v sharded over
       ``dp·cp``: ``6 + 12/d`` B per parameter (Megatron-LM ``theoretical_memory_usage.py``:
-      ``num_bytes_per_parameter = 6 + 12 / data_parallel_size``).
+      ``num_bytes_per_parameter = 6 + 12 / data_parallel_size``). With ``grad_reduce_in_fp32`` False
+      the buffer is 16-bit and each rank casts its gradient shard to fp32 for the step: ``4 + 16/d`` B.
     """
     p = scenario.parallel
     if psi is None:
@@ -173,7 +175,11 @@ def model_states(scenario: Scenario, psi: float | None = None) -> ModelStateByte
     if p.framework == "deepspeed" and is_16bit(scenario):
         sizes = (2, 2, 12)
     elif p.framework == "ddp" and p.distributed_optimizer and is_16bit(scenario):
-        sizes = (2, 4, 12)
+        grad = p.grad_buffer_bytes(scenario.training.precision)
+        # a 16-bit main_grad buffer: the optimizer casts its shard to fp32 for the step (+4/d B)
+        sizes = (2, grad, 12 if grad == 4 else 16)
+    elif p.framework == "ddp":
+        sizes = (4, p.grad_buffer_bytes(scenario.training.precision), 8)
     else:
         sizes = (4, 4, 8)
     stage = p.effective_zero_stage
@@ -260,7 +266,8 @@ def buffers(scenario: Scenario, psi: float | None = None, blocks: int | None = N
     elif par.framework == "ddp":
         # fp32 gradients under AMP are copied into flat buckets of the same total size, unless
         # gradient_as_bucket_view makes them views (PyTorch distributed.py docstring, formulas.md §2.5).
-        comm = 0.0 if (par.gradient_as_bucket_view or par.distributed_optimizer) else 4 * psi
+        grad = par.grad_buffer_bytes(scenario.training.precision)
+        comm = 0.0 if (par.gradient_as_bucket_view or par.distributed_optimizer) else grad * psi
     else:
         mp = 4 if par.param_dtype == "fp32" else half
         rd = {"fp32": 4, "fp16": 2, "bf16": 2}.get(par.reduce_dtype or "", mp)

@@ -21,7 +21,8 @@ activations of routed tokens.
 * MLA blocks store, instead of Q, K, V and the out-projection input of width ``a·d_h``: the
   compressed query ``d_c'`` before and after its norm, the compressed KV ``d_c + d_r`` and its
   normalised ``d_c``, and Q, K (``a·d_qk`` each, ÷t), V and the out-projection input (``a·d_v``
-  each, ÷t).
+  each, ÷t). Selective recomputation of ``mla_up_proj`` drops Q, K and V (rebuilt from the
+  normalised latents before the backward: Megatron-Core ``MLASelfAttention`` ``recompute_up_proj``).
 """
 
 from __future__ import annotations
@@ -29,11 +30,16 @@ from __future__ import annotations
 from typing import Any
 
 from simulator.workload import moe as wmoe
+from simulator.workload import recompute
+from simulator.workload.activations import linear_input_bytes
 
 
-def _mlp_stored(tokens: float, h: int, width: float, k_mlp: int, pb: int) -> float:
-    """Bytes an MLP keeps for its backward: input, the (k_mlp − 1) up projections, the activation output."""
-    return pb * tokens * (h + (k_mlp - 1) * width + width)
+def _mlp_stored(tokens: float, h: int, width: float, k_mlp: int, pb: int, lin: int | None = None) -> float:
+    """Bytes an MLP keeps for its backward: input, the (k_mlp − 1) up projections, the activation
+    output; the input and the activation output are linear inputs, ``lin`` bytes each (1 under a
+    Transformer Engine FP8 recipe: ``activations.linear_input_bytes``), default ``pb``."""
+    lin = pb if lin is None else lin
+    return tokens * (lin * h + pb * (k_mlp - 1) * width + lin * width)
 
 
 def activation_delta_per_layer(scenario: Any, pb: int) -> float:
@@ -46,15 +52,19 @@ def activation_delta_per_layer(scenario: Any, pb: int) -> float:
 
 
 def mla_block_extra(scenario: Any, pb: int) -> float:
-    """Extra activation bytes of one MLA attention over the dense estimate's ``2·(a·d_h + g·d_h)``."""
+    """Extra activation bytes of one MLA attention over the dense estimate's Q, K, V and out-projection
+    input; the normalised latents (the up projections' inputs) and the out-projection input are linear
+    inputs (``activations.linear_input_bytes``)."""
     m, tr, par = scenario.model, scenario.training, scenario.parallel
     if not m.is_mla:
         return 0.0
     sb, tp = tr.micro_batch_size * tr.seq_len // par.cp, par.tp
     a, qr, kvr = m.n_heads, m.q_lora_rank or 0, m.kv_lora_rank
     dqk, dv = m.qk_nope_head_dim + m.qk_rope_head_dim, m.v_head_dim
-    mla = 2 * qr + 2 * kvr + m.qk_rope_head_dim + (2 * a * dqk + 2 * a * dv) / tp
-    return pb * sb * (mla - (2 * m.q_dim + 2 * m.kv_dim) / tp)
+    lin = linear_input_bytes(scenario, pb)
+    qkv = 0 if "mla_up_proj" in recompute.modules(tr) else 2 * a * dqk + a * dv
+    mla = pb * (qr + kvr + m.qk_rope_head_dim) + lin * (qr + kvr) + (pb * qkv + lin * a * dv) / tp
+    return sb * (mla - (pb * (m.q_dim + 2 * m.kv_dim) + lin * m.q_dim) / tp)
 
 
 def moe_block_extra(scenario: Any, pb: int) -> float:
@@ -65,28 +75,28 @@ def moe_block_extra(scenario: Any, pb: int) -> float:
         return 0.0
     b, s, tp = tr.micro_batch_size, tr.seq_len // par.cp, par.tp  # a CP rank holds s/cp tokens
     h, k_mlp, moe = m.hidden_size, m.mlp_matrices, m.moe
-    dense = _mlp_stored(b * s, 0, m.ffn_hidden_size / tp, k_mlp, pb)
+    lin = linear_input_bytes(scenario, pb)
+    dense = _mlp_stored(b * s, 0, m.ffn_hidden_size / tp, k_mlp, pb, lin)
     t = b * s / tp * moe.top_k * moe.effective_imbalance
     width = moe.expert_ffn_hidden_size / par.etp
-    routed = pb * t * h + _mlp_stored(t, 0, width, k_mlp, pb)
-    shared = _mlp_stored(b * s, 0, moe.n_shared_experts * moe.shared_width / tp, k_mlp, pb) if moe.n_shared_experts else 0
-    return routed + shared - dense - _recomputed_module_bytes(scenario, pb, t, width)
+    routed = _mlp_stored(t, h, width, k_mlp, pb, lin)
+    shared = (_mlp_stored(b * s, 0, moe.n_shared_experts * moe.shared_width / tp, k_mlp, pb, lin)
+              if moe.n_shared_experts else 0)
+    return routed + shared - dense - _recomputed_module_bytes(scenario, pb, t, width, lin)
 
 
-def _recomputed_module_bytes(scenario: Any, pb: int, routed: float, width: float) -> float:
+def _recomputed_module_bytes(scenario: Any, pb: int, routed: float, width: float, lin: int) -> float:
     """What selective recomputation's modules (``training.recompute_modules``) leave out of one MoE
     block: ``layernorm`` the pre-MLP norm's output ``p·b·s·h`` (÷t with sequence parallelism, as the
     norm region is), ``moe_act`` the experts' activation output ``p·T·k·f_e/etp`` (``routed`` token
     copies on the most-loaded rank)."""
-    from simulator.workload import recompute
-
     mods, tr, par = recompute.modules(scenario.training), scenario.training, scenario.parallel
     out = 0.0
     if "layernorm" in mods:
         region = par.tp if par.sequence_parallel and par.tp > 1 else 1
         out += pb * tr.micro_batch_size * (tr.seq_len // par.cp) * scenario.model.hidden_size / region
-    if "moe_act" in mods:
-        out += pb * routed * width
+    if "moe_act" in mods:  # the activation output, the experts' fc2 input (``lin`` bytes)
+        out += lin * routed * width
     return out
 
 

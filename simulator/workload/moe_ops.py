@@ -64,6 +64,24 @@ EXPERT_BIAS_PASSES = 6
 EXPERT_BIAS_BWD_PASSES = 6
 
 
+#: Clamped SwiGLU (``model.swiglu_limit``): Megatron-Core's ``weighted_bias_quick_geglu_impl``
+#: (megatron/core/fusions/fused_bias_geglu.py) clamps in eager PyTorch before its fused activation:
+#: ``x_glu, x_linear = input.chunk(2, -1)`` (views), ``x_glu.clamp(min=None, max=limit)`` and
+#: ``x_linear.clamp(min=-limit, max=limit)`` (each reads and writes its half), then ``torch.cat`` (reads
+#: both halves, writes the whole): 8 passes over ``w`` elements per token copy, with ``w`` the expert
+#: width (the fc1 output is ``2w``). Backward: each clamp's gradient reads the incoming gradient and its
+#: input and writes the masked gradient (3 passes of each ``w``-wide half: 6); the ``cat``'s is views.
+CLAMP_PASSES = 8
+CLAMP_BWD_PASSES = 6
+
+
+def _clamp(elements: float, pb: int) -> object:
+    """The clamp and concatenation before a clamped SwiGLU (``CLAMP_*``): three kernels forward (two
+    clamps, the ``cat``), two backward (the clamp gradients)."""
+    op = wops.memory_op("experts_clamp", elements, CLAMP_PASSES, pb, 2.0)
+    return replace(op, launches=3, bwd_launches=2, bwd_bytes=CLAMP_BWD_PASSES * pb * elements)
+
+
 def _expert_bias(routed: float, h: int, local_experts: int, pb: int) -> object:
     """The fc2 bias op of the local experts (``EXPERT_BIAS_*``)."""
     op = wops.memory_op("experts_bias", routed * h, EXPERT_BIAS_PASSES, pb, wops._ADD_FLOPS)
@@ -82,8 +100,8 @@ def _linearize(ops: list, fp8: str | None) -> list:
         if op.kind != "gemm":
             out.append(op)
             continue
-        if fp8 is not None:
-            out.append(fp8_cast(op.name, op.m * op.batch, op.n, op.k, fp8))
+        if fp8 is not None:  # the cast is re-run with a recomputed GEMM (its input is what is stored)
+            out.append(replace(fp8_cast(op.name, op.m * op.batch, op.n, op.k, fp8), recompute=op.recompute))
         out.append(replace(op, linear=True))
     return out
 
@@ -92,8 +110,16 @@ def _mark(ops: list, recompute: str) -> list:
     return [replace(op, recompute=True) for op in ops] if recompute == "full" else ops
 
 
-def _mla_attention(model: ModelConfig, b: int, s: int, tp: int, pb: int, fused: bool) -> list:
-    """Input norm through the post-attention add+norm of an MLA block (module docstring)."""
+#: MLA ops selective recomputation re-runs with ``mla_up_proj`` (Megatron-Core ``MLASelfAttention``
+#: ``recompute_up_proj``: the up projections and the rotary embedding run under
+#: ``CheckpointWithoutOutput``, so Q, K and V are rebuilt from the stored compressed latents).
+MLA_UP_PROJ_OPS = ("q_up", "q_proj", "kv_up", "rotary")
+
+
+def _mla_attention(model: ModelConfig, b: int, s: int, tp: int, pb: int, fused: bool,
+                   up_proj_recompute: bool = False) -> list:
+    """Input norm through the post-attention add+norm of an MLA block (module docstring); the up
+    projections marked for recomputation under ``up_proj_recompute`` (``MLA_UP_PROJ_OPS``)."""
     a, t = model.n_heads // tp, b * s
     h = model.hidden_size
     qr, kvr = model.q_lora_rank, model.kv_lora_rank
@@ -120,14 +146,17 @@ def _mla_attention(model: ModelConfig, b: int, s: int, tp: int, pb: int, fused: 
     out.append(wops.Op("attention", "attention", flops, float(io)))
     out.append(wops.gemm("out_proj", t, h, a * dv, pb))
     out += wops._add_norm("post_attn", t * h, fused, pb)
+    if up_proj_recompute:
+        out = [replace(op, recompute=True) if op.name in MLA_UP_PROJ_OPS else op for op in out]
     return out
 
 
-def _attention_part(model, b, s, tp, pb, kernels, recompute, fp8: str | None = None) -> tuple[list, list]:
+def _attention_part(model, b, s, tp, pb, kernels, recompute, fp8: str | None = None,
+                    modules: frozenset[str] = frozenset()) -> tuple[list, list]:
     """(ops through the post-attention norm, the dense MLP ops after it) of one block; their linear
     GEMMs in FP8 under ``fp8`` (``_linearize``; the dense blocks' through ``workload.ops.layer_ops``)."""
     if model.is_mla:
-        att = _mla_attention(model, b, s, tp, pb, kernels.fused_norm_residual)
+        att = _mla_attention(model, b, s, tp, pb, kernels.fused_norm_residual, "mla_up_proj" in modules)
         h, f, t = model.hidden_size, model.ffn_hidden_size, b * s
         up = (model.mlp_matrices - 1) * f // tp
         mlp = [wops.gemm("mlp_up", t, up, h, pb),
@@ -142,11 +171,12 @@ def _attention_part(model, b, s, tp, pb, kernels, recompute, fp8: str | None = N
 
 
 def dense_block_ops(model: ModelConfig, b: int, s: int, tp: int, pb: int, kernels, recompute: str,
-                    fp8: str | None = None) -> list:
-    """Forward ops of a dense block of an MoE / MLA model (MLA attention when the model has it)."""
+                    fp8: str | None = None, modules: frozenset[str] = frozenset()) -> list:
+    """Forward ops of a dense block of an MoE / MLA model (MLA attention when the model has it);
+    ``modules`` as in ``moe_block_ops``."""
     if not model.is_mla:
         return wops.layer_ops(model, b, s, tp, pb, kernels, recompute, fp8=fp8)
-    att, mlp = _attention_part(model, b, s, tp, pb, kernels, recompute, fp8)
+    att, mlp = _attention_part(model, b, s, tp, pb, kernels, recompute, fp8, modules)
     return _mark(att + mlp, recompute)
 
 
@@ -156,12 +186,13 @@ def moe_block_ops(model: ModelConfig, b: int, s: int, tp: int, pb: int, kernels,
     """Forward ops of one MoE block on one GPU (conventions: module docstring). ``modules``: what
     selective recomputation re-runs before the backward (``simulator.workload.recompute.modules``):
     ``layernorm`` the pre-MLP norm (the post-attention add + norm op, whose add is re-run with it when
-    the two are one fused op), ``moe_act`` the experts' activation. ``fp8``: the training's FP8 recipe
-    (the linear GEMMs, experts included, in FP8: ``_linearize``)."""
+    the two are one fused op), ``moe_act`` the experts' activation, ``mla_up_proj`` the MLA up
+    projections (``MLA_UP_PROJ_OPS``). ``fp8``: the training's FP8 recipe (the linear GEMMs, experts
+    included, in FP8: ``_linearize``)."""
     m = model.moe
     assert m is not None
     h, k_mlp = model.hidden_size, model.mlp_matrices
-    att, _ = _attention_part(model, b, s, tp, pb, kernels, recompute, fp8)
+    att, _ = _attention_part(model, b, s, tp, pb, kernels, recompute, fp8, modules)
     if "layernorm" in modules:
         att = [replace(op, recompute=True) if op.name.startswith("post_attn") and "norm" in op.name else op
                for op in att]
@@ -176,9 +207,11 @@ def moe_block_ops(model: ModelConfig, b: int, s: int, tp: int, pb: int, kernels,
         wops.memory_op("permute", routed * h, 2, pb, 0.0),
     ]
     act = wops.memory_op(f"experts_{model.mlp}", per_expert * local_experts * width, k_mlp, pb, wops._ACT_FLOPS)
+    # the clamp runs inside the activation function moe_act recomputes (module docstring, CLAMP_PASSES)
+    act_ops = ([_clamp(per_expert * local_experts * width, pb)] if model.swiglu_limit else []) + [act]
     experts = [
         wops.gemm("experts_up", per_expert, (k_mlp - 1) * width, h, pb, batch=local_experts),
-        replace(act, recompute=True) if "moe_act" in modules else act,
+        *(replace(op, recompute=True) if "moe_act" in modules else op for op in act_ops),
         wops.gemm("experts_down", per_expert, h, width, pb, batch=local_experts),
     ]
     experts = _linearize(experts, fp8)

@@ -75,3 +75,10 @@ def test_unknown_name_lists_valid_names():
         catalog.get_gpu("h100")
     message = info.value.args[0]
     assert "h100-sxm" in message and "a100-80gb" in message
+
+
+def test_swiglu_limit_needs_experts_with_swiglu():
+    # the clamp is costed in the experts' activation only (GPT-OSS); on a dense model it would be ignored
+    dense = catalog.get_model("llama-3-8b")
+    with pytest.raises(ValueError, match="swiglu_limit"):
+        dense.model_validate({**dense.model_dump(), "swiglu_limit": 7.0})

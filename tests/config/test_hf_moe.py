@@ -43,7 +43,8 @@ CONFIGS = {
                      "num_attention_heads": 64, "num_hidden_layers": 36, "num_key_value_heads": 8, "head_dim": 64,
                      "num_local_experts": 128, "experts_per_token": 4, "attention_bias": True,
                      "vocab_size": 201088, "tie_word_embeddings": False, "max_position_embeddings": 131072,
-                     "sliding_window": 128, "layer_types": ["sliding_attention", "full_attention"] * 18},
+                     "sliding_window": 128, "layer_types": ["sliding_attention", "full_attention"] * 18,
+                     "swiglu_limit": 7.0},
     "olmoe-1b-7b": {"model_type": "olmoe", "hidden_act": "silu", "hidden_size": 2048, "intermediate_size": 1024,
                     "num_attention_heads": 16, "num_hidden_layers": 16, "num_key_value_heads": 16,
                     "num_experts": 64, "num_experts_per_tok": 8, "vocab_size": 50304,
@@ -84,6 +85,7 @@ def test_gpt_oss_import_reads_the_sliding_window(tmp_path):
     want = catalog.get_model("gpt-oss-120b")
     assert (m.sliding_window, m.full_attention_interval, m.windowed_layers) == (128, 2, 18)
     assert (want.sliding_window, want.full_attention_interval) == (128, 2)
+    assert m.swiglu_limit == want.swiglu_limit == 7.0  # config.json swiglu_limit
 
 
 @pytest.mark.parametrize(("extra", "window", "interval"), [

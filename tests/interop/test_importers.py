@@ -71,6 +71,17 @@ def test_megatron_defaults_follow_arguments_py():
     assert gelu.get("model.ffn_hidden_size") == 4096 and gelu.get("model.mlp") == "gelu"
 
 
+def test_megatron_grad_reduce_in_bf16_round_trips():
+    base = "--num-layers 2 --hidden-size 1024 --num-attention-heads 16 --seq-length 512 --vocab-size 32000 --bf16"
+    assert import_args(base).get("parallel.grad_reduce_in_fp32") is None  # Megatron's default: fp32
+    imp = import_args(base + " --use-distributed-optimizer --grad-reduce-in-bf16")
+    assert imp.get("parallel.grad_reduce_in_fp32") is False
+    text = MEGATRON.replace("--overlap-param-gather", "--overlap-param-gather --grad-reduce-in-bf16")
+    s, _, _ = import_scenario("megatron", text=text, topology="dgx-h100")
+    assert s.parallel.grad_reduce_in_fp32 is False
+    assert "--grad-reduce-in-bf16" in export_scenario(s, "megatron").text
+
+
 def test_megatron_virtual_pipeline_from_layers_per_chunk():
     imp = import_args("--num-layers 32 --hidden-size 1024 --num-attention-heads 16 "
                       "--pipeline-model-parallel-size 4 --num-layers-per-virtual-pipeline-stage 2")
@@ -112,7 +123,7 @@ def test_megatron_recompute_modules_list():
     ("--num-layers x --hidden-size 64 --num-attention-heads 4", "--num-layers: expected an integer"),
     ("--num-layers 2 --hidden-size 64 --num-attention-heads 4 --window-size 127,16", "causal sliding windows"),
     ("--num-layers 2 --hidden-size 64 --num-attention-heads 4 --recompute-granularity selective "
-     "--recompute-modules mla_up_proj", "--recompute-modules mla_up_proj: dtsim models core_attn, layernorm, moe_act"),
+     "--recompute-modules mlp", "--recompute-modules mlp: dtsim models core_attn, layernorm, moe_act, mla_up_proj"),
     ("--num-layers 2 --hidden-size 64 --num-attention-heads 4 --recompute-modules moe_act",
      "add --recompute-granularity selective"),
     ("--num-layers 2 --hidden-size 64 --num-attention-heads 4 --window-attn-skip-freq 2", "needs --window-size"),

@@ -212,6 +212,18 @@ def test_distributed_optimizer_gathers_updated_experts_over_expert_dp():
     assert _edp_gathers(_scenario(nodes=1, ep=8, sets=["parallel.distributed_optimizer=true"])) == []
 
 
+def test_expert_gradients_reduce_in_the_buffer_dtype():
+    # 4 MoE blocks x 2 local experts (16 / ep 8) x 3 matrices of 1024 x 512 per block reduce over
+    # expert-DP: fp32 by default (4 B), bf16 with grad_reduce_in_fp32 false (2 B)
+    def rs(sets):
+        graph = __import__("simulator.parallel.build", fromlist=["x"]).build_step_graph(
+            context_for(_scenario(nodes=2, ep=8, sets=["parallel.distributed_optimizer=true", *sets])))
+        return {t.nbytes for t in graph.tasks if isinstance(t, CollectiveTask) and t.group == "edp"
+                and t.op == "reduce_scatter"}
+    assert rs([]) == {2 * 3 * 1024 * 512 * 4}
+    assert rs(["parallel.grad_reduce_in_fp32=false"]) == {2 * 3 * 1024 * 512 * 2}
+
+
 def test_overlapped_param_gather_fetches_each_moe_block_before_its_forward():
     sc = _scenario(nodes=2, ep=8, sets=["parallel.distributed_optimizer=true", "parallel.overlap_param_gather=true"])
     gathers = _edp_gathers(sc)

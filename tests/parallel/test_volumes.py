@@ -35,6 +35,15 @@ def test_ddp_comm_hook_halves_bytes():
     assert v["grad_reduce"] == pytest.approx(2 * PHI * PSI * 2)
 
 
+def test_megatron_16bit_gradient_buffer_halves_the_reduce_scatter():
+    # distributed optimizer: reduce-scatter φΨ of fp32 gradients (4 B), of bf16 ones (2 B) with
+    # grad_reduce_in_fp32 false; the updated bf16 weights gather back either way (φΨ · 2 B)
+    for fp32, grad_bytes in ((True, 4), (False, 2)):
+        v = volume(ctx(N, G, w=_w(), framework="ddp", distributed_optimizer=True, grad_reduce_in_fp32=fp32))
+        assert v["grad_reduce"] == pytest.approx(PHI * PSI * grad_bytes)
+        assert v["post_step_gather"] == pytest.approx(PHI * PSI * 2)
+
+
 @pytest.mark.parametrize(
     ("stage", "grad", "post"),
     [

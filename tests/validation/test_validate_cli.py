@@ -53,6 +53,14 @@ def test_json_rows_and_summary(pure_dp):
     assert len(summary["worst"]) == 5
 
 
+def test_every_simulated_run_is_checked_against_its_gpu_memory(pure_dp):
+    # a published run ran, so its simulated peak over the usable HBM is listed as an overestimate
+    rows, fit = pure_dp["rows"], pure_dp["summary"]["fit_check"]
+    simulated = [r for r in rows if "error" in r]
+    assert fit["runs"] == len(simulated) and all(r["memory_of_usable"] > 0 for r in simulated)
+    assert {o["id"] for o in fit["over"]} == {r["id"] for r in simulated if r["memory_of_usable"] > 1}
+
+
 def test_model_size_and_precision_groups(pure_dp):
     rows = {r["id"]: r for r in pure_dp["rows"] if "error" in r}
     # Megatron SC'21 Table 1: the 1.7B GPT; MPT-350M (llm-foundry): below 1B; both trained in 16-bit

@@ -6,8 +6,10 @@ from __future__ import annotations
 import pytest
 
 from simulator import catalog
+from simulator.api import simulate
 from simulator.config.loader import scenario_from_dict
 from simulator.config.scenario import KernelConfig
+from simulator.errors import InputError
 from simulator.workload import memory, moe, moe_ops
 
 
@@ -101,6 +103,30 @@ def test_mla_activations_by_hand():
     mla = 2 * 1536 + 2 * 512 + 64 + 2 * a * 192 + 2 * a * 128  # q latents, kv latents, rope key, Q, K, V, out input
     dense_estimate = 2 * 7168 + 2 * 7168  # 2·(a·d_h + g·d_h) with d_h = h/a = 56
     assert moe_memory.mla_block_extra(sc, 2) == pytest.approx(2 * 4096 * (mla - dense_estimate))
+
+
+def test_mla_up_proj_recompute_drops_q_k_v_and_reruns_the_up_projections():
+    from simulator.workload import moe_memory
+    from simulator.workload import ops as wops
+
+    raw = {"name": "t", "model": "deepseek-v3", "cluster": {"topology": "dgx-h100", "nodes": 32},
+           "training": {"seq_len": 4096, "micro_batch_size": 1, "global_batch_size": 256,
+                        "activation_checkpointing": "selective", "recompute_modules": ["mla_up_proj"]},
+           "parallel": {"framework": "ddp", "ep": 32, "pp": 8}}
+    sc = scenario_from_dict(raw)
+    a = 128
+    kept = 2 * 1536 + 2 * 512 + 64 + a * 128  # the latents, the rope key and the out-projection input
+    dense_estimate = 2 * 7168 + 2 * 7168
+    assert moe_memory.mla_block_extra(sc, 2) == pytest.approx(2 * 4096 * (kept - dense_estimate))
+    # before the backward the q_up (1,536 -> 128 x 192) and kv_up (512 -> 128 x 256) GEMMs and the rotary
+    # embedding run again: 2 x 4,096 x (1,536 x 24,576 + 512 x 32,768) more FLOPs in the recompute
+    blk = moe_ops.moe_block_ops(sc.model, 1, 4096, 1, 2, KernelConfig(), "none", modules=frozenset({"mla_up_proj"}))
+    redo = [op for op in wops.backward_ops(list(blk.pre)) if op.name.startswith("recompute.")]
+    assert {op.name for op in redo} == {"recompute.q_up", "recompute.kv_up", "recompute.rotary"}
+    assert sum(op.flops for op in redo if op.kind == "gemm") == 2 * 4096 * (1536 * 24576 + 512 * 32768)
+    with pytest.raises(InputError, match="mla_up_proj"):
+        simulate(scenario_from_dict({**raw, "model": "llama-3-8b", "parallel": {"framework": "ddp"},
+                                     "cluster": {"topology": "dgx-h100", "nodes": 1}}))
 
 
 def test_zero3_shards_expert_weights_and_holds_two_gathered_blocks():
@@ -216,6 +242,31 @@ def test_expert_biases_cost_their_per_expert_passes():
     assert (back.bytes, back.launches) == (6 * 2 * elements, 4 * 2)
     mixtral = moe_ops.moe_block_ops(catalog.get_model("mixtral-8x7b"), 1, 2048, 1, 2, KernelConfig(), "none")
     assert not [op for op in mixtral.experts if op.name == "experts_bias"]
+
+
+def test_clamped_swiglu_costs_its_eager_clamp_and_cat():
+    # GPT-OSS (swiglu_limit 7), 1 x 2,048 tokens, top-4, EP 64: 8,192 routed copies; the fc1 output is
+    # 2 x 2,880 wide. Megatron-Core clamps each half (read + write of 2,880 each) and concatenates them
+    # (read + write of 5,760): 8 passes of 2,880 elements x 2 B forward, 3 kernels; backward the two clamp
+    # gradients read the gradient and the input and write (3 passes of each half: 6), 2 kernels.
+    # Under moe_act recomputation the clamp is re-run with the activation it belongs to.
+    from simulator.workload import ops as wops
+
+    m = catalog.get_model("gpt-oss-120b")
+    m = m.model_copy(update={"moe": m.moe.model_copy(update={"imbalance": 1.0})})
+    blk = moe_ops.moe_block_ops(m, 1, 2048, 1, 2, KernelConfig(), "none", ep=64)
+    elements = 2048 * 4 * 2880
+    clamp = next(op for op in blk.experts if op.name == "experts_clamp")
+    assert (clamp.bytes, clamp.launches, clamp.recompute) == (8 * 2 * elements, 3, False)
+    back = next(op for op in wops.backward_ops(list(blk.experts)) if op.name == "experts_clamp.bwd")
+    assert (back.bytes, back.launches) == (6 * 2 * elements, 2)
+    names = [op.name for op in blk.experts]
+    assert names.index("experts_up") < names.index("experts_clamp") < names.index("experts_swiglu")
+    redo = moe_ops.moe_block_ops(m, 1, 2048, 1, 2, KernelConfig(), "selective", ep=64, modules=frozenset({"moe_act"}))
+    assert next(op for op in redo.experts if op.name == "experts_clamp").recompute
+    unclamped = m.model_copy(update={"swiglu_limit": None})
+    plain = moe_ops.moe_block_ops(unclamped, 1, 2048, 1, 2, KernelConfig(), "none", ep=64)
+    assert not [op for op in plain.experts if op.name == "experts_clamp"]
 
 
 def test_fp8_runs_the_expert_and_mla_gemms_in_fp8():

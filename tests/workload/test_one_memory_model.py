@@ -89,6 +89,19 @@ def test_distributed_optimizer_is_megatrons_6_plus_12_over_d_bytes_per_parameter
     assert st.total_bytes == pytest.approx(1e9 * (6 + 12 / 2))
 
 
+def test_16bit_gradient_buffer_is_4_plus_16_over_d_bytes_per_parameter():
+    # grad_reduce_in_fp32 False: 2 B weights + 2 B main_grad, and each rank's shard of the gradients cast
+    # to fp32 (4 B) beside the fp32 master and Adam m, v (12 B), all over d = dp = 2: 4 + 16/2 = 12 B.
+    sc = load_scenario(DDP, [*SMALL, "parallel.pp=2", "parallel.tp=2", "parallel.distributed_optimizer=true",
+                             "parallel.grad_reduce_in_fp32=false"])
+    st = memory.model_states(sc, 1e9)
+    assert st.grads_bytes == pytest.approx(2e9)
+    assert st.total_bytes == pytest.approx(1e9 * (4 + 16 / 2))
+    # plain DDP keeps fp32 weights and Adam states; only the gradients halve: 4 + 2 + 8 B
+    plain = load_scenario(DDP, [*SMALL, "parallel.grad_reduce_in_fp32=false"])
+    assert memory.model_states(plain, 1e9).total_bytes == pytest.approx(1e9 * (4 + 2 + 8))
+
+
 def test_fsdp_under_a_pipeline_keeps_the_stage_unsharded():
     # torchtitan PP + FSDP: the stage's parameters stay gathered and its gradients accumulate
     # unsharded; param_dtype and reduce_dtype unset → the bf16 training precision, 2 B each.

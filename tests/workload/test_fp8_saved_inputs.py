@@ -1,0 +1,31 @@
+"""Transformer Engine keeps the FP8 copy of each linear layer's input for the weight gradient (1 B per
+element), torchao's float8 the 16-bit one: hand arithmetic on a Llama-3-8B block (h 4,096, q 4,096,
+kv 1,024, SwiGLU f 14,336, 32 heads), 1 x 4,096 tokens, FlashAttention, no dropout, no parallelism."""
+
+from __future__ import annotations
+
+import pytest
+
+from simulator.workload import activations
+
+
+@pytest.mark.parametrize(("fp8_inputs", "per_token"), [
+    # norm inputs 2 x 2 B x h, attention and MLP inputs 2 x 2 B x h, Q 2 x q, K, V 2 x 2 x kv,
+    # out-projection input 2 x q, gate/up 2 x 2 x f, down input 2 x f, log-sum-exp 4 B x 32 heads
+    (False, 2 * 2 * 4096 + 2 * 2 * 4096 + 2 * 4096 + 2 * 2 * 1024 + 2 * 4096 + 2 * 2 * 14336 + 2 * 14336 + 4 * 32),
+    # the four linear inputs (attention and MLP inputs, out-projection and down inputs) at 1 B
+    (True, 2 * 2 * 4096 + 2 * 1 * 4096 + 2 * 4096 + 2 * 2 * 1024 + 1 * 4096 + 2 * 2 * 14336 + 1 * 14336 + 4 * 32),
+])
+def test_te_fp8_keeps_linear_inputs_in_one_byte(llama3_8b, fp8_inputs, per_token):
+    got = activations.layer_activation_bytes(llama3_8b, 1, 4096, fp8_inputs=fp8_inputs)
+    assert got == pytest.approx(4096 * per_token)
+
+
+@pytest.mark.parametrize(("precision", "recipe", "lin"), [
+    ("fp8", "delayed", 1), ("fp8", "current", 1), ("fp8", "mxfp8", 1),  # Transformer Engine
+    ("fp8", "tensorwise", 2), ("fp8", "rowwise", 2),  # torchao saves the high-precision input
+    ("bf16", "delayed", 2),
+])
+def test_which_recipes_save_fp8_inputs(new_scenario, shapes, precision, recipe, lin):
+    sc = new_scenario(shapes["llama3_8b"], training={"precision": precision, "kernels": {"fp8_recipe": recipe}})
+    assert activations.linear_input_bytes(sc, 2) == lin
