@@ -10,7 +10,7 @@ from __future__ import annotations
 from functools import cached_property
 from typing import Any, Literal
 
-from pydantic import Field, NonNegativeFloat, PositiveFloat, PositiveInt, model_validator
+from pydantic import Field, NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt, model_validator
 
 from simulator.config.base import Frozen
 from simulator.config.hardware import Dtype, GPUSpec
@@ -163,6 +163,11 @@ class TrainingConfig(Frozen):
     #: (``simulator.workload.recompute``); ``mla_up_proj`` the MLA up projections and their rotary
     #: embedding (Q, K and V are rebuilt from the stored compressed latents).
     recompute_modules: tuple[Literal["core_attn", "layernorm", "moe_act", "mla_up_proj"], ...] | None = None
+    #: Activation offloading to host memory (Megatron-Core ``cpu_offloading`` with
+    #: ``cpu_offloading_num_layers``, Transformer Engine's ``get_cpu_offload_context``): the first ``n``
+    #: blocks copy what they saved for the backward to pinned host memory after their forward and back
+    #: before their backward, one block ahead (``simulator.parallel.activation_offload``). 0 = none.
+    activation_offload_layers: NonNegativeInt = 0
     total_tokens: PositiveFloat | None = None
     steps: PositiveInt | None = None
     #: FLOP convention for attention in model-FLOP counts (MFU): "full" counts the whole s×s score

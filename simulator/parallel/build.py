@@ -6,7 +6,7 @@ import dataclasses
 from typing import Any
 
 from simulator.errors import InputError
-from simulator.parallel import ddp, deepspeed, expert_sync, fsdp, pipeline, replicate
+from simulator.parallel import activation_offload, ddp, deepspeed, expert_sync, fsdp, pipeline, replicate
 from simulator.parallel.context import BuildContext
 from simulator.parallel.ir import GraphBuilder, StepGraph
 from simulator.parallel.mesh import RankMesh
@@ -42,8 +42,13 @@ def build_step_graph(ctx: BuildContext) -> StepGraph:
         return pipeline.build(ctx, expert_sync.wrap_hooks(make_hooks), expert_sync.wrap_finish(finish))
     b = GraphBuilder()
     hooks = make_hooks(ctx)
-    run_micro_batches(b, ctx.work, ctx.n_micro, expert_sync.wrap_hooks(lambda _: hooks)(ctx))
+    run_micro_batches(b, ctx.work, ctx.n_micro, _wrap(lambda _: hooks)(ctx))
     return b.build(**expert_sync.wrap_finish(finish)(b, ctx, hooks))
+
+
+def _wrap(make_hooks):
+    """The framework's hooks with the expert-DP synchronisation and the activation offload copies."""
+    return activation_offload.wrap_hooks(expert_sync.wrap_hooks(make_hooks))
 
 
 def copies_every_micro_batch(ctx: BuildContext) -> bool:
@@ -54,7 +59,7 @@ def copies_every_micro_batch(ctx: BuildContext) -> bool:
     if ctx.mesh.pp > 1 or ctx.n_micro < 2 or a2a_overlap(ctx.work):
         return False
     make_hooks, _ = _FRAMEWORKS[ctx.parallel.framework]
-    hooks = expert_sync.wrap_hooks(make_hooks)(ctx)
+    hooks = _wrap(make_hooks)(ctx)
     return all(hooks.repeats(g) for g in range(1, ctx.n_micro))
 
 

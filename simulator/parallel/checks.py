@@ -36,6 +36,7 @@ def check_layout(scenario: Any) -> None:
             f"unevenly: use a divisor of {per_node}", "parallel.tp")
     if p.pp > m.n_layers:
         raise InputError(f"pp={p.pp} exceeds the model's {m.n_layers} layers", "parallel.pp")
+    _check_activation_offload(scenario)
     if "mla_up_proj" in (tr.recompute_modules or ()) and not m.is_mla:
         raise InputError("recompute module mla_up_proj re-runs MLA's up projections, but the model has no MLA "
                          "attention; remove it", "training.recompute_modules")
@@ -95,6 +96,27 @@ def check_layout(scenario: Any) -> None:
 #: one 1 GB all-reduce takes 13 s at 1,024 DGX H100 nodes and 35 s at 4,096 (measured on the dev
 #: machine), so a whole step above this would run for many minutes.
 MAX_FLOW_NODES = 1024
+
+
+def _check_activation_offload(scenario: Any) -> None:
+    """``training.activation_offload_layers``: Megatron-Core's activation offloading (framework ddp, or
+    fsdp for Megatron-FSDP), without recomputation (Megatron-Core's ``TransformerConfig`` refuses
+    ``cpu_offloading`` with ``recompute_granularity``) and, in dtsim, without pipeline parallelism."""
+    tr, p, m = scenario.training, scenario.parallel, scenario.model
+    n = tr.activation_offload_layers
+    if not n:
+        return
+    field = "training.activation_offload_layers"
+    if n > m.n_layers:
+        raise InputError(f"activation_offload_layers {n} exceeds the model's {m.n_layers} blocks", field)
+    if p.framework == "deepspeed":
+        raise InputError("activation offloading is Megatron-Core's (framework ddp, or fsdp for Megatron-FSDP); "
+                         "DeepSpeed's CPU activation checkpointing is not simulated", field)
+    if tr.activation_checkpointing != "none":
+        raise InputError("activation offloading with recomputation: Megatron-Core refuses cpu_offloading with "
+                         "recompute_granularity; set training.activation_checkpointing: none", field)
+    if p.pp > 1:
+        raise InputError("activation offloading with pipeline parallelism is not simulated; use pp 1", field)
 
 
 def check_flow_size(fidelity: str, nodes: int, field: str) -> None:

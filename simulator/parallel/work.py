@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from simulator.hardware.kernels import sm_count
@@ -94,6 +94,11 @@ class StepWork:
     #: Of the ``n_layers`` block units, the multi-token-prediction blocks at the end (``model.mtp_layers``,
     #: ``simulator.workload.mtp``): placed on the last pipeline stage, their other work in the head.
     mtp_layers: int = 0
+    #: Blocks whose saved activations go to host memory and back (``training.activation_offload_layers``,
+    #: the first ones; ``simulator.parallel.activation_offload``), and the bytes one block saves per
+    #: micro-batch (the memory model's ``per_layer``).
+    offload_layers: int = 0
+    offload_bytes: float = 0.0
     #: Blocks of each model chunk that run ``layer_recompute`` (the first ones: Megatron's ``block``
     #: method; ``training.recompute_layers``, ``simulator.workload.recompute``); None = every block.
     recompute_blocks: int | None = None
@@ -187,7 +192,12 @@ def from_scenario(scenario: Any, persistence_threshold: float = 1e5) -> StepWork
     if model.moe is not None or model.is_mla:
         from simulator.parallel import expert
 
-        return expert.attach(work, scenario, pb)
+        work = expert.attach(work, scenario, pb)
+    if tr.activation_offload_layers:
+        from simulator.workload.activations import activations
+
+        work = replace(work, offload_layers=min(tr.activation_offload_layers, model.n_layers),
+                       offload_bytes=activations(scenario).per_layer)
     return work
 
 

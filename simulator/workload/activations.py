@@ -70,6 +70,8 @@ class ActivationBytes:
     logits: float
     in_flight: float
     total_bytes: float
+    #: Activations held in host memory (``training.activation_offload_layers``), not in ``total_bytes``.
+    offloaded: float = 0.0
 
 
 def is_16bit(scenario: Scenario) -> bool:
@@ -253,13 +255,17 @@ def stage_activations(scenario: Scenario) -> list[ActivationBytes]:
     rows = []
     for st in range(pp):
         k = _in_flight(schedule, st, pp, n_micro, v) if pp > 1 else 1
-        layers = (per_layer * recomputed[st] + kept * (blocks[st] - recomputed[st])) * k
+        stored = (per_layer * recomputed[st] + kept * (blocks[st] - recomputed[st])) * k
+        # training.activation_offload_layers: those blocks' activations wait in host memory, but one
+        # (the block being copied out at the end of the forward, or prefetched for the backward)
+        offloaded = per_layer * max(0, min(tr.activation_offload_layers, blocks[st]) - 1) * k
+        layers = stored - offloaded
         embedding = MASK_BYTES * s * b * m.hidden_size * math.ceil(k) if (st == 0 and dropout) else 0.0
         head = logits if st == pp - 1 else 0.0
-        rows.append(ActivationBytes(per_layer=layers / (blocks[st] * k) if blocks[st] else per_layer,
+        rows.append(ActivationBytes(per_layer=stored / (blocks[st] * k) if blocks[st] else per_layer,
                                     layers=layers, recompute_transient=transient,
                                     embedding=embedding, logits=head, in_flight=k,
-                                    total_bytes=layers + transient + embedding + head))
+                                    total_bytes=layers + transient + embedding + head, offloaded=offloaded))
     return rows
 
 

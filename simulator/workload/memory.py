@@ -344,6 +344,6 @@ def breakdown(scenario: Scenario) -> MemoryBreakdown:
         hbm_bytes=hbm,
         fits=v["total_bytes"] <= hbm,
         headroom_bytes=hbm - v["total_bytes"],
-        offloaded_bytes=states.offloaded_bytes,
+        offloaded_bytes=states.offloaded_bytes + best[2].offloaded,
         stages=tuple(rows) if par.pp > 1 else (),
     )
