@@ -28,6 +28,7 @@ import difflib
 import shlex
 
 from simulator.errors import InputError
+from simulator.interop import megatron_moe
 from simulator.interop.common import Imported, as_float, as_int
 
 FIELD = "megatron"
@@ -42,14 +43,14 @@ VALUE_FLAGS = (
     "num-layers-per-virtual-pipeline-stage", "virtual-pipeline-model-parallel-size", "pipeline-model-parallel-layout",
     "fp8-format", "window-size", "window-attn-skip-freq", "recompute-modules",
     "attention-backend", "nnodes", "nproc-per-node",
-)
+) + megatron_moe.VALUE_FLAGS
 #: Switches dtsim reads.
 BOOL_FLAGS = (
     "group-query-attention", "swiglu", "disable-bias-linear", "add-bias-linear", "qk-layernorm",
     "untie-embeddings-and-output-weights", "use-rotary-position-embeddings", "bf16", "fp16",
     "recompute-activations", "sequence-parallel", "use-distributed-optimizer", "tp-comm-overlap",
     "use-flash-attn", "overlap-grad-reduce", "overlap-param-gather", "fp8-param-gather", "grad-reduce-in-bf16",
-)
+) + megatron_moe.BOOL_FLAGS
 #: Flags taking a list of values (argparse ``nargs="*"``): every word up to the next flag.
 LIST_FLAGS = ("recompute-modules",)
 #: Megatron-Core recompute modules dtsim models (``training.recompute_modules``).
@@ -61,6 +62,7 @@ _NUMERICS = "numerics or kernel choice dtsim does not distinguish (same FLOPs an
 _PROCESS = "process setup: no effect on the simulated step"
 #: Known flags dtsim does not use, by prefix or exact name, with the reason.
 IGNORED = (
+    megatron_moe.IGNORED,
     (("lr", "min-lr", "lr-", "weight-decay", "start-weight-decay", "end-weight-decay", "adam-", "sgd-",
       "clip-grad", "init-method-", "seed", "loss-scale", "initial-loss-scale", "min-loss-scale",
       "loss-scale-window", "hysteresis", "optimizer", "override-opt-param-scheduler",
@@ -181,6 +183,7 @@ def import_args(text: str) -> Imported:
         return None if value is None else as_int(value, f"--{name}")
 
     _model(flags, integer, out)
+    megatron_moe.import_moe(flags, integer, out)
     _training(flags, integer, out)
     _parallel(flags, integer, out)
     return out

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from simulator.config.scenario import Scenario
 from simulator.interop.common import Exported
+from simulator.interop.megatron_moe import export_moe
 
 
 def export_args(s: Scenario) -> Exported:
@@ -45,6 +46,7 @@ def export_args(s: Scenario) -> Exported:
     if m.vocab_size % (divisible * par.tp):
         notes.append(f"model.vocab_size {m.vocab_size}: Megatron-LM pads it to a multiple of tp ({par.tp})")
     lines += [f"--vocab-size {m.vocab_size}", f"--make-vocab-size-divisible-by {divisible}"]
+    lines += export_moe(s)
     lines += [f"--seq-length {tr.seq_len}", f"--micro-batch-size {tr.micro_batch_size}",
               f"--global-batch-size {tr.global_batch_size}"]
     if tr.precision == "fp8":

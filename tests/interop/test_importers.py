@@ -5,16 +5,19 @@ from __future__ import annotations
 
 import json
 import textwrap
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
 from simulator.cli import app
+from simulator.config.loader import load_raw, load_scenario
 from simulator.errors import InputError
 from simulator.interop.megatron import import_args
 from simulator.interop.pipeline import export_scenario, import_scenario
 
 runner = CliRunner()
+ROOT = Path(__file__).resolve().parents[2]
 
 # Megatron-LM flags as in examples/llama (pretrain_gpt.py), with the torchrun launcher line.
 MEGATRON = textwrap.dedent("""\
@@ -409,3 +412,62 @@ def test_deepspeed_import_names_ignored_keys_and_refuses_typos(tmp_path):
         import_scenario("deepspeed", ds, model="olmo-2-7b", topology="dgx-a100",
                         overrides=["training.seq_len=4096", "training.global_batch_size=64",
                                    "training.micro_batch_size=1"])
+
+
+# A Qwen3-30B-A3B launch as in THUDM/slime scripts/models/qwen3-30B-A3B.sh (MODEL_ARGS), with its
+# doubly quoted --moe-layer-freq, on two DGX H100.
+QWEN3_MOE = """torchrun --nnodes 2 --nproc-per-node 8 pretrain_gpt.py --disable-bias-linear --qk-layernorm
+  --group-query-attention --num-attention-heads 32 --num-query-groups 4 --kv-channels 128 --num-layers 48
+  --hidden-size 2048 --ffn-hidden-size 6144 --normalization RMSNorm --position-embedding-type rope --swiglu
+  --untie-embeddings-and-output-weights --vocab-size 151936 --seq-length 4096 --micro-batch-size 1
+  --global-batch-size 512 --bf16 --moe-ffn-hidden-size 768 --moe-router-score-function softmax
+  --moe-token-dispatcher-type alltoall --moe-router-topk 8 --moe-layer-freq "'([1]*48)'" --num-experts 128
+  --moe-grouped-gemm --moe-permute-fusion --moe-aux-loss-coeff 0 --expert-model-parallel-size 8
+  --mtp-num-layers 1 --overlap-moe-expert-parallel-comm"""
+
+
+def test_megatron_moe_flags_import():
+    s, _, imported = import_scenario("megatron", text=QWEN3_MOE.replace("\n", " "), topology="dgx-h100")
+    moe = s.model.moe
+    assert (moe.n_experts, moe.top_k, moe.expert_ffn_hidden_size) == (128, 8, 768)
+    assert (moe.first_dense_layers, moe.layer_interval, s.model.mtp_layers) == (0, 1, 1)
+    assert (s.parallel.ep, s.parallel.moe_dispatcher, s.parallel.moe_a2a_overlap) == (8, "alltoall", True)
+    assert {"--moe-grouped-gemm", "--moe-aux-loss-coeff"} <= {k for k, _ in imported.ignored}
+
+
+@pytest.mark.parametrize(("text", "layers", "want"), [
+    ("2", 8, (0, 2)),  # Megatron: an integer N puts experts in blocks 0, N, 2N, ...
+    ("([0]*3+[1]*58)", 61, (3, 1)),  # DeepSeek-V3: three dense blocks first
+    ("([0]*1+[1,0]*3+[1])", 8, (1, 2)),
+])
+def test_moe_layer_freq_patterns(text, layers, want):
+    from simulator.interop.megatron_moe import layer_pattern
+
+    assert layer_pattern(text, layers) == want
+
+
+@pytest.mark.parametrize(("text", "match"), [
+    ("([1]*3+[0]*1)*3", "every k-th block"),  # Megatron's docstring example: not a dense-then-every-k layout
+    ("__import__('os')", "list expression"),
+    ("[1]*7", "entries"),
+])
+def test_moe_layer_freq_refusals(text, match):
+    from simulator.interop.megatron_moe import layer_pattern
+
+    with pytest.raises(InputError, match=match):
+        layer_pattern(text, 12 if "*3" in text else 8)
+
+
+def test_megatron_moe_dispatchers_and_round_trip(tmp_path):
+    base = QWEN3_MOE.replace("\n", " ").replace("--moe-token-dispatcher-type alltoall", "{}")
+    deepep = base.format("--moe-token-dispatcher-type flex --moe-flex-dispatcher-backend deepep")
+    assert import_args(deepep).get("parallel.moe_dispatcher") == "deepep"
+    with pytest.raises(InputError, match="allgather"):  # Megatron-LM's default dispatcher
+        import_args(base.format(""))
+    path = ROOT / "scenarios" / "mixtral-8x7b-ep8-16xh100.yaml"
+    s = load_scenario(path)
+    back, _, _ = import_scenario("megatron", text=export_scenario(s, "megatron").text,
+                                 base_raw={"cluster": load_raw(path)["cluster"]}, base_dir=path.parent)
+    assert back.model.moe == s.model.moe
+    assert (back.parallel.ep, back.parallel.etp, back.parallel.moe_dispatcher) == (s.parallel.ep, s.parallel.etp,
+                                                                                   s.parallel.moe_dispatcher)
