@@ -97,6 +97,9 @@ def export_args(s: Scenario) -> Exported:
         lines.append("--grad-reduce-in-bf16")
     if par.offload_optimizer != "none" or par.offload_param != "none":
         notes.append("optimizer/parameter offload: not a Megatron-LM option")
+    if tr.activation_offload_layers:
+        notes.append(f"training.activation_offload_layers {tr.activation_offload_layers}: Megatron-Core's "
+                     "TransformerConfig cpu_offloading / cpu_offloading_num_layers, set in the model config")
     per_node = s.cluster.topology.gpus_per_node
     head = [f"# Megatron-LM arguments for {s.name} (written by dtsim export)",
             f"# launch: torchrun --nnodes {-(-s.n_gpus // per_node)} --nproc-per-node {min(per_node, s.n_gpus)} "

@@ -471,3 +471,10 @@ def test_megatron_moe_dispatchers_and_round_trip(tmp_path):
     assert back.model.moe == s.model.moe
     assert (back.parallel.ep, back.parallel.etp, back.parallel.moe_dispatcher) == (s.parallel.ep, s.parallel.etp,
                                                                                    s.parallel.moe_dispatcher)
+
+
+def test_megatron_export_names_activation_offloading_it_cannot_write():
+    s = load_scenario(ROOT / "scenarios" / "mixtral-8x7b-ep8-16xh100.yaml",
+                      ["training.activation_checkpointing=none", "training.activation_offload_layers=8"])
+    exported = export_scenario(s, "megatron")
+    assert any("activation_offload_layers 8" in n for n in exported.notes)
