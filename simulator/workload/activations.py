@@ -78,6 +78,16 @@ def is_16bit(scenario: Scenario) -> bool:
     return scenario.training.precision in ("bf16", "fp16", "fp8")
 
 
+def out_proj_input_bytes(pb: int, lin: int, flash_attention: bool) -> int:
+    """Bytes per element of the attention output as stored: the out projection keeps it (``lin``
+    bytes), and a fused attention kernel keeps it too for its own backward (FlashAttention's
+    ``D = rowsum(dO ∘ O)``): one 16-bit tensor serves both unless the projection keeps an FP8 copy,
+    which then comes on top."""
+    if lin == pb:
+        return pb
+    return lin + (pb if flash_attention else 0)
+
+
 def linear_input_bytes(scenario: Scenario, pb: int) -> int:
     """Bytes per element of a linear layer's saved input: 1 under a Transformer Engine FP8 recipe
     (``fp8_casts.SAVES_FP8_INPUTS``), else the training dtype's ``pb``."""
@@ -117,9 +127,10 @@ def layer_activation_bytes(
     ``s·b·h·(10 + 24/t + 5as/(ht))``; selective ``s·b·h·(10 + 24/t)``. Full recomputation keeps only
     the block input, ``p·sbh`` (÷t with SP); see :func:`activations` for the transient.
 
-    ``fp8_inputs`` (Transformer Engine FP8 recipes, ``fp8_casts.SAVES_FP8_INPUTS``): the four linear
-    inputs are kept in FP8, 1 B instead of ``p``: the attention and MLP inputs (the norm outputs), the
-    out-projection input and the MLP-down input (the activation output).
+    ``fp8_inputs`` (Transformer Engine FP8 recipes, ``fp8_casts.SAVES_FP8_INPUTS``): the linear inputs
+    are kept in FP8, 1 B instead of ``p``: the attention and MLP inputs (the norm outputs) and the
+    MLP-down input (the activation output); the out projection's FP8 copy of the attention output comes
+    on top of the 16-bit output a fused attention kernel keeps (``out_proj_input_bytes``).
     """
     p, t, mask = precision_bytes, tp, (MASK_BYTES if dropout else 0)
     sbh = s * b * model.hidden_size
@@ -130,7 +141,8 @@ def layer_activation_bytes(
         return op_sac_layer_bytes(model, b, s, t, sequence_parallel=sequence_parallel, precision_bytes=p)
     lin = 1 if fp8_inputs else p  # bytes per element of a saved linear-layer input
     replicated = sbh * (2 * p + 2 * lin + 2 * mask)
-    qkv_out = p * s * b * (model.q_dim + 2 * model.kv_dim) + lin * s * b * model.q_dim
+    out = out_proj_input_bytes(p, lin, flash_attention)  # the attention output as stored
+    qkv_out = s * b * (p * (model.q_dim + 2 * model.kv_dim) + out * model.q_dim)
     if model.qk_norm:
         qkv_out += p * s * b * (model.q_dim + model.kv_dim)
     mlp = s * b * model.ffn_hidden_size * (p * (model.mlp_matrices - 1) + lin)

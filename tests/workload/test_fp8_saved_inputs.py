@@ -13,12 +13,20 @@ from simulator.workload import activations
     # norm inputs 2 x 2 B x h, attention and MLP inputs 2 x 2 B x h, Q 2 x q, K, V 2 x 2 x kv,
     # out-projection input 2 x q, gate/up 2 x 2 x f, down input 2 x f, log-sum-exp 4 B x 32 heads
     (False, 2 * 2 * 4096 + 2 * 2 * 4096 + 2 * 4096 + 2 * 2 * 1024 + 2 * 4096 + 2 * 2 * 14336 + 2 * 14336 + 4 * 32),
-    # the four linear inputs (attention and MLP inputs, out-projection and down inputs) at 1 B
-    (True, 2 * 2 * 4096 + 2 * 1 * 4096 + 2 * 4096 + 2 * 2 * 1024 + 1 * 4096 + 2 * 2 * 14336 + 1 * 14336 + 4 * 32),
+    # the attention and MLP inputs and the down input at 1 B; the attention output twice: the 16-bit one
+    # FlashAttention keeps for its backward and the out projection's FP8 copy (2 + 1 B)
+    (True, 2 * 2 * 4096 + 2 * 1 * 4096 + 2 * 4096 + 2 * 2 * 1024 + (2 + 1) * 4096 + 2 * 2 * 14336 + 1 * 14336 + 4 * 32),
 ])
 def test_te_fp8_keeps_linear_inputs_in_one_byte(llama3_8b, fp8_inputs, per_token):
     got = activations.layer_activation_bytes(llama3_8b, 1, 4096, fp8_inputs=fp8_inputs)
     assert got == pytest.approx(4096 * per_token)
+
+
+def test_unfused_attention_output_is_kept_only_by_the_projection():
+    # without a fused kernel the attention output is the projection's input only: its FP8 copy (1 B)
+    assert activations.out_proj_input_bytes(2, 1, flash_attention=False) == 1
+    assert activations.out_proj_input_bytes(2, 1, flash_attention=True) == 2 + 1
+    assert activations.out_proj_input_bytes(2, 2, flash_attention=True) == 2  # one tensor serves both
 
 
 @pytest.mark.parametrize(("precision", "recipe", "lin"), [
