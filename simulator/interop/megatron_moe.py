@@ -24,7 +24,7 @@ from __future__ import annotations
 import ast
 
 from simulator.errors import InputError
-from simulator.interop.common import Imported
+from simulator.interop.common import Imported, as_float
 
 FIELD = "megatron"
 VALUE_FLAGS = (
@@ -110,14 +110,15 @@ def import_moe(flags: dict, integer, out: Imported) -> None:
         out.set("model.moe.layer_interval", interval)
     capacity = flags.get("moe-expert-capacity-factor")
     if isinstance(capacity, str):
-        out.set("model.moe.capacity_factor", float(capacity))
+        out.set("model.moe.capacity_factor", as_float(capacity, "--moe-expert-capacity-factor"))
     if flags.get("moe-router-force-load-balancing"):
         out.set("model.moe.imbalance", 1.0)
-    for flag, key in (("expert-model-parallel-size", "ep"), ("expert-tensor-parallel-size", "etp")):
-        if integer(flag):
-            out.set(f"parallel.{key}", integer(flag))
+    ep, etp = integer("expert-model-parallel-size"), integer("expert-tensor-parallel-size")
+    for key, value in (("ep", ep), ("etp", etp)):
+        if value:
+            out.set(f"parallel.{key}", value)
     dispatcher = flags.get("moe-token-dispatcher-type", "allgather")
-    if dispatcher == "allgather" and integer("expert-model-parallel-size") not in (None, 1):
+    if dispatcher == "allgather" and ep not in (None, 1):
         raise InputError("--moe-token-dispatcher-type allgather (Megatron-LM's default) is not simulated with "
                          "expert parallelism: give alltoall or flex", FIELD)
     if dispatcher == "flex" and (flags.get("moe-enable-deepep") or flags.get("moe-flex-dispatcher-backend")

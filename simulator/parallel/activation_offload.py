@@ -25,21 +25,18 @@ from __future__ import annotations
 from typing import Any
 
 from simulator.parallel.ir import GraphBuilder
+from simulator.parallel.schedule import WrappedHooks
 
 
-class OffloadHooks:
+class OffloadHooks(WrappedHooks):
     """Framework hooks plus the activation copies of the first ``work.offload_layers`` blocks."""
 
     def __init__(self, inner: Any, ctx: Any) -> None:
-        self.inner = inner
-        self.ctx = ctx
+        super().__init__(inner, ctx)
         self.n = ctx.work.offload_layers
         self.nbytes = ctx.work.offload_bytes
         self.out: dict[tuple[int, int], int | None] = {}  # (micro-batch, block) -> its copy out
         self.bwd: dict[tuple[int, int], int] = {}  # (micro-batch, block) -> its backward task
-
-    def __getattr__(self, name: str) -> Any:  # finish() reads framework state from the hooks
-        return getattr(self.inner, name)
 
     def _offloaded(self, unit: Any) -> bool:
         return isinstance(unit, int) and unit < self.n
@@ -66,22 +63,10 @@ class OffloadHooks:
             deps.append(back)
         return deps
 
-    def post_recompute(self, b, g, unit, task):
-        return self.inner.post_recompute(b, g, unit, task)
-
-    def grads_ready(self, b, g, key, task):
-        self.inner.grads_ready(b, g, key, task)
-
     def post_backward(self, b: GraphBuilder, g: int, unit: Any, task: int) -> None:
         self.inner.post_backward(b, g, unit, task)
         if isinstance(unit, int):
             self.bwd[(g, unit)] = task
-
-    def repeats(self, g: int) -> bool:  # the copies are keyed by micro-batch: issue every one
-        return False
-
-    def replicated(self, lo: int, hi: int, shift: int) -> None:
-        self.inner.replicated(lo, hi, shift)
 
 
 def wrap_hooks(make_hooks):

@@ -39,7 +39,7 @@ def build_step_graph(ctx: BuildContext) -> StepGraph:
     make_hooks, finish = _FRAMEWORKS[ctx.parallel.framework]
     if ctx.mesh.pp > 1:
         check_pipeline(ctx.parallel)
-        return pipeline.build(ctx, expert_sync.wrap_hooks(make_hooks), expert_sync.wrap_finish(finish))
+        return pipeline.build(ctx, _wrap(make_hooks), expert_sync.wrap_finish(finish))
     b = GraphBuilder()
     hooks = make_hooks(ctx)
     run_micro_batches(b, ctx.work, ctx.n_micro, _wrap(lambda _: hooks)(ctx))

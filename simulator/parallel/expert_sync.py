@@ -20,23 +20,18 @@ from typing import Any
 
 from simulator.parallel.expert import EDP_COMM, MoEWork, is_moe
 from simulator.parallel.ir import COMM, GraphBuilder
+from simulator.parallel.schedule import WrappedHooks
 
 
-class ExpertGradHooks:
+class ExpertGradHooks(WrappedHooks):
     """Wraps a framework's hooks: after the last micro-batch's backward of an MoE block, its expert
-    gradients reduce over the expert-data-parallel group. Everything else goes to the framework."""
+    gradients reduce over the expert-data-parallel group (so it never ``repeats``: the reductions
+    follow the last micro-batch only). Everything else goes to the framework."""
 
     def __init__(self, inner: Any, ctx: Any) -> None:
-        self.inner, self.ctx = inner, ctx
+        super().__init__(inner, ctx)
         self._gathers: dict[tuple[str, int, int], int | None] = {}
         self._step_gathered: set = set()
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.inner, name)
-
-    def repeats(self, g: int) -> bool:
-        """Never: the expert reductions follow the last micro-batch only (``schedule.Hooks.repeats``)."""
-        return False
 
     def _gather(self, b, phase: str, g: int, unit: Any) -> list:
         """ZeRO-3 / FSDP: the all-gather of ``unit``'s expert shard (issued if not yet) and, one
@@ -73,14 +68,8 @@ class ExpertGradHooks:
     def pre_forward(self, b, g, unit):
         return [*self.inner.pre_forward(b, g, unit), *self._gather(b, "fwd", g, unit), *self._step_gather(b, unit)]
 
-    def post_forward(self, b, g, unit, task):
-        return self.inner.post_forward(b, g, unit, task)
-
     def pre_backward(self, b, g, unit):
         return [*self.inner.pre_backward(b, g, unit), *self._gather(b, "bwd", g, unit)]
-
-    def post_backward(self, b, g, unit, task):
-        return self.inner.post_backward(b, g, unit, task)
 
     def grads_ready(self, b, g, key, task):
         self.inner.grads_ready(b, g, key, task)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from simulator.parallel import context_parallel, expert, replicate, tp_overlap
 from simulator.parallel.ir import COMPUTE, GraphBuilder
@@ -118,6 +119,23 @@ class Hooks:
     def replicated(self, lo: int, hi: int, shift: int) -> None:
         """Tasks ``lo..hi−1`` (one micro-batch) were copied ``shift`` ids later (``repeats``)."""
         return None
+
+
+class WrappedHooks:
+    """A framework's hooks with more tasks around them (``expert_sync``, ``activation_offload``): every
+    hook the wrapper does not override is the inner one's, and so is every attribute the framework's
+    ``finish`` reads. ``repeats`` is False: the wrapper's own tasks are keyed by micro-batch."""
+
+    def __init__(self, inner: Any, ctx: Any) -> None:
+        self.inner, self.ctx = inner, ctx
+
+    def __getattr__(self, name: str) -> Any:
+        if name in ("inner", "ctx"):  # not set yet (copying): no recursion through __getattr__
+            raise AttributeError(name)
+        return getattr(self.inner, name)
+
+    def repeats(self, g: int) -> bool:
+        return False
 
 
 def _ops(work: StepWork, unit: Unit, phase: str) -> tuple:

@@ -478,3 +478,9 @@ def test_megatron_export_names_activation_offloading_it_cannot_write():
                       ["training.activation_checkpointing=none", "training.activation_offload_layers=8"])
     exported = export_scenario(s, "megatron")
     assert any("activation_offload_layers 8" in n for n in exported.notes)
+
+
+def test_megatron_moe_bad_capacity_factor_names_the_flag():
+    with pytest.raises(InputError, match="expected a number") as err:
+        import_args(QWEN3_MOE.replace("\n", " ") + " --moe-expert-capacity-factor abc")
+    assert err.value.field == "--moe-expert-capacity-factor"
