@@ -112,7 +112,8 @@ def simulate(scenario: Scenario, *, efficiency: Efficiency | None = None, what_i
     compute = compute_model or RooflineComputeModel(gpu, tr.precision, eff, flops_scale=what_if.flops_scale,
                                                     hbm_scale=what_if.hbm_scale, launch=launch_costs(tr.kernels),
                                                     attention_impl=attention.for_scenario(scenario),
-                                                    attention_head_dim=attention.head_dim_of(scenario.model))
+                                                    attention_head_dim=attention.head_dim_of(scenario.model),
+                                                    host_scale=cl.topology.host.dispatch_scale)
     ctx = context_for(scenario, gpus_per_node=cluster.gpus_per_node)
     pcie = cluster.host_bandwidth_Bps_per_gpu * eff.pcie_fraction
     per_node = cluster.gpus_per_node

@@ -106,6 +106,13 @@ class KernelConfig(Frozen):
     #: torch.compile (Inductor): elementwise chains fused into one kernel each, dispatched by generated
     #: code instead of the eager dispatcher (``simulator.hardware.kernels``).
     compile: bool = False
+    #: CUDA graphs: the code of these Megatron-Core ``--cuda-graph-scope`` parts is captured once and
+    #: replayed, so it costs the host no dispatch (``simulator.workload.host``): ``attn`` the attention
+    #: half of every block, ``mlp`` a dense block's MLP half, ``moe_router`` an MoE block's router (with
+    #: its pre-MLP norm), ``moe_preprocess`` its token dispatcher's preprocessing (``--cuda-graph-impl
+    #: transformer_engine``); ``full_iteration`` the whole forward and backward of every block
+    #: (``--cuda-graph-impl local --cuda-graph-scope full_iteration``). Empty: eager.
+    cuda_graphs: tuple[Literal["attn", "mlp", "moe_router", "moe_preprocess", "full_iteration"], ...] = ()
     #: FP8 scaling recipe when ``training.precision`` is fp8: Transformer Engine ``delayed`` or
     #: ``current`` scaling, torchao float8 ``tensorwise`` or ``rowwise``, Blackwell ``mxfp8``.
     fp8_recipe: Literal["delayed", "current", "tensorwise", "rowwise", "mxfp8"] = "delayed"

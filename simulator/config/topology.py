@@ -82,6 +82,12 @@ class HostConfig(Frozen):
     #: superchips: GB200 900 GB/s bidirectional per Grace + 2 GPUs, hardware.md §1b). When set, host
     #: copies (optimizer offload) use it instead of the PCIe tree; NICs stay on PCIe.
     c2c_GBps: PositiveFloat | None = None
+    #: The host CPU's time per PyTorch call (Python, dispatcher, kernel launch) over an x86 DGX host's
+    #: (Intel Xeon / AMD EPYC), which the host layer's measured block times stand for
+    #: (``simulator.workload.host``). Grace (Arm Neoverse V2) runs PyTorch's host code about 2.75x
+    #: slower: NVIDIA TransformerEngine issue #2053 times ``torch.nn.Linear``'s forward on the CPU at
+    #: 37.08 µs on GB200 and 33.17 µs on GH200 against 13.48 µs on a DGX H100 (Xeon Platinum 8480C).
+    dispatch_scale: PositiveFloat = 1.0
 
 
 class NICConfig(Frozen):

@@ -49,8 +49,10 @@ class RooflineComputeModel:
 
     def __init__(self, gpu: GPUSpec, dtype: Dtype, efficiency: Efficiency, *, flops_scale: float = 1.0,
                  hbm_scale: float = 1.0, launch: LaunchCosts = EAGER, attention_impl: str = "fa2",
-                 attention_head_dim: int = 128) -> None:
+                 attention_head_dim: int = 128, host_scale: float = 1.0) -> None:
         self.gpu = gpu
+        #: the host CPU's time per call over an x86 DGX host's (``HostConfig.dispatch_scale``)
+        self.host_scale = host_scale
         self.eff = efficiency
         self.launch = launch
         self.sms = sm_count(gpu.name)
@@ -130,7 +132,7 @@ class RooflineComputeModel:
                 total += getattr(op, "launches", 1) * per_kernel
             else:
                 measured += s
-        return total + measured * self.eff.host_dispatch_scale
+        return (total + measured * self.eff.host_dispatch_scale) * self.host_scale
 
     def time(self, ops: tuple) -> float:
         """``max(Σ GPU op time, Σ host dispatch)``; cached per ops tuple (builders share one tuple

@@ -28,7 +28,7 @@ import difflib
 import shlex
 
 from simulator.errors import InputError
-from simulator.interop import megatron_moe
+from simulator.interop import megatron_graphs, megatron_moe
 from simulator.interop.common import Imported, as_float, as_int
 
 FIELD = "megatron"
@@ -43,16 +43,16 @@ VALUE_FLAGS = (
     "num-layers-per-virtual-pipeline-stage", "virtual-pipeline-model-parallel-size", "pipeline-model-parallel-layout",
     "fp8-format", "window-size", "window-attn-skip-freq", "recompute-modules",
     "attention-backend", "nnodes", "nproc-per-node",
-) + megatron_moe.VALUE_FLAGS
+) + megatron_moe.VALUE_FLAGS + megatron_graphs.VALUE_FLAGS
 #: Switches dtsim reads.
 BOOL_FLAGS = (
     "group-query-attention", "swiglu", "disable-bias-linear", "add-bias-linear", "qk-layernorm",
     "untie-embeddings-and-output-weights", "use-rotary-position-embeddings", "bf16", "fp16",
     "recompute-activations", "sequence-parallel", "use-distributed-optimizer", "tp-comm-overlap",
     "use-flash-attn", "overlap-grad-reduce", "overlap-param-gather", "fp8-param-gather", "grad-reduce-in-bf16",
-) + megatron_moe.BOOL_FLAGS
+) + megatron_moe.BOOL_FLAGS + megatron_graphs.BOOL_FLAGS
 #: Flags taking a list of values (argparse ``nargs="*"``): every word up to the next flag.
-LIST_FLAGS = ("recompute-modules",)
+LIST_FLAGS = ("recompute-modules",) + megatron_graphs.LIST_FLAGS
 #: Megatron-Core recompute modules dtsim models (``training.recompute_modules``).
 RECOMPUTE_MODULES = ("core_attn", "layernorm", "moe_act", "mla_up_proj")
 _NO_STEP_EFFECT = "optimizer, learning-rate or initialisation hyper-parameter: no effect on step time"
@@ -184,6 +184,7 @@ def import_args(text: str) -> Imported:
 
     _model(flags, integer, out)
     megatron_moe.import_moe(flags, integer, out)
+    megatron_graphs.import_graphs(flags, out)
     _training(flags, integer, out)
     _parallel(flags, integer, out)
     return out

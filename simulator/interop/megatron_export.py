@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from simulator.config.scenario import Scenario
 from simulator.interop.common import Exported
+from simulator.interop.megatron_graphs import export_graphs
 from simulator.interop.megatron_moe import export_moe
 
 
@@ -53,6 +54,7 @@ def export_args(s: Scenario) -> Exported:
         lines += ["--bf16", "--fp8-format hybrid"]
     elif tr.precision in ("bf16", "fp16"):
         lines.append(f"--{tr.precision}")
+    lines += export_graphs(tr.kernels)
     if tr.activation_checkpointing == "full" and tr.recompute_layers is not None:
         lines += ["--recompute-granularity full", "--recompute-method block",
                   f"--recompute-num-layers {tr.recompute_layers}"]

@@ -218,7 +218,7 @@ def attach(work: Any, scenario: Any, pb: int) -> Any:
     that also updates this GPU's expert shard."""
     from simulator.parallel.work import scale_attention
     from simulator.workload import moe as wmoe
-    from simulator.workload import moe_ops
+    from simulator.workload import moe_host, moe_ops
     from simulator.workload import ops as wops
 
     model, tr, par = scenario.model, scenario.training, scenario.parallel
@@ -244,6 +244,8 @@ def attach(work: Any, scenario: Any, pb: int) -> Any:
                                 modules=wrecompute.modules(tr),
                                 fp8=tr.kernels.fp8_recipe if tr.precision == "fp8" else None)
     ops = dataclasses.replace(ops, pre=tuple(scale_attention(op, cp, model, tr) for op in ops.pre))
+    local_experts, fp8_host = max(1, model.moe.n_experts // ep), tr.precision == "fp8"
+    ops = moe_host.forward(ops, model, tr.kernels, local_experts, fp8_host)
     imb = model.moe.effective_imbalance
     act_bytes = ops.routed_tokens * model.hidden_size * imb
     # FP8 dispatch is DeepEP's (DeepSeek-V3 report §3.3.2: activations quantized before the dispatch);
@@ -270,10 +272,13 @@ def attach(work: Any, scenario: Any, pb: int) -> Any:
 
     # expert weights are linear weights: FP8 under parallel.fp8_param_gather (schedule.unit_gather_bytes)
     weight_bytes = expert_local * (DTYPE_BYTES["fp8"] if par.fp8_param_gather else pb)
+    bwd_pre, bwd_experts, bwd_shared, bwd_post = moe_host.backward(
+        tuple(bwd(p) for p in (ops.pre, ops.experts, ops.shared, ops.post)), model, tr.kernels, par.framework,
+        local_experts, fp8_host)
     changes["moe"] = MoEWork(
         layers=flags,
         pre=ops.pre, experts=ops.experts, shared=ops.shared, post=ops.post,
-        bwd_pre=bwd(ops.pre), bwd_experts=bwd(ops.experts), bwd_shared=bwd(ops.shared), bwd_post=bwd(ops.post),
+        bwd_pre=bwd_pre, bwd_experts=bwd_experts, bwd_shared=bwd_shared, bwd_post=bwd_post,
         recompute=full,
         dispatch_bytes=act_bytes * (1 if fp8_dispatch else pb),
         combine_bytes=act_bytes * pb,

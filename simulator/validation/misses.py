@@ -37,10 +37,14 @@ CAUSES: dict[str, str] = {
     "mbridge2511-gb300-qwen3-235b-a22b-64gpu-mxfp8": "TP 2 with the recipe's tp_comm_overlap=True "
     "(Megatron-Bridge qwen3_llm_pretrain.py): dtsim does not model TP overlap with an MoE model, so the "
     "attention's sequence-parallel all-gathers / reduce-scatters (2.4 s of a 16.0 s step) sit exposed on "
-    "the compute stream, and the 4.7 s of EP all-to-alls are all exposed: too slow",
+    "the compute stream, and the 4.7 s of EP all-to-alls are all exposed; and at TP 2 and micro-batch 1 on Grace "
+    "(host.dispatch_scale 2.75) the MoE block's host time (1.8 ms forward with the recipe's graphed router and "
+    "preprocessing, against 0.8 ms of GPU work) binds, -7% -> -26%: either the attention was graphed too (its "
+    "26.02 GB200 sibling graphs attn) or Transformer Engine's CPU micro-optimisations of late 2025 "
+    "(TransformerEngine PR #2146) narrowed Grace's gap: too slow",
     "mbridge260201-gb300-qwen3-235b-a22b-256gpu-mxfp8": "whole EP-32 groups per rack assumed (-55% with 72 GPUs "
     "packed per rack); the rest: the recipe's HybridEP dispatcher and CUDA-graphed router / preprocessing are "
-    "simulated as Megatron's alltoall dispatcher: too slow",
+    "simulated as Megatron's alltoall dispatcher (the graphs' host saving is modelled): too slow",
     "llmfoundry-mpt1b-a100_40gb-32gpu-seq2048": "the same configuration (1B, micro-batch 10, PURE bf16, FULL_SHARD) "
     "is published at 45.4% MFU on 32 A100-40GB and 55.4% on 64: per-GPU throughput 22% higher on twice the GPUs "
     "over the same RoCE fabric, which no scaling mechanism gives; dtsim predicts the two alike (the 64-GPU row is "
@@ -58,7 +62,9 @@ CAUSES: dict[str, str] = {
     "\"2X slower\" on H100 and B200 with the dropless schedule than with token drop; the 25.09 table's same layout ran "
     "10,494 tokens/s/GPU against 5,275 here, which dtsim's -5% matches) on top of the preset's moe_a2a_overlap: the "
     "alltoall dispatcher's per-layer host synchronisation (dropless only: token_dispatcher.py "
-    "_maybe_dtoh_and_synchronize) and Megatron-Core's host time per MoE layer are not modelled: too fast",
+    "_maybe_dtoh_and_synchronize) exposes Megatron-Core's host time per MoE layer, which dtsim models at its "
+    "plain-PyTorch lower bound (simulator/workload/moe_host.py, without Transformer Engine's module overhead): "
+    "hidden behind micro-batch 2's GPU work there: too fast",
 }
 
 
@@ -90,8 +96,8 @@ GROUP_CAUSES: tuple[tuple[str, str], ...] = (
      "memory at micro-batch 4 without recomputation); attention is under a tenth of the simulated step, so even an "
      "exp-bound cuDNN kernel at head dim 64 on Blackwell cannot close a 30-70% gap. The recipes "
      "(gpt_oss_workload_base_configs.py) are simulated with their recompute_modules [layernorm, moe_act] (GB200, "
-     "B200, H100: about 1% slower) and moe_a2a_overlap on GB200 V2 (16% faster); GB300's CUDA-graphed attention and "
-     "router are not modelled (faster still); the experts' fc2 bias, which Megatron-Core adds per expert outside "
+     "B200, H100: about 1% slower) and moe_a2a_overlap on GB200 V2 (16% faster); GB300's and B300's CUDA-graphed attention, "
+     "router and preprocessing take their host time off (training.kernels.cuda_graphs); the experts' fc2 bias, which Megatron-Core adds per expert outside "
      "the grouped GEMM (TEGroupedMLP._apply_bias; TransformerEngine issue #2766), is modelled (about 4% slower), "
      "and so is the distributed optimizer's post-step all-gather of the experts over the expert-DP group (DGX rows, "
      "edp 8 over InfiniBand: 7-12% slower), in the recipes' 16-bit gradient buffer (grad_reduce_in_fp32 False: "
@@ -104,7 +110,10 @@ GROUP_CAUSES: tuple[tuple[str, str], ...] = (
      "(PR #2499: flex dispatcher, micro-batch 4, attention in the CUDA graph) at 26,695, which dtsim matches within "
      "2%. The dropless alltoall dispatcher synchronises host and GPU in every MoE layer's forward "
      "(token_dispatcher.py _maybe_dtoh_and_synchronize, skipped with drop-and-pad), which exposes the host time of "
-     "Megatron-Core's MoE layer at micro-batch 1; dtsim models neither: too fast"),
+     "Megatron-Core's MoE layer at micro-batch 1. dtsim models that host time at its plain-PyTorch lower bound "
+     "(simulator/workload/moe_host.py: 1.1 ms forward and 1.3 ms backward per block with the preset's graphed "
+     "router, +139% -> +110%), not Transformer Engine's module overhead nor what else made 25.11 twice as slow: "
+     "too fast"),
     ("mbridge2511-b200-*", "25.11 container on DGX-B200: its MoE rows are 1.3-2.9x below the 26.02 container's "
      "rows of the same models on B200 (Qwen3-30B-A3B 214 vs 614 at micro-batch 1 vs 4, GPT-OSS 223 vs 373, "
      "DeepSeek-V3 557 vs 725 TFLOP/s/GPU); dtsim models one software state: too fast"),
@@ -112,14 +121,14 @@ GROUP_CAUSES: tuple[tuple[str, str], ...] = (
      "121 vs 208, GB200 547 vs 607 TFLOP/s/GPU); dtsim models one software state: too fast"),
     ("*qwen3*", "MoE in FP8: the experts' grouped GEMMs are priced at the dense FP8 GEMM rate (Transformer "
      "Engine's GroupedLinear under fp8_autocast) with tile and wave quantisation only; the efficiency of the grouped "
-     "FP8 kernels it runs is not measured here. Megatron-Bridge's HybridEP / DeepEP dispatchers and CUDA-graphed MoE "
-     "preprocessing are simulated as the alltoall dispatcher (issue 15)"),
+     "FP8 kernels it runs is not measured here. Megatron-Bridge's HybridEP / DeepEP dispatchers are simulated as "
+     "the alltoall dispatcher (issue 15); the recipes' CUDA graphs take their scopes' host time off"),
     ("*deepseekv3*", "MoE in FP8 (experts and MLA projections at the dense FP8 GEMM rate, the grouped kernels' "
      "efficiency not measured); the recipe's MTP module (model.mtp_layers 1), pipeline layout, recomputed MLA up "
-     "projections (recompute_modules [mla_up_proj]) and 16-bit gradient buffer are simulated, its CUDA-graphed MoE "
-     "preprocessing and HybridEP / DeepEP dispatch as the alltoall dispatcher without graphs; on DGX-B200 "
-     "(pipeline 16, EP 8, micro-batch 1) the dropless dispatcher's per-layer host synchronisation and Megatron-Core's "
-     "host time per MoE layer (Megatron-Bridge issue #1998 for Qwen3-30B) are not modelled: too fast"),
+     "projections (recompute_modules [mla_up_proj]), 16-bit gradient buffer, CUDA-graphed router and preprocessing "
+     "(GB200/GB300) and Megatron-Core's host time per MoE block (its plain-PyTorch lower bound) are simulated, "
+     "HybridEP / DeepEP dispatch as the alltoall dispatcher; on DGX-B200 (pipeline 16, EP 8, micro-batch 1) what "
+     "made the 25.11 MoE rows slow (Megatron-Bridge issue #1998 for Qwen3-30B) is not: too fast"),
     ("llmfoundry-*-h100-*-fp8", "FP8 on H100: modelled gain larger than llm-foundry's Transformer Engine runs "
      "show, even at the measured FP8 GEMM rate (70.9 % of peak vs 80.3 % BF16): small models and long sequences "
      "where FP8's casts and BF16 attention dominate (issue 12)"),

@@ -484,3 +484,37 @@ def test_megatron_moe_bad_capacity_factor_names_the_flag():
     with pytest.raises(InputError, match="expected a number") as err:
         import_args(QWEN3_MOE.replace("\n", " ") + " --moe-expert-capacity-factor abc")
     assert err.value.field == "--moe-expert-capacity-factor"
+
+
+@pytest.mark.parametrize(("flags", "want"), [
+    # NVIDIA's MoE presets (Megatron-Bridge scripts/performance): TE graphs of the router and preprocessing
+    ("--cuda-graph-impl transformer_engine --cuda-graph-scope moe_router moe_preprocess", ["moe_router", "moe_preprocess"]),
+    ("--cuda-graph-impl local --cuda-graph-scope full_iteration", ["full_iteration"]),
+    # an implementation without a scope captures the whole block (Megatron's default scope, "full")
+    ("--cuda-graph-impl transformer_engine", ["attn", "mlp", "moe_router", "moe_preprocess"]),
+    ("--external-cuda-graph --cuda-graph-scope attn", ["attn"]),
+    ("--cuda-graph-impl none", None),
+])
+def test_megatron_cuda_graph_flags(flags, want):
+    base = "--num-layers 2 --hidden-size 1024 --num-attention-heads 16 --seq-length 512 --vocab-size 32000 --bf16 "
+    assert import_args(base + flags).get("training.kernels.cuda_graphs") == want
+
+
+@pytest.mark.parametrize(("flags", "match"), [
+    ("--cuda-graph-impl transformer_engine --cuda-graph-scope moe", "padded capacity factor"),
+    ("--cuda-graph-impl transformer_engine --cuda-graph-scope full_iteration", "needs --cuda-graph-impl local"),
+    ("--cuda-graph-scope attn", "needs --cuda-graph-impl"),
+    ("--cuda-graph-impl cudnn", "give one of"),
+])
+def test_megatron_cuda_graph_refusals(flags, match):
+    base = "--num-layers 2 --hidden-size 1024 --num-attention-heads 16 --seq-length 512 --vocab-size 32000 --bf16 "
+    with pytest.raises(InputError, match=match):
+        import_args(base + flags)
+
+
+def test_megatron_cuda_graphs_round_trip():
+    s = load_scenario(ROOT / "scenarios" / "mixtral-8x7b-ep8-16xh100.yaml",
+                      ["training.kernels.cuda_graphs=[attn,moe_router,moe_preprocess]"])
+    text = export_scenario(s, "megatron").text
+    assert "--cuda-graph-impl transformer_engine" in text
+    assert import_args(text).get("training.kernels.cuda_graphs") == ["attn", "moe_router", "moe_preprocess"]

@@ -1,0 +1,137 @@
+"""Host (CPU) time of an eager MoE block: the attention half, the router and token dispatcher, the experts.
+
+The dense blocks' host model (``simulator.workload.host``) gives an eager block's CPU time from a
+reference block rebuilt in plain PyTorch. An MoE block is not that block: in Megatron-Core its MLP slot
+is ``MoELayer``, the router (gating GEMM, top-k, auxiliary loss), the alltoall token dispatcher
+(tokens per expert, split sizes copied to the host, permute, all-to-alls, the sort by local expert)
+and ``TEGroupedMLP``, whose Transformer Engine ``GroupedLinear`` splits its input and issues one GEMM
+per local expert (TE ``general_grouped_gemm`` → ``nvte_multi_stream_cublas_gemm``, a C++ loop; per
+expert one data- and one weight-gradient GEMM backward, and one input quantize each way in FP8;
+TE issue #1499: the grouped path's cost over a single GEMM is "the CPU overheads of PyTorch ops, such
+as torch.split() and torch.empty() (2x num_gemms calls)"). Its host time grows with the local experts.
+
+Measured by ``python benchmarks/host_dispatch_moe.py`` (the method of ``benchmarks/host_dispatch.py``:
+the layer rebuilt after Megatron-Core 0.13-0.15 with the fusions NVIDIA's MoE recipes turn on,
+``moe_router_fusion``, ``moe_permute_fusion``, ``moe_grouped_gemm``; torch 2.13 on tiny CPU tensors,
+min over a 24-layer stack and three rounds, 1-32 local experts, Theil-Sen line), as fractions of the
+``megatron-flash`` reference block's host time measured in the same run, so they apply to
+``host.BLOCK_HOST_S`` whatever the machine's speed (2 December 2026):
+
+=========================================  ====================  ====================
+piece (intercept + slope × local experts)  forward               backward
+=========================================  ====================  ====================
+attention half (``host.ATTENTION_HALF``)   0.464                 0.376
+router and dispatch (``pre``)              0.759 + 0.0055 e      0.167 + 0.0034 e
+experts                                    0.357 + 0.0397 e      0.289 + 0.0597 e
+combine (``post``)                         0.161 + 0.0015 e      0.037 + 0.0007 e
+FP8 experts' quantize, extra               + 0.0140 e            + 0.0114 e
+=========================================  ====================  ====================
+
+(the reference block: 323 µs forward, 400 µs backward in that run; 16 local experts add 0.64 of its
+forward and 0.96 of its backward; the FP8 row is the difference of the FP8 and 16-bit slopes). Of the
+forward ``pre``, 0.53 is the router with the pre-MLP norm and 0.14 the dispatcher's preprocessing (the
+same at 1-32 experts): the shares that CUDA graphs of scope ``moe_router`` and ``moe_preprocess`` take
+off (``training.kernels.cuda_graphs``; the router's share off the backward ``pre`` too, the
+preprocessing has no backward). ``attn`` takes the attention half off, ``full_iteration`` everything.
+A block with shared experts adds the reference block's MLP half (1 − the attention half) for them.
+
+Where the host time goes: spread over the block's ops in proportion to their work, forward and backward,
+as for a dense block (``host.spread``), so the block is host-bound exactly when its host time exceeds its
+GPU time. A dropless dispatcher synchronises the CPU with the GPU in every MoE layer's forward
+(Megatron-Core ``MoEAlltoAllTokenDispatcher._maybe_dtoh_and_synchronize``: the all-to-all needs its split
+sizes on the host; skipped only with a capacity factor and ``moe_pad_expert_input_to_capacity``). The
+CPU's lead over the GPU then restarts in every layer, so host and GPU time balance per layer and not
+over the whole step: what per-block spreading gives (dtsim balances them per block for dense blocks
+too). The same fractions apply to the other eager reference blocks (``host.block_style``); compiled
+blocks keep the per-kernel dispatch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from simulator.workload import host as whost
+
+#: Per piece, (intercept, slope per local expert) as fractions of the reference block's forward host
+#: time, then of its backward; 16-bit GroupedLinear (module table).
+PIECES: dict[str, tuple[tuple[float, float], tuple[float, float]]] = {
+    "pre": ((0.759, 0.0055), (0.167, 0.0034)),
+    "experts": ((0.357, 0.0397), (0.289, 0.0597)),
+    "post": ((0.161, 0.0015), (0.037, 0.0007)),
+}
+#: Shares of ``pre``'s forward host time in the router (with the pre-MLP norm) and in the preprocessing.
+ROUTER_SHARE, PREPROCESS_SHARE = 0.53, 0.14
+#: The experts' extra slope under FP8 (the per-expert input / gradient quantize), forward and backward.
+FP8_EXPERT_SLOPE = (0.0140, 0.0114)
+
+
+def param_tensors(model: Any, local_experts: int) -> int:
+    """Parameter tensors of one MoE block as Megatron-Core lays them out: QKV and output (and their
+    biases), the norms, the router, each local expert's fc1 and fc2 (``GroupedLinear`` keeps one weight
+    per expert, and one bias with ``linear_bias``) and the shared experts' two weights."""
+    per_linear = 2 if model.linear_bias else 1
+    shared = 2 if model.moe.n_shared_experts else 0
+    return whost.block_param_tensors(model) - 2 * per_linear + 1 + 2 * local_experts * per_linear + shared
+
+
+def _host(piece: str, way: int, local_experts: int, fp8: bool, scopes: frozenset[str]) -> float:
+    """``piece``'s eager host time in reference-block units (module table), less what the CUDA-graph
+    ``scopes`` capture (``host.graphed``)."""
+    if "full_iteration" in scopes:
+        return 0.0
+    a, slope = PIECES[piece][way]
+    if piece == "experts" and fp8:
+        slope += FP8_EXPERT_SLOPE[way]
+    eager = 1.0
+    if piece == "pre":
+        eager -= ROUTER_SHARE * ("moe_router" in scopes) + PREPROCESS_SHARE * ("moe_preprocess" in scopes) * (way == 0)
+    return (a + slope * local_experts) * eager
+
+
+def _spread(pieces: tuple, seconds: float) -> tuple:
+    """``pieces`` (tuples of ops) with ``seconds`` of host time spread over all their ops by work."""
+    flat = whost.spread([op for p in pieces for op in p], seconds)
+    out, i = [], 0
+    for p in pieces:
+        out.append(tuple(flat[i:i + len(p)]))
+        i += len(p)
+    return tuple(out)
+
+
+def forward(ops: Any, model: Any, kernels: Any, local_experts: int, fp8: bool) -> Any:
+    """``ops`` (``moe_ops.MoEBlockOps``) with the block's forward host time spread over them by work
+    (module docstring); unchanged when the block is compiled."""
+    style = whost.block_style(model, kernels)
+    if style is None:
+        return ops
+    ref, scopes = whost.BLOCK_HOST_S[style][0], whost.graphed(kernels)
+    seconds = whost.ATTENTION_HALF[0] * ("attn" not in scopes) + sum(_host(p, 0, local_experts, fp8, scopes)
+                                                                       for p in PIECES)
+    if ops.shared and "full_iteration" not in scopes:
+        seconds += 1 - whost.ATTENTION_HALF[0]
+    pre, experts, shared, post = _spread((ops.pre, ops.experts, ops.shared, ops.post), seconds * ref)
+    return replace(ops, pre=pre, experts=experts, shared=shared, post=post)
+
+
+def backward(bwd: tuple, model: Any, kernels: Any, framework: str, local_experts: int, fp8: bool) -> tuple:
+    """The block's backward pieces (pre, experts, shared, post) with the backward host time spread over
+    their ops by work; recomputed ops keep their forward op's share. Under a
+    ``host.HOOKED_FRAMEWORKS`` engine the backward also runs ``host.GRAD_HOOK_S`` per parameter tensor."""
+    style = whost.block_style(model, kernels)
+    if style is None:
+        return bwd
+    ref, scopes = whost.BLOCK_HOST_S[style][1], whost.graphed(kernels)
+    total = (whost.ATTENTION_HALF[1] * ("attn" not in scopes)
+             + sum(_host(p, 1, local_experts, fp8, scopes) for p in PIECES)) * ref
+    if bwd[2] and "full_iteration" not in scopes:
+        total += (1 - whost.ATTENTION_HALF[1]) * ref
+    if framework in whost.HOOKED_FRAMEWORKS:
+        total += whost.GRAD_HOOK_S * param_tensors(model, local_experts)
+    own = tuple(tuple(op for op in p if not op.name.startswith("recompute.")) for p in bwd)
+    placed = _spread(own, total)
+    out = []
+    for piece, new in zip(bwd, placed, strict=True):
+        it = iter(new)
+        out.append(tuple(op if op.name.startswith("recompute.") else next(it) for op in piece))
+    return tuple(out)

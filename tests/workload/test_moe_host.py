@@ -1,0 +1,121 @@
+"""Host (CPU) time of eager MoE blocks, CUDA-graph scopes and the Grace host (``simulator.workload.moe_host``,
+``simulator.workload.host``, ``HostConfig.dispatch_scale``). Expected values are hand arithmetic on the
+measured fractions of ``benchmarks/host_dispatch_moe.py`` (module tables) and the reference block's
+493 µs forward and 573 µs backward (``benchmarks/host_dispatch.py``)."""
+
+from __future__ import annotations
+
+import pytest
+
+from simulator.catalog import get_gpu
+from simulator.config.loader import scenario_from_dict
+from simulator.config.topology import load_topology
+from simulator.errors import InputError
+from simulator.hardware import kernels
+from simulator.hardware.compute import RooflineComputeModel
+from simulator.hardware.efficiency import for_gpu
+from simulator.parallel import work as pwork
+
+H100 = get_gpu("h100-sxm")
+MODEL = RooflineComputeModel(H100, "bf16", for_gpu(H100), launch=kernels.EAGER)  # host_dispatch_scale 1
+FWD, BWD = 493e-6, 573e-6  # the megatron-flash reference block
+
+
+def _mixtral(ep=2, precision="bf16", graphs=(), compile_=False):
+    kern = {"cuda_graphs": list(graphs), "compile": compile_}
+    raw = {"name": "t", "model": "mixtral-8x7b", "cluster": {"topology": "dgx-h100", "nodes": 1},
+           "training": {"seq_len": 4096, "micro_batch_size": 1, "global_batch_size": 64, "precision": precision,
+                        "kernels": kern},
+           "parallel": {"framework": "ddp", "distributed_optimizer": True, "ep": ep}}
+    return pwork.from_scenario(scenario_from_dict(raw, overrides=["model.moe.imbalance=1.0"])).moe
+
+
+def _h(ops) -> float:
+    return MODEL.host_time(tuple(op for op in ops if not op.name.startswith("recompute.")))
+
+
+def test_an_moe_block_forward_costs_its_code_spread_by_work():
+    # Mixtral 8x7B at EP 2: 4 local experts. Attention half 0.464, router and dispatch 0.759 + 0.0055 x 4,
+    # experts 0.357 + 0.0397 x 4, combine 0.161 + 0.0015 x 4, all x 493 µs
+    mw = _mixtral()
+    total = (0.464 + 0.781 + 0.5158 + 0.167) * FWD
+    assert _fwd(mw) == pytest.approx(total)
+    # spread by work (flops + 200 x bytes): every op carries the same host seconds per unit of work
+    ops = mw.pre + mw.experts + mw.post
+    rates = {op.host_s / (op.flops + 200.0 * op.bytes) for op in ops}
+    assert max(rates) == pytest.approx(min(rates))
+
+
+def test_the_backward_spreads_the_block_host_time_and_adds_the_gradient_hooks():
+    # backward: 0.376 + (0.167 + 0.0034 x 4) + (0.289 + 0.0597 x 4) + (0.037 + 0.0007 x 4) of 573 µs, plus
+    # Megatron DDP's 4.5 µs hook on each of 13 parameter tensors (QKV, output, 2 RMSNorms, router,
+    # 4 experts x fc1 and fc2)
+    mw = _mixtral()
+    total = (0.376 + 0.1806 + 0.5278 + 0.0398) * BWD + 13 * 4.5e-6
+    assert _h(mw.bwd_pre) + _h(mw.bwd_experts) + _h(mw.bwd_post) == pytest.approx(total)
+
+
+def _fwd(mw) -> float:
+    return _h(mw.pre) + _h(mw.experts) + _h(mw.post)
+
+
+def test_fp8_adds_each_experts_quantize_and_more_experts_cost_more():
+    bf16, fp8 = _mixtral(), _mixtral(precision="fp8")
+    # 4 local experts x 0.0140 of the forward reference block more
+    assert _fwd(fp8) - _fwd(bf16) == pytest.approx(4 * 0.0140 * FWD)
+    one = _mixtral(ep=8)  # 1 local expert: 3 fewer x (0.0055 + 0.0397 + 0.0015)
+    assert _fwd(bf16) - _fwd(one) == pytest.approx(3 * 0.0467 * FWD)
+
+
+def test_cuda_graph_scopes_take_their_share_off_the_host():
+    # attn removes the attention half; moe_router 0.53 and moe_preprocess 0.14 of the forward pre's
+    # router and dispatch time (0.759 + 0.022); the backward loses the attention half and 0.53 of its pre
+    g = _mixtral(graphs=("attn", "moe_router", "moe_preprocess"))
+    assert _fwd(g) == pytest.approx((0.781 * (1 - 0.53 - 0.14) + 0.5158 + 0.167) * FWD)
+    total = (0.1806 * (1 - 0.53) + 0.5278 + 0.0398) * BWD + 13 * 4.5e-6
+    assert _h(g.bwd_pre) + _h(g.bwd_experts) + _h(g.bwd_post) == pytest.approx(total)
+    # a full-iteration graph leaves only the gradient hooks, which run outside it
+    full = _mixtral(graphs=("full_iteration",))
+    assert _fwd(full) == 0.0
+    assert _h(full.bwd_pre) + _h(full.bwd_experts) + _h(full.bwd_post) == pytest.approx(13 * 4.5e-6)
+
+
+def test_compiled_moe_blocks_keep_the_per_kernel_dispatch():
+    mw = _mixtral(compile_=True)
+    assert all(op.host_s is None for op in mw.pre + mw.experts + mw.post)
+
+
+def _dense(graphs=()):
+    raw = {"name": "d", "model": "llama-3-8b", "cluster": {"topology": "dgx-h100", "nodes": 1},
+           "training": {"seq_len": 4096, "micro_batch_size": 1, "global_batch_size": 8,
+                        "kernels": {"cuda_graphs": list(graphs)}},
+           "parallel": {"framework": "fsdp"}}
+    return pwork.from_scenario(scenario_from_dict(raw))
+
+
+def test_dense_blocks_lose_their_captured_halves():
+    # Llama 3 in Megatron style (fused norms, flash): 493 / 573 µs; attn takes 0.464 / 0.376 of them off,
+    # attn + mlp all of it
+    assert MODEL.host_time(_dense().layer_fwd) == pytest.approx(FWD)
+    assert MODEL.host_time(_dense(("attn",)).layer_fwd) == pytest.approx((1 - 0.464) * FWD)
+    assert MODEL.host_time(_dense(("attn",)).layer_bwd) == pytest.approx((1 - 0.376) * BWD)
+    assert MODEL.host_time(_dense(("attn", "mlp")).layer_fwd) == 0.0
+    assert MODEL.host_time(_dense(("full_iteration",)).layer_bwd) == 0.0
+
+
+def test_grace_hosts_dispatch_at_their_measured_speed():
+    # TransformerEngine issue #2053: torch.nn.Linear's forward takes 37.08 µs of CPU on GB200 and 13.48 µs
+    # on a DGX H100 (Xeon 8480C): 2.75x; x86 DGX nodes are the reference
+    for name in ("gb200-nvl72", "gb300-nvl72"):
+        assert load_topology(name).host.dispatch_scale == pytest.approx(37.08 / 13.48, rel=2e-3)
+    for name in ("dgx-h100", "dgx-b200"):
+        assert load_topology(name).host.dispatch_scale == 1.0
+    grace = RooflineComputeModel(H100, "bf16", for_gpu(H100), launch=kernels.EAGER, host_scale=2.75)
+    ops = _dense().layer_fwd
+    assert grace.host_time(ops) == pytest.approx(2.75 * FWD)
+
+
+def test_an_unknown_cuda_graph_scope_is_refused_naming_the_field():
+    with pytest.raises(InputError) as err:
+        _dense(("moe",))
+    assert "cuda_graphs" in str(err.value)
