@@ -148,7 +148,7 @@ def simulate(scenario: Scenario, *, efficiency: Efficiency | None = None, what_i
                           causal=tr.kernels.flash_attention, recompute=recompute, **terms)
     mem = memory.breakdown(scenario).as_dict()
     breakdown = {k: summary[k] for k in ("forward_s", "backward_s", "recompute_s", "optimizer_s", "idle_s",
-                                         "compute_busy_s", "bubble_s")}
+                                         "compute_busy_s", "bubble_s", "host_bound_s")}
     breakdown["offload"] = summary["offload"]
     breakdown["communication"] = summary["communication"]
     breakdown["by_dimension"] = summary["by_dimension"]

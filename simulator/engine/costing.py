@@ -167,7 +167,10 @@ class Costing:
         tuple is kept with its cost so its ``id`` cannot be reused while the entry lives."""
         hit = self._ops.get(id(ops))
         if hit is None or hit[0] is not ops:
-            hit = self._ops[id(ops)] = (ops, TaskCost(self.compute.time(ops)))
+            bound = getattr(self.compute, "host_bound", None)  # compute models without a host side have none
+            excess = bound(ops) if bound is not None else 0.0
+            cost = TaskCost(self.compute.time(ops), {"host_bound_s": excess} if excess > 0 else {})
+            hit = self._ops[id(ops)] = (ops, cost)
         return hit[1]
 
     def cost(self, task: Any) -> TaskCost:

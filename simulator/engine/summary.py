@@ -5,6 +5,9 @@
   spans) and ``exposed_s`` = the part of that time when no compute kernel runs
   (``measure(union(kind) − union(compute))``);
 * offload: PCIe copies on link, and copies + CPU optimizer exposed (the GPU idles meanwhile);
+* ``host_bound_s``: of the compute busy time, the part the GPU waits for the CPU to issue kernels
+  (each host-bound task's host time minus its GPU work, ``RooflineComputeModel.host_bound``): what CUDA
+  graphs, torch.compile or larger micro-batches would win back;
 * ``by_dimension``: the same two numbers per parallel dimension: ``tp`` (tensor-parallel
   collectives), ``cp`` (context-parallel K/V ring), ``pp`` (pipeline p2p) and ``dp`` (gradient
   reduction, parameter gathers);
@@ -36,7 +39,10 @@ def summarize(trace: Trace) -> dict[str, Any]:
     built once and every exposed-time query subtracts from it. Merging is exact (endpoints are
     kept, never recomputed), so the figures equal those of a union of the raw spans bit for bit."""
     by: dict[tuple[str, str], list[tuple[float, float]]] = {}
+    host_bound = 0.0
     for s in trace.spans:
+        if s.args and s.category == "compute":
+            host_bound += s.args.get("host_bound_s", 0.0)
         key = (s.category, s.kind)
         ivs = by.get(key)
         if ivs is None:
@@ -79,6 +85,8 @@ def summarize(trace: Trace) -> dict[str, Any]:
     out["offload"] = {"on_link_s": measure(copies), "exposed_s": exposed(copies + host, compute_iv),
                       "cpu_optimizer_s": out["cpu_optimizer_s"]}
     out["idle_s"] = out["step_time_s"] - out["compute_busy_s"]
+    # compute time the GPU spends waiting for the CPU to issue kernels (host-bound tasks)
+    out["host_bound_s"] = host_bound
     return out
 
 

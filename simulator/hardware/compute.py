@@ -134,6 +134,11 @@ class RooflineComputeModel:
                 measured += s
         return (total + measured * self.eff.host_dispatch_scale) * self.host_scale
 
+    def host_bound(self, ops: tuple) -> float:
+        """Seconds by which issuing ``ops`` outlasts their GPU work (0 when GPU-bound): the part of
+        ``time`` the GPU waits on the CPU."""
+        return max(0.0, self.host_time(ops) - sum(self.op_time(op) for op in ops))
+
     def time(self, ops: tuple) -> float:
         """``max(Σ GPU op time, Σ host dispatch)``; cached per ops tuple (builders share one tuple
         across layers)."""

@@ -57,7 +57,8 @@ class StepReport:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready: ``step_time_s``, ``tokens_per_s``, ``tokens_per_s_per_gpu``, ``mfu``, ``hfu``,
-        ``breakdown`` (forward_s, backward_s, recompute_s, optimizer_s, bubble_s, offload{on_link_s,
+        ``breakdown`` (forward_s, backward_s, recompute_s, optimizer_s, host_bound_s (the part of those the
+        GPU waits for the CPU to issue kernels), bubble_s, offload{on_link_s,
         exposed_s}, communication{kind: {on_link_s, exposed_s}}, by_dimension{tp|pp|dp: {on_link_s,
         exposed_s}}, and with pp > 1 ``stages`` [{stage, compute_busy_s, bubble_s, exposed_comm_s,
         idle_s}] and ``reported_stage``), ``memory`` (with ``total_bytes``, ``fits``; with pp > 1 or

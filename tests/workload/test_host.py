@@ -168,3 +168,20 @@ def test_a_document_longer_than_the_sequence_is_refused():
            "training": {"seq_len": 1024, "document_tokens": 2048, "micro_batch_size": 1, "global_batch_size": 8}}
     with pytest.raises((InputError, ValueError), match="document_tokens"):
         scenario_from_dict(raw)
+
+
+def test_the_report_names_the_cpu_bound_part_of_compute():
+    # hidden 1,024 at TP 8 and micro-batch 2: a block's forward is 0.2 ms of GPU work against 714 µs of
+    # host time, so its task is host-bound by the difference; a 4,096-token micro-batch of a 7B model
+    # is GPU-bound (0 µs)
+    model = RooflineComputeModel(A100, "bf16", CPU_ONLY, launch=kernels.EAGER)
+    tiny = pwork.from_scenario(_scenario(tp=8, mbs=2)).layer_fwd
+    gpu = sum(model.op_time(op) for op in tiny)
+    assert gpu < 714e-6 and model.host_bound(tiny) == pytest.approx(714e-6 - gpu)
+    big = pwork.from_scenario(_scenario(h=4096, mbs=4)).layer_fwd
+    assert model.host_bound(big) == 0.0
+    # the step report sums it over the compute tasks: part of the busy time, none for the GPU-bound run
+    small = simulate(_scenario(tp=8, mbs=2)).breakdown
+    busy = small["forward_s"] + small["backward_s"] + small["recompute_s"] + small["optimizer_s"]
+    assert 0 < small["host_bound_s"] < busy
+    assert simulate(_scenario(h=4096, mbs=4)).breakdown["host_bound_s"] == 0.0
