@@ -102,8 +102,13 @@ GROUP_CAUSES: tuple[tuple[str, str], ...] = (
      "and so is the distributed optimizer's post-step all-gather of the experts over the expert-DP group (DGX rows, "
      "edp 8 over InfiniBand: 7-12% slower), in the recipes' 16-bit gradient buffer (grad_reduce_in_fp32 False: "
      "faster, 26.02 DGX-B200 +34% -> +46%); the eager clamp of the clamped SwiGLU (fused_bias_geglu.py: chunk, two "
-     "clamps, cat) is modelled (about 5% slower) and the 128 experts of width 2,880 as their shapes. Untimed "
-     "candidates: cuDNN's learnable-sink backward at head dim 64 and sliding-window tile skipping"),
+     "clamps, cat) is modelled (about 5% slower) and the 128 experts of width 2,880 as their shapes. Ruled "
+     "out since: cuDNN skips the sliding window's masked tiles (cudnn-frontend's GB200 GPT-OSS benchmark, head dim "
+     "64 with sinks: window-128 layer 0.106 ms against 0.553 ms full causal at 8,192 tokens) and runs the learnable "
+     "sinks fused from cuDNN 9.13.1 (TransformerEngine PR #2148), the NeMo containers' version (NeMo-RL issue #1685). "
+     "The measured steps are corroborated: Megatron-Bridge's GB200 model-verification card gives 4,995.63 ms per "
+     "step (16,398 tokens/s/GPU) for the EP-64 micro-batch-4 preset, dtsim 3.3 s. Untimed candidate: cuDNN's "
+     "learnable-sink backward at head dim 64"),
     ("mbridge2511-b200-qwen3-30b*", "25.11 dropless regression at micro-batch 1: Megatron-Bridge issue #1998 "
      "(Qwen3-30B \"2X slower\" on H100 and B200 with the dropless schedule than with token drop, 25.11 against "
      "25.09); the 25.09 table ran this layout at 18,066 tokens/s/GPU (token drop), 9,299 here, and 26.02.01's preset "
