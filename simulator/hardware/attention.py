@@ -94,6 +94,22 @@ HEAD_DIM_64: dict[str, tuple[float, float]] = {
     "cudnn": (413 / 595, 433 / 516),
     "fa3": (497 / 648, 474 / 561),
 }
+#: Forward rate of cuDNN fused attention on a compute capability relative to its architecture's rate,
+#: by SM version. Blackwell Ultra (sm_103: B300, GB300) doubles the SFU's exponential throughput
+#: (MUFU.EX2), which bounds the softmax of a fused attention forward on Blackwell: cudnn-frontend's
+#: prefill sweep (benchmark/attention_inference/results/prefill_sweep, cuDNN 9.27, 28 September 2026,
+#: Llama 3.1 shape: 64 query / 8 KV heads, head dim 128, causal, bf16) measures GB300 at 1,986.3 TFLOP/s
+#: and GB200 at 1,562.9 at 16,384 tokens (1.271; 1.304 at 8,192, 1.373 at 4,096), the same 2,500 TFLOP/s
+#: dense peak. The 16k ratio is taken (the rates' reference length). No backward measurement: the
+#: backward, with 2.5x the forward's matmul work per exponential, keeps its rate.
+SM_CUDNN_FORWARD_SPEEDUP: dict[int, float] = {103: 1986.3 / 1562.9}
+
+
+def forward_speedup(impl: str, sm: int | None) -> float:
+    """``SM_CUDNN_FORWARD_SPEEDUP`` of ``sm`` for cuDNN fused attention, else 1."""
+    return SM_CUDNN_FORWARD_SPEEDUP.get(sm or 0, 1.0) if impl == "cudnn" else 1.0
+
+
 #: Architectures FlashAttention-3 runs on (wgmma and TMA: Hopper only).
 FA3_ARCHS = ("hopper",)
 #: Architectures where ``cudnn`` is costed as ``fa2`` (no published cuDNN rate).

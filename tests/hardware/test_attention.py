@@ -157,3 +157,16 @@ def test_megatron_attention_backend_flag_maps_to_the_kernel():
     for flag, impl in (("fused", "cudnn"), ("flash", "fa2"), ("unfused", "eager")):
         out = import_args(f"{base} --attention-backend {flag}")
         assert out.get("training.kernels.attention") == impl
+
+
+def test_blackwell_ultra_runs_the_cudnn_forward_at_its_measured_speedup():
+    # cudnn-frontend's prefill sweep (cuDNN 9.27, 64/8 heads, head dim 128, 16,384 tokens): GB300 1,986.3
+    # and GB200 1,562.9 TFLOP/s forward at the same 2,500 TFLOP/s dense peak; no backward measurement
+    gb200, gb300 = get_gpu("gb200"), get_gpu("gb300")
+    eff = for_gpu(gb200)
+    old = RooflineComputeModel(gb200, "bf16", eff, attention_impl="cudnn")
+    new = RooflineComputeModel(gb300, "bf16", eff, attention_impl="cudnn")
+    assert new.attn_rate[0] / old.attn_rate[0] == pytest.approx(1986.3 / 1562.9)
+    assert new.attn_rate[1] == pytest.approx(old.attn_rate[1])
+    # only the measured kernel: FlashAttention-2 on sm_103 keeps Blackwell's rate
+    assert attention.forward_speedup("fa2", 103) == 1.0 and attention.forward_speedup("cudnn", 100) == 1.0
