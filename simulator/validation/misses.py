@@ -118,7 +118,7 @@ GROUP_CAUSES: tuple[tuple[str, str], ...] = (
      "(token_dispatcher.py _maybe_dtoh_and_synchronize, skipped with drop-and-pad), which exposes the host time of "
      "Megatron-Core's MoE layer at micro-batch 1. dtsim models that host time at its plain-PyTorch lower bound "
      "(simulator/workload/moe_host.py: 1.1 ms forward and 1.3 ms backward per block with the preset's graphed "
-     "router, +139% -> +110%), not Transformer Engine's module overhead nor what else made 25.11 twice as slow: "
+     "router, +139% -> +110%; +112% after the Blackwell refit), not Transformer Engine's module overhead nor what else made 25.11 twice as slow: "
      "too fast"),
     ("mbridge2511-b200-*", "25.11 container on DGX-B200: its MoE rows are 1.3-2.9x below the 26.02 container's "
      "rows of the same models on B200 (Qwen3-30B-A3B 214 vs 614 at micro-batch 1 vs 4, GPT-OSS 223 vs 373, "
