@@ -69,7 +69,7 @@ class RooflineComputeModel:
         self.fast_accum = FP8_FAST_ACCUM_SPEEDUP.get(gpu.arch, 1.0) if self.fp8 else 1.0
         self.attn_peak = gpu.sustained_peak_flops(attn_dtype) * flops_scale
         self.hbm_Bps = gpu.hbm_bandwidth_Bps * efficiency.hbm_fraction * hbm_scale
-        self._cache: dict[int, tuple[tuple, float]] = {}
+        self._cache: dict[int, tuple[tuple, float, float]] = {}
         #: the fused attention kernel and its (forward, backward) rates in FLOP/s at long sequence
         self.attention_impl = attention_impl
         if attention_impl in attention.FUSED:
@@ -135,17 +135,20 @@ class RooflineComputeModel:
                 measured += s
         return (total + measured * self.eff.host_dispatch_scale) * self.host_scale
 
+    def _priced(self, ops: tuple) -> tuple:
+        """``(ops, max(Σ GPU op time, Σ host dispatch), host excess)``, computed once per ops tuple (builders
+        share one tuple across layers; the tuple is kept so its ``id`` is not reused)."""
+        hit = self._cache.get(id(ops))
+        if hit is None or hit[0] is not ops:
+            gpu, host = sum(self.op_time(op) for op in ops), self.host_time(ops)
+            hit = self._cache[id(ops)] = (ops, max(gpu, host), max(0.0, host - gpu))
+        return hit
+
     def host_bound(self, ops: tuple) -> float:
         """Seconds by which issuing ``ops`` outlasts their GPU work (0 when GPU-bound): the part of
         ``time`` the GPU waits on the CPU."""
-        return max(0.0, self.host_time(ops) - sum(self.op_time(op) for op in ops))
+        return self._priced(ops)[2]
 
     def time(self, ops: tuple) -> float:
-        """``max(Σ GPU op time, Σ host dispatch)``; cached per ops tuple (builders share one tuple
-        across layers)."""
-        hit = self._cache.get(id(ops))
-        if hit is not None and hit[0] is ops:
-            return hit[1]
-        total = max(sum(self.op_time(op) for op in ops), self.host_time(ops))
-        self._cache[id(ops)] = (ops, total)
-        return total
+        """``max(Σ GPU op time, Σ host dispatch)``."""
+        return self._priced(ops)[1]

@@ -244,7 +244,7 @@ def attach(work: Any, scenario: Any, pb: int) -> Any:
                                 modules=wrecompute.modules(tr),
                                 fp8=tr.kernels.fp8_recipe if tr.precision == "fp8" else None)
     ops = dataclasses.replace(ops, pre=tuple(scale_attention(op, cp, model, tr) for op in ops.pre))
-    local_experts, fp8_host = max(1, model.moe.n_experts // ep), tr.precision == "fp8"
+    local_experts, fp8_host = ops.local_experts, tr.precision == "fp8"
     ops = moe_host.forward(ops, model, tr.kernels, local_experts, fp8_host)
     imb = model.moe.effective_imbalance
     act_bytes = ops.routed_tokens * model.hidden_size * imb

@@ -49,6 +49,8 @@ class MoEBlockOps:
     post: tuple
     #: Token copies this GPU sends in the dispatch (and receives back in the combine): T·top_k.
     routed_tokens: float
+    #: Experts held by this GPU (``E/ep``, at least 1).
+    local_experts: int = 1
 
 
 #: Expert biases (``model.linear_bias``, GPT-OSS): Megatron-Core's ``TEGroupedMLP`` adds the fc2 bias
@@ -234,4 +236,4 @@ def moe_block_ops(model: ModelConfig, b: int, s: int, tp: int, pb: int, kernels,
     if not kernels.fused_norm_residual:
         post.append(wops.memory_op("output_residual_add", b * s * h, 3, pb, wops._ADD_FLOPS))
     return MoEBlockOps(tuple(_mark(pre, recompute)), tuple(_mark(experts, recompute)),
-                       tuple(_mark(shared, recompute)), tuple(_mark(post, recompute)), routed)
+                       tuple(_mark(shared, recompute)), tuple(_mark(post, recompute)), routed, local_experts)
