@@ -108,8 +108,14 @@ GROUP_CAUSES: tuple[tuple[str, str], ...] = (
      "64 with sinks: window-128 layer 0.106 ms against 0.553 ms full causal at 8,192 tokens) and runs the learnable "
      "sinks fused from cuDNN 9.13.1 (TransformerEngine PR #2148), the NeMo containers' version (NeMo-RL issue #1685). "
      "The measured steps are corroborated: Megatron-Bridge's GB200 model-verification card gives 4,995.63 ms per "
-     "step (16,398 tokens/s/GPU) for the EP-64 micro-batch-4 preset, dtsim 3.3 s. Untimed candidate: cuDNN's "
-     "learnable-sink backward at head dim 64"),
+     "step (16,398 tokens/s/GPU) for the EP-64 micro-batch-4 preset, dtsim 3.3 s. Untimed candidate: the "
+     "learnable-sink backward. Its forward is fast (the benchmark above: 0.553 ms, 995 TFLOP/s, for one 8,192-token "
+     "causal layer with sinks, 64/8 heads of 64, cuDNN 9.27), so placed wholly in the backward of the 18 full-attention blocks (4.5 per H100 "
+     "pipeline stage) the missing time means a backward at 55-110 TFLOP/s on H100 and 65-80 on B200, B300 and GB200 "
+     "(the 25.11 DGX-B200 row aside; GB300 135-155), about the same on both generations, against dtsim's cuDNN "
+     "rates of about 250 (H100) and 700 (B200) at head dim 64. Transformer Engine names cuDNN's \"generic kernel\" "
+     "as the one computing the learnable-softmax backward (TransformerEngine PR #3470); cudnn-frontend's training "
+     "sweep times no backward with sinks, so it stays a candidate"),
     ("mbridge2511-b200-qwen3-30b*", "25.11 dropless regression at micro-batch 1: Megatron-Bridge issue #1998 "
      "(Qwen3-30B \"2X slower\" on H100 and B200 with the dropless schedule than with token drop, 25.11 against "
      "25.09); the 25.09 table ran this layout at 18,066 tokens/s/GPU (token drop), 9,299 here, and 26.02.01's preset "
@@ -145,13 +151,17 @@ GROUP_CAUSES: tuple[tuple[str, str], ...] = (
      "other, image mosaicml/pytorch:2.1.0_cu121-nightly20230827 for the A100 and H100 rows alike), a 2022 "
      "kernel without Hopper's wgmma/TMA path; with no published H100 rate it is simulated as FlashAttention-2. "
      "Its author's header says Triton forward + backward runs \"slightly slower than\" FlashAttention-1 (tested on "
-     "A100 only), which FlashAttention-2 beats 1.7-3.0x (arXiv:2307.08691 §4), yet at FlashAttention-1's rate "
-     "(training.kernels.attention fa1) the long-sequence rows come out 20-37% too slow on both GPUs: between the two"),
+     "A100 only); FlashAttention-2 is \"1.3-1.5x faster than FlashAttention in Triton in the forward pass and "
+     "around 2x faster in the backward pass\" (arXiv:2307.08691 §4.1, A100). Costed at that ratio (1/1.4, 1/2 of "
+     "FlashAttention-2) with the attention shares refitted (tried 2 Dec 2026), Ampere's share goes 0.54 -> 0.97 "
+     "and Hopper's 0.57 -> 0.95, the long-sequence H100 rows still come out 24-30% too slow and the torchtitan "
+     "and NeMo long-sequence rows 30-61% too fast (all runs 10.9 -> 12.1%): the kernel runs between the two"),
     ("llmfoundry-*-a100*-seq*", "A100, attention-dominated (small model or long sequence): the benchmark ran "
      "llm-foundry's Triton FlashAttention (attn_impl default 'triton'), simulated at FlashAttention-2's rate; "
      "FlashAttention-2 is 1.3-1.5x faster than FlashAttention in Triton forward and about 2x backward on A100 "
-     "(Dao 2023, arXiv:2307.08691 §4.1), yet FlashAttention-1's rate (fa1) leaves the long-sequence rows 20-37% "
-     "too slow: between the two, too fast"),
+     "(Dao 2023, arXiv:2307.08691 §4.1); costed at that ratio with the shares refitted, Ampere's attention share "
+     "rises 0.54 -> 0.97 (near its bound of 1), the 125M and 13B long-sequence rows come out 16% too slow and "
+     "torchtitan's A100 rows 7-9% too fast (A100 7.8 -> 8.0%): between the two, too fast"),
     ("nemo-longseq2403-*", "long-context NeMo (cuDNN attention with context parallelism) too slow: one Hopper "
      "attention share (0.54 without NeMo, 0.57 with it) is fitted on the attention-dominated runs of NeMo "
      "(cuDNN) and torchtitan (FlashAttention-2) together; the NeMo rows alone want 0.61-0.68 of the cuDNN "
