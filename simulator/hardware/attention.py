@@ -59,7 +59,12 @@ CUDNN_ARCHS = ("hopper", "blackwell")
 #: Ampere is an error. cuDNN fused attention on A100 has no published rate here: it is costed at
 #: FlashAttention-2's (an assumption, ``CUDNN_AS_FA2``).
 #:
-#: Blackwell (B200, 2,250 TFLOP/s dense BF16): FlashAttention-2 has no Blackwell code path (no tcgen05
+#: Blackwell cuDNN: cudnn-frontend's attention training sweep (benchmark/attention_training, config
+#: ``llama``: Llama 3.1 shape, 64 query / 8 KV heads, head dim 128, batch 2, bf16; results/llama3.1/gb200,
+#: 28 September 2026, cuDNN backend 9.27) measures GB200 at 1,662 TFLOP/s forward and 1,322 backward at
+#: 16,384 tokens without a mask (causal: 1,609 / 1,287), of the GB200's 2,500 TFLOP/s dense peak.
+#:
+#: Blackwell FlashAttention-2 (B200, 2,250 TFLOP/s dense BF16): it has no Blackwell code path (no tcgen05
 #: tensor-core instructions); its Ampere-style kernels run there at a fraction of the peak.
 #: tritonbench (meta-pytorch/tritonbench PR #171, B200, ``flash_v2``, batch 8, 16 heads, head dim 128)
 #: measures 330.6 TFLOP/s forward at sequence 16k (361.6 at 8k); flash-attention issue #1589 (flash-attn
@@ -67,8 +72,7 @@ CUDNN_ARCHS = ("hopper", "blackwell")
 #: whose backward/forward ratio 0.880 gives the head-dim-128 backward. PyTorch SDPA runs this kernel on
 #: B200 unless it prefers cuDNN, which it does only from bundled cuDNN 9.15 on (``sdp_utils.cpp``
 #: ``check_prefer_cudnn_attention``, gated on cuDNN > 9.15.0 for sm90/sm100: torch 2.11 and later,
-#: huggingface/transformers PR #48163). cuDNN and the other fused kernels on Blackwell have no rate in
-#: this table: they take the planning ``flash_attention_fraction`` (``fractions``).
+#: huggingface/transformers PR #48163). FlashAttention-3 does not run on Blackwell (``FA3_ARCHS``).
 FRACTIONS: dict[str, dict[str, tuple[float, float]]] = {
     "hopper": {
         "fa2": (370 / 989.5, 322 / 989.5),
@@ -80,6 +84,7 @@ FRACTIONS: dict[str, dict[str, tuple[float, float]]] = {
     },
     "blackwell": {
         "fa2": (330.6 / 2250, 330.6 / 2250 * 334.0 / 379.4),
+        "cudnn": (1662 / 2500, 1322 / 2500),
     },
 }
 #: Rate at head dim 64 relative to head dim 128, ``(forward, backward)``: FlashAttention-3 paper (Shah et
@@ -94,20 +99,21 @@ HEAD_DIM_64: dict[str, tuple[float, float]] = {
     "cudnn": (413 / 595, 433 / 516),
     "fa3": (497 / 648, 474 / 561),
 }
-#: Forward rate of cuDNN fused attention on a compute capability relative to its architecture's rate,
-#: by SM version. Blackwell Ultra (sm_103: B300, GB300) doubles the SFU's exponential throughput
-#: (MUFU.EX2), which bounds the softmax of a fused attention forward on Blackwell: cudnn-frontend's
-#: prefill sweep (benchmark/attention_inference/results/prefill_sweep, cuDNN 9.27, 28 September 2026,
-#: Llama 3.1 shape: 64 query / 8 KV heads, head dim 128, causal, bf16) measures GB300 at 1,986.3 TFLOP/s
-#: and GB200 at 1,562.9 at 16,384 tokens (1.271; 1.304 at 8,192, 1.373 at 4,096), the same 2,500 TFLOP/s
-#: dense peak. The 16k ratio is taken (the rates' reference length). No backward measurement: the
-#: backward, with 2.5x the forward's matmul work per exponential, keeps its rate.
-SM_CUDNN_FORWARD_SPEEDUP: dict[int, float] = {103: 1986.3 / 1562.9}
+#: Rate of cuDNN fused attention on a compute capability relative to its architecture's rate, by SM
+#: version, ``(forward, backward)``. Blackwell Ultra (sm_103: B300, GB300) doubles the SFU's exponential
+#: throughput (MUFU.EX2), which bounds the softmax of a fused attention kernel on Blackwell; the backward,
+#: with 2.5x the forward's matmul work per exponential, gains less. cudnn-frontend's attention training
+#: sweep (the Blackwell ``FRACTIONS`` entry's run, results/llama3.1/gb300 against .../gb200, same day,
+#: same cuDNN, same 2,500 TFLOP/s dense peak) at 16,384 tokens without a mask: forward 2,112 against
+#: 1,662 TFLOP/s (1.271), backward 1,494 against 1,322 (1.130); causal 1.234 / 1.145. Its prefill sweep
+#: (benchmark/attention_inference/results/prefill_sweep, causal) gives the same forward ratio, 1,986.3
+#: against 1,562.9 (1.271).
+SM_CUDNN_SPEEDUP: dict[int, tuple[float, float]] = {103: (2112 / 1662, 1494 / 1322)}
 
 
-def forward_speedup(impl: str, sm: int | None) -> float:
-    """``SM_CUDNN_FORWARD_SPEEDUP`` of ``sm`` for cuDNN fused attention, else 1."""
-    return SM_CUDNN_FORWARD_SPEEDUP.get(sm or 0, 1.0) if impl == "cudnn" else 1.0
+def sm_speedup(impl: str, sm: int | None) -> tuple[float, float]:
+    """``SM_CUDNN_SPEEDUP`` of ``sm`` for cuDNN fused attention, else ``(1, 1)``."""
+    return SM_CUDNN_SPEEDUP.get(sm or 0, (1.0, 1.0)) if impl == "cudnn" else (1.0, 1.0)
 
 
 #: Architectures FlashAttention-3 runs on (wgmma and TMA: Hopper only).
@@ -138,10 +144,10 @@ def for_scenario(scenario: Any) -> str:
 def fractions(impl: str, arch: str, fallback: float) -> tuple[float, float]:
     """``(forward, backward)`` long-sequence fraction of dense 16-bit peak of ``impl`` on ``arch``.
 
-    A kernel without a published rate on the architecture (every kernel on Ada, Volta or AMD; cuDNN on
-    Blackwell) uses ``fallback`` (``efficiency.yaml``'s ``flash_attention_fraction`` planning value) for
-    both directions (``fa1`` at half of ``fa2``). ``fa3`` anywhere but Hopper raises ``InputError``:
-    FlashAttention-3 needs Hopper's wgmma and TMA."""
+    A kernel without a published rate on the architecture (every kernel on Ada, Volta or AMD) uses
+    ``fallback`` (``efficiency.yaml``'s ``flash_attention_fraction`` planning value) for both directions
+    (``fa1`` at half of ``fa2``). ``fa3`` anywhere but Hopper raises ``InputError``: FlashAttention-3
+    needs Hopper's wgmma and TMA."""
     if impl in UNFUSED_ATTENTION:
         raise ValueError(f"{impl} is unfused: its GEMMs and softmax are costed as such")
     table = FRACTIONS.get(arch, {})

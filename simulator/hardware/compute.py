@@ -76,8 +76,8 @@ class RooflineComputeModel:
             fwd, bwd = attention.fractions(attention_impl, gpu.arch, efficiency.flash_attention_fraction)
             hf, hb = attention.head_dim_factor(attention_impl, gpu.arch, attention_head_dim)
             c = efficiency.attention_sustained_of_bench
-            fwd *= attention.forward_speedup(attention_impl, getattr(gpu, "sm", None))
-            self.attn_rate = (self.attn_peak * fwd * hf * c, self.attn_peak * bwd * hb * c)
+            sf, sb = attention.sm_speedup(attention_impl, getattr(gpu, "sm", None))
+            self.attn_rate = (self.attn_peak * fwd * hf * c * sf, self.attn_peak * bwd * hb * c * sb)
         else:  # unfused: no attention ops reach op_time; keep a rate for ops built without the scenario
             self.attn_rate = (self.attn_peak * efficiency.flash_attention_fraction,) * 2
 

@@ -57,7 +57,7 @@ def test_a100_fa2_forward_is_230_tflops_and_fa3_has_no_a100_rate():
         _model(A100, "fa3")
 
 
-def test_b200_fa2_runs_at_its_published_hopper_less_rate_and_cudnn_at_the_planning_value():
+def test_b200_fa2_and_cudnn_run_at_their_published_rates():
     # tritonbench PR #171: flash_v2 on B200, head dim 128, sequence 16k: 330.6 TFLOP/s forward; the
     # backward at flash-attention issue #1589's B200 ratio 334.0 / 379.4. Peak 2,250 TFLOP/s.
     b200 = get_gpu("b200")
@@ -67,10 +67,12 @@ def test_b200_fa2_runs_at_its_published_hopper_less_rate_and_cudnn_at_the_planni
     assert model.op_time(op) == pytest.approx(1e12 / 330.6e12, rel=1e-9)
     (bwd,) = _backward(op)
     assert model.op_time(bwd) == pytest.approx(2.5e12 / (330.6e12 * 334.0 / 379.4), rel=1e-9)
-    # cuDNN on Blackwell: no published rate in the table, so the planning fraction of the peak
+    # cuDNN on Blackwell: cudnn-frontend's GB200 sweep, 1,662 forward / 1,322 backward of 2,500 TFLOP/s,
+    # as fractions of the B200's 2,250 peak
     eff = dataclasses.replace(for_gpu(b200), attention_sustained_of_bench=1.0)
     cudnn = RooflineComputeModel(b200, "bf16", eff, launch=kernels.NONE, attention_impl="cudnn")
-    assert cudnn.op_time(op) == pytest.approx(1e12 / (2250e12 * eff.flash_attention_fraction), rel=1e-9)
+    assert cudnn.op_time(op) == pytest.approx(1e12 / (2250e12 * 1662 / 2500), rel=1e-9)
+    assert cudnn.op_time(bwd) == pytest.approx(2.5e12 / (2250e12 * 1322 / 2500), rel=1e-9)
     with pytest.raises(InputError, match="FlashAttention-3 runs on Hopper only"):
         _model(b200, "fa3")
 
@@ -159,14 +161,26 @@ def test_megatron_attention_backend_flag_maps_to_the_kernel():
         assert out.get("training.kernels.attention") == impl
 
 
-def test_blackwell_ultra_runs_the_cudnn_forward_at_its_measured_speedup():
-    # cudnn-frontend's prefill sweep (cuDNN 9.27, 64/8 heads, head dim 128, 16,384 tokens): GB300 1,986.3
-    # and GB200 1,562.9 TFLOP/s forward at the same 2,500 TFLOP/s dense peak; no backward measurement
+def test_blackwell_ultra_runs_cudnn_at_its_measured_speedup():
+    # cudnn-frontend's attention training sweep (cuDNN 9.27, 64/8 heads, head dim 128, batch 2, 16,384
+    # tokens, no mask): GB300 2,112 forward and 1,494 backward TFLOP/s, GB200 1,662 and 1,322, the same
+    # 2,500 TFLOP/s dense peak
     gb200, gb300 = get_gpu("gb200"), get_gpu("gb300")
     eff = for_gpu(gb200)
     old = RooflineComputeModel(gb200, "bf16", eff, attention_impl="cudnn")
     new = RooflineComputeModel(gb300, "bf16", eff, attention_impl="cudnn")
-    assert new.attn_rate[0] / old.attn_rate[0] == pytest.approx(1986.3 / 1562.9)
-    assert new.attn_rate[1] == pytest.approx(old.attn_rate[1])
+    assert new.attn_rate[0] / old.attn_rate[0] == pytest.approx(2112 / 1662)
+    assert new.attn_rate[1] / old.attn_rate[1] == pytest.approx(1494 / 1322)
     # only the measured kernel: FlashAttention-2 on sm_103 keeps Blackwell's rate
-    assert attention.forward_speedup("fa2", 103) == 1.0 and attention.forward_speedup("cudnn", 100) == 1.0
+    assert attention.sm_speedup("fa2", 103) == (1.0, 1.0) and attention.sm_speedup("cudnn", 100) == (1.0, 1.0)
+
+
+def test_blackwell_cudnn_runs_at_the_measured_gb200_fractions():
+    # the same sweep on GB200: 1,662 forward / 1,322 backward TFLOP/s of its 2,500 dense peak, so the rate
+    # ratio is 1,322 / 1,662 whatever the fitted share, and the forward 1,662 x share on GB200
+    gb200 = get_gpu("gb200")
+    eff = for_gpu(gb200)
+    m = RooflineComputeModel(gb200, "bf16", eff, attention_impl="cudnn")
+    assert m.attn_rate[1] / m.attn_rate[0] == pytest.approx(1322 / 1662)
+    share = eff.attention_sustained_of_bench
+    assert m.attn_rate[0] == pytest.approx(1662e12 * share * gb200.sustained_peak_flops("bf16") / 2500e12)
