@@ -53,11 +53,11 @@ CUDNN_ARCHS = ("hopper", "blackwell")
 #: backward TFLOP/s, cuDNN 595 / 516, FlashAttention-3 648 / 561.
 #:
 #: Ampere (A100 80GB SXM4, 312 TFLOP/s): FlashAttention-2 "reaches up to 230 TFLOPs/s, 73% of the
-#: theoretical maximum" (Dao 2023, arXiv:2307.08691, §4 "Benchmarking attention", forward); its
-#: backward is taken at FlashAttention-2's own backward/forward ratio on H100 above, 322/370 = 0.870
-#: (derived: the paper's A100 backward figure is not transcribed). ``fa3`` needs Hopper: choosing it on
-#: Ampere is an error. cuDNN fused attention on A100 has no published rate here: it is costed at
-#: FlashAttention-2's (an assumption, ``CUDNN_AS_FA2``).
+#: theoretical maximum" (Dao 2023, arXiv:2307.08691, §4 "Benchmarking attention", forward). Its backward
+#: and cuDNN's rates are taken relative to it from cudnn-frontend's attention training sweep on one A100
+#: (results/llama3.1/a100, 28 September 2026, an A100 80GB PCIe: same GA100, lower clocks, so only the
+#: ratios are used; Llama 3.1 shape, head dim 128, 16k tokens, no mask): FlashAttention-2 204 forward /
+#: 179 backward TFLOP/s, cuDNN 182 / 144. ``fa3`` needs Hopper: choosing it on Ampere is an error.
 #:
 #: Blackwell cuDNN: cudnn-frontend's attention training sweep (benchmark/attention_training, config
 #: ``llama``: Llama 3.1 shape, 64 query / 8 KV heads, head dim 128, batch 2, bf16; results/llama3.1/gb200,
@@ -80,7 +80,8 @@ FRACTIONS: dict[str, dict[str, tuple[float, float]]] = {
         "cudnn": (595 / 989.5, 516 / 989.5),
     },
     "ampere": {
-        "fa2": (230 / 312, 230 / 312 * 322 / 370),
+        "fa2": (230 / 312, 230 / 312 * 179 / 204),
+        "cudnn": (230 / 312 * 182 / 204, 230 / 312 * 144 / 204),
     },
     "blackwell": {
         "fa2": (330.6 / 2250, 330.6 / 2250 * 334.0 / 379.4),
@@ -118,8 +119,6 @@ def sm_speedup(impl: str, sm: int | None) -> tuple[float, float]:
 
 #: Architectures FlashAttention-3 runs on (wgmma and TMA: Hopper only).
 FA3_ARCHS = ("hopper",)
-#: Architectures where ``cudnn`` is costed as ``fa2`` (no published cuDNN rate).
-CUDNN_AS_FA2 = ("ampere",)
 #: FlashAttention-2 is "around 2×" FlashAttention (1.x) (Dao 2023, abstract): ``fa1`` = ``fa2`` / 2.
 FA1_OF_FA2 = 0.5
 
@@ -155,7 +154,7 @@ def fractions(impl: str, arch: str, fallback: float) -> tuple[float, float]:
         choices = ", ".join(["fa1", *table] if table else ["fa1", "fa2", "cudnn"])
         raise InputError(f"fa3 has no published rate on {arch} GPUs: FlashAttention-3 runs on Hopper only "
                          f"(choose one of {choices}, sdpa_math or eager)", FIELD)
-    base = "fa2" if impl == "fa1" or (impl == "cudnn" and arch in CUDNN_AS_FA2) else impl
+    base = "fa2" if impl == "fa1" else impl
     scale = FA1_OF_FA2 if impl == "fa1" else 1.0
     if base not in table:
         return fallback * scale, fallback * scale
@@ -166,7 +165,7 @@ def fractions(impl: str, arch: str, fallback: float) -> tuple[float, float]:
 def head_dim_factor(impl: str, arch: str, head_dim: int) -> tuple[float, float]:
     """``(forward, backward)`` rate of ``impl`` at ``head_dim`` relative to its head-dim-128 rate
     (``HEAD_DIM_64``; 1 from head dim 128 up)."""
-    base = "fa2" if impl == "fa1" or (impl == "cudnn" and arch in CUDNN_AS_FA2) else impl
+    base = "fa2" if impl == "fa1" else impl
     ratio = HEAD_DIM_64.get(base)
     if ratio is None or head_dim >= 128:
         return 1.0, 1.0

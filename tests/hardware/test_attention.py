@@ -52,7 +52,8 @@ def test_a100_fa2_forward_is_230_tflops_and_fa3_has_no_a100_rate():
     op = Op("attention", "attention", 1e12, 1.0)
     assert model.op_time(op) == pytest.approx(1e12 / 230e12, rel=1e-9)
     (bwd,) = _backward(op)
-    assert model.op_time(bwd) == pytest.approx(2.5e12 / (230e12 * 322 / 370), rel=1e-9)
+    # backward at the ratio cudnn-frontend's A100 sweep measures for FlashAttention-2: 179 / 204 TFLOP/s
+    assert model.op_time(bwd) == pytest.approx(2.5e12 / (230e12 * 179 / 204), rel=1e-9)
     with pytest.raises(InputError, match="fa3 has no published rate on ampere"):
         _model(A100, "fa3")
 
@@ -147,8 +148,11 @@ def test_bad_attention_value_exits_2_without_traceback(scenario, value, needle):
     assert "Traceback" not in result.output
 
 
-def test_cudnn_on_a100_is_costed_as_flashattention2():
-    assert _model(A100, "cudnn").attn_rate == _model(A100, "fa2").attn_rate
+def test_cudnn_on_a100_runs_at_its_measured_share_of_flashattention2():
+    # cudnn-frontend's A100 sweep, 16k, no mask: cuDNN 182 / 144 against FlashAttention-2 204 / 179 TFLOP/s
+    cudnn, fa2 = _model(A100, "cudnn").attn_rate, _model(A100, "fa2").attn_rate
+    assert cudnn[0] / fa2[0] == pytest.approx(182 / 204)
+    assert cudnn[1] / fa2[1] == pytest.approx(144 / 179)
 
 
 def test_megatron_attention_backend_flag_maps_to_the_kernel():
