@@ -8,7 +8,9 @@ GPU architecture with such runs (``simulator.validation.calibration``):
 1. fit the parameters not ``cal.MEASURED`` (the GEMM and attention shares; the overlap slowdown is
    measured: ``--profile`` prints why) on all of them (stored in ``efficiency.yaml``);
 2. hold out every publication once: refit on the other publications and predict the held-out runs
-   (the out-of-fold error, the honest figure; every fold is printed and written);
+   (the out-of-fold error, the honest figure; every fold is printed and written); an architecture's
+   only publication is predicted with the other architectures' mean parameters
+   (``calibration.transferred``);
 3. the out-of-fold residuals feed the prediction intervals of ``dtsim run``.
 
 Outputs (generated; do not edit by hand): the calibrated block of ``simulator/hardware/efficiency.yaml``
@@ -58,15 +60,22 @@ def calibrate(log=print) -> tuple[dict, dict, str]:
     residuals: dict[str, list[float]] = {}
     oof: list[tuple[str, str, str, str, float]] = []  # (arch, framework, source, run id, error)
     all_folds: list[cal.Fold] = []
+    # every architecture's full fit first: a fold that holds out an architecture's only publication
+    # takes the others' parameters (calibration.transferred)
+    fulls: dict[str, cal.Fit] = {}
+    in_samples: dict[str, list[float]] = {}
     for arch in sorted(by_arch):
         cases = by_arch[arch]
         t0 = time.perf_counter()
-        full = cal.fit(cases, arch)
-        in_sample = cal.errors(cases, full.params)
+        full = fulls[arch] = cal.fit(cases, arch)
+        in_sample = in_samples[arch] = cal.errors(cases, full.params)
         log(f"{arch}: fitted {full.params} on {len(cases)} runs: objective {full.objective:.4f}, "
             f"in-sample MAPE {cal.mape(in_sample):.1%} ({full.evaluations} evaluations, "
             f"{time.perf_counter() - t0:.0f} s)")
-        folds = cal.leave_one_source_out(arch, cases, full)
+    for arch in sorted(by_arch):
+        cases, full, in_sample = by_arch[arch], fulls[arch], in_samples[arch]
+        others = [f for a, f in sorted(fulls.items()) if a != arch]
+        folds = cal.leave_one_source_out(arch, cases, full, others)
         for f in folds:
             log(f"  fold held out {f.source}: fitted {f.params}; held-out MAPE {cal.mape(f.errors):.1%} over "
                 + ", ".join(f"{i} {100 * e:+.1f}%" for i, e in zip(f.run_ids, f.errors, strict=True)))
@@ -103,7 +112,8 @@ def calibrate(log=print) -> tuple[dict, dict, str]:
                    f"{cal.values(tuple(cal.START[p] for p in cal.PARAMS))}; every fold the same search from the same start"),
         "measured": {arch: {n: round(k * cal.STEP, 4) for n, k in m.items()} for arch, m in cal.MEASURED.items()},
         "measured_why": "not fitted: the fitting runs do not identify it (simulator/validation/calibration.py MEASURED)",
-        "cross_validation": "leave one source (publication) out",
+        "cross_validation": ("leave one source (publication) out; an architecture's only source is predicted "
+                             "with the mean of the other architectures' fitted parameters"),
         "network": "not refitted here: network efficiencies are fitted by the network layer against nccl-tests",
         **provenance,
     }
@@ -123,7 +133,9 @@ def render_doc(block: dict, folds: list[cal.Fold], oof: list[tuple[str, str, str
              "expressible pure data-parallel runs of the validation suite and its attention-dominated runs (the attention "
              "core at least half of a block's FLOPs, whatever their layout: the only runs that identify the attention "
              "share); every publication is held out once "
-             "(leave-one-source-out) and its runs predicted with the parameters fitted without it. Error = "
+             "(leave-one-source-out) and its runs predicted with the parameters fitted without it (an "
+             "architecture whose runs all come from one publication, Blackwell's, with the mean of the other "
+             "architectures' fitted parameters: nothing of its own is left to fit). Error = "
              "predicted / measured − 1 of tokens/s per GPU. The host layer's one number (the A100 platform's "
              "`host_dispatch_scale`) is fitted before, on host-bound runs (`python benchmarks/calibrate_host.py`, "
              "docs/compute.md), and the vTrain runs it uses take no part here.", "",

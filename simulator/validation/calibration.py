@@ -50,6 +50,7 @@ feed the prediction intervals of ``dtsim run``.
 from __future__ import annotations
 
 import itertools
+import math
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
@@ -337,13 +338,28 @@ class Fold:
     evaluations: int
 
 
-def leave_one_source_out(arch: str, cases: Sequence[Case], full: Fit) -> list[Fold]:
-    """Every source of ``cases`` held out once (sources in sorted order)."""
+def transferred(arch: str, others: Sequence[Fit]) -> Fit:
+    """The parameters an architecture gets with none of its own runs: each fitted parameter the mean
+    of the other architectures' full fits, on the grid (``MEASURED`` ones at the architecture's own
+    values). The held-out prediction for an architecture whose runs all come from one publication."""
+    point = list(start_point(arch))
+    grids = [point_of(f.params) for f in others]
+    for i, name in enumerate(PARAMS):
+        if grids and name in fitted(arch):  # the mean in grid units, halves rounded up
+            point[i] = math.floor(sum(g[i] for g in grids) / len(grids) + 0.5)
+    return Fit(values(tuple(point)), float("nan"), 0, 0)
+
+
+def leave_one_source_out(arch: str, cases: Sequence[Case], full: Fit,
+                         others: Sequence[Fit] = ()) -> list[Fold]:
+    """Every source of ``cases`` held out once (sources in sorted order). Holding out an
+    architecture's only source leaves nothing to fit: that fold takes the other architectures'
+    parameters (``transferred``), or the full fit when there are none."""
     folds = []
     for source in sorted({source_key(c.run) for c in cases}):
         held = [c for c in cases if source_key(c.run) == source]
         rest = [c for c in cases if source_key(c.run) != source]
-        f = fit(rest, arch) if rest else full
+        f = fit(rest, arch) if rest else (transferred(arch, others) if others else full)
         folds.append(Fold(arch, source, f.params, tuple(c.run.id for c in held), tuple(errors(held, f.params)),
                           f.evaluations))
     return folds

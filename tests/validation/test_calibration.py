@@ -109,6 +109,25 @@ def test_every_source_is_held_out_once_and_predicted_by_the_others():
     assert folds[1].run_ids == ("b1",) and folds[1].errors == pytest.approx((800 / 700 - 1,))
 
 
+def test_an_architectures_only_source_is_predicted_with_the_others_mean_parameters():
+    # one publication, whose run wants 0.80: holding it out leaves nothing to fit, so it is predicted
+    # with the mean of the other architectures' fits, (0.82 + 0.74) / 2 = 0.78 and (0.54 + 0.57) / 2 =
+    # 0.555 -> 0.56 on the 0.01 grid; the measured overlap slowdown stays the architecture's 0.35
+    cases = [_FakeCase("c1", "C (arXiv:3333.33333)", 800)]
+    full = cal.fit(cases, "blackwell")
+    others = [cal.Fit({"gemm_sustained_of_mamf": 0.82, "attention_sustained_of_bench": 0.54,
+                       "compute_slowdown_during_comm": 0.35}, 0.0, 0, 0),
+              cal.Fit({"gemm_sustained_of_mamf": 0.74, "attention_sustained_of_bench": 0.57,
+                       "compute_slowdown_during_comm": 0.35}, 0.0, 0, 0)]
+    (fold,) = cal.leave_one_source_out("blackwell", cases, full, others)
+    assert fold.params == {"gemm_sustained_of_mamf": 0.78, "attention_sustained_of_bench": 0.56,
+                           "compute_slowdown_during_comm": 0.35}
+    assert fold.errors == pytest.approx((780 / 800 - 1,))
+    # with no other architecture the full fit is all there is
+    (alone,) = cal.leave_one_source_out("blackwell", cases, full)
+    assert alone.params == full.params
+
+
 def test_on_bound_reports_parameters_on_the_box_edge():
     params = {"gemm_sustained_of_mamf": 0.60, "attention_sustained_of_bench": 1.00, "compute_slowdown_during_comm": 0.2}
     # the attention box is 0.30-1.00 of the published kernel benchmark on every architecture
