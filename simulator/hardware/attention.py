@@ -123,6 +123,11 @@ FA3_ARCHS = ("hopper",)
 FA1_OF_FA2 = 0.5
 
 
+def _rated(impl: str) -> str:
+    """The kernel whose published rates ``impl`` is priced from (``fa1``: ``fa2``'s)."""
+    return "fa2" if impl == "fa1" else impl
+
+
 def resolve(impl: str, flash_attention: bool, framework: str, arch: str) -> str:
     """The attention kernel a scenario runs: ``impl`` unless ``auto`` (module docstring's rule)."""
     if impl != "auto":
@@ -154,7 +159,7 @@ def fractions(impl: str, arch: str, fallback: float) -> tuple[float, float]:
         choices = ", ".join(["fa1", *table] if table else ["fa1", "fa2", "cudnn"])
         raise InputError(f"fa3 has no published rate on {arch} GPUs: FlashAttention-3 runs on Hopper only "
                          f"(choose one of {choices}, sdpa_math or eager)", FIELD)
-    base = "fa2" if impl == "fa1" else impl
+    base = _rated(impl)
     scale = FA1_OF_FA2 if impl == "fa1" else 1.0
     if base not in table:
         return fallback * scale, fallback * scale
@@ -162,11 +167,10 @@ def fractions(impl: str, arch: str, fallback: float) -> tuple[float, float]:
     return fwd * scale, bwd * scale
 
 
-def head_dim_factor(impl: str, arch: str, head_dim: int) -> tuple[float, float]:
+def head_dim_factor(impl: str, head_dim: int) -> tuple[float, float]:
     """``(forward, backward)`` rate of ``impl`` at ``head_dim`` relative to its head-dim-128 rate
-    (``HEAD_DIM_64``; 1 from head dim 128 up)."""
-    base = "fa2" if impl == "fa1" else impl
-    ratio = HEAD_DIM_64.get(base)
+    (``HEAD_DIM_64``, the same on every architecture; 1 from head dim 128 up)."""
+    ratio = HEAD_DIM_64.get(_rated(impl))
     if ratio is None or head_dim >= 128:
         return 1.0, 1.0
     t = max(head_dim - 64, 0) / 64

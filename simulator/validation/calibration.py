@@ -342,12 +342,12 @@ def transferred(arch: str, others: Sequence[Fit]) -> Fit:
     """The parameters an architecture gets with none of its own runs: each fitted parameter the mean
     of the other architectures' full fits, on the grid (``MEASURED`` ones at the architecture's own
     values). The held-out prediction for an architecture whose runs all come from one publication."""
-    point = list(start_point(arch))
     grids = [point_of(f.params) for f in others]
-    for i, name in enumerate(PARAMS):
-        if grids and name in fitted(arch):  # the mean in grid units, halves rounded up
-            point[i] = math.floor(sum(g[i] for g in grids) / len(grids) + 0.5)
-    return Fit(values(tuple(point)), float("nan"), 0, 0)
+    own = fitted(arch)
+    # the mean in grid units, halves rounded up
+    point = tuple(math.floor(sum(g[i] for g in grids) / len(grids) + 0.5) if name in own else k
+                  for i, (name, k) in enumerate(zip(PARAMS, start_point(arch), strict=True)))
+    return Fit(values(point), float("nan"), 0, 0)
 
 
 def leave_one_source_out(arch: str, cases: Sequence[Case], full: Fit,

@@ -89,8 +89,8 @@ def test_head_dim_64_runs_at_the_fa3_papers_head_dim_64_rates():
         assert model.op_time(op) == pytest.approx(1e12 / (fwd_tf * 1e12), rel=1e-9)
         assert model.op_time(bwd) == pytest.approx(2.5e12 / (bwd_tf * 1e12), rel=1e-9)
     # head dim 96 halfway: FA2 forward (324 + 370) / 2 = 347 TFLOP/s; 128 and 192 the head-dim-128 rate
-    assert attention.head_dim_factor("fa2", "hopper", 96)[0] * 370 == pytest.approx(347)
-    assert attention.head_dim_factor("fa2", "hopper", 192) == (1.0, 1.0)
+    assert attention.head_dim_factor("fa2", 96)[0] * 370 == pytest.approx(347)
+    assert attention.head_dim_factor("fa2", 192) == (1.0, 1.0)
 
 
 def test_sustained_share_scales_the_rate():
