@@ -46,7 +46,7 @@ def flops_summary(model: ModelConfig, seq_len: int, convention: Literal["full", 
     """
     counts = params.count(model)
     causal = convention == "causal"
-    window = {"attention_fraction": flops.attention_span(model, seq_len)[0]}
+    window = {"attention_fraction": flops.attention_span(model, seq_len).fraction}
     plain = flops.step(model, 1, seq_len, causal=causal, **window)
     full = flops.step(model, 1, seq_len, causal=causal, recompute="full", **window)
     moe = {}

@@ -112,6 +112,39 @@ HEAD_DIM_64: dict[str, tuple[float, float]] = {
 SM_CUDNN_SPEEDUP: dict[int, tuple[float, float]] = {103: (2112 / 1662, 1494 / 1322)}
 
 
+#: Sliding-window ("band") attention: a kernel whose query tiles loop over a band of ``w`` keys runs
+#: below the long full-length rate, the more so the narrower the band: each 128-query tile visits the
+#: band's key tiles, one of them half masked, and pays its prologue and epilogue (load Q, write O and
+#: the LSE) over those few. Measured: cudnn-frontend's attention training sweep, config ``gpt_oss``
+#: (window 128, head dim 64, 128 heads, batch 2, bf16, 4,096 tokens; results/gpt_oss/<gpu>/, 28 September
+#: 2026, cuDNN backend 9.27), against the same GPU's long full-length rate of the same kernel at head
+#: dim 128 (results/llama3.1/<gpu>, the ``FRACTIONS`` sweep, 16k, no mask), ``(forward, backward)``:
+#: GB200 cuDNN 164 / 183 against 1,662 / 1,322 TFLOP/s; H200 cuDNN 129 / 92 against 640 / 549; A100 80GB
+#: PCIe cuDNN 37 / 34 against 182 / 144 (FlashAttention-2 there: 50 / 40 against 204 / 179, a band
+#: efficiency within 20 % of cuDNN's). The sweep counts ``s·w`` score pairs, as ``flops.window_share``
+#: does but for the first ``w`` queries' triangle (1.6 % at these lengths).
+BAND_128: dict[str, tuple[float, float]] = {
+    "blackwell": (164 / 1662, 183 / 1322),
+    "hopper": (129 / 640, 92 / 549),
+    "ampere": (37 / 182, 34 / 144),
+}
+#: The band width at which a kernel runs at half its long rate.
+BAND_REFERENCE_WINDOW = 128
+
+
+def band_half(arch: str) -> tuple[float, float] | None:
+    """``(forward, backward)`` band width ``w½`` of a window kernel's efficiency ``w / (w + w½)``
+    against the long full-length rate at the same head dim, from ``BAND_128`` (measured at head dim
+    64: its ratio to the head-dim-128 rate is divided by cuDNN's ``HEAD_DIM_64``); ``None`` where not
+    measured. One value per architecture for every fused kernel: what sets it is the tile geometry
+    they share (on A100 FlashAttention-2's band efficiency is within 20 % of cuDNN's)."""
+    ratio = BAND_128.get(arch)
+    if ratio is None:
+        return None
+    w = BAND_REFERENCE_WINDOW
+    return tuple(w * (hd64 / r - 1) for r, hd64 in zip(ratio, HEAD_DIM_64["cudnn"], strict=True))
+
+
 def sm_speedup(impl: str, sm: int | None) -> tuple[float, float]:
     """``SM_CUDNN_SPEEDUP`` of ``sm`` for cuDNN fused attention, else ``(1, 1)``."""
     return SM_CUDNN_SPEEDUP.get(sm or 0, (1.0, 1.0)) if impl == "cudnn" else (1.0, 1.0)

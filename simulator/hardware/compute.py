@@ -80,6 +80,9 @@ class RooflineComputeModel:
             self.attn_rate = (self.attn_peak * fwd * hf * c * sf, self.attn_peak * bwd * hb * c * sb)
         else:  # unfused: no attention ops reach op_time; keep a rate for ops built without the scenario
             self.attn_rate = (self.attn_peak * efficiency.flash_attention_fraction,) * 2
+        #: sliding-window kernels' half-rate band width (forward, backward): measured per architecture,
+        #: else the main-loop fill's constant (a band of ``w`` keys as a causal loop over ``2w``)
+        self.band_half = attention.band_half(gpu.arch) or (efficiency.gemm_half_dim,) * 2
 
     def shape_factor(self, shape: tuple[int, ...] | None, batch: int = 1) -> float:
         """Tile/wave quantisation × main-loop fill of a GEMM ``(m, n, k)``; 1 when the shape is unknown."""
@@ -114,8 +117,13 @@ class RooflineComputeModel:
                                                                      getattr(op, "batch", 1))
             return max(op.flops / rate, mem_t, floor)
         if op.kind == "attention":
-            rate = self.attn_rate[1 if getattr(op, "backward", False) else 0] * self.attention_factor(getattr(op, "k", 0))
-            return max(op.flops / rate, mem_t, floor)
+            back = 1 if getattr(op, "backward", False) else 0
+            rate = self.attn_rate[back]
+            windowed = getattr(op, "window_share", 0.0)
+            t = op.flops * (1 - windowed) / (rate * self.attention_factor(getattr(op, "k", 0)))
+            if windowed:  # the sliding-window blocks' share runs at the band rate (attention.BAND_128)
+                t += op.flops * windowed / (rate * op.window / (op.window + self.band_half[back]))
+            return max(t, mem_t, floor)
         return max(mem_t, floor)
 
     def host_time(self, ops: tuple) -> float:

@@ -221,14 +221,16 @@ def _module_params(model: Any, gathered: float) -> tuple[float, ...]:
 def scale_attention(op: Any, cp: int, model: Any, training: Any) -> Any:
     """An attention-core op as one rank runs it: with ring attention (context parallelism) one kernel
     per KV chunk, ``cp`` chunks per pass; with packed documents (``training.document_tokens``) or
-    sliding-window blocks (``model.sliding_window``) the fused kernel's share of the score pairs and
-    its shorter key length, averaged over the blocks (``flops.attention_span``). Other ops unchanged."""
+    sliding-window blocks (``model.sliding_window``) the fused kernel's share of the score pairs,
+    averaged over the blocks, with the full blocks' key length and the windowed blocks' share and
+    window for the compute model (``flops.attention_span``). Other ops unchanged."""
     if getattr(op, "kind", "") != "attention":
         return op
-    share, keys = wflops.attention_span(model, training.seq_len, training.document_tokens,
-                                        training.kernels.flash_attention)
-    return dataclasses.replace(op, flops=op.flops * cp * share, bytes=op.bytes * cp, launches=op.launches * cp,
-                               bwd_launches=op.bwd_launches * cp, k=min(op.k, keys))
+    span = wflops.attention_span(model, training.seq_len, training.document_tokens,
+                                 training.kernels.flash_attention)
+    return dataclasses.replace(op, flops=op.flops * cp * span.fraction, bytes=op.bytes * cp, launches=op.launches * cp,
+                               bwd_launches=op.bwd_launches * cp, k=min(op.k, span.keys), window=span.window,
+                               window_share=span.windowed / span.fraction)
 
 
 def _split_backward(bwd: tuple, blk: wparams.LayerParams, layer_local: float) -> tuple:

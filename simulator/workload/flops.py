@@ -13,7 +13,7 @@ Attention convention (formulas.md §1.1): ``causal=False`` counts the whole ``s 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal  # noqa: F401
+from typing import Literal, NamedTuple  # noqa: F401
 
 from simulator.config.model import ModelConfig
 from simulator.config.scenario import Recompute, Scenario, TrainingConfig  # noqa: F401  (Recompute re-exported)
@@ -135,33 +135,48 @@ def window_share(length: int, window: int | None) -> float:
     return 2.0 * x - x * x
 
 
+class AttentionSpan(NamedTuple):
+    """What a fused attention kernel computes of a block's attention core, averaged over the blocks
+    (:func:`attention_span`): shares of the full causal work of ``s``-token sequences."""
+
+    #: Share in blocks that attend to the whole (document) prefix.
+    full: float
+    #: Share in sliding-window blocks.
+    windowed: float
+    #: The full blocks' key length: the document length ``d`` (``s`` without packing).
+    keys: int
+    #: The windowed blocks' window ``w`` (0: none).
+    window: int
+
+    @property
+    def fraction(self) -> float:
+        """The whole share, ``full + windowed``: what the step's attention FLOPs keep."""
+        return self.full + self.windowed
+
+
 def attention_span(model: ModelConfig, seq_len: int, document_tokens: int | None = None,
-                   fused: bool = True) -> tuple[float, float]:
-    """What a fused attention kernel computes of the attention core, averaged over the blocks:
-    ``(fraction, key_len)``.
+                   fused: bool = True) -> AttentionSpan:
+    """What a fused attention kernel computes of the attention core, averaged over the blocks.
 
-    ``fraction``: the share of the full causal work of ``s``-token sequences. Packed documents
-    (``document_tokens = d``, ``training.document_tokens``) leave ``d/s`` of it (``s/d`` documents of
-    ``d²`` pairs, per-document masking); sliding-window blocks (``model.windowed_layers`` of the ``l`` blocks) keep the
-    :func:`window_share` ``r_w`` of each document. The block average
-    ``ρ = (l − l_win + l_win·r_w) / l`` makes the step's attention FLOPs exact whichever blocks are
-    windowed: ``fraction = (d/s)·ρ``.
-
-    ``key_len``: twice the mean keys per query over the blocks, ``d·ρ`` (a windowed block's
-    ``w − w²/2d`` keys per query is ``d·r_w/2``), the causal key length the compute model's fill
-    (``attention_factor``: mean keys ``k/2``) takes. A kernel of ``F`` FLOPs and key length ``k`` takes
-    ``F·(1 + 2·k_half/k)/R``; with ``F ∝ r`` and ``k = d·r`` per block the summed time is the averaged
-    block's, so the average is exact for the time too. Unfused attention (``fused`` false,
-    ``training.kernels.flash_attention: false``) computes the whole ``s × s`` matrix and masks it:
-    ``(1, s)``.
+    Packed documents (``document_tokens = d``, ``training.document_tokens``) leave ``d/s`` of the full
+    causal work of ``s``-token sequences (``s/d`` documents of ``d²`` pairs, per-document masking);
+    sliding-window blocks (``model.windowed_layers = l_win`` of the ``l`` blocks) keep the
+    :func:`window_share` ``r_w`` of each document. So ``full = (d/s)·(l − l_win)/l`` and ``windowed =
+    (d/s)·l_win·r_w/l``: their sum makes the step's attention FLOPs exact whichever blocks are
+    windowed. The two parts run different loops (every key of the document against a band of ``w``),
+    which the compute model prices apart (``simulator.hardware.attention.band_efficiency``). Unfused
+    attention (``fused`` false, ``training.kernels.flash_attention: false``) computes the whole
+    ``s × s`` matrix and masks it: ``(1, 0, s, 0)``.
     """
     s = seq_len
     if not fused:
-        return 1.0, float(s)
+        return AttentionSpan(1.0, 0.0, s, 0)
     d = document_tokens or s
-    n, n_win = model.n_layers, model.windowed_layers
-    rho = (n - n_win + n_win * window_share(d, model.sliding_window)) / n
-    return d / s * rho, d * rho
+    n, n_win, w = model.n_layers, model.windowed_layers, model.sliding_window
+    r_w = window_share(d, w)
+    if not n_win or r_w >= 1.0:
+        return AttentionSpan(d / s, 0.0, d, 0)
+    return AttentionSpan(d / s * (n - n_win) / n, d / s * n_win * r_w / n, d, int(w))
 
 
 def step(
@@ -228,6 +243,7 @@ def for_scenario(scenario: Scenario) -> StepFlops:
         t.global_batch_size // t.micro_batch_size,
         causal=t.attention_flops == "causal",
         recompute=recompute_mod.attention_mode(t),
-        attention_fraction=attention_span(scenario.model, t.seq_len, t.document_tokens, t.kernels.flash_attention)[0],
+        attention_fraction=attention_span(scenario.model, t.seq_len, t.document_tokens,
+                                          t.kernels.flash_attention).fraction,
         **recompute_mod.step_terms(scenario),
     )

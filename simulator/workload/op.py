@@ -54,6 +54,11 @@ class Op:
     #: (``simulator.workload.host``: each costs the block's per-call host time, forward and, as
     #: autograd nodes, backward); e.g. Megatron's PyTorch softmax fallback.
     extra_host_calls: int = 0
+    #: An attention core averaged over full and sliding-window blocks (``flops.attention_span``): the
+    #: window ``w`` of its windowed blocks and their share of its FLOPs, which the compute model prices
+    #: at the band rate (``simulator.hardware.attention.band_efficiency``); ``k`` is the full blocks'.
+    window: int = 0
+    window_share: float = 0.0
 
     @property
     def shape(self) -> tuple[int, int, int] | None:

@@ -188,3 +188,39 @@ def test_blackwell_cudnn_runs_at_the_measured_gb200_fractions():
     assert m.attn_rate[1] / m.attn_rate[0] == pytest.approx(1322 / 1662)
     share = eff.attention_sustained_of_bench
     assert m.attn_rate[0] == pytest.approx(1662e12 * share * gb200.sustained_peak_flops("bf16") / 2500e12)
+
+
+@pytest.mark.parametrize(("gpu", "band", "full"), [
+    ("gb200", (164, 183), (1662, 1322)), ("h200", (129, 92), (640, 549)),
+])
+def test_window_128_blocks_run_at_the_measured_band_rate(gpu, band, full):
+    # cudnn-frontend's gpt_oss sweep (window 128, head dim 64, 4,096 tokens): GB200 cuDNN 164 forward /
+    # 183 backward TFLOP/s, H200 129 / 92, against the same GPUs' full-length rates at head dim 128 (16k,
+    # no mask) 1,662 / 1,322 and 640 / 549. A fully windowed op runs at that ratio of the model's
+    # full-length rate (FRACTIONS x peak; attention share 1): the head-dim-64 factor cancels.
+    spec = get_gpu(gpu)
+    eff = dataclasses.replace(for_gpu(spec), attention_sustained_of_bench=1.0)
+    m = RooflineComputeModel(spec, "bf16", eff, launch=kernels.NONE, attention_impl="cudnn", attention_head_dim=64)
+    peak = spec.sustained_peak_flops("bf16")
+    frac = attention.FRACTIONS[spec.arch]["cudnn"]
+    op = Op("attention", "attention", 1e12, 1.0, k=4096, window=128, window_share=1.0)
+    (bwd,) = _backward(op)
+    assert m.op_time(op) == pytest.approx(1e12 / (peak * frac[0] * band[0] / full[0]), rel=1e-9)
+    assert m.op_time(bwd) == pytest.approx(2.5e12 / (peak * frac[1] * band[1] / full[1]), rel=1e-9)
+    # half the FLOPs windowed: the other half at the head-dim-64 rate (413/595 on every architecture)
+    # and the full blocks' fill over 4,096 keys, 2,048 / (2,048 + 128)
+    half = dataclasses.replace(op, window_share=0.5)
+    assert m.op_time(half) == pytest.approx(0.5e12 / (peak * frac[0] * 413 / 595 * 2048 / 2176)
+                                            + 0.5e12 / (peak * frac[0] * band[0] / full[0]), rel=1e-9)
+
+
+def test_band_half_width_by_hand():
+    # GB200 forward: 164/1,662 of the head-dim-128 rate at head dim 64, i.e. (164/1,662)/(413/595) of the
+    # head-dim-64 rate = 128 / (128 + w_half): w_half = 128 · ((413/595) / (164/1662) − 1) = 772.4
+    assert attention.band_half("blackwell")[0] == pytest.approx(128 * ((413 / 595) / (164 / 1662) - 1))
+    assert attention.band_half("blackwell")[0] == pytest.approx(772.39, abs=0.01)
+    # no sweep on Ada: the compute model keeps the main-loop fill's constant (a 2w-key causal loop)
+    assert attention.band_half("ada") is None
+    ada = get_gpu("l40s")
+    m = RooflineComputeModel(ada, "bf16", for_gpu(ada), launch=kernels.NONE, attention_impl="fa2")
+    assert m.band_half == (m.eff.gemm_half_dim, m.eff.gemm_half_dim)

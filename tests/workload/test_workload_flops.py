@@ -143,10 +143,10 @@ def test_packed_documents_scale_the_attention_core_only():
     full, packed = wflops.for_scenario(sc(None)), wflops.for_scenario(sc(1024))
     lay = wflops.dense_layer_forward(sc(None).model, 1, 4096, causal=False)
     n_seq, layers = 8, 32
-    assert wflops.attention_span(sc(1024).model, 4096, 1024) == (0.25, 1024)
+    assert wflops.attention_span(sc(1024).model, 4096, 1024) == (0.25, 0.0, 1024, 0)
     assert full.model_flops - packed.model_flops == pytest.approx(3 * n_seq * layers * 0.75 * lay.attention_core)
     # unfused attention computes the whole matrix and masks it: nothing saved
-    assert wflops.attention_span(sc(1024).model, 4096, 1024, fused=False) == (1.0, 4096)
+    assert wflops.attention_span(sc(1024).model, 4096, 1024, fused=False) == (1.0, 0.0, 4096, 0)
 
 
 def test_window_share_by_hand():
@@ -160,8 +160,8 @@ def test_window_share_by_hand():
 def test_sliding_window_blocks_shorten_the_attention_core():
     # GPT-OSS: 36 blocks, every 2nd full attention, the others a 128-token window (config.json
     # layer_types). At 4,096 tokens 18 blocks keep 1 and 18 keep 0.0615234375 of the causal pairs: the
-    # block average is (18 + 18 × 0.0615234375)/36 = 0.53076171875, and the mean keys per query
-    # (doubled) 4,096 × that = 2,174.
+    # block average is 18/36 = 0.5 in full blocks (over 4,096 keys) and 18 × 0.0615234375/36 =
+    # 0.03076171875 in 128-key windows, 0.53076171875 in all.
     from simulator.config.loader import scenario_from_dict
 
     def sc(model, flash=True):
@@ -172,7 +172,10 @@ def test_sliding_window_blocks_shorten_the_attention_core():
 
     oss = sc("gpt-oss-120b")
     assert oss.model.windowed_layers == 18
-    assert flops.attention_span(oss.model, 4096) == pytest.approx((0.53076171875, 2174.0), rel=1e-12)
+    span = flops.attention_span(oss.model, 4096)
+    assert (span.full, span.keys, span.window) == (0.5, 4096, 128)
+    assert span.windowed == pytest.approx(0.03076171875, rel=1e-12)
+    assert span.fraction == pytest.approx(0.53076171875, rel=1e-12)
     # the same model without windows: the difference is 18 blocks' (1 − r) of the causal core, × 3 for
     # forward and backward, × 8 sequences; the core per block is 2 · 2 · 4096² · (64 · 64) / 2
     full = sc({**oss.model.model_dump(), "sliding_window": None, "full_attention_interval": None})
