@@ -43,6 +43,18 @@ def test_no_measurement_is_listed_twice():
             seen[key] = r.id
 
 
+def test_no_reprinted_measurement_is_simulated_twice():
+    """Two simulated runs on one GPU type with the same measured tokens/s/GPU to the token are one
+    measurement printed twice (Megatron-Bridge's 26.02 GB200 GPT-OSS row repeats 25.11's 15,754
+    under another batch and recipe): it would count twice in every MAPE."""
+    seen: dict[tuple, str] = {}
+    for r in load_runs():
+        tps = r.measured.get("tokens_per_s_per_gpu")
+        if r.expressible and tps:
+            assert (r.gpu, tps) not in seen, (r.id, seen.get((r.gpu, tps)))
+            seen[(r.gpu, tps)] = r.id
+
+
 def test_every_corpus_run_is_complete():
     for run in CORPUS:
         assert run.source and run.source_key and run.flops_convention, run.id
