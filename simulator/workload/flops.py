@@ -164,7 +164,7 @@ def attention_span(model: ModelConfig, seq_len: int, document_tokens: int | None
     :func:`window_share` ``r_w`` of each document. So ``full = (d/s)·(l − l_win)/l`` and ``windowed =
     (d/s)·l_win·r_w/l``: their sum makes the step's attention FLOPs exact whichever blocks are
     windowed. The two parts run different loops (every key of the document against a band of ``w``),
-    which the compute model prices apart (``simulator.hardware.attention.band_efficiency``). Unfused
+    which the compute model prices apart (``simulator.hardware.attention.band_half``). Unfused
     attention (``fused`` false, ``training.kernels.flash_attention: false``) computes the whole
     ``s × s`` matrix and masks it: ``(1, 0, s, 0)``.
     """

@@ -56,7 +56,7 @@ class Op:
     extra_host_calls: int = 0
     #: An attention core averaged over full and sliding-window blocks (``flops.attention_span``): the
     #: window ``w`` of its windowed blocks and their share of its FLOPs, which the compute model prices
-    #: at the band rate (``simulator.hardware.attention.band_efficiency``); ``k`` is the full blocks'.
+    #: at the band rate (``simulator.hardware.attention.band_half``); ``k`` is the full blocks'.
     window: int = 0
     window_share: float = 0.0
 
