@@ -85,7 +85,9 @@ GROUP_CAUSES: tuple[tuple[str, str], ...] = (
      "between the two, and its memory drops by the 14 GiB that separates these runs' peak memory from their H100 twin's "
      "(torch 2.7, same stated configuration); the SAC policy of that torchtitan (6fc499f6) with the torch 2.9 "
      "nightly is not documented, so the rows stay as stated. float8 rowwise runs 17% below tensorwise (dtsim "
-     "prices their GEMMs alike); SDPA runs FlashAttention-2 at its B200 rate (torch 2.9 prefers cuDNN only from "
+     "prices their GEMMs alike, but for the pass that rescales each backward GEMM's output, torchao's way round "
+     "the slow CUTLASS rowwise kernel: 1.4 points; PyTorch issue #147971 puts the forward's rowwise kernel at "
+     "50-100% of the tensorwise one, not modelled); SDPA runs FlashAttention-2 at its B200 rate (torch 2.9 prefers cuDNN only from "
      "cuDNN 9.15)"),
     ("torchtitan-h100-*", "the 500 W HBM2e H100 runs at the midpoint of torchtitan's SXM/NVL peak bounds (U); what "
      "remains: the 8B and 405B runs at 32k-64k tokens too slow (-15 to -26%) while their 128k-256k twins are "

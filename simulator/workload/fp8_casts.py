@@ -49,6 +49,17 @@ FP8_WEIGHT_CAST_BYTES = 4
 #: pass", ``module/linear.py``). torchao's float8 linears save the high-precision input and cast it again
 #: in the backward (``matmul_with_hp_or_float8_args``), so tensorwise and rowwise are not listed.
 SAVES_FP8_INPUTS = ("delayed", "current", "mxfp8")
+#: Recipes whose backward GEMMs rescale their output in a pass of their own. torchao's rowwise recipe
+#: runs the two backward GEMMs with precise accumulation (``Float8LinearConfig`` leaves
+#: ``gemm_config_grad_input`` / ``gemm_config_grad_weight`` at ``use_fast_accum=False``), and for axiswise
+#: scales without fast accumulation ``addmm_float8_unwrapped`` (torchao/float8/float8_ops.py) calls the
+#: tensorwise cuBLAS GEMM and scales afterwards, ``output *= post_inverse_scale`` ("The rowwise
+#: CUTLASS-based kernel is so slow without fast-accum that we'd rather use the tensorwise cuBLAS-based
+#: kernel and do the scaling manually afterwards"; torchao issue #2184: with torch.compile "at least one
+#: extra triton kernel per GEMM"). Per backward GEMM one kernel reading and writing its 16-bit output:
+#: the data gradient (``m × k``) and the weight gradient (``k × n``), ``RESCALE_BYTES`` per element.
+RESCALED_BACKWARD_RECIPES = ("rowwise",)
+RESCALE_BYTES = 4
 
 
 
@@ -62,12 +73,16 @@ def fp8_cast(name: str, m: float, n: float, k: float, fp8: str, launches: int = 
         kernels = FP8_EAGER_TORCHAO_LAUNCHES
     fusable = producer == "act" or (producer == "norm" and fp8 not in NORM_UNFUSED_RECIPES)
     fwd_el, fwd_k = fused if (fusable and fused is not None) else (per_el, kernels)
+    rescales = 2 * launches if fp8 in RESCALED_BACKWARD_RECIPES else 0
     return Op(f"{name}.fp8_cast", "memory", 0.0, fwd_el * m * k, m=m, n=n, k=k, fp8_recipe=fp8,
-              launches=max(fwd_k * launches, 1), bwd_launches=kernels * launches)
+              launches=max(fwd_k * launches, 1), bwd_launches=kernels * launches + rescales)
 
 
 def fp8_cast_backward(op: Op, launches: int) -> Op:
     """The backward of a cast op: the output gradient (``m × n``) cast and transposed, standalone, at the
-    recipe's bytes per element."""
-    per_el = FP8_RECIPES[op.fp8_recipe][0]
-    return replace(op, name=f"{op.name}.bwd", bytes=per_el * op.m * op.n, recompute=False, launches=launches)
+    recipe's bytes per element, and under ``RESCALED_BACKWARD_RECIPES`` the rescale of the two backward
+    GEMMs' outputs."""
+    nbytes = FP8_RECIPES[op.fp8_recipe][0] * op.m * op.n
+    if op.fp8_recipe in RESCALED_BACKWARD_RECIPES:
+        nbytes += RESCALE_BYTES * (op.m * op.k + op.k * op.n)
+    return replace(op, name=f"{op.name}.bwd", bytes=nbytes, recompute=False, launches=launches)

@@ -237,3 +237,18 @@ def test_optimizer_launches_and_grad_clipping():
     # norm reads fp32 grads (4 B), the scale reads and writes them (8 B)
     assert clip[0].bytes + clip[1].bytes == 12 * n
     assert clip[0].launches == 334 + 3
+
+
+def test_torchao_rowwise_rescales_its_backward_gemm_outputs(llama3_8b):
+    """torchao rowwise: the two backward GEMMs run tensorwise in cuBLAS and are rescaled afterwards
+    (``output *= post_inverse_scale``), one kernel each reading and writing the 16-bit output, 4 B per
+    element: for mlp_down (m × f input, m × h output, weight f × h) the data gradient is m·f and the
+    weight gradient f·h. Its output-gradient cast stays 6 B/el over m·h (amax, cast, column copy);
+    tensorwise has no rescale."""
+    b, s, pb = 2, 2048, 2
+    m, h, f = b * s, 4096, 14336
+    row = {op.name: op for op in ops.backward_ops(ops.layer_ops(llama3_8b, b, s, 1, pb, FLASH, fp8="rowwise"))}
+    tw = {op.name: op for op in ops.backward_ops(ops.layer_ops(llama3_8b, b, s, 1, pb, FLASH, fp8="tensorwise"))}
+    assert tw["mlp_down.fp8_cast.bwd"].bytes == 6 * m * h
+    assert row["mlp_down.fp8_cast.bwd"].bytes == 6 * m * h + 4 * (m * f + f * h)
+    assert row["mlp_down.fp8_cast.bwd"].launches == tw["mlp_down.fp8_cast.bwd"].launches + 2
