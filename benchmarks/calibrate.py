@@ -6,7 +6,8 @@ expressible, not ``calibration_excluded``, pure data-parallel or attention-domin
 GPU architecture with such runs (``simulator.validation.calibration``):
 
 1. fit the parameters not ``cal.MEASURED`` (the GEMM and attention shares; the overlap slowdown is
-   measured: ``--profile`` prints why) on all of them (stored in ``efficiency.yaml``);
+   measured: ``--profile`` prints why) on all of them (stored in ``efficiency.yaml``); a
+   ``cal.TRANSFERRED`` one (Blackwell's attention share) is held at the other architectures' mean;
 2. hold out every publication once: refit on the other publications and predict the held-out runs
    (the out-of-fold error, the honest figure; every fold is printed and written); an architecture's
    only publication is predicted with the other architectures' mean parameters
@@ -64,10 +65,11 @@ def calibrate(log=print) -> tuple[dict, dict, str]:
     # takes the others' parameters (calibration.transferred)
     fulls: dict[str, cal.Fit] = {}
     in_samples: dict[str, list[float]] = {}
-    for arch in sorted(by_arch):
+    # the architectures with TRANSFERRED parameters last: they hold those at the others' mean (held_for)
+    for arch in sorted(by_arch, key=lambda a: (a in cal.TRANSFERRED, a)):
         cases = by_arch[arch]
         t0 = time.perf_counter()
-        full = fulls[arch] = cal.fit(cases, arch)
+        full = fulls[arch] = cal.fit(cases, arch, held=cal.held_for(arch, list(fulls.values())))
         in_sample = in_samples[arch] = cal.errors(cases, full.params)
         log(f"{arch}: fitted {full.params} on {len(cases)} runs: objective {full.objective:.4f}, "
             f"in-sample MAPE {cal.mape(in_sample):.1%} ({full.evaluations} evaluations, "
@@ -112,6 +114,9 @@ def calibrate(log=print) -> tuple[dict, dict, str]:
                    f"{cal.values(tuple(cal.START[p] for p in cal.PARAMS))}; every fold the same search from the same start"),
         "measured": {arch: {n: round(k * cal.STEP, 4) for n, k in m.items()} for arch, m in cal.MEASURED.items()},
         "measured_why": "not fitted: the fitting runs do not identify it (simulator/validation/calibration.py MEASURED)",
+        "transferred": {arch: list(names) for arch, names in cal.TRANSFERRED.items()},
+        "transferred_why": ("not identified by the architecture's fitting runs either: held at the mean of the "
+                            "other architectures' fits (simulator/validation/calibration.py TRANSFERRED)"),
         "cross_validation": ("leave one source (publication) out; an architecture's only source is predicted "
                              "with the mean of the other architectures' fitted parameters"),
         "network": "not refitted here: network efficiencies are fitted by the network layer against nccl-tests",

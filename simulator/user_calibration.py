@@ -145,8 +145,10 @@ def fit_params(cases: list[Case]) -> tuple[dict[str, float], int]:
     """The narrow interface to the bundled procedure: (fitted parameters, simulations run). Folds are
     fitted the same way, from the same start, as ``calibration.leave_one_source_out`` does."""
     from simulator.validation import calibration as cal
+    from simulator.validation.calibrated import other_fits
 
-    result = cal.fit(_runs(cases), cases[0].arch)
+    arch = cases[0].arch
+    result = cal.fit(_runs(cases), arch, held=cal.held_for(arch, other_fits(arch)))
     return dict(result.params), result.evaluations
 
 

@@ -103,6 +103,14 @@ ARCH_BOUNDS: dict[str, dict[str, tuple[int, int]]] = {}
 #: Blackwell).
 MEASURED: dict[str, dict[str, int]] = {arch: {"compute_slowdown_during_comm": 35}
                                        for arch in ("ampere", "hopper", "blackwell")}
+#: Parameters an architecture's fitting runs do not identify either, held at the mean of the other
+#: architectures' fits (``held_for``, the rule of ``transferred``). Blackwell's attention share: its
+#: eleven fitting runs (Megatron-Bridge's dense Llama rows at 8k tokens, cuDNN attention) trade it against
+#: the GEMM share along a ragged valley, the objective between 0.0397 and 0.0416 for shares 0.50-0.67
+#: with the GEMM share refitted (0.84-0.76), so the descent stopped wherever one more row left it (0.59,
+#: 0.61, 0.67 as rows came in, 2-3 Dec 2026), while the runs it prices most, torchao's FlashAttention-2
+#: rows on B200, moved 4-5 points each time.
+TRANSFERRED: dict[str, tuple[str, ...]] = {"blackwell": ("attention_sustained_of_bench",)}
 #: Per-run error beyond which a run no longer pulls the fit (the issue-7 "no run worse than" bound).
 CAP = 0.25
 #: Attention-core share of a block's FLOPs from which a run joins the fitting runs whatever its
@@ -114,20 +122,33 @@ MAX_MOVES = 200
 Point = tuple[int, ...]
 
 
-def bounds(arch: str) -> dict[str, tuple[int, int]]:
-    """The search box of an architecture (grid units); a ``MEASURED`` parameter is held at its value."""
-    held = {name: (k, k) for name, k in MEASURED.get(arch, {}).items()}
-    return {**BOUNDS, **ARCH_BOUNDS.get(arch, {}), **held}
+def bounds(arch: str, held: dict[str, int] | None = None) -> dict[str, tuple[int, int]]:
+    """The search box of an architecture (grid units); a ``MEASURED`` parameter, and any in ``held``
+    (``held_for``), is held at its value."""
+    fixed = {name: (k, k) for name, k in {**MEASURED.get(arch, {}), **(held or {})}.items()}
+    return {**BOUNDS, **ARCH_BOUNDS.get(arch, {}), **fixed}
 
 
 def fitted(arch: str) -> tuple[str, ...]:
-    """The parameters fitted on ``arch``: ``PARAMS`` less the ``MEASURED`` ones."""
-    return tuple(name for name in PARAMS if name not in MEASURED.get(arch, {}))
+    """The parameters fitted on ``arch``: ``PARAMS`` less the ``MEASURED`` and ``TRANSFERRED`` ones."""
+    return tuple(name for name in PARAMS
+                 if name not in MEASURED.get(arch, {}) and name not in TRANSFERRED.get(arch, ()))
 
 
-def start_point(arch: str) -> Point:
-    """The descent's starting point on ``arch``: ``START``, with the ``MEASURED`` values."""
-    return tuple(MEASURED.get(arch, {}).get(name, START[name]) for name in PARAMS)
+def start_point(arch: str, held: dict[str, int] | None = None) -> Point:
+    """The descent's starting point on ``arch``: ``START``, with the ``MEASURED`` and ``held`` values."""
+    fixed = {**MEASURED.get(arch, {}), **(held or {})}
+    return tuple(fixed.get(name, START[name]) for name in PARAMS)
+
+
+def _grid_mean(name: str, others: Sequence[Any]) -> int:
+    """The mean of parameter ``name`` over the fits ``others``, in grid units, halves rounded up."""
+    return math.floor(sum(point_of(f.params)[PARAMS.index(name)] for f in others) / len(others) + 0.5)
+
+
+def held_for(arch: str, others: Sequence[Any]) -> dict[str, int]:
+    """``arch``'s ``TRANSFERRED`` parameters at the mean of the fits ``others`` (grid units)."""
+    return {name: _grid_mean(name, others) for name in TRANSFERRED.get(arch, ())}
 
 
 def values(point: Point) -> dict[str, float]:
@@ -271,11 +292,11 @@ def descend(objective: Callable[[Point], float], start: Point, scales: Sequence[
 
 
 def fit(cases: Sequence[Case], arch: str, start: Point | None = None, scales: Sequence[int] = SCALES,
-        box: dict[str, tuple[int, int]] | None = None) -> Fit:
-    """Fit the parameters of one architecture on ``cases`` (``fitted(arch)``; the ``MEASURED`` ones stay
-    at their values) inside ``box`` (default ``bounds(arch)``)."""
+        box: dict[str, tuple[int, int]] | None = None, held: dict[str, int] | None = None) -> Fit:
+    """Fit the parameters of one architecture on ``cases`` (``fitted(arch)``; the ``MEASURED`` ones and
+    those in ``held`` stay at their values) inside ``box`` (default ``bounds(arch, held)``)."""
     point, best, evals, moves = descend(lambda p: objective(errors(cases, values(p))),
-                                        start or start_point(arch), scales, box or bounds(arch))
+                                        start or start_point(arch, held), scales, box or bounds(arch, held))
     return Fit(values(point), best, evals, moves)
 
 
@@ -294,8 +315,9 @@ def is_local_minimum(cases: Sequence[Case], params: dict[str, float], arch: str)
     """Whether no finest-scale grid neighbour of ``params`` strictly improves the objective (the
     descent's stop condition), and the objective at ``params``: the quick reproducibility check."""
     point = point_of(params)
+    box = bounds(arch, {name: point[PARAMS.index(name)] for name in TRANSFERRED.get(arch, ())})
     here = objective(errors(cases, values(point)))
-    return all(not objective(errors(cases, values(n))) < here for n in neighbours(point, 1, bounds(arch))), here
+    return all(not objective(errors(cases, values(n))) < here for n in neighbours(point, 1, box)), here
 
 
 def attention_share(scenario: Any) -> float:
@@ -342,11 +364,9 @@ def transferred(arch: str, others: Sequence[Fit]) -> Fit:
     """The parameters an architecture gets with none of its own runs: each fitted parameter the mean
     of the other architectures' full fits, on the grid (``MEASURED`` ones at the architecture's own
     values). The held-out prediction for an architecture whose runs all come from one publication."""
-    grids = [point_of(f.params) for f in others]
-    own = fitted(arch)
-    # the mean in grid units, halves rounded up
-    point = tuple(math.floor(sum(g[i] for g in grids) / len(grids) + 0.5) if name in own else k
-                  for i, (name, k) in enumerate(zip(PARAMS, start_point(arch), strict=True)))
+    measured = MEASURED.get(arch, {})
+    point = tuple(k if name in measured else _grid_mean(name, others)
+                  for name, k in zip(PARAMS, start_point(arch), strict=True))
     return Fit(values(point), float("nan"), 0, 0)
 
 
@@ -359,33 +379,9 @@ def leave_one_source_out(arch: str, cases: Sequence[Case], full: Fit,
     for source in sorted({source_key(c.run) for c in cases}):
         held = [c for c in cases if source_key(c.run) == source]
         rest = [c for c in cases if source_key(c.run) != source]
-        f = fit(rest, arch) if rest else (transferred(arch, others) if others else full)
+        fixed = held_for(arch, others) if others else None
+        f = fit(rest, arch, held=fixed) if rest else (transferred(arch, others) if others else full)
         folds.append(Fold(arch, source, f.params, tuple(c.run.id for c in held), tuple(errors(held, f.params)),
                           f.evaluations))
     return folds
 
-
-def stored_folds() -> list[dict[str, Any]]:
-    """Every stored leave-one-source-out fold (``efficiency.yaml``'s calibration block): architecture,
-    held-out publication, the parameters fitted without it, its held-out run ids and their MAPE."""
-    from simulator.hardware.efficiency import _table
-
-    calib = _table().get("calibration", {})
-    out = []
-    for arch in sorted(k for k, v in calib.items() if isinstance(v, dict) and "folds" in v):
-        for source, fold in calib[arch]["folds"].items():
-            out.append({"arch": arch, "source": source, "params": fold["params"],
-                        "held_out": list(fold["held_out"]), "mape": fold["mape"]})
-    return out
-
-
-def out_of_fold_efficiency(run: Run) -> Efficiency | None:
-    """The efficiency fitted without ``run``'s publication (its stored leave-one-source-out fold in
-    ``efficiency.yaml``), or ``None`` (the stored full fit applies) when that publication took no
-    part in calibrating the run's GPU architecture."""
-    from simulator.hardware.efficiency import _table
-
-    gpu = scenario_for(run).cluster.gpu_spec
-    folds = (_table().get("calibration", {}).get(gpu.arch) or {}).get("folds") or {}
-    fold = folds.get(source_key(run))
-    return efficiency_with(gpu, fold["params"]) if fold else None

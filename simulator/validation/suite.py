@@ -145,7 +145,7 @@ def try_run(run: Run, efficiency: Efficiency | None = None, *, out_of_fold: bool
         return Outcome(run, skipped=f"not expressible: {run.not_expressible}")
     try:
         if efficiency is None and out_of_fold:
-            from simulator.validation.calibration import out_of_fold_efficiency
+            from simulator.validation.calibrated import out_of_fold_efficiency
 
             efficiency = out_of_fold_efficiency(run)
         return Outcome(run, report=simulate_run(run, efficiency))

@@ -122,7 +122,7 @@ def summarize(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
 def _folds(done: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     """The stored leave-one-source-out folds whose held-out runs are among ``done``, each with the
     MAPE of those runs in this pass (their errors are out of fold: ``suite.try_run``)."""
-    from simulator.validation.calibration import stored_folds
+    from simulator.validation.calibrated import stored_folds
 
     errors = {r["id"]: r["error"] for r in done}
     out = []

@@ -14,6 +14,7 @@ from importlib import resources
 import pytest
 import yaml
 
+from simulator.validation import calibrated
 from simulator.validation import calibration as cal
 from simulator.validation.suite import Run, load_runs
 
@@ -136,7 +137,7 @@ def test_on_bound_reports_parameters_on_the_box_edge():
     assert cal.on_bound(inside, "hopper") == []
 
 
-@pytest.mark.parametrize("arch", ["ampere", "hopper"])
+@pytest.mark.parametrize("arch", ["ampere", "hopper", "blackwell"])
 def test_stored_parameters_are_the_fit_of_the_calibration_runs(arch):
     stored = _stored()
     params = stored[arch]
@@ -154,20 +155,21 @@ def test_stored_parameters_are_the_fit_of_the_calibration_runs(arch):
 def test_validate_predicts_each_fitted_run_with_the_fold_that_left_its_publication_out():
     runs = {r.id: r for r in load_runs()}
     folds = _stored()["calibration"]["ampere"]["folds"]
-    eff = cal.out_of_fold_efficiency(runs["ibm-fsdp-a100-llama27b"])
+    eff = calibrated.out_of_fold_efficiency(runs["ibm-fsdp-a100-llama27b"])
     fold = folds["foundation-model-stack/fms-fsdp"]["params"]
     assert eff is not None
     assert (eff.gemm_sustained_of_mamf, eff.attention_sustained_of_bench, eff.compute_slowdown_during_comm) == (
         fold["gemm_sustained_of_mamf"], fold["attention_sustained_of_bench"], fold["compute_slowdown_during_comm"])
     # a publication that took no part in the fit keeps the stored full fit
-    assert cal.out_of_fold_efficiency(runs["korthikanti22-22B-sp-selective"]) is None
+    assert calibrated.out_of_fold_efficiency(runs["korthikanti22-22B-sp-selective"]) is None
 
 
 def test_a_measured_parameter_is_not_searched_and_never_reported_on_a_bound():
     # the overlap slowdown is measured (pytorch/pytorch PR #179937: H100 matmuls 30-40 % slower under NCCL)
     for arch in ("ampere", "hopper", "blackwell"):
         assert cal.MEASURED[arch]["compute_slowdown_during_comm"] == 35
-        assert cal.fitted(arch) == ("gemm_sustained_of_mamf", "attention_sustained_of_bench")
+    assert cal.fitted("ampere") == cal.fitted("hopper") == ("gemm_sustained_of_mamf", "attention_sustained_of_bench")
+    assert cal.fitted("blackwell") == ("gemm_sustained_of_mamf",)  # its attention share is TRANSFERRED
     assert cal.fitted("ada") == cal.PARAMS  # an architecture without a measurement fits all three
     cases = [_FakeCase("a1", "A (arXiv:1111.11111)", 800)]
     full = cal.fit(cases, "hopper")
@@ -197,3 +199,23 @@ def test_attention_share_of_llama2_7b_by_hand_and_which_runs_it_admits():
     assert cal.attention_share(cal.scenario_for(short_tp)) == pytest.approx(share(8192), rel=1e-3)  # 0.142
     hopper = {c.run.id for c in cal.fitting_cases([long_cp, short_tp])["hopper"]}
     assert hopper == {long_cp.id}  # attention-dominated joins whatever its layout; a short TP/PP run does not
+
+
+def test_a_transferred_parameter_is_held_at_the_other_architectures_mean():
+    # Blackwell's attention share is not identified by its runs: held at the mean of the others' fits,
+    # (0.54 + 0.57) / 2 = 0.555 -> 0.56 on the 0.01 grid (halves up), and only the GEMM share is searched.
+    # The fake runs want a GEMM share of 0.80 whatever the attention share.
+    others = [cal.Fit({"gemm_sustained_of_mamf": 0.82, "attention_sustained_of_bench": 0.54,
+                       "compute_slowdown_during_comm": 0.35}, 0.0, 0, 0),
+              cal.Fit({"gemm_sustained_of_mamf": 0.74, "attention_sustained_of_bench": 0.57,
+                       "compute_slowdown_during_comm": 0.35}, 0.0, 0, 0)]
+    assert cal.held_for("blackwell", others) == {"attention_sustained_of_bench": 56}
+    assert cal.held_for("hopper", others) == {}
+    cases = [_FakeCase("c1", "C (arXiv:3333.33333)", 800), _FakeCase("d1", "D (arXiv:4444.44444)", 800)]
+    full = cal.fit(cases, "blackwell", held=cal.held_for("blackwell", others))
+    assert full.params == {"gemm_sustained_of_mamf": 0.80, "attention_sustained_of_bench": 0.56,
+                           "compute_slowdown_during_comm": 0.35}
+    # each fold holds it at the same value; a parameter held is never reported on a bound
+    folds = cal.leave_one_source_out("blackwell", cases, full, others)
+    assert all(f.params["attention_sustained_of_bench"] == 0.56 for f in folds)
+    assert cal.on_bound({**full.params, "attention_sustained_of_bench": 1.0}, "blackwell") == []

@@ -131,7 +131,7 @@ def test_readme_section_is_regenerated_between_markers(tmp_path):
 
 def test_every_stored_fold_is_reported_with_its_held_out_runs(pure_dp):
     # issue 12 item 5: every publication held out once, every fold in the report
-    from simulator.validation.calibration import stored_folds
+    from simulator.validation.calibrated import stored_folds
     from simulator.validation.render import markdown
 
     summary, rows = pure_dp["summary"], {r["id"]: r for r in pure_dp["rows"] if "error" in r}
