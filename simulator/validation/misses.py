@@ -45,6 +45,11 @@ CAUSES: dict[str, str] = {
     "mbridge260201-gb300-qwen3-235b-a22b-256gpu-mxfp8": "whole EP-32 groups per rack assumed (-55% with 72 GPUs "
     "packed per rack); the rest: the recipe's HybridEP dispatcher and CUDA-graphed router / preprocessing are "
     "simulated as Megatron's alltoall dispatcher (the graphs' host saving is modelled): too slow",
+    "mbridge2511r-gb300-qwen3-235b-a22b-256gpu-bf16": "simulated as printed (EP 16, virtual pipeline 12, micro-batch "
+    "2; the printed GA 32 does not match GBS 8192 / (2 x 64)), while the stored GB300 preset runs EP 32 with the "
+    "attention in the CUDA graph; its 5.5 s of EP all-to-alls (of a 26.5 s step) sit exposed as Megatron's "
+    "alltoall dispatcher, where the 26.02 GB300 presets of this model run HybridEP (its 26.02.01 sibling is -11% "
+    "for the same reason): too slow",
     "llmfoundry-mpt1b-a100_40gb-32gpu-seq2048": "the same configuration (1B, micro-batch 10, PURE bf16, FULL_SHARD) "
     "is published at 45.4% MFU on 32 A100-40GB and 55.4% on 64: per-GPU throughput 22% higher on twice the GPUs "
     "over the same RoCE fabric, which no scaling mechanism gives; dtsim predicts the two alike (the 64-GPU row is "
