@@ -14,7 +14,10 @@ What is fitted (three physically meaningful numbers per architecture, never per 
 Not fitted, because they are measured directly: ``hbm_fraction`` (the achieved / datasheet HBM
 bandwidth of streaming kernels per architecture, [S56][S57], ``efficiency.yaml``); launch floors, host
 dispatch and GEMM tile/wave quantisation (``simulator.hardware.kernels``). The network efficiency parameters are not refitted here either: they
-belong to the network layer and are fitted there against nccl-tests bus-bandwidth curves.
+belong to the network layer and are fitted there against nccl-tests bus-bandwidth curves. A listed
+parameter an architecture's runs do not identify is held too: at a measurement (``MEASURED``: the
+overlap slowdown) or at the mean of the other architectures' fits (``TRANSFERRED``: Blackwell's
+attention share).
 
 Runs: the expressible runs of ``load_runs()`` (whatever files it reads) that are not
 ``calibration_excluded`` and are pure data parallel or attention-dominated, grouped by GPU
@@ -141,12 +144,12 @@ def start_point(arch: str, held: dict[str, int] | None = None) -> Point:
     return tuple(fixed.get(name, START[name]) for name in PARAMS)
 
 
-def _grid_mean(name: str, others: Sequence[Any]) -> int:
+def _grid_mean(name: str, others: Sequence[Fit]) -> int:
     """The mean of parameter ``name`` over the fits ``others``, in grid units, halves rounded up."""
     return math.floor(sum(point_of(f.params)[PARAMS.index(name)] for f in others) / len(others) + 0.5)
 
 
-def held_for(arch: str, others: Sequence[Any]) -> dict[str, int]:
+def held_for(arch: str, others: Sequence[Fit]) -> dict[str, int]:
     """``arch``'s ``TRANSFERRED`` parameters at the mean of the fits ``others`` (grid units)."""
     return {name: _grid_mean(name, others) for name in TRANSFERRED.get(arch, ())}
 
@@ -361,9 +364,9 @@ class Fold:
 
 
 def transferred(arch: str, others: Sequence[Fit]) -> Fit:
-    """The parameters an architecture gets with none of its own runs: each fitted parameter the mean
-    of the other architectures' full fits, on the grid (``MEASURED`` ones at the architecture's own
-    values). The held-out prediction for an architecture whose runs all come from one publication."""
+    """The parameters an architecture gets with none of its own runs: each parameter the mean of the
+    other architectures' full fits, on the grid (``MEASURED`` ones at the architecture's own values).
+    The held-out prediction for an architecture whose runs all come from one publication."""
     measured = MEASURED.get(arch, {})
     point = tuple(k if name in measured else _grid_mean(name, others)
                   for name, k in zip(PARAMS, start_point(arch), strict=True))
