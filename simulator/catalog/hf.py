@@ -6,7 +6,8 @@ Supported families and their key names (as written by each family's ``configurat
   ``num_attention_heads``, ``num_key_value_heads``, ``intermediate_size``, ``vocab_size``,
   ``tie_word_embeddings``, ``head_dim``, ``hidden_act`` (silu ⇒ SwiGLU); OLMo 2 adds QK-norm;
   ``sliding_window`` (unless ``use_sliding_window`` is false) and ``layer_types`` give the
-  sliding-window blocks (``_sliding_window``).
+  sliding-window blocks (``_sliding_window``); ``rope_scaling`` of type ``yarn`` gives
+  ``rope_scaling: yarn`` (GPT-OSS; Megatron-Core runs it unfused).
 - MPT: ``n_layers``, ``d_model``, ``n_heads``, ``expansion_ratio``, ``vocab_size``, ``no_bias``,
   ``attn_config.alibi``; MPT always ties the embedding.
 - GPT-NeoX: Llama-style names with ``hidden_act`` gelu, biases and LayerNorm, rotary positions.
@@ -93,8 +94,15 @@ def _llama_like(cfg: dict[str, Any]) -> dict[str, Any]:
         "max_position_embeddings": cfg.get("max_position_embeddings"),
         **_sliding_window(cfg),
         **({"swiglu_limit": cfg["swiglu_limit"]} if cfg.get("swiglu_limit") else {}),
+        **({"rope_scaling": "yarn"} if _rope_type(cfg) == "yarn" else {}),
     }
     return out
+
+
+def _rope_type(cfg: dict[str, Any]) -> str | None:
+    """``rope_scaling``'s type: ``rope_type`` (transformers >= 4.45) or the older ``type`` key."""
+    scaling = cfg.get("rope_scaling") or {}
+    return scaling.get("rope_type") or scaling.get("type")
 
 
 def _sliding_window(cfg: dict[str, Any]) -> dict[str, Any]:

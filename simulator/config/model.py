@@ -78,6 +78,10 @@ class ModelConfig(Frozen):
     #: fused activation (``fused_bias_geglu.py``: ``chunk``, two ``clamp``, ``cat``): extra memory passes
     #: over the experts' fc1 output (``simulator.workload.moe_ops``). null = no clamp.
     swiglu_limit: PositiveFloat | None = None
+    #: RoPE frequency scaling (Hugging Face ``rope_scaling.rope_type``): ``yarn`` (GPT-OSS). Megatron-Core
+    #: applies a YaRN embedding in eager PyTorch, not in its fused RoPE kernel (``simulator.workload.ops``:
+    #: ``MEGATRON_UNFUSED_ROPE``). null = plain RoPE (or none).
+    rope_scaling: Literal["yarn"] | None = None
     #: Mixture-of-experts MLPs (``simulator.config.moe``); null = dense.
     moe: MoEConfig | None = None
     #: Multi-token prediction modules trained with the model (DeepSeek-V3 §2.2; Megatron-Core

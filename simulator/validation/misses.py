@@ -130,10 +130,10 @@ GROUP_CAUSES: tuple[tuple[str, str], ...] = (
      "rates of about 240 (H100) and 600 (B200) at head dim 64. cuDNN's \"generic kernel\", which Transformer Engine "
      "names for the learnable-softmax backward (TransformerEngine PR #3470), serves value head dims other than 64, "
      "128 and 256 only, so GPT-OSS's head dim 64 runs a specialised one; cudnn-frontend's training sweep times no "
-     "backward with sinks, so it stays a candidate. Another: Megatron-Bridge's fusion check "
-     "(src/megatron/bridge/utils/fusions.py validate_rope_fusion_compatibility) turned RoPE fusion off for any "
-     "position embedding but plain rope, GPT-OSS's YaRN included, in some versions (not in others); eager "
-     "YaRN RoPE (about 12 passes over q and k each way instead of 2) would add about 3% to the GB200 step"),
+     "backward with sinks, so it stays a candidate. Modelled since (about 3% slower): Megatron-Bridge's fusion "
+     "check (src/megatron/bridge/utils/fusions.py validate_rope_fusion_compatibility) turns RoPE fusion off for "
+     "any position embedding but plain rope, GPT-OSS's YaRN included, so Megatron-Core applies it in eager "
+     "PyTorch (workload.ops MEGATRON_UNFUSED_ROPE: 12 passes over q and k forward, 10 backward, instead of 2)"),
     ("mbridge2511-b200-qwen3-30b*", "25.11 dropless regression at micro-batch 1: Megatron-Bridge issue #1998 "
      "(Qwen3-30B \"2X slower\" on H100 and B200 with the dropless schedule than with token drop, 25.11 against "
      "25.09); the 25.09 table ran this layout at 18,066 tokens/s/GPU (token drop), 9,299 here, and 26.02.01's preset "

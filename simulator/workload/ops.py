@@ -72,6 +72,15 @@ EAGER_RMSNORM_LAUNCHES, EAGER_RMSNORM_PASSES = 8, 18
 #: (2, 4), complex multiply by the frequencies (8, 8), ``type_as`` (4, 2): 3 kernels, 28 B = 14
 #: passes; q and k together 6 kernels. Fused (Megatron/TE fused RoPE, Inductor): 1 kernel, 2 passes.
 EAGER_ROPE_LAUNCHES_PER_TENSOR, EAGER_ROPE_PASSES = 3, 14
+#: YaRN RoPE under Megatron-Core: its fused RoPE takes plain ``rope`` only (Megatron-Bridge
+#: ``utils/fusions.py`` ``validate_rope_fusion_compatibility``: "apply_rope_fusion is only compatible with
+#: RoPE position embeddings", turning fusion off for ``yarn``), so ``_apply_rotary_pos_emb_bshd`` runs in
+#: eager PyTorch per tensor: ``t * cos_`` (2 passes), ``_rotate_half`` (``neg`` of one half, 1; ``cat``, 2),
+#: ``* sin_`` (2), the add (3) and the final ``cat`` with the empty pass-through part (2): 12 passes and 6
+#: kernels, plus 6 small ones building ``cos``/``sin`` times ``mscale`` over the ``s × d`` frequencies.
+#: Backward: the two products' gradients (2 + 2), ``neg`` (1), the ``chunk``'s gradient ``cat`` (2) and
+#: the sum of the two paths (3): 10 passes, 5 kernels.
+MEGATRON_UNFUSED_ROPE = {"launches": 12, "passes": 12, "bwd_launches": 5, "bwd_passes": 10}
 #: SwiGLU as torch code ``silu(gate) * up``: silu (read f, write f) + multiply (read 2f, write f):
 #: 2 kernels, 5 passes of ``b·s·f`` (fused: 1 kernel, 3 passes).
 EAGER_SWIGLU_LAUNCHES, EAGER_SWIGLU_PASSES = 2, 5
@@ -173,6 +182,13 @@ def _attention_ops(model: ModelConfig, b: int, s: int, tp: int, pb: int, flash: 
             memory_op("attn_context_copy", q_el, 2, pb, 0.0)]
 
 
+def _megatron_unfused_rope(qk_el: float, pb: int) -> Op:
+    """YaRN RoPE over q and k (``qk_el`` elements) as Megatron-Core's eager code (``MEGATRON_UNFUSED_ROPE``)."""
+    r = MEGATRON_UNFUSED_ROPE
+    return replace(memory_op("rotary", qk_el, r["passes"], pb, _ROPE_FLOPS), launches=2 * r["launches"],
+                   bwd_launches=2 * r["bwd_launches"], bwd_bytes=float(r["bwd_passes"] * pb * qk_el))
+
+
 def _bias_grads(model: ModelConfig, tokens: int, outs: tuple[int, ...], pb: int, fused: bool) -> list[Op]:
     """Bias work of a block's biased linears (output widths ``outs``, QKV first; module comments):
     nothing forward but Megatron's QKV bias add, one gradient reduction each backward."""
@@ -244,7 +260,9 @@ def layer_ops(
             norm = _norm("qk_norm", qk_el, pb, eager_rms)  # q and k normed separately
             ops.append(replace(norm, launches=2 * norm.launches, bwd_launches=2 * norm.bwd_launches))
     if model.position_embedding == "rope":
-        if fused:
+        if fused and not compiled and model.rope_scaling == "yarn":
+            ops.append(_megatron_unfused_rope(qk_el, pb))
+        elif fused:
             ops.append(memory_op("rotary", qk_el, 2, pb, _ROPE_FLOPS))
         else:
             ops.append(replace(memory_op("rotary", qk_el, EAGER_ROPE_PASSES, pb, _ROPE_FLOPS),

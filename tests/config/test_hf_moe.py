@@ -44,7 +44,7 @@ CONFIGS = {
                      "num_local_experts": 128, "experts_per_token": 4, "attention_bias": True,
                      "vocab_size": 201088, "tie_word_embeddings": False, "max_position_embeddings": 131072,
                      "sliding_window": 128, "layer_types": ["sliding_attention", "full_attention"] * 18,
-                     "swiglu_limit": 7.0},
+                     "swiglu_limit": 7.0, "rope_scaling": {"rope_type": "yarn", "factor": 32.0}},
     "olmoe-1b-7b": {"model_type": "olmoe", "hidden_act": "silu", "hidden_size": 2048, "intermediate_size": 1024,
                     "num_attention_heads": 16, "num_hidden_layers": 16, "num_key_value_heads": 16,
                     "num_experts": 64, "num_experts_per_tok": 8, "vocab_size": 50304,
@@ -86,6 +86,11 @@ def test_gpt_oss_import_reads_the_sliding_window(tmp_path):
     assert (m.sliding_window, m.full_attention_interval, m.windowed_layers) == (128, 2, 18)
     assert (want.sliding_window, want.full_attention_interval) == (128, 2)
     assert m.swiglu_limit == want.swiglu_limit == 7.0  # config.json swiglu_limit
+    assert m.rope_scaling == want.rope_scaling == "yarn"  # config.json rope_scaling.rope_type
+    # the older key (DeepSeek-V3, Qwen2.5 long-context configs): rope_scaling.type
+    old_key = _load(tmp_path, {**CONFIGS["gpt-oss-120b"], "rope_scaling": {"type": "yarn", "factor": 4.0}})
+    assert old_key.rope_scaling == "yarn"
+    assert _load(tmp_path, {**CONFIGS["gpt-oss-120b"], "rope_scaling": None}).rope_scaling is None
 
 
 @pytest.mark.parametrize(("extra", "window", "interval"), [

@@ -252,3 +252,21 @@ def test_torchao_rowwise_rescales_its_backward_gemm_outputs(llama3_8b):
     assert tw["mlp_down.fp8_cast.bwd"].bytes == 6 * m * h
     assert row["mlp_down.fp8_cast.bwd"].bytes == 6 * m * h + 4 * (m * f + f * h)
     assert row["mlp_down.fp8_cast.bwd"].launches == tw["mlp_down.fp8_cast.bwd"].launches + 2
+
+
+def test_megatron_runs_yarn_rope_unfused():
+    """YaRN RoPE (GPT-OSS) under Megatron-Core's fused kernels runs as its eager PyTorch code: 12 passes
+    over q and k forward (6 large and 6 small kernels per tensor), 10 backward (5 kernels per tensor),
+    against the fused kernel's 2 passes and 1 kernel; torch.compile (Inductor) fuses it again. GPT-OSS:
+    q and k per token (64 + 8) · 64 = 4,608 elements."""
+    from simulator.catalog import get_model
+
+    oss = get_model("gpt-oss-120b")
+    b, s, pb = 1, 4096, 2
+    qk = b * s * (64 + 8) * 64
+    fwd = {op.name: op for op in ops.layer_ops(oss, b, s, 1, pb, FLASH)}
+    assert fwd["rotary"].bytes == 12 * qk * pb and fwd["rotary"].launches == 2 * 12
+    bwd = {op.name: op for op in ops.backward_ops(list(fwd.values()))}
+    assert bwd["rotary.bwd"].bytes == 10 * qk * pb and bwd["rotary.bwd"].launches == 2 * 5
+    plain = {op.name: op for op in ops.layer_ops(oss.model_copy(update={"rope_scaling": None}), b, s, 1, pb, FLASH)}
+    assert plain["rotary"].bytes == 2 * qk * pb and plain["rotary"].launches == 1
