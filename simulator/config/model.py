@@ -80,7 +80,7 @@ class ModelConfig(Frozen):
     swiglu_limit: PositiveFloat | None = None
     #: RoPE frequency scaling (Hugging Face ``rope_scaling.rope_type``): ``yarn`` (GPT-OSS). Megatron-Core
     #: applies a YaRN embedding in eager PyTorch, not in its fused RoPE kernel (``simulator.workload.ops``:
-    #: ``MEGATRON_UNFUSED_ROPE``). null = plain RoPE (or none).
+    #: ``MEGATRON_ROPE_*``). null = plain RoPE (or none).
     rope_scaling: Literal["yarn"] | None = None
     #: Mixture-of-experts MLPs (``simulator.config.moe``); null = dense.
     moe: MoEConfig | None = None

@@ -379,10 +379,10 @@ def leave_one_source_out(arch: str, cases: Sequence[Case], full: Fit,
     architecture's only source leaves nothing to fit: that fold takes the other architectures'
     parameters (``transferred``), or the full fit when there are none."""
     folds = []
+    fixed = held_for(arch, others) if others else None
     for source in sorted({source_key(c.run) for c in cases}):
         held = [c for c in cases if source_key(c.run) == source]
         rest = [c for c in cases if source_key(c.run) != source]
-        fixed = held_for(arch, others) if others else None
         f = fit(rest, arch, held=fixed) if rest else (transferred(arch, others) if others else full)
         folds.append(Fold(arch, source, f.params, tuple(c.run.id for c in held), tuple(errors(held, f.params)),
                           f.evaluations))

@@ -80,7 +80,8 @@ EAGER_ROPE_LAUNCHES_PER_TENSOR, EAGER_ROPE_PASSES = 3, 14
 #: kernels, plus 6 small ones building ``cos``/``sin`` times ``mscale`` over the ``s × d`` frequencies.
 #: Backward: the two products' gradients (2 + 2), ``neg`` (1), the ``chunk``'s gradient ``cat`` (2) and
 #: the sum of the two paths (3): 10 passes, 5 kernels.
-MEGATRON_UNFUSED_ROPE = {"launches": 12, "passes": 12, "bwd_launches": 5, "bwd_passes": 10}
+MEGATRON_ROPE_LAUNCHES_PER_TENSOR, MEGATRON_ROPE_PASSES = 12, 12
+MEGATRON_ROPE_BWD_LAUNCHES_PER_TENSOR, MEGATRON_ROPE_BWD_PASSES = 5, 10
 #: SwiGLU as torch code ``silu(gate) * up``: silu (read f, write f) + multiply (read 2f, write f):
 #: 2 kernels, 5 passes of ``b·s·f`` (fused: 1 kernel, 3 passes).
 EAGER_SWIGLU_LAUNCHES, EAGER_SWIGLU_PASSES = 2, 5
@@ -182,13 +183,6 @@ def _attention_ops(model: ModelConfig, b: int, s: int, tp: int, pb: int, flash: 
             memory_op("attn_context_copy", q_el, 2, pb, 0.0)]
 
 
-def _megatron_unfused_rope(qk_el: float, pb: int) -> Op:
-    """YaRN RoPE over q and k (``qk_el`` elements) as Megatron-Core's eager code (``MEGATRON_UNFUSED_ROPE``)."""
-    r = MEGATRON_UNFUSED_ROPE
-    return replace(memory_op("rotary", qk_el, r["passes"], pb, _ROPE_FLOPS), launches=2 * r["launches"],
-                   bwd_launches=2 * r["bwd_launches"], bwd_bytes=float(r["bwd_passes"] * pb * qk_el))
-
-
 def _bias_grads(model: ModelConfig, tokens: int, outs: tuple[int, ...], pb: int, fused: bool) -> list[Op]:
     """Bias work of a block's biased linears (output widths ``outs``, QKV first; module comments):
     nothing forward but Megatron's QKV bias add, one gradient reduction each backward."""
@@ -260,8 +254,11 @@ def layer_ops(
             norm = _norm("qk_norm", qk_el, pb, eager_rms)  # q and k normed separately
             ops.append(replace(norm, launches=2 * norm.launches, bwd_launches=2 * norm.bwd_launches))
     if model.position_embedding == "rope":
-        if fused and not compiled and model.rope_scaling == "yarn":
-            ops.append(_megatron_unfused_rope(qk_el, pb))
+        if fused and not compiled and model.rope_scaling == "yarn":  # Megatron-Core's eager YaRN (above)
+            ops.append(replace(memory_op("rotary", qk_el, MEGATRON_ROPE_PASSES, pb, _ROPE_FLOPS),
+                               launches=2 * MEGATRON_ROPE_LAUNCHES_PER_TENSOR,
+                               bwd_launches=2 * MEGATRON_ROPE_BWD_LAUNCHES_PER_TENSOR,
+                               bwd_bytes=float(MEGATRON_ROPE_BWD_PASSES * pb * qk_el)))
         elif fused:
             ops.append(memory_op("rotary", qk_el, 2, pb, _ROPE_FLOPS))
         else:
