@@ -92,6 +92,8 @@ class ClusterConfig(Frozen):
 #: ``eager`` unfused attention (score matrix in HBM).
 AttentionImpl = Literal["auto", "fa1", "fa2", "fa3", "cudnn", "sdpa_math", "eager"]
 UNFUSED_ATTENTION = ("sdpa_math", "eager")
+#: FP8 recipes of torchao's float8 linears (no Transformer Engine modules).
+TORCHAO_RECIPES = ("tensorwise", "rowwise")
 
 
 class KernelConfig(Frozen):
@@ -116,6 +118,13 @@ class KernelConfig(Frozen):
     #: FP8 scaling recipe when ``training.precision`` is fp8: Transformer Engine ``delayed`` or
     #: ``current`` scaling, torchao float8 ``tensorwise`` or ``rowwise``, Blackwell ``mxfp8``.
     fp8_recipe: Literal["delayed", "current", "tensorwise", "rowwise", "mxfp8"] = "delayed"
+    #: Which Transformer Engine modules carry the FP8 GEMMs (recipes delayed, current, mxfp8;
+    #: ``simulator.workload.fp8_casts``): ``fused``, TE's ``LayerNormLinear`` / ``LayerNormMLP`` as
+    #: Megatron-Core and NeMo build them (the norm and activation kernels write the FP8 input; the
+    #: weights are cast once per step, ``is_first_microbatch``); ``linear``, a ``te.Linear`` swapped in
+    #: for each ``nn.Linear`` (llm-foundry ``fc_type: te``, which its H100 FP8 benchmarks set): every
+    #: linear casts its own input in a kernel of its own and its weight in every forward.
+    fp8_te_modules: Literal["fused", "linear"] = "fused"
     #: How the loss is computed, for its memory (``workload.activations.CROSS_ENTROPY_BYTES``): Megatron's
     #: in-place vocab-parallel kernel (``fused``), PyTorch ``F.cross_entropy`` on upcast logits
     #: (``eager``: torchtitan, FSDP trainers), or that under torch.compile (``compiled``), or
@@ -147,6 +156,15 @@ class KernelConfig(Frozen):
             raise ValueError(f"training.kernels.attention {impl} is a fused (flash) kernel but "
                              "training.kernels.flash_attention is false; use attention: eager or sdpa_math")
         return data
+
+    @model_validator(mode="after")
+    def _te_modules_need_te(self) -> KernelConfig:
+        """``fp8_te_modules: linear`` describes Transformer Engine modules; torchao recipes have none."""
+        if self.fp8_te_modules == "linear" and self.fp8_recipe in TORCHAO_RECIPES:
+            raise ValueError(f"training.kernels.fp8_te_modules linear describes Transformer Engine modules, but "
+                             f"training.kernels.fp8_recipe {self.fp8_recipe} is torchao float8; use fp8_recipe "
+                             "delayed, current or mxfp8, or leave fp8_te_modules at fused")
+        return self
 
 
 class TrainingConfig(Frozen):

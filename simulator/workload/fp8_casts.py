@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from simulator.config.scenario import TORCHAO_RECIPES
 from simulator.workload.op import Op
 
 #: The FP8 casts around one linear GEMM, per recipe: extra HBM bytes per element of the 16-bit tensor
@@ -25,7 +26,11 @@ from simulator.workload.op import Op
 #: ``mxfp8`` (Blackwell, 1×32 block scales, local amax; a rowwise and a columnwise copy, 4 B): like
 #: ``delayed``, except that a norm cannot produce it (``NORM_UNFUSED_RECIPES``).
 #: The weights are cast once per optimizer step (TE caches the FP8 weights across the micro-batches of
-#: a step; torchao with FSDP casts the shard before the FP8 all-gather): ``optimizer_ops``.
+#: a step; torchao with FSDP casts the shard before the FP8 all-gather): ``optimizer_ops``. Plain
+#: ``te.Linear`` modules (``KernelConfig.fp8_te_modules: linear``) cast their input standalone whatever
+#: produced it, and, called without ``is_first_microbatch``, their weight in every forward (TE's
+#: ``Linear.forward``: "is_first_microbatch ... When set, this parameter enables additional
+#: optimizations: caching of the weights in FP8").
 FP8_RECIPES: dict[str, tuple[float, int, tuple[float, int] | None]] = {
     "delayed": (4.0, 1, (1.0, 0)),
     "current": (6.0, 2, (4.0, 1)),
@@ -64,18 +69,25 @@ RESCALE_BYTES = 4
 
 
 def fp8_cast(name: str, m: float, n: float, k: float, fp8: str, launches: int = 1, eager_cast: bool = False,
-             producer: str = "") -> Op:
+             producer: str = "", weight_cast: bool = False) -> Op:
     """The FP8 cast of a linear GEMM's ``m × k`` input (``FP8_RECIPES``): fused into its ``producer``
     (``norm`` or ``act``: a fused norm or activation kernel) where the recipe allows it, except a norm under
-    ``NORM_UNFUSED_RECIPES``, else standalone; its backward casts the ``m × n`` output gradient."""
+    ``NORM_UNFUSED_RECIPES``, else standalone; its backward casts the ``m × n`` output gradient.
+    ``weight_cast``: the module also casts its ``k × n`` weight in this forward (``te.Linear`` called
+    without ``is_first_microbatch``, ``KernelConfig.fp8_te_modules: linear``): ``FP8_WEIGHT_CAST_BYTES``
+    per weight element and one cast-transpose kernel per GEMM."""
     per_el, kernels, fused = FP8_RECIPES[fp8]
-    if eager_cast and fp8 in ("tensorwise", "rowwise"):
+    if eager_cast and fp8 in TORCHAO_RECIPES:
         kernels = FP8_EAGER_TORCHAO_LAUNCHES
     fusable = producer == "act" or (producer == "norm" and fp8 not in NORM_UNFUSED_RECIPES)
     fwd_el, fwd_k = fused if (fusable and fused is not None) else (per_el, kernels)
+    fwd_bytes, fwd_launches = fwd_el * m * k, fwd_k * launches
+    if weight_cast:
+        fwd_bytes += FP8_WEIGHT_CAST_BYTES * k * n
+        fwd_launches += launches
     rescales = 2 * launches if fp8 in RESCALED_BACKWARD_RECIPES else 0
-    return Op(f"{name}.fp8_cast", "memory", 0.0, fwd_el * m * k, m=m, n=n, k=k, fp8_recipe=fp8,
-              launches=max(fwd_k * launches, 1), bwd_launches=kernels * launches + rescales)
+    return Op(f"{name}.fp8_cast", "memory", 0.0, fwd_bytes, m=m, n=n, k=k, fp8_recipe=fp8,
+              launches=max(fwd_launches, 1), bwd_launches=kernels * launches + rescales)
 
 
 def fp8_cast_backward(op: Op, launches: int) -> Op:

@@ -53,8 +53,8 @@ MEMORY_BWD = 2.0
 
 
 class Kernels(Protocol):
-    """The kernel switches of ``training.kernels`` this module reads (``compile`` and ``fp8_recipe``
-    are read with ``getattr`` defaults ``False`` / ``"delayed"``)."""
+    """The kernel switches of ``training.kernels`` this module reads (``compile``, ``fp8_recipe`` and
+    ``fp8_te_modules`` are read with ``getattr`` defaults ``False`` / ``"delayed"`` / ``"fused"``)."""
 
     flash_attention: bool
     fused_norm_residual: bool
@@ -197,14 +197,15 @@ def _bias_grads(model: ModelConfig, tokens: int, outs: tuple[int, ...], pb: int,
 
 
 def _linear(name: str, m: int, n: int, k: int, pb: int, launches: int, fp8: str | None,
-            eager_cast: bool, producer: str = "") -> list[Op]:
+            eager_cast: bool, producer: str = "", te_linear: bool = False) -> list[Op]:
     """A linear-layer GEMM (``launches`` > 1 when eager code keeps its projections separate, e.g.
     torchtitan's ``wq``/``wk``/``wv``), preceded under FP8 by the cast of its input ``m·k``
-    (``fp8_casts.fp8_cast``, fused into a ``norm`` or ``act`` producer where the recipe allows)."""
+    (``fp8_casts.fp8_cast``, fused into a ``norm`` or ``act`` producer where the recipe allows; a plain
+    ``te_linear`` module casts its input standalone and its weight too)."""
     op = replace(gemm(name, m, n, k, pb), launches=launches, linear=True)
     if fp8 is None:
         return [op]
-    return [fp8_cast(name, m, n, k, fp8, launches, eager_cast, producer), op]
+    return [fp8_cast(name, m, n, k, fp8, launches, eager_cast, "" if te_linear else producer, te_linear), op]
 
 
 def layer_ops(
@@ -239,13 +240,14 @@ def layer_ops(
     fused = kernels.fused_norm_residual or compiled
     eager_rms = not fused and model.norm == "rmsnorm"
     eager_cast = not compiled
+    te_linear = getattr(kernels, "fp8_te_modules", "fused") == "linear"
     ops: list[Op] = []
     if fused:  # the previous block's output residual add, fused with this block's input norm
         ops += _add_norm("input", tokens * h, True, pb)
     else:
         ops.append(_norm("input_norm", tokens * h, pb, eager_rms))
     ops += _linear("qkv", tokens, (model.q_dim + 2 * model.kv_dim) // t, h, pb, 1 if fused else 3, fp8, eager_cast,
-                   producer="norm" if fused else "")
+                   producer="norm" if fused else "", te_linear=te_linear)
     qk_el = tokens * (model.q_dim + model.kv_dim) / t
     if model.qk_norm:
         if fused:
@@ -268,18 +270,19 @@ def layer_ops(
     if recompute == "selective" and not kernels.flash_attention:
         core = [replace(op, recompute=True) for op in core]
     ops += core
-    ops += _linear("out_proj", tokens, h, model.q_dim // t, pb, 1, fp8, eager_cast)
+    ops += _linear("out_proj", tokens, h, model.q_dim // t, pb, 1, fp8, eager_cast, te_linear=te_linear)
     ops += _add_norm("post_attn", tokens * h, fused, pb, eager_rms)
     up = (model.mlp_matrices - 1) * f // t
     ops += _linear("mlp_up", tokens, up, h, pb, 1 if fused else model.mlp_matrices - 1, fp8, eager_cast,
-                   producer="norm" if fused else "")
+                   producer="norm" if fused else "", te_linear=te_linear)
     # GELU: read f, write f; SwiGLU: read gate and up (2f), write f (eager: silu, then multiply).
     if model.mlp == "swiglu" and not fused:
         ops.append(replace(memory_op("mlp_swiglu", tokens * f / t, EAGER_SWIGLU_PASSES, pb, _ACT_FLOPS),
                            launches=EAGER_SWIGLU_LAUNCHES))
     else:
         ops.append(memory_op(f"mlp_{model.mlp}", tokens * f / t, model.mlp_matrices, pb, _ACT_FLOPS))
-    ops += _linear("mlp_down", tokens, h, f // t, pb, 1, fp8, eager_cast, producer="act" if fused else "")
+    ops += _linear("mlp_down", tokens, h, f // t, pb, 1, fp8, eager_cast, producer="act" if fused else "",
+                   te_linear=te_linear)
     ops += _bias_grads(model, tokens, ((model.q_dim + 2 * model.kv_dim) // t, h, up, h), pb, fused)
     if not fused:
         ops.append(memory_op("output_residual_add", tokens * h, 3, pb, _ADD_FLOPS))

@@ -270,3 +270,26 @@ def test_megatron_runs_yarn_rope_unfused():
     assert bwd["rotary.bwd"].bytes == 10 * qk * pb and bwd["rotary.bwd"].launches == 2 * 5
     plain = {op.name: op for op in ops.layer_ops(oss.model_copy(update={"rope_scaling": None}), b, s, 1, pb, FLASH)}
     assert plain["rotary"].bytes == 2 * qk * pb and plain["rotary"].launches == 1
+
+
+def test_plain_te_linear_casts_its_input_and_weight_in_every_forward(llama3_8b):
+    """``fp8_te_modules: linear`` (llm-foundry ``fc_type: te``): each te.Linear casts its own input in a
+    standalone cast-transpose (delayed scaling: read 2 B, write 1 + 1 B = 4 B per element, 1 kernel)
+    instead of the norm writing it (1 B, the transposed copy only), and its weight every forward (4 B
+    per weight element, 1 kernel), so the once-per-step weight cast goes. QKV of Llama 3 8B: input
+    m × 4,096, weight 4,096 × (4,096 + 2·1,024)."""
+    b, s, pb = 2, 2048, 2
+    m, h, qkv = b * s, 4096, 4096 + 2 * 1024
+    te = KernelConfig(fp8_te_modules="linear")
+    fused = {op.name: op for op in ops.layer_ops(llama3_8b, b, s, 1, pb, KernelConfig(), fp8="delayed")}
+    plain = {op.name: op for op in ops.layer_ops(llama3_8b, b, s, 1, pb, te, fp8="delayed")}
+    assert fused["qkv.fp8_cast"].bytes == 1 * m * h
+    assert plain["qkv.fp8_cast"].bytes == 4 * m * h + 4 * h * qkv
+    assert plain["qkv.fp8_cast"].launches == 2
+    assert plain["mlp_down.fp8_cast"].bytes == 4 * m * 14336 + 4 * 14336 * h
+
+
+def test_fp8_te_modules_linear_needs_a_transformer_engine_recipe():
+    """torchao float8 has no Transformer Engine modules: the combination is refused, naming the field."""
+    with pytest.raises(ValueError, match="fp8_te_modules"):
+        KernelConfig(fp8_te_modules="linear", fp8_recipe="tensorwise")
