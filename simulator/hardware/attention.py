@@ -16,7 +16,8 @@ Implementations (``training.kernels.attention``):
   ``attn_impl: triton``; its benchmark script defaulted to it, mosaicml/llm-foundry
   ``scripts/train/benchmarking/submit_benchmarks.py``, ``--attn_impl`` default ``triton``, later
   ``flash`` with flash-attn 2). FlashAttention-2 is "around 2× speedup compared to FlashAttention"
-  (Dao 2023, arXiv:2307.08691, abstract), so ``fa1`` is ``fa2`` at half the rate on every architecture.
+  (Dao 2023, arXiv:2307.08691, abstract); its benchmark figures give the share per architecture and
+  head dim (``FA1_OF_FA2``: about half on A100, 0.40 on H100 at head dim 128).
 * ``fa3``: FlashAttention-3 (Hopper only: wgmma, TMA, warp specialisation).
 * ``cudnn``: cuDNN fused attention, Transformer Engine's ``DotProductAttention`` backend on Hopper and
   Blackwell (Megatron-LM/Megatron-Core with TE, NeMo, Megatron-Bridge).
@@ -152,8 +153,29 @@ def sm_speedup(impl: str, sm: int | None) -> tuple[float, float]:
 
 #: Architectures FlashAttention-3 runs on (wgmma and TMA: Hopper only).
 FA3_ARCHS = ("hopper",)
-#: FlashAttention-2 is "around 2×" FlashAttention (1.x) (Dao 2023, abstract): ``fa1`` = ``fa2`` / 2.
-FA1_OF_FA2 = 0.5
+#: FlashAttention (1.x) relative to FlashAttention-2 on the same GPU, ``(head dim 64, head dim 128)``:
+#: the FlashAttention-2 paper's forward + backward benchmark with a causal mask (Dao 2023,
+#: arXiv:2307.08691, Fig. 4(c)(d) "Attention forward + backward speed on A100 GPU" and Fig. 7(c)(d), the
+#: same on H100 80GB SXM5, bar labels in TFLOP/s), mean of the ratios at 2k, 4k and 8k tokens (at 16k
+#: the A100 FlashAttention bars fall to 18-19). A100, head dim 64: FA1 77 / 87 / 92 against FA2 140 / 158
+#: / 165 (0.553); head dim 128: 81 / 87 / 91 against 155 / 182 / 189 (0.494). H100, head dim 64: 136 / 138
+#: / 149 against 232 / 257 / 273 (0.556); head dim 128: 106 / 104 / 135 against 265 / 294 / 308 (0.397):
+#: the sm80 kernels of both (no wgmma, no TMA) leave FA1 further behind on Hopper at head dim 128. Other
+#: architectures: the paper's "around 2×" (abstract), 0.5. ``fa1`` also stands for the Triton
+#: FlashAttention of 2022-23 stacks (module docstring), priced as FA1 (no H100 rate of it is published).
+FA1_OF_FA2: dict[str, tuple[float, float]] = {
+    "ampere": ((77 / 140 + 87 / 158 + 92 / 165) / 3, (81 / 155 + 87 / 182 + 91 / 189) / 3),
+    "hopper": ((136 / 232 + 138 / 257 + 149 / 273) / 3, (106 / 265 + 104 / 294 + 135 / 308) / 3),
+}
+FA1_OF_FA2_DEFAULT = 0.5
+
+
+def fa1_of_fa2(arch: str, head_dim: int) -> float:
+    """``fa1``'s rate as a share of ``fa2``'s at ``head_dim`` (``FA1_OF_FA2``; linear between head dims 64
+    and 128, their end values outside)."""
+    r64, r128 = FA1_OF_FA2.get(arch, (FA1_OF_FA2_DEFAULT, FA1_OF_FA2_DEFAULT))
+    t = min(max(head_dim - 64, 0) / 64, 1.0)
+    return r64 + (r128 - r64) * t
 
 
 def _rated(impl: str) -> str:
@@ -183,7 +205,7 @@ def fractions(impl: str, arch: str, fallback: float) -> tuple[float, float]:
 
     A kernel without a published rate on the architecture (every kernel on Ada, Volta or AMD) uses
     ``fallback`` (``efficiency.yaml``'s ``flash_attention_fraction`` planning value) for both directions
-    (``fa1`` at half of ``fa2``). ``fa3`` anywhere but Hopper raises ``InputError``: FlashAttention-3
+    (``fa1`` at ``fa1_of_fa2`` of ``fa2``, head dim 128). ``fa3`` anywhere but Hopper raises ``InputError``: FlashAttention-3
     needs Hopper's wgmma and TMA."""
     if impl in UNFUSED_ATTENTION:
         raise ValueError(f"{impl} is unfused: its GEMMs and softmax are costed as such")
@@ -193,21 +215,23 @@ def fractions(impl: str, arch: str, fallback: float) -> tuple[float, float]:
         raise InputError(f"fa3 has no published rate on {arch} GPUs: FlashAttention-3 runs on Hopper only "
                          f"(choose one of {choices}, sdpa_math or eager)", FIELD)
     base = _rated(impl)
-    scale = FA1_OF_FA2 if impl == "fa1" else 1.0
+    scale = fa1_of_fa2(arch, 128) if impl == "fa1" else 1.0
     if base not in table:
         return fallback * scale, fallback * scale
     fwd, bwd = table[base]
     return fwd * scale, bwd * scale
 
 
-def head_dim_factor(impl: str, head_dim: int) -> tuple[float, float]:
+def head_dim_factor(impl: str, head_dim: int, arch: str = "") -> tuple[float, float]:
     """``(forward, backward)`` rate of ``impl`` at ``head_dim`` relative to its head-dim-128 rate
-    (``HEAD_DIM_64``, the same on every architecture; 1 from head dim 128 up)."""
+    (``HEAD_DIM_64``, the same on every architecture; 1 from head dim 128 up); ``fa1`` also moves with its
+    share of ``fa2`` on ``arch`` (``fa1_of_fa2``)."""
     ratio = HEAD_DIM_64.get(_rated(impl))
     if ratio is None or head_dim >= 128:
         return 1.0, 1.0
     t = max(head_dim - 64, 0) / 64
-    return ratio[0] + (1 - ratio[0]) * t, ratio[1] + (1 - ratio[1]) * t
+    own = fa1_of_fa2(arch, head_dim) / fa1_of_fa2(arch, 128) if impl == "fa1" else 1.0
+    return (ratio[0] + (1 - ratio[0]) * t) * own, (ratio[1] + (1 - ratio[1]) * t) * own
 
 
 def head_dim_of(model: Any) -> int:

@@ -74,7 +74,7 @@ class RooflineComputeModel:
         self.attention_impl = attention_impl
         if attention_impl in attention.FUSED:
             fwd, bwd = attention.fractions(attention_impl, gpu.arch, efficiency.flash_attention_fraction)
-            hf, hb = attention.head_dim_factor(attention_impl, attention_head_dim)
+            hf, hb = attention.head_dim_factor(attention_impl, attention_head_dim, gpu.arch)
             c = efficiency.attention_sustained_of_bench
             sf, sb = attention.sm_speedup(attention_impl, getattr(gpu, "sm", None))
             self.attn_rate = (self.attn_peak * fwd * hf * c * sf, self.attn_peak * bwd * hb * c * sb)
