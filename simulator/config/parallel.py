@@ -291,6 +291,14 @@ class ParallelConfig(Frozen):
         (or fp8) training, else 4."""
         return 2 if not self.grad_reduce_in_fp32 and precision in ("bf16", "fp16", "fp8") else 4
 
+    def bf16_optimizer(self, precision: str) -> bool:
+        """DeepSpeed trains bf16 without ZeRO through its ``BF16_Optimizer`` (``engine.py``: bf16 at
+        ``zero_optimization.stage`` 0, BigScience's BLOOM-176B setup: "The new BF16_Optimizer implements its
+        own ZeRO Stage 1"; ``simulator.parallel.deepspeed``): fp32 gradient accumulation every
+        micro-batch, an fp32 all-reduce, fp32 master weights and Adam states sharded over the
+        data-parallel ranks, and a post-step all-gather of the bf16 weights."""
+        return self.framework == "deepspeed" and self.zero_stage == 0 and precision == "bf16"
+
     @property
     def fsdp_zero_stage(self) -> int:
         """The ZeRO stage an FSDP sharding strategy corresponds to (FULL_SHARD ≈ 3, SHARD_GRAD_OP ≈ 2)."""

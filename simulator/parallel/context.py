@@ -37,12 +37,15 @@ class BuildContext:
     @property
     def ds_comm_bytes(self) -> float:
         """DeepSpeed communication dtype: ``communication_data_type``, else fp16 if fp16, bf16 if
-        bf16 (fp8 trains with bf16 master copies), else fp32 (DS engine.py; formulas.md §4.2)."""
+        bf16 (fp8 trains with bf16 master copies) but fp32 through the ``BF16_Optimizer``, else fp32
+        (DS engine.py; formulas.md §4.2)."""
         p = self.parallel
         if p.onebit_adam:
             return ONEBIT_ADAM_BYTES
         if p.communication_data_type is not None:
             return DTYPE_BYTES[p.communication_data_type]
+        if p.bf16_optimizer(self.precision):
+            return 4  # BF16_Optimizer all-reduces its fp32 gradient buffer (get_grads_for_reduction)
         return 2 if self.precision in ("fp16", "bf16", "fp8") else 4
 
     def fsdp_dtype_name(self, which: str) -> str:

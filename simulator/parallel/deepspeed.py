@@ -3,7 +3,11 @@
 What is communicated, when (per rank, φ = (n−1)/n, Ψ parameters, G micro-batches):
 
 * stage 0: at the accumulation boundary, after backward, bucketed all-reduce of all gradients
-  (``MEMORY_OPT_ALLREDUCE_SIZE`` = 5e8 elements), not overlapped with backward: ``2φΨ``;
+  (``MEMORY_OPT_ALLREDUCE_SIZE`` = 5e8 elements), not overlapped with backward: ``2φΨ``. In bf16 this is
+  the ``BF16_Optimizer`` (``ParallelConfig.bf16_optimizer``): after every micro-batch's backward it adds
+  the bf16 gradients into its fp32 buffer (``update_hp_grads``: ``hp_grad.add_(lp.grad.to(fp32))``, a
+  cast and an add per parameter tensor, ``BF16_ACCUMULATE_BYTES`` per parameter), all-reduces that fp32
+  buffer at the boundary, steps its 1/n slice and all-gathers the bf16 weights (its own ZeRO-1);
 * stage 1: gradient reduction only in the boundary micro-batch's backward, then the optimizer on
   Ψ/n and an all-gather of the updated 16-bit parameters: ``2φΨ + φΨ``;
 * stage 2: bucketed reduction in **every** micro-batch's backward, plus the post-step gather:
@@ -57,9 +61,15 @@ from simulator.parallel.schedule import (
     unit_params,
     unit_persistent,
 )
+from simulator.workload.op import Op
 
 #: deepspeed/runtime/engine.py: stage-0 all-reduce bucket, elements.
 MEMORY_OPT_ALLREDUCE_SIZE = 5e8
+#: ``BF16_Optimizer.update_hp_grads`` per parameter and micro-batch: ``lp.grad.to(fp32)`` reads 2 B and
+#: writes 4 B, ``hp_grad.add_`` reads 4 + 4 B and writes 4 B; two kernels per parameter tensor (a Python
+#: loop; the pipeline engine calls it after each micro-batch's backward, runtime/pipe/engine.py
+#: ``_exec_backward_pass``).
+BF16_ACCUMULATE_BYTES, BF16_ACCUMULATE_LAUNCHES = 18, 2
 
 
 class _Reducer:
@@ -104,6 +114,7 @@ class Zero012Hooks(Hooks):
         p = ctx.parallel
         self.ctx = ctx
         self.stage = p.zero_stage
+        self.bf16_optimizer = p.bf16_optimizer(ctx.precision)
         stream = COMM if p.effective_overlap_comm else COMPUTE
         if self.stage == 0:
             self.reducer = _Reducer(ctx, "all_reduce", MEMORY_OPT_ALLREDUCE_SIZE, COMM)
@@ -121,12 +132,25 @@ class Zero012Hooks(Hooks):
 
     def grads_ready(self, b: GraphBuilder, g: int, unit, task: int) -> None:
         boundary = g == self.ctx.n_micro - 1
+        if self.bf16_optimizer and unit_params(self.ctx.work, unit) > 0:
+            task = b.compute(f"bf16 grad accumulate {unit} mb{g}", "backward", (self._accumulate(unit),),
+                             deps=(task,), micro_batch=g)
         if self.stage == 2 or (self.stage == 1 and boundary):
             self.reducer.reduce(b, g, unit, task)
         elif self.stage == 0 and boundary and unit == self.reducer.keys[-1]:
             # Stage 0 reduces after the whole backward: every bucket waits for the last gradient.
             for key in self.reducer.keys:
                 self.reducer.reduce(b, g, key, task)
+
+
+    def _accumulate(self, unit) -> Op:
+        """``BF16_Optimizer.update_hp_grads`` over ``unit``'s parameters (``BF16_ACCUMULATE_*``; a block's
+        tensors counted as its linear modules' weights and biases)."""
+        work = self.ctx.work
+        n = unit_params(work, unit)
+        tensors = 2 * max(len(work.layer_module_names), 1) if isinstance(unit, int) else 1
+        return Op("bf16_grad_accumulate", "memory", n, BF16_ACCUMULATE_BYTES * n,
+                  launches=BF16_ACCUMULATE_LAUNCHES * tensors)
 
 
 class Zero3Hooks(Hooks):
@@ -277,14 +301,15 @@ def finish(b: GraphBuilder, ctx: BuildContext, hooks: Zero012Hooks | Zero3Hooks)
     n = ctx.size("dp")
     if isinstance(hooks, Zero3Hooks):  # the prefetchers' issuers refer back to the hooks: drop the cycle
         hooks.pf = hooks._refetch = None
-    local = work.total_params / n if stage >= 1 else work.total_params
+    sharded = stage >= 1 or p.bf16_optimizer(ctx.precision)  # BF16_Optimizer: its own ZeRO-1
+    local = work.total_params / n if sharded else work.total_params
     tail = [t for t in hooks.reducer.tail if t is not None][-1:]
     if p.offload_optimizer != "none":
         done = offload.cpu_step(b, local, ctx.param_bytes, tail, params_on_host=p.offload_param != "none",
                                 nvme=p.offload_optimizer == "nvme")
     else:
         done = b.compute("optimizer", "optimizer", work.optimizer(local), deps=tail)
-    if stage in (1, 2) and n > 1:
+    if sharded and stage < 3 and n > 1:
         b.collective("allgather updated params", "post_step_gather", "all_gather", "dp",
                      work.total_params * ctx.param_bytes, deps=(done,))
     return {"framework": "deepspeed", "zero_stage": stage, "n_micro": ctx.n_micro, "local_params": local,

@@ -155,6 +155,10 @@ def model_states(scenario: Scenario, psi: float | None = None) -> ModelStateByte
       (no master copy). ``offload_optimizer`` moves the optimizer states and, from stage 2, the
       gradient partition to the host (ZeRO-Offload; DeepSpeed's ``estimate_zero2`` gives GPU = 2Ψ);
       ``offload_param`` (stage 3) moves the parameter partition too (GPU = largest layer, in buffers).
+      bf16 at stage 0 runs DeepSpeed's ``BF16_Optimizer`` (``ParallelConfig.bf16_optimizer``): 2 B
+      parameters, 2 + 4 B gradients (its fp32 accumulation buffer, "which consumes 4 bytes * params of
+      additional memory" unsharded, BigScience tr11 README) and the 12 B optimizer states sharded as in
+      stage 1.
     * DDP under AMP keeps fp32 parameters and fp32 gradients (formulas.md §4.1) and Adam's fp32 m, v:
       4/4/8 B, nothing sharded; the 16-bit autocast copies are transient; 16-bit gradients (2 B) with
       ``grad_reduce_in_fp32`` False.
@@ -172,7 +176,10 @@ def model_states(scenario: Scenario, psi: float | None = None) -> ModelStateByte
     p = scenario.parallel
     if psi is None:
         psi = params.local(scenario.model, p.tp, p.pp)
-    if p.framework == "deepspeed" and is_16bit(scenario):
+    bf16_optimizer = p.bf16_optimizer(scenario.training.precision)
+    if bf16_optimizer:
+        sizes = (2, 2 + 4, 12)  # the bf16 gradients and BF16_Optimizer's unsharded fp32 accumulation buffer
+    elif p.framework == "deepspeed" and is_16bit(scenario):
         sizes = (2, 2, 12)
     elif p.framework == "ddp" and p.distributed_optimizer and is_16bit(scenario):
         grad = p.grad_buffer_bytes(scenario.training.precision)
@@ -182,7 +189,7 @@ def model_states(scenario: Scenario, psi: float | None = None) -> ModelStateByte
         sizes = (4, p.grad_buffer_bytes(scenario.training.precision), 8)
     else:
         sizes = (4, 4, 8)
-    stage = p.effective_zero_stage
+    stage = 1 if bf16_optimizer else p.effective_zero_stage  # it shards its fp32 master and Adam states
     if p.framework == "fsdp" and stage == 2:
         stage = 3  # SHARD_GRAD_OP also stores its fp32 flat parameters sharded; the 16-bit copy is a buffer
     if scenario.model.moe is not None:  # experts sharded over EP x ETP and expert-DP
@@ -210,7 +217,8 @@ def buffers(scenario: Scenario, psi: float | None = None, blocks: int | None = N
     """Communication and gathering buffers per framework (formulas.md §2.5), on a GPU holding
     ``psi`` parameters in ``blocks`` transformer blocks (default: the most-loaded stage's).
 
-    * DeepSpeed stage 0: one flattened all-reduce bucket of ≤ 5e8 elements (16-bit).
+    * DeepSpeed stage 0: one flattened all-reduce bucket of ≤ 5e8 elements (16-bit; fp32 through the
+      ``BF16_Optimizer``).
     * DeepSpeed stages 1–2 (``contiguous_gradients``): ``reduce_bucket_size`` 16-bit "ipg" buffers,
       two with ``overlap_comm`` (``stage_1_and_2.py``).
     * DeepSpeed stage 3: one ipg buffer, gathered parameters ``min(max_live, largest + prefetch)``
@@ -253,8 +261,9 @@ def buffers(scenario: Scenario, psi: float | None = None, blocks: int | None = N
         step += 4 * (min(updated, DEEPSPEED_SUB_GROUP) if stage == 3 else updated)
     comm = gathered = 0.0
     if par.framework == "deepspeed":
-        if stage == 0:
-            comm = half * min(psi, DEEPSPEED_ALLREDUCE_BUCKET)
+        if stage == 0:  # BF16_Optimizer flattens its fp32 gradients into the same buffers
+            width = 4 if par.bf16_optimizer(scenario.training.precision) else half
+            comm = width * min(psi, DEEPSPEED_ALLREDUCE_BUCKET)
         elif stage in (1, 2):
             n_ipg = 2 if par.effective_overlap_comm else 1
             comm = half * min(psi, par.reduce_bucket_size) * n_ipg

@@ -184,3 +184,23 @@ def test_nvme_offload_streams_optimizer_states():
     assert host.nvme_bytes == pytest.approx(24 * PSI_LAYER * L / n)
     costing = Costing(SumCompute(), AlphaBeta(), c.mesh, pcie_Bps=10e9, cpu_adam_params_per_s=1e12, nvme_Bps=1e9)
     assert costing.cost(host) == TaskCost(host.nvme_bytes / 1e9, {"params": host.n_params, "nvme_bytes": host.nvme_bytes})
+
+
+def test_deepspeed_bf16_at_stage0_runs_the_bf16_optimizer():
+    """bf16 at ZeRO stage 0 is DeepSpeed's BF16_Optimizer: every micro-batch's backward adds the bf16
+    gradients into fp32 (``update_hp_grads``: cast 2 + 4 B, add 4 + 4 + 4 B = 18 B per parameter), the
+    boundary all-reduces the fp32 buffer (4 B per parameter), the Adam step covers 1/n of the parameters,
+    then the bf16 weights are all-gathered. fp16 at stage 0 keeps the plain all-reduce of 2 B and no gather."""
+    n, g = 4, 3
+    c = ctx(n, g, w=_w(), framework="deepspeed", zero_stage=0)
+    graph = build_step_graph(c)
+    acc = [t for t in graph.tasks if t.name.startswith("bf16 grad accumulate")]
+    assert len(acc) == g * L
+    assert {t.ops[0].bytes for t in acc} == {18 * PSI_LAYER}
+    reduce = [t for t in graph.collectives() if t.kind == "grad_reduce"]
+    assert sum(t.nbytes for t in reduce) == pytest.approx(4 * L * PSI_LAYER)
+    assert [t.kind for t in graph.collectives()][-1] == "post_step_gather"
+    fp16 = build_step_graph(ctx(n, g, precision="fp16", w=_w(), framework="deepspeed", zero_stage=0))
+    assert not [t for t in fp16.tasks if t.name.startswith("bf16 grad accumulate")]
+    assert sum(t.nbytes for t in fp16.collectives() if t.kind == "grad_reduce") == pytest.approx(2 * L * PSI_LAYER)
+    assert "post_step_gather" not in {t.kind for t in fp16.collectives()}

@@ -45,17 +45,19 @@ def test_megatron_16bit_gradient_buffer_halves_the_reduce_scatter():
 
 
 @pytest.mark.parametrize(
-    ("stage", "grad", "post"),
+    ("stage", "precision", "grad", "post"),
     [
-        (0, 2 * PHI * PSI, 0.0),  # at the boundary
-        (1, 2 * PHI * PSI, PHI * PSI),  # boundary all-reduce buckets + post-step gather
-        (2, G * 2 * PHI * PSI, PHI * PSI),  # every micro-batch + post-step gather
+        (0, "fp16", 2 * PHI * PSI * 2, 0.0),  # at the boundary, fp16
+        # bf16 at stage 0 is the BF16_Optimizer: its fp32 buffer all-reduced, then its own ZeRO-1 gather
+        (0, "bf16", 2 * PHI * PSI * 4, PHI * PSI * 2),
+        (1, "bf16", 2 * PHI * PSI * 2, PHI * PSI * 2),  # boundary all-reduce buckets + post-step gather
+        (2, "bf16", G * 2 * PHI * PSI * 2, PHI * PSI * 2),  # every micro-batch + post-step gather
     ],
 )
-def test_deepspeed_stages_0_to_2(stage, grad, post):
-    v = volume(ctx(N, G, w=_w(), framework="deepspeed", zero_stage=stage))
-    assert v.get("grad_reduce", 0.0) == pytest.approx(grad * 2)  # bf16 communication
-    assert v.get("post_step_gather", 0.0) == pytest.approx(post * 2)
+def test_deepspeed_stages_0_to_2(stage, precision, grad, post):
+    v = volume(ctx(N, G, precision=precision, w=_w(), framework="deepspeed", zero_stage=stage))
+    assert v.get("grad_reduce", 0.0) == pytest.approx(grad)
+    assert v.get("post_step_gather", 0.0) == pytest.approx(post)
     assert "param_allgather" not in v
 
 

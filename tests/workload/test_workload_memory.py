@@ -219,3 +219,18 @@ def test_fsdp_fp8_param_gather_keeps_gathered_blocks_in_fp8(new_scenario, shapes
         return memory.buffers(sc).gathered_params
 
     assert gathered(False) - gathered(True) == 2 * linear
+
+
+def test_deepspeed_bf16_optimizer_keeps_fp32_gradients_and_shards_adam(new_scenario, shapes):
+    """bf16 at stage 0 (BF16_Optimizer, BigScience tr11 README: "accumulates grads in fp32 ... consumes
+    4 bytes * params of additional memory", "implements its own ZeRO Stage 1"): 2 B params, 2 + 4 B
+    gradients unsharded, 12 B Adam states over the 8 data-parallel ranks; its all-reduce buffer is one
+    5e8-element fp32 flat buffer."""
+    psi = 8_030_261_248
+    sc = new_scenario(shapes["llama3_8b"], parallel={"zero_stage": 0})
+    st = memory.model_states(sc)
+    assert (st.params_bytes, st.grads_bytes, st.optimizer_bytes) == (2 * psi, 6 * psi, 12 * psi / 8)
+    assert memory.buffers(sc).communication == 4 * 5e8
+    fp16 = memory.model_states(new_scenario(shapes["llama3_8b"], parallel={"zero_stage": 0},
+                                            training={"precision": "fp16"}))
+    assert fp16.total_bytes == 16 * psi  # the plain stage 0: 2 + 2 + 12 B, nothing sharded
