@@ -208,3 +208,15 @@ def test_selective_recompute_with_flash_attention_adds_no_hardware_flops():
                                     ["training.activation_checkpointing=selective",
                                      "training.attention_flops=causal"]))
     assert report.hfu == report.mfu
+
+
+def test_bf16_at_zero_stage_0_reports_the_bf16_optimizer():
+    """bf16 at ZeRO stage 0 runs DeepSpeed's BF16_Optimizer: the layout says so and the header names it;
+    fp16 at stage 0 is the plain all-reduce engine."""
+    res = _run(str(SCENARIOS / "olmo-2-7b-dgx-h100-zero3.yaml"), "--set", FAST[0], "--set", FAST[1],
+               "--set", "parallel.zero_stage=0")
+    assert res.exit_code in (0, 3), res.output
+    assert "ZeRO-0 (BF16_Optimizer)" in " ".join(res.stdout.split())
+    fp16 = load_scenario(SCENARIOS / "olmo-2-7b-dgx-h100-zero3.yaml",
+                         [*FAST, "parallel.zero_stage=0", "training.precision=fp16"])
+    assert "bf16_optimizer" not in simulate(fp16).layout
