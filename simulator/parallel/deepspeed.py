@@ -132,9 +132,10 @@ class Zero012Hooks(Hooks):
 
     def grads_ready(self, b: GraphBuilder, g: int, unit, task: int) -> None:
         boundary = g == self.ctx.n_micro - 1
-        if self.bf16_optimizer and unit_params(self.ctx.work, unit) > 0:
-            task = b.compute(f"bf16 grad accumulate {unit} mb{g}", "backward", (self._accumulate(unit),),
-                             deps=(task,), micro_batch=g)
+        accumulate = self._accumulate(unit) if self.bf16_optimizer else None
+        if accumulate is not None:
+            task = b.compute(f"bf16 grad accumulate {unit} mb{g}", "backward", (accumulate,), deps=(task,),
+                             micro_batch=g)
         if self.stage == 2 or (self.stage == 1 and boundary):
             self.reducer.reduce(b, g, unit, task)
         elif self.stage == 0 and boundary and unit == self.reducer.keys[-1]:
@@ -143,11 +144,13 @@ class Zero012Hooks(Hooks):
                 self.reducer.reduce(b, g, key, task)
 
 
-    def _accumulate(self, unit) -> Op:
+    def _accumulate(self, unit) -> Op | None:
         """``BF16_Optimizer.update_hp_grads`` over ``unit``'s parameters (``BF16_ACCUMULATE_*``; a block's
-        tensors counted as its linear modules' weights and biases)."""
+        tensors counted as its linear modules' weights and biases); ``None`` for a unit without any."""
         work = self.ctx.work
         n = unit_params(work, unit)
+        if n <= 0:
+            return None
         tensors = 2 * max(len(work.layer_module_names), 1) if isinstance(unit, int) else 1
         return Op("bf16_grad_accumulate", "memory", n, BF16_ACCUMULATE_BYTES * n,
                   launches=BF16_ACCUMULATE_LAUNCHES * tensors)
