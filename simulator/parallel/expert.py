@@ -99,6 +99,10 @@ class MoEWork:
     #: Megatron-Core ``overlap_moe_expert_parallel_comm`` (``parallel.moe_a2a_overlap``): the forward
     #: of one micro-batch and the backward of another run together (``combined_block``).
     a2a_overlap: bool = False
+    #: Index in ``experts`` where the forward synchronises the host with the GPU (0 = none;
+    #: ``moe_ops.MoEBlockOps.sync_at``): the forward experts run as two compute tasks, split there, so
+    #: that each stretch between two synchronisations is priced on its own (``moe_host.forward``).
+    experts_sync: int = 0
 
     def slice(self, start: int, n: int) -> MoEWork:
         return dataclasses.replace(self, layers=self.layers[start:start + n])
@@ -134,6 +138,18 @@ def _a2a(b: GraphBuilder, name: str, nbytes: float, dep: int | None, g: int, lay
     return tid
 
 
+def _forward_experts(b: GraphBuilder, mw: MoEWork, kind: str, name: str, dep: int | None, g: int,
+                     layer: int) -> int:
+    """The forward experts as one compute task, or two split at the host synchronisation
+    (``MoEWork.experts_sync``); returns the last."""
+    cut = mw.experts_sync
+    if not cut:
+        return b.compute(f"{name} experts", kind, mw.experts, deps=(dep,), micro_batch=g, layer=layer)
+    first = b.compute(f"{name} experts", kind, mw.experts[:cut], deps=(dep,), micro_batch=g, layer=layer)
+    return b.compute(f"{name} experts (after sync)", kind, mw.experts[cut:], deps=(first,), micro_batch=g,
+                     layer=layer)
+
+
 def forward_block(b: GraphBuilder, work: Any, kind: str, name: str, deps, g: int, layer: int) -> int:
     """Forward (or full recompute) of one MoE block: pre → dispatch → experts → combine → post."""
     mw: MoEWork = work.moe
@@ -144,7 +160,7 @@ def forward_block(b: GraphBuilder, work: Any, kind: str, name: str, deps, g: int
     d = _a2a(b, f"dispatch {name}", mw.dispatch_bytes, pre, g, layer, mw.etp, gather=True, inter=mw.inter_fraction)
     if mw.shared and mw.shared_overlap:
         b.compute(f"{name} shared experts", kind, mw.shared, deps=(pre,), micro_batch=g, layer=layer)
-    ex = b.compute(f"{name} experts", kind, mw.experts, deps=(d,), micro_batch=g, layer=layer)
+    ex = _forward_experts(b, mw, kind, name, d, g, layer)
     if mw.shared and not mw.shared_overlap:
         b.compute(f"{name} shared experts", kind, mw.shared, deps=(ex,), micro_batch=g, layer=layer)
     c = _a2a(b, f"combine {name}", mw.combine_bytes, ex, g, layer, mw.etp, gather=False, inter=mw.inter_fraction)
@@ -202,7 +218,7 @@ def combined_block(b: GraphBuilder, fwork: Any, gf: int, f_unit: int, f_deps, bw
         b.compute(f"{bname} shared experts", "backward", bm.bwd_shared, deps=(b_ex,), micro_batch=gb, layer=b_unit)
     b_disp = _a2a(b, f"dispatch-bwd {bname}", bm.grad_bytes, b_ex, gb, b_unit, bm.etp, gather=False,
                   inter=bm.inter_fraction)
-    f_ex = b.compute(f"{fname} experts", "forward", fm.experts, deps=(f_disp,), micro_batch=gf, layer=f_unit)
+    f_ex = _forward_experts(b, fm, "forward", fname, f_disp, gf, f_unit)
     if fm.shared and not fm.shared_overlap:
         b.compute(f"{fname} shared experts", "forward", fm.shared, deps=(f_ex,), micro_batch=gf, layer=f_unit)
     f_comb = _a2a(b, f"combine {fname}", fm.combine_bytes, f_ex, gf, f_unit, fm.etp, gather=False,
@@ -292,6 +308,7 @@ def attach(work: Any, scenario: Any, pb: int) -> Any:
         step_gather_bytes=weight_bytes if stage in (1, 2) else 0.0,
         overlap_step_gather=bool(getattr(par, "overlap_param_gather", False)) and par.framework == "ddp",
         a2a_overlap=bool(getattr(par, "moe_a2a_overlap", False)),
+        experts_sync=ops.sync_at,
     )
     per_node = scenario.cluster.topology.gpus_per_node
     n_nodes = (ep * etp) // per_node if ep * etp > per_node else 1

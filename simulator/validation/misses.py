@@ -133,7 +133,14 @@ GROUP_CAUSES: tuple[tuple[str, str], ...] = (
      "backward with sinks, so it stays a candidate. Modelled since (about 3% slower): Megatron-Bridge's fusion "
      "check (src/megatron/bridge/utils/fusions.py validate_rope_fusion_compatibility) turns RoPE fusion off for "
      "any position embedding but plain rope, GPT-OSS's YaRN included, so Megatron-Core applies it in eager "
-     "PyTorch (workload.ops MEGATRON_ROPE_*: 12 passes over q and k forward, 10 backward, instead of 2)"),
+     "PyTorch (workload.ops MEGATRON_ROPE_*: 12 passes over q and k forward, 10 backward, instead of 2). Modelled "
+     "since, and too small to be the cause (GB200 25.11 +40% -> +34%, the other rows unchanged): the host time of "
+     "that eager RoPE, of the clamp and of the per-expert bias loop (benchmarks/host_dispatch_gptoss.py: 0.21, 0.07 "
+     "and 0.06 + 0.027 per local expert of the reference block forward), and the second host synchronisation per "
+     "forward block that Megatron-Core's quick-GeGLU makes by building its offset with torch.tensor(..., "
+     "device=input.device), a blocking copy (moe_ops, comment at CLAMP_PASSES): at micro-batch 4 the blocks are "
+     "GPU-bound by about 2x on both sides of it (26.02 GB200: 5.5 ms of GPU work against 2.5 ms of Grace host time "
+     "per block forward)"),
     ("mbridge2511-b200-qwen3-30b*", "25.11 dropless regression at micro-batch 1: Megatron-Bridge issue #1998 "
      "(Qwen3-30B \"2X slower\" on H100 and B200 with the dropless schedule than with token drop, 25.11 against "
      "25.09); the 25.09 table ran this layout at 18,066 tokens/s/GPU (token drop), 9,299 here, and 26.02.01's preset "

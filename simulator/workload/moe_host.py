@@ -52,6 +52,7 @@ from dataclasses import replace
 from typing import Any
 
 from simulator.workload import host as whost
+from simulator.workload import ops as wops
 
 #: Per piece, (intercept, slope per local expert) as fractions of the reference block's forward host
 #: time, then of its backward; 16-bit GroupedLinear (module table).
@@ -64,6 +65,24 @@ PIECES: dict[str, tuple[tuple[float, float], tuple[float, float]]] = {
 ROUTER_SHARE, PREPROCESS_SHARE = 0.53, 0.14
 #: The experts' extra slope under FP8 (the per-expert input / gradient quantize), forward and backward.
 FP8_EXPERT_SLOPE = (0.0140, 0.0114)
+#: Eager code of GPT-OSS's blocks beyond the module table's layer, as what it adds in (intercept, slope
+#: per local expert) fractions of the reference block, forward then backward: ``python
+#: benchmarks/host_dispatch_gptoss.py`` (torch 2.13, 3 December 2026, min of 5 rounds; the reference
+#: block 339 µs forward and 437 µs backward in that run; repeated runs on the shared 2-core development
+#: machine scatter by about 20%; 2.9-3.5 µs per ATen call). ``yarn_rope``: Megatron-Core's eager YaRN on q and k
+#: over the fused RoPE (24 calls forward, 20 backward; part of the attention half, which the ``attn``
+#: CUDA graph captures); ``geglu_clamp``: the clamped SwiGLU's chunk, clamps, ``cat`` and offset tensor
+#: (7 / 13, before the activation); ``expert_bias``: ``TEGroupedMLP._apply_bias``'s loop over the local
+#: experts (2e + 5 / 5e + 3 calls, Theil-Sen line over 1-32 experts; after the activation).
+EXTRAS: dict[str, tuple[tuple[float, float], tuple[float, float]]] = {
+    "yarn_rope": ((0.215, 0.0), (0.144, 0.0)),
+    "geglu_clamp": ((0.070, 0.0), (0.079, 0.0)),
+    "expert_bias": ((0.056, 0.0272), (0.019, 0.0333)),
+}
+#: Share of the experts piece's host time issued before its activation (the ``tokens_per_expert`` list,
+#: the probabilities' view and fc1): fc1 and fc2 are the same ``GroupedLinear`` call, the activation one
+#: autograd function between them, so half.
+FC1_SHARE = 0.5
 
 
 def param_tensors(model: Any, local_experts: int) -> int:
@@ -99,19 +118,48 @@ def _spread(pieces: tuple, seconds: float) -> tuple:
     return tuple(out)
 
 
+def _extras(model: Any, kernels: Any, way: int, local_experts: int, scopes: frozenset[str]) -> dict[str, float]:
+    """The ``EXTRAS`` of this block's code in reference-block units (``way`` 0 forward, 1 backward), less
+    what the CUDA-graph ``scopes`` capture."""
+    if "full_iteration" in scopes:
+        return {}
+    present = {"yarn_rope": wops.megatron_eager_yarn(model, kernels) and "attn" not in scopes,
+               "geglu_clamp": bool(model.swiglu_limit), "expert_bias": bool(model.linear_bias)}
+    return {k: EXTRAS[k][way][0] + EXTRAS[k][way][1] * local_experts for k, on in present.items() if on}
+
+
 def forward(ops: Any, model: Any, kernels: Any, local_experts: int, fp8: bool) -> Any:
     """``ops`` (``moe_ops.MoEBlockOps``) with the block's forward host time spread over them by work
-    (module docstring); unchanged when the block is compiled."""
+    (module docstring); unchanged when the block is compiled.
+
+    A block that synchronises a second time, in its experts (``MoEBlockOps.sync_at``: the clamped
+    SwiGLU's offset tensor), balances host and GPU per stretch between two synchronisations instead of per
+    block: the stretch from the dispatcher's synchronisation to the activation's (the rest of ``pre``
+    after the router and the preprocessing, and the experts up to the activation: ``FC1_SHARE`` of their
+    host time, and the clamp's) and the stretch from the activation to the next block's dispatcher (the
+    rest). Each stretch's host time is spread over its own ops by work, so each is host-bound exactly when
+    its host time exceeds its GPU time (the engine runs the experts as two tasks, ``MoEWork.experts_sync``);
+    the synchronisation's own latency (tens of µs) is left out."""
     style = whost.block_style(model, kernels)
     if style is None:
         return ops
     ref, scopes = whost.BLOCK_HOST_S[style][0], whost.graphed(kernels)
-    seconds = whost.ATTENTION_HALF[0] * ("attn" not in scopes) + sum(_host(p, 0, local_experts, fp8, scopes)
-                                                                       for p in PIECES)
+    extras = _extras(model, kernels, 0, local_experts, scopes)
+    seconds = (whost.ATTENTION_HALF[0] * ("attn" not in scopes) + sum(extras.values())
+               + sum(_host(p, 0, local_experts, fp8, scopes) for p in PIECES))
     if ops.shared and "full_iteration" not in scopes:
         seconds += 1 - whost.ATTENTION_HALF[0]
-    pre, experts, shared, post = _spread((ops.pre, ops.experts, ops.shared, ops.post), seconds * ref)
-    return replace(ops, pre=pre, experts=experts, shared=shared, post=post)
+    if not ops.sync_at or "full_iteration" in scopes:
+        pre, experts, shared, post = _spread((ops.pre, ops.experts, ops.shared, ops.post), seconds * ref)
+        return replace(ops, pre=pre, experts=experts, shared=shared, post=post)
+    a, slope = PIECES["pre"][0]
+    between = ((a + slope * local_experts) * (1 - ROUTER_SHARE - PREPROCESS_SHARE)
+               + FC1_SHARE * _host("experts", 0, local_experts, fp8, scopes) + extras.get("geglu_clamp", 0.0))
+    cut = next(i for i, op in enumerate(ops.pre) if op.name == "permute")
+    (pre_a, ex_b, shared, post), (pre_b, ex_a) = (
+        _spread((ops.pre[:cut], ops.experts[ops.sync_at:], ops.shared, ops.post), (seconds - between) * ref),
+        _spread((ops.pre[cut:], ops.experts[:ops.sync_at]), between * ref))
+    return replace(ops, pre=pre_a + pre_b, experts=ex_a + ex_b, shared=shared, post=post)
 
 
 def backward(bwd: tuple, model: Any, kernels: Any, framework: str, local_experts: int, fp8: bool) -> tuple:
@@ -123,6 +171,7 @@ def backward(bwd: tuple, model: Any, kernels: Any, framework: str, local_experts
         return bwd
     ref, scopes = whost.BLOCK_HOST_S[style][1], whost.graphed(kernels)
     total = (whost.ATTENTION_HALF[1] * ("attn" not in scopes)
+             + sum(_extras(model, kernels, 1, local_experts, scopes).values())
              + sum(_host(p, 1, local_experts, fp8, scopes) for p in PIECES)) * ref
     if bwd[2] and "full_iteration" not in scopes:
         total += (1 - whost.ATTENTION_HALF[1]) * ref

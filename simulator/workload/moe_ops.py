@@ -51,6 +51,9 @@ class MoEBlockOps:
     routed_tokens: float
     #: Experts held by this GPU (``E/ep``, at least 1).
     local_experts: int = 1
+    #: Index in ``experts`` of the op before which the forward synchronises the host with the GPU (0 =
+    #: none): the clamped SwiGLU's quick-GeGLU offset tensor (comment at ``CLAMP_PASSES``).
+    sync_at: int = 0
 
 
 #: Expert biases (``model.linear_bias``, GPT-OSS): Megatron-Core's ``TEGroupedMLP`` adds the fc2 bias
@@ -75,6 +78,14 @@ EXPERT_BIAS_BWD_PASSES = 6
 #: input and writes the masked gradient (3 passes of each ``w``-wide half: 6); the ``cat``'s is views.
 CLAMP_PASSES = 8
 CLAMP_BWD_PASSES = 6
+# The same function then builds its offset as ``torch.tensor(linear_offset, dtype=input.dtype,
+# device=input.device)`` on every call (Megatron-LM megatron/core/fusions/fused_bias_geglu.py at 034fd2d
+# and 1fb2a0c): a copy from pageable host memory without ``non_blocking``, which PyTorch runs as
+# ``at::cuda::memcpy_and_sync`` (``cudaMemcpyAsync`` then ``cudaStreamSynchronize``), so the host waits
+# for the GPU to drain before it issues the activation (a third-party patch removes it for that reason:
+# "Megatron-LM's weighted quick-GeGLU builds a scalar offset tensor from a Python float on every call, a
+# blocking host-to-device copy"). With the dropless dispatcher's own synchronisation that makes two per
+# forward block (``MoEBlockOps.sync_at``, ``simulator.workload.moe_host``).
 
 
 def _clamp(elements: float, pb: int) -> object:
@@ -235,5 +246,8 @@ def moe_block_ops(model: ModelConfig, b: int, s: int, tp: int, pb: int, kernels,
     post = [wops.memory_op("unpermute", routed * h, 2 + 1, pb, wops._ADD_FLOPS)]
     if not kernels.fused_norm_residual:
         post.append(wops.memory_op("output_residual_add", b * s * h, 3, pb, wops._ADD_FLOPS))
+    sync_at = (next(i for i, op in enumerate(experts) if op.name == act.name)
+               if model.swiglu_limit else 0)
     return MoEBlockOps(tuple(_mark(pre, recompute)), tuple(_mark(experts, recompute)),
-                       tuple(_mark(shared, recompute)), tuple(_mark(post, recompute)), routed, local_experts)
+                       tuple(_mark(shared, recompute)), tuple(_mark(post, recompute)), routed, local_experts,
+                       sync_at)

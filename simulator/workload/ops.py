@@ -208,6 +208,14 @@ def _linear(name: str, m: int, n: int, k: int, pb: int, launches: int, fp8: str 
     return [fp8_cast(name, m, n, k, fp8, launches, eager_cast, "" if te_linear else producer, te_linear), op]
 
 
+def megatron_eager_yarn(model: ModelConfig, kernels: Kernels) -> bool:
+    """True when the block's rotary embedding is Megatron-Core's eager YaRN code (``MEGATRON_ROPE_*``): YaRN
+    under fused (not compiled) kernels, where Megatron's fused RoPE would otherwise run; MLA blocks apply
+    their rotary part in their own kernel (``moe_ops._mla_attention``)."""
+    return (model.position_embedding == "rope" and model.rope_scaling == "yarn" and not model.is_mla
+            and kernels.fused_norm_residual and not getattr(kernels, "compile", False))
+
+
 def layer_ops(
     model: ModelConfig,
     b: int,
@@ -256,7 +264,7 @@ def layer_ops(
             norm = _norm("qk_norm", qk_el, pb, eager_rms)  # q and k normed separately
             ops.append(replace(norm, launches=2 * norm.launches, bwd_launches=2 * norm.bwd_launches))
     if model.position_embedding == "rope":
-        if fused and not compiled and model.rope_scaling == "yarn":  # Megatron-Core's eager YaRN (above)
+        if megatron_eager_yarn(model, kernels):  # Megatron-Core's eager YaRN (above)
             ops.append(replace(memory_op("rotary", qk_el, MEGATRON_ROPE_PASSES, pb, _ROPE_FLOPS),
                                launches=2 * MEGATRON_ROPE_LAUNCHES_PER_TENSOR,
                                bwd_launches=2 * MEGATRON_ROPE_BWD_LAUNCHES_PER_TENSOR,

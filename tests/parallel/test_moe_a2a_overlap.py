@@ -91,3 +91,24 @@ def test_needs_an_moe_model():
            "parallel": {"framework": "ddp", "moe_a2a_overlap": True}}
     with pytest.raises(Exception, match="moe_a2a_overlap needs an MoE model"):
         scenario_from_dict(raw)
+
+
+def test_a_second_host_synchronisation_splits_the_forward_experts():
+    # the clamped SwiGLU (GPT-OSS) synchronises the host before its activation: the forward experts run as
+    # two tasks, in the plain schedule and in the combined 1F1B; the backward keeps one
+    clamped = dict(TINY, mlp="swiglu", swiglu_limit=7.0)
+
+    def names(sets):
+        raw = {"name": "t", "model": clamped, "cluster": {"topology": "dgx-h100", "nodes": 2},
+               "training": {"seq_len": 1024, "micro_batch_size": 1, "global_batch_size": 64},
+               "parallel": {"framework": "ddp", "ep": 16}}
+        tasks = build_step_graph(context_for(scenario_from_dict(raw, overrides=list(sets)))).tasks
+        return [t.name for t in tasks if isinstance(t, ComputeTask) and t.stream == COMPUTE]
+
+    plain = names(())
+    i = plain.index("fwd 0 mb0 experts")
+    assert plain[i + 1] == "fwd 0 mb0 experts (after sync)"
+    assert "bwd 0 mb0 experts (after sync)" not in plain
+    paired = names(["parallel.moe_a2a_overlap=true"])
+    i = paired.index("fwd 0 mb1 experts")
+    assert paired[i + 1] == "fwd 0 mb1 experts (after sync)"

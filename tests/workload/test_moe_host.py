@@ -115,6 +115,50 @@ def test_grace_hosts_dispatch_at_their_measured_speed():
     assert grace.host_time(ops) == pytest.approx(2.75 * FWD)
 
 
+def _gpt_oss(ep=8, graphs=()):
+    raw = {"name": "g", "model": "gpt-oss-120b", "cluster": {"topology": "dgx-h100", "nodes": 1},
+           "training": {"seq_len": 4096, "micro_batch_size": 1, "global_batch_size": 64,
+                        "kernels": {"cuda_graphs": list(graphs)}},
+           "parallel": {"framework": "ddp", "distributed_optimizer": True, "ep": ep}}
+    return pwork.from_scenario(scenario_from_dict(raw, overrides=["model.moe.imbalance=1.0"])).moe
+
+
+def test_gpt_oss_blocks_add_their_eager_code():
+    # EP 8: 16 local experts. On top of the module table (attention half 0.464; router and dispatch
+    # 0.759 + 0.0055 x 16; experts 0.357 + 0.0397 x 16; combine 0.161 + 0.0015 x 16) GPT-OSS's code adds
+    # (benchmarks/host_dispatch_gptoss.py) the eager YaRN RoPE 0.215, the clamp and offset tensor 0.070
+    # and the per-expert fc2 bias loop 0.056 + 0.0272 x 16 of the forward reference block
+    mw = _gpt_oss()
+    table = 0.464 + (0.759 + 0.088) + (0.357 + 0.6352) + (0.161 + 0.024)
+    assert _fwd(mw) == pytest.approx((table + 0.215 + 0.070 + 0.056 + 0.4352) * FWD)
+    # backward: 0.376 + (0.167 + 0.0544) + (0.289 + 0.9552) + (0.037 + 0.0112), the extras 0.144 + 0.079
+    # + 0.019 + 0.0333 x 16, and the DDP hook on 2 x 2 (QKV, output, biased) + 2 norms + the router and
+    # its bias + 16 experts x 2 biased linears = 71 parameter tensors
+    extras = 0.144 + 0.079 + 0.019 + 0.5328
+    total = (0.376 + 0.2214 + 1.2442 + 0.0482 + extras) * BWD + 71 * 4.5e-6
+    assert _h(mw.bwd_pre) + _h(mw.bwd_experts) + _h(mw.bwd_post) == pytest.approx(total)
+    # the attn CUDA graph captures the RoPE with the attention half
+    g = _gpt_oss(graphs=("attn",))
+    assert _fwd(mw) - _fwd(g) == pytest.approx((0.464 + 0.215) * FWD)
+
+
+def test_the_gpt_oss_offset_tensor_splits_the_forward_at_its_synchronisation():
+    # Megatron-Core's quick-GeGLU builds its offset with a blocking copy before the activation: the forward
+    # experts run as two tasks, cut at the activation (after the sort, fc1 and the clamp)
+    mw = _gpt_oss()
+    assert [op.name for op in mw.experts[:mw.experts_sync]] == ["sort_chunks", "experts_up", "experts_clamp"]
+    assert mw.experts[mw.experts_sync].name == "experts_swiglu"
+    # the stretch between the dispatcher's synchronisation and this one carries the rest of the router and
+    # dispatch piece after the router (0.53) and the preprocessing (0.14), half the experts piece and the
+    # clamp: (0.847 x 0.33 + 0.5 x 0.9922 + 0.070) x 493 µs; the rest of the block's host time goes to the
+    # other stretch
+    permute = next(i for i, op in enumerate(mw.pre) if op.name == "permute")
+    between = _h(mw.pre[permute:]) + _h(mw.experts[:mw.experts_sync])
+    assert between == pytest.approx((0.847 * 0.33 + 0.5 * 0.9922 + 0.070) * FWD)
+    # a model without the clamped SwiGLU synchronises once per block: one experts task
+    assert _mixtral().experts_sync == 0
+
+
 def test_an_unknown_cuda_graph_scope_is_refused_naming_the_field():
     with pytest.raises(InputError) as err:
         _dense(("moe",))
