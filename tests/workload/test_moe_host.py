@@ -116,8 +116,8 @@ def test_grace_hosts_dispatch_at_their_measured_speed():
 
 
 def _gpt_oss(ep=8, graphs=()):
-    raw = {"name": "g", "model": "gpt-oss-120b", "cluster": {"topology": "dgx-h100", "nodes": 1},
-           "training": {"seq_len": 4096, "micro_batch_size": 1, "global_batch_size": 64,
+    raw = {"name": "g", "model": "gpt-oss-120b", "cluster": {"topology": "dgx-h100", "nodes": max(1, ep // 8)},
+           "training": {"seq_len": 4096, "micro_batch_size": 1, "global_batch_size": 128,
                         "kernels": {"cuda_graphs": list(graphs)}},
            "parallel": {"framework": "ddp", "distributed_optimizer": True, "ep": ep}}
     return pwork.from_scenario(scenario_from_dict(raw, overrides=["model.moe.imbalance=1.0"])).moe
@@ -155,6 +155,9 @@ def test_the_gpt_oss_offset_tensor_splits_the_forward_at_its_synchronisation():
     permute = next(i for i, op in enumerate(mw.pre) if op.name == "permute")
     between = _h(mw.pre[permute:]) + _h(mw.experts[:mw.experts_sync])
     assert between == pytest.approx((0.847 * 0.33 + 0.5 * 0.9922 + 0.070) * FWD)
+    # with one local expert there is no sort: the cut is after fc1 and the clamp
+    one = _gpt_oss(ep=128)
+    assert [op.name for op in one.experts[:one.experts_sync]] == ["experts_up", "experts_clamp"]
     # a model without the clamped SwiGLU synchronises once per block: one experts task
     assert _mixtral().experts_sync == 0
 
