@@ -34,7 +34,7 @@ from host_dispatch import HIDDEN, LAYERS, REPEATS, TOKENS, MegatronLayer, _Count
 from host_dispatch_moe import _line
 from torch import nn
 
-HEADS, KV_HEADS, HEAD_DIM = 4, 2, 16
+HEADS, HEAD_DIM = 4, 16
 SHAPE = (TOKENS, 1, HIDDEN)
 #: Rounds whose minimum each figure is: the development machine is shared and noisy.
 ROUNDS = 5
