@@ -152,8 +152,8 @@ def forward(ops: Any, model: Any, kernels: Any, local_experts: int, fp8: bool) -
     if not ops.sync_at or "full_iteration" in scopes:
         pre, experts, shared, post = _spread((ops.pre, ops.experts, ops.shared, ops.post), seconds * ref)
         return replace(ops, pre=pre, experts=experts, shared=shared, post=post)
-    a, slope = PIECES["pre"][0]
-    between = ((a + slope * local_experts) * (1 - ROUTER_SHARE - PREPROCESS_SHARE)
+    # the router and the preprocessing come before the dispatcher's synchronisation, graphed or not
+    between = (_host("pre", 0, local_experts, fp8, frozenset()) * (1 - ROUTER_SHARE - PREPROCESS_SHARE)
                + FC1_SHARE * _host("experts", 0, local_experts, fp8, scopes) + extras.get("geglu_clamp", 0.0))
     cut = next(i for i, op in enumerate(ops.pre) if op.name == "permute")
     (pre_a, ex_b, shared, post), (pre_b, ex_a) = (
