@@ -32,8 +32,12 @@ the idle SMs of the last wave; NVIDIA "Matrix Multiplication Background User's G
 Quantization" and §"Wave Quantization", docs.nvidia.com/deeplearning/performance/dl-performance-
 matrix-multiplication). The library picks the tile that fits the shape best among its candidates:
 128×128 on A100 (CUTLASS/cuBLAS default Ampere tile), 128×256 and 128×128 on Hopper (CUTLASS 3
-warp-specialised default tiles). Along ``k`` each tile pays a fixed main-loop fill and epilogue,
-modelled as ``k / (k + gemm_half_dim)`` (``efficiency.yaml``).
+warp-specialised default tiles), the same per SM on Blackwell: its ``tcgen05`` MMA computes a
+256×N tile across a pair of SMs (``cta_group::2``, N up to 256), 128 rows on each (CUTLASS
+``examples/70_blackwell_gemm/70_blackwell_fp16_gemm.cu``: ``MmaTileShape_MNK = Shape<_256,_128,_64>``,
+"could be across 2 SMs"), so each SM owns a 128×128 or 128×256 share of the output. Along ``k`` each
+tile pays a fixed main-loop fill and epilogue, modelled as ``k / (k + gemm_half_dim)``
+(``efficiency.yaml``).
 """
 
 from __future__ import annotations
@@ -43,8 +47,14 @@ from dataclasses import dataclass
 
 #: SMs per GPU, from the vendor whitepapers: V100 80 (Volta whitepaper), A100 108 (A100 whitepaper
 #: Table 1; A800 is the same GA100 configuration), H100 SXM5 132 and H100 PCIe 114 (H100 whitepaper
-#: Table 2; H800 and H200 use the SXM5 GH100 configuration, H100 NVL the 132-SM one). Longest prefix
-#: of the catalog name wins; a GPU not listed gets no wave quantisation (tile padding only).
+#: Table 2; H800 and H200 use the SXM5 GH100 configuration, H100 NVL the 132-SM one). Blackwell: NVIDIA
+#: publishes no per-SKU count ("Blackwell Ultra GPUs contain up to 160 SMs ... Available SM count and
+#: HBM capacity varies by SKU", NVIDIA technical blog "Inside NVIDIA Blackwell Ultra", figure 1), so
+#: the counts the devices report (``cudaDeviceProp.multiProcessorCount``) in public benchmark logs: B200
+#: 148 (ByteDance-Seed/VeOmni PR #986: "B200 148 SM"), B300 SXM 148, GB200 and GB300 152
+#: (facebookexperimental/triton PR #2768, on GB300: "sm_count 152 ... both hardware counts are the
+#: same as GB200's"; a few GB300 logs report 148, most 152). Longest prefix of the catalog name wins;
+#: a GPU not listed gets no wave quantisation (tile padding only).
 SM_COUNT: dict[str, int] = {
     "v100": 80,
     "a100": 108,
@@ -54,12 +64,17 @@ SM_COUNT: dict[str, int] = {
     "h100-nvl": 132,
     "h800": 132,
     "h200": 132,
+    "b200": 148,
+    "b300": 148,
+    "gb200": 152,
+    "gb300": 152,
 }
 
 #: Output tile candidates (Tm, Tn) per architecture (see module docstring).
 TILES: dict[str, tuple[tuple[int, int], ...]] = {
     "ampere": ((128, 128),),
     "hopper": ((128, 256), (128, 128)),
+    "blackwell": ((128, 256), (128, 128)),
 }
 DEFAULT_TILES: tuple[tuple[int, int], ...] = ((128, 128),)
 

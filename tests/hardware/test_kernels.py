@@ -23,6 +23,23 @@ def test_sm_counts_from_the_whitepapers():
     assert kernels.sm_count("mi300x") is None
 
 
+def test_blackwell_sm_counts_as_the_devices_report_them():
+    # multiProcessorCount in public logs: B200 and B300 SXM 148, GB200 and GB300 152 (kernels.SM_COUNT)
+    assert kernels.sm_count("b200") == 148 and kernels.sm_count("b300") == 148
+    assert kernels.sm_count("gb200") == 152 and kernels.sm_count("gb300") == 152
+
+
+def test_blackwell_waves_over_its_sms():
+    # a 2,048-token x 1,536 expert GEMM (fc1 of a 768-wide SwiGLU expert): 128x256 -> 16·6 = 96 tiles,
+    # one wave of 148 SMs (96/148 = 0.649); 128x128 -> 16·12 = 192 tiles, 2 waves (192/296 = 0.649):
+    # a tie, the first candidate kept
+    bw = kernels.TILES["blackwell"]
+    assert kernels.wave_efficiency(2048, 1536, 1, 148, bw) == pytest.approx(96 / 148)
+    # the same GEMM for 16 local experts in one grouped kernel: 1,536 tiles of 128x256 in
+    # ceil(1536/148) = 11 waves (1,628 slots, 0.943); 3,072 of 128x128 in 21 waves (3,108 slots): 0.988
+    assert kernels.wave_efficiency(2048, 1536, 16, 148, bw) == pytest.approx(3072 / 3108)
+
+
 def test_wave_quantisation_by_hand_on_a100():
     # 1024 x 1024 output in 128 x 128 tiles: 64 tiles, one wave on 108 SMs -> 64/108 busy
     assert kernels.wave_efficiency(1024, 1024, 1, 108, ((128, 128),)) == pytest.approx(64 / 108)
