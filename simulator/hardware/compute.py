@@ -84,12 +84,14 @@ class RooflineComputeModel:
         #: else the main-loop fill's constant (a band of ``w`` keys as a causal loop over ``2w``)
         self.band_half = attention.band_half(gpu.arch) or (efficiency.gemm_half_dim,) * 2
 
-    def shape_factor(self, shape: tuple[int, ...] | None, batch: int = 1) -> float:
-        """Tile/wave quantisation × main-loop fill of a GEMM ``(m, n, k)``; 1 when the shape is unknown."""
+    def shape_factor(self, shape: tuple[int, ...] | None, batch: int = 1, streams: int = 0) -> float:
+        """Tile/wave quantisation × main-loop fill of a GEMM ``(m, n, k)`` (``batch`` of them, as one
+        grouped kernel or on ``streams`` streams); 1 when the shape is unknown."""
         if not shape:
             return 1.0
         m, n, k = shape
-        return gemm_shape_factor(int(m), int(n), int(k), batch, self.sms, self.tiles, self.eff.gemm_half_dim)
+        return gemm_shape_factor(int(m), int(n), int(k), batch, self.sms, self.tiles, self.eff.gemm_half_dim,
+                                 streams)
 
     def attention_factor(self, kv_len: int) -> float:
         """Main-loop fill of a causal FlashAttention kernel: each query tile loops over ``kv_len / 2``
@@ -114,7 +116,8 @@ class RooflineComputeModel:
             if fp8_linear and not getattr(op, "backward", False):
                 peak *= self.fast_accum  # forward FP8 GEMMs accumulate fast on Hopper (module docstring)
             rate = peak * self.eff.gemm_fraction * self.shape_factor(getattr(op, "shape", None),
-                                                                     getattr(op, "batch", 1))
+                                                                     getattr(op, "batch", 1),
+                                                                     getattr(op, "streams", 0))
             return max(op.flops / rate, mem_t, floor)
         if op.kind == "attention":
             back = 1 if getattr(op, "backward", False) else 0

@@ -77,6 +77,11 @@ TILES: dict[str, tuple[tuple[int, int], ...]] = {
     "blackwell": ((128, 256), (128, 128)),
 }
 DEFAULT_TILES: tuple[tuple[int, int], ...] = ((128, 128),)
+#: Streams Transformer Engine's grouped GEMM spreads its GEMMs over: ``multi_stream_cublas_gemm`` issues
+#: GEMM ``i`` on compute stream ``i mod nvte_get_num_compute_streams()``, 4 (TE
+#: ``common/util/multi_stream.cpp``; its CUTLASS grouped GEMM is opt-in, ``NVTE_USE_CUTLASS_GROUPED_GEMM``,
+#: Hopper BF16 only). Megatron-Core's ``TEGroupedMLP`` runs the experts through it.
+TE_GROUPED_STREAMS = 4
 
 
 @dataclass(frozen=True)
@@ -107,19 +112,33 @@ def sm_count(gpu_name: str) -> int | None:
     return SM_COUNT[best] if best is not None else None
 
 
-def wave_efficiency(m: int, n: int, batch: int, sms: int | None, tiles: tuple[tuple[int, int], ...]) -> float:
+def _slots(tiles: int, sms: int) -> int:
+    """SM slots ``tiles`` output tiles occupy: whole waves of ``sms``."""
+    return math.ceil(tiles / sms) * sms
+
+
+def wave_efficiency(m: int, n: int, batch: int, sms: int | None, tiles: tuple[tuple[int, int], ...],
+                    streams: int = 0) -> float:
     """Best ``m·n·batch / (waves·S·Tm·Tn)`` over the tile candidates (tile + wave quantisation);
-    with ``sms`` unknown, tile padding only (``m·n / (ceil(m/Tm)·Tm·ceil(n/Tn)·Tn)``)."""
+    with ``sms`` unknown, tile padding only (``m·n / (ceil(m/Tm)·Tm·ceil(n/Tn)·Tn)``). ``streams``
+    ``c > 0``: the ``batch`` GEMMs are separate kernels on ``c`` streams, run as rounds of ``c``
+    concurrent GEMMs whose tiles share the waves (``batch // c`` full rounds and one of the rest)."""
     best = 0.0
     for tm, tn in tiles:
-        n_tiles = math.ceil(m / tm) * math.ceil(n / tn) * batch
-        slots = n_tiles if sms is None else math.ceil(n_tiles / sms) * sms
+        per_gemm = math.ceil(m / tm) * math.ceil(n / tn)
+        if sms is None:
+            slots = per_gemm * batch
+        elif streams and batch > streams:
+            rounds, rest = divmod(batch, streams)
+            slots = rounds * _slots(streams * per_gemm, sms) + (_slots(rest * per_gemm, sms) if rest else 0)
+        else:
+            slots = _slots(per_gemm * batch, sms)
         best = max(best, m * n * batch / (slots * tm * tn))
     return best
 
 
 def gemm_shape_factor(m: int, n: int, k: int, batch: int, sms: int | None,
-                      tiles: tuple[tuple[int, int], ...], k_half: float) -> float:
+                      tiles: tuple[tuple[int, int], ...], k_half: float, streams: int = 0) -> float:
     """Fraction of the large-GEMM rate a ``(m, n, k) × batch`` GEMM reaches: wave quantisation of
-    its output tiles times the main-loop fill ``k / (k + k_half)``."""
-    return wave_efficiency(m, n, batch, sms, tiles) * k / (k + k_half)
+    its output tiles (``streams``: see ``wave_efficiency``) times the main-loop fill ``k / (k + k_half)``."""
+    return wave_efficiency(m, n, batch, sms, tiles, streams) * k / (k + k_half)

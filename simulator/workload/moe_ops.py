@@ -24,9 +24,8 @@ over this rank's experts), ``shared`` (shared experts, which need no dispatch) a
   separate parameter. Megatron-Core's ``TEGroupedMLP`` issues them through Transformer Engine's
   ``GroupedLinear``, whose default path is one cuBLAS GEMM per expert, expert ``i`` on compute stream
   ``i mod 4`` (TE ``multi_stream_cublas_gemm``; its CUTLASS grouped GEMM is opt-in,
-  ``NVTE_USE_CUTLASS_GROUPED_GEMM``, Hopper BF16 only), so at most four experts' tiles share a wave;
-  pooling them four at a time instead of all together moves the corpus's 67 Megatron-Bridge rows by
-  3.8 points of absolute error in all (tried, 3 December 2026), so the pool stays whole;
+  ``NVTE_USE_CUTLASS_GROUPED_GEMM``, Hopper BF16 only): at most four experts' tiles share a wave
+  (``Op.streams``, ``expert_streams``); torchtitan's ``torch._grouped_mm`` is one kernel over all;
 * expert tensor parallelism splits each expert's width over ``etp`` ranks, which all process the
   tokens of their EP rank;
 * shared experts run on all ``b·s`` tokens with their width split over TP, like the dense MLP;
@@ -40,6 +39,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from simulator.config.model import ModelConfig
+from simulator.hardware.kernels import TE_GROUPED_STREAMS
 from simulator.workload import ops as wops
 from simulator.workload.fp8_casts import fp8_cast
 
@@ -198,15 +198,23 @@ def dense_block_ops(model: ModelConfig, b: int, s: int, tp: int, pb: int, kernel
     return _mark(att + mlp, recompute)
 
 
+def expert_streams(framework: str) -> int:
+    """How a framework issues the experts' GEMMs (``Op.streams``): Megatron-Core (``ddp``) through
+    Transformer Engine's ``GroupedLinear``, one GEMM per expert on its streams
+    (``kernels.TE_GROUPED_STREAMS``); the others (torchtitan's ``torch._grouped_mm``) as one grouped
+    kernel (0)."""
+    return TE_GROUPED_STREAMS if framework == "ddp" else 0
+
+
 def moe_block_ops(model: ModelConfig, b: int, s: int, tp: int, pb: int, kernels, recompute: str,
                   ep: int = 1, etp: int = 1, modules: frozenset[str] = frozenset(),
-                  fp8: str | None = None) -> MoEBlockOps:
+                  fp8: str | None = None, streams: int = 0) -> MoEBlockOps:
     """Forward ops of one MoE block on one GPU (conventions: module docstring). ``modules``: what
     selective recomputation re-runs before the backward (``simulator.workload.recompute.modules``):
     ``layernorm`` the pre-MLP norm (the post-attention add + norm op, whose add is re-run with it when
     the two are one fused op), ``moe_act`` the experts' activation, ``mla_up_proj`` the MLA up
     projections (``MLA_UP_PROJ_OPS``). ``fp8``: the training's FP8 recipe (the linear GEMMs, experts
-    included, in FP8: ``_linearize``)."""
+    included, in FP8: ``_linearize``). ``streams``: how the experts' GEMMs run (``expert_streams``)."""
     m = model.moe
     assert m is not None
     h, k_mlp = model.hidden_size, model.mlp_matrices
@@ -228,9 +236,10 @@ def moe_block_ops(model: ModelConfig, b: int, s: int, tp: int, pb: int, kernels,
     # the clamp runs inside the activation function moe_act recomputes (module docstring, CLAMP_PASSES)
     act_ops = ([_clamp(per_expert * local_experts * width, pb)] if model.swiglu_limit else []) + [act]
     experts = [
-        wops.gemm("experts_up", per_expert, (k_mlp - 1) * width, h, pb, batch=local_experts),
+        replace(wops.gemm("experts_up", per_expert, (k_mlp - 1) * width, h, pb, batch=local_experts),
+                streams=streams),
         *(replace(op, recompute=True) if "moe_act" in modules else op for op in act_ops),
-        wops.gemm("experts_down", per_expert, h, width, pb, batch=local_experts),
+        replace(wops.gemm("experts_down", per_expert, h, width, pb, batch=local_experts), streams=streams),
     ]
     experts = _linearize(experts, fp8)
     if model.linear_bias:

@@ -59,6 +59,11 @@ class Op:
     #: at the band rate (``simulator.hardware.attention.band_half``); ``k`` is the full blocks'.
     window: int = 0
     window_share: float = 0.0
+    #: How the ``batch`` GEMMs of a grouped GEMM run: 0 = one grouped kernel, all their tiles in one
+    #: pool of waves; ``c`` = one kernel per GEMM on ``c`` streams (Transformer Engine's
+    #: ``GroupedLinear``: ``simulator.hardware.kernels.TE_GROUPED_STREAMS``), so at most ``c`` GEMMs'
+    #: tiles share a wave (``simulator.hardware.kernels.wave_efficiency``).
+    streams: int = 0
 
     @property
     def shape(self) -> tuple[int, int, int] | None:

@@ -158,6 +158,19 @@ def test_grouped_gemm_efficiency_is_the_gemm_shape_factor_per_expert():
     assert op.flops / model.op_time(op) == pytest.approx(expected_rate, rel=1e-9)
 
 
+def test_megatron_issues_the_experts_on_transformer_engines_four_streams():
+    # Megatron-Core (framework ddp) runs the experts through TE's GroupedLinear: one GEMM per expert
+    # on 4 streams; other frameworks (torchtitan's torch._grouped_mm) as one grouped kernel
+    assert moe_ops.expert_streams("ddp") == 4 and moe_ops.expert_streams("fsdp") == 0
+    m = catalog.get_model("mixtral-8x7b")
+    ops = moe_ops.moe_block_ops(m, 1, 2048, 1, 2, KernelConfig(), "none", streams=4)
+    gemms = [op for op in ops.experts if op.kind == "gemm"]
+    assert [op.streams for op in gemms] == [4, 4]
+    # and their backward GEMMs keep it (dgrad and wgrad are per-expert GEMMs too)
+    from simulator.workload.ops import backward_ops
+    assert {op.streams for op in backward_ops(gemms)} == {4}
+
+
 def _mixtral_selective(modules, **training):
     raw = {"name": "t", "model": "mixtral-8x7b", "cluster": {"topology": "dgx-h100", "nodes": 2},
            "training": {"seq_len": 4096, "micro_batch_size": 1, "global_batch_size": 64,
