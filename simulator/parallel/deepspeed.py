@@ -115,6 +115,8 @@ class Zero012Hooks(Hooks):
         self.ctx = ctx
         self.stage = p.zero_stage
         self.bf16_optimizer = p.bf16_optimizer(ctx.precision)
+        #: one ops tuple per distinct accumulation, so the costing memo prices it once, not per task
+        self._accumulations: dict[tuple[float, int], tuple[Op]] = {}
         stream = COMM if p.effective_overlap_comm else COMPUTE
         if self.stage == 0:
             self.reducer = _Reducer(ctx, "all_reduce", MEMORY_OPT_ALLREDUCE_SIZE, COMM)
@@ -134,7 +136,7 @@ class Zero012Hooks(Hooks):
         boundary = g == self.ctx.n_micro - 1
         accumulate = self._accumulate(unit) if self.bf16_optimizer else None
         if accumulate is not None:
-            task = b.compute(f"bf16 grad accumulate {unit} mb{g}", "backward", (accumulate,), deps=(task,),
+            task = b.compute(f"bf16 grad accumulate {unit} mb{g}", "backward", accumulate, deps=(task,),
                              micro_batch=g)
         if self.stage == 2 or (self.stage == 1 and boundary):
             self.reducer.reduce(b, g, unit, task)
@@ -143,17 +145,20 @@ class Zero012Hooks(Hooks):
             for key in self.reducer.keys:
                 self.reducer.reduce(b, g, key, task)
 
-
-    def _accumulate(self, unit) -> Op | None:
+    def _accumulate(self, unit) -> tuple[Op] | None:
         """``BF16_Optimizer.update_hp_grads`` over ``unit``'s parameters (``BF16_ACCUMULATE_*``; a block's
-        tensors counted as its linear modules' weights and biases); ``None`` for a unit without any."""
+        tensors counted as its linear modules' weights and biases), as a one-op tuple shared by every
+        unit and micro-batch of the same size; ``None`` for a unit without any."""
         work = self.ctx.work
         n = unit_params(work, unit)
         if n <= 0:
             return None
         tensors = 2 * max(len(work.layer_module_names), 1) if isinstance(unit, int) else 1
-        return Op("bf16_grad_accumulate", "memory", n, BF16_ACCUMULATE_BYTES * n,
-                  launches=BF16_ACCUMULATE_LAUNCHES * tensors)
+        key = (n, tensors)
+        if key not in self._accumulations:
+            self._accumulations[key] = (Op("bf16_grad_accumulate", "memory", n, BF16_ACCUMULATE_BYTES * n,
+                                           launches=BF16_ACCUMULATE_LAUNCHES * tensors),)
+        return self._accumulations[key]
 
 
 class Zero3Hooks(Hooks):
