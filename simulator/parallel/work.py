@@ -133,21 +133,22 @@ def from_scenario(scenario: Any, persistence_threshold: float = 1e5) -> StepWork
     pb = DTYPE_BYTES["bf16" if tr.precision == "fp8" else tr.precision]
     fp8 = tr.kernels.fp8_recipe if tr.precision == "fp8" else None
     mode = wrecompute.attention_mode(tr)  # selective without core_attn stores the attention core
+    sp = bool(getattr(par, "sequence_parallel", False))
     if model.moe is not None or model.is_mla:  # MLA attention in the dense blocks
         from simulator.workload import moe_ops
 
         dense = moe_ops.dense_block_ops(model, b, s, tp, pb, tr.kernels, mode, fp8=fp8,
-                                        modules=wrecompute.modules(tr))
+                                        modules=wrecompute.modules(tr), sequence_parallel=sp)
         fwd = [scale_attention(op, cp, model, tr) for op in dense]
     else:
         fwd = [scale_attention(op, cp, model, tr)
                for op in wops.layer_ops(model, b, s, tp, pb, tr.kernels, mode, fp8=fp8,
-                                        early_stop=wrecompute.early_stop(scenario))]
+                                        early_stop=wrecompute.early_stop(scenario), sequence_parallel=sp)]
     bwd_all = wops.backward_ops(fwd)
     recompute = tuple(op for op in bwd_all if op.name.startswith("recompute."))
     bwd = tuple(op for op in bwd_all if not op.name.startswith("recompute."))
     fwd, recompute, bwd = whost.attach(fwd, recompute, bwd, model, tr.kernels, par.framework)
-    head_all = wops.head_ops(model, b, s, tp, pb, tr.kernels)
+    head_all = wops.head_ops(model, b, s, tp, pb, tr.kernels, sequence_parallel=sp)
     n_embed = 2 if model.embedding_norm else 1
     embed_fwd, head_fwd = head_all[:n_embed], head_all[n_embed:]
     head_fwd = head_fwd + wmtp.head_ops(model, b, s, tp, pb, head_fwd)
@@ -180,7 +181,7 @@ def from_scenario(scenario: Any, persistence_threshold: float = 1e5) -> StepWork
                                                                      blk.total)),
         tp_allreduce_bytes=float(b * s * model.hidden_size * pb) if tp > 1 else 0.0,
         p2p_bytes=float(b * s * model.hidden_size * pb / tp) if par.pp > 1 else 0.0,
-        sequence_parallel=bool(getattr(par, "sequence_parallel", False)),
+        sequence_parallel=sp,
         tp_comm_overlap=bool(getattr(par, "tp_comm_overlap", False)) and tp > 1,
         tp_degree=tp,
         tp_allgather_bytes=float(b * s * model.hidden_size * (1 if fp8 else pb)) if tp > 1 else 0.0,

@@ -95,9 +95,11 @@ GROUP_CAUSES: tuple[tuple[str, str], ...] = (
      "50-100% of the tensorwise one, not modelled); SDPA runs FlashAttention-2 at its B200 rate (torch 2.9 prefers cuDNN only from "
      "cuDNN 9.15)"),
     ("torchtitan-h100-*", "the 500 W HBM2e H100 runs at the midpoint of torchtitan's SXM/NVL peak bounds (U); what "
-     "remains: the 8B and 405B runs at 32k-64k tokens too slow (-15 to -26%) while their 128k-256k twins are "
-     "within 11% (one attention share fitted on all of them), and the 70B FSDP x TP run too slow (vanilla TP's "
-     "exposed communication; its AsyncTP twin is -12%)"),
+     "remains: the 8B runs at 32k-64k tokens too slow (-16 and -26%) while their 128k-256k twins are within 5% "
+     "(one attention share fitted on all of them), and the 405B 3D run with interleaved 1F1B (2 virtual stages, "
+     "micro-batch 2: 16 micro-batches over 8 stages) too fast while its 1F1B twin (micro-batch 4: 8 micro-batches, "
+     "7 of 15 pipeline slots idle) is within 1%: dtsim gives interleaving 1.5x the 1F1B throughput, torchtitan "
+     "measured 1.28x (128 against 100 tokens/s/GPU); not identified"),
     ("mbridge2511-b200-gpt-oss*", "25.11 container on DGX-B200, on top of GPT-OSS's own gap: the same preset "
      "(micro-batch 4, EP 8, recompute [layernorm, moe_act]) ran at 223 TFLOP/s/GPU in 25.11 and 373 in 26.02.01 "
      "(1.67x), where dtsim gives the two 1.16x apart (global batch 512 against 1,280: the optimizer step and "

@@ -65,23 +65,39 @@ SAVES_FP8_INPUTS = ("delayed", "current", "mxfp8")
 #: the data gradient (``m × k``) and the weight gradient (``k × n``), ``RESCALE_BYTES`` per element.
 RESCALED_BACKWARD_RECIPES = ("rowwise",)
 RESCALE_BYTES = 4
-
+#: Sequence parallelism (``workload.ops.layer_ops``): a norm-fed GEMM's input is cast on the rank's
+#: ``1/t`` shard and gathered in FP8 (``tp_allgather_bytes``). A per-tensor FP8 tensor is gathered
+#: row-wise and its transposed copy made of the gathered tensor (Transformer Engine
+#: ``distributed.py`` ``_all_gather_fp8``: gather the data, then ``_create_transpose``): the shard's
+#: cast drops its transposed-copy write (``TRANSPOSED_COPY_BYTES``, the 1 B of ``FP8_RECIPES``) and one
+#: transpose kernel reads and writes the gathered FP8 tensor (``SP_TRANSPOSE_BYTES``). MXFP8's
+#: column-wise copy has its own block scales along the tokens, so both copies are quantized on the
+#: shard and gathered (``_all_gather_mxfp8``): ``SP_GATHERED_COLUMNWISE``.
+TRANSPOSED_COPY_BYTES = 1
+SP_TRANSPOSE_BYTES = 2
+SP_GATHERED_COLUMNWISE = ("mxfp8",)
 
 
 def fp8_cast(name: str, m: float, n: float, k: float, fp8: str, launches: int = 1, eager_cast: bool = False,
-             producer: str = "", weight_cast: bool = False) -> Op:
+             producer: str = "", weight_cast: bool = False, input_share: float = 1.0) -> Op:
     """The FP8 cast of a linear GEMM's ``m × k`` input (``FP8_RECIPES``): fused into its ``producer``
     (``norm`` or ``act``: a fused norm or activation kernel) where the recipe allows it, except a norm under
     ``NORM_UNFUSED_RECIPES``, else standalone; its backward casts the ``m × n`` output gradient.
     ``weight_cast``: the module also casts its ``k × n`` weight in this forward (``te.Linear`` called
     without ``is_first_microbatch``, ``KernelConfig.fp8_te_modules: linear``): ``FP8_WEIGHT_CAST_BYTES``
-    per weight element and one cast-transpose kernel per GEMM."""
+    per weight element and one cast-transpose kernel per GEMM. ``input_share``: the share of the input
+    this rank casts (sequence parallelism: its ``1/t`` shard, cast before the all-gather; ``SP_TRANSPOSE_BYTES``)."""
     per_el, kernels, fused = FP8_RECIPES[fp8]
     if eager_cast and fp8 in TORCHAO_RECIPES:
         kernels = FP8_EAGER_TORCHAO_LAUNCHES
     fusable = producer == "act" or (producer == "norm" and fp8 not in NORM_UNFUSED_RECIPES)
     fwd_el, fwd_k = fused if (fusable and fused is not None) else (per_el, kernels)
     fwd_bytes, fwd_launches = fwd_el * m * k, fwd_k * launches
+    if input_share < 1:
+        fwd_bytes *= input_share
+        if fp8 not in SP_GATHERED_COLUMNWISE:  # the transposed copy is made of the gathered tensor
+            fwd_bytes += (SP_TRANSPOSE_BYTES - TRANSPOSED_COPY_BYTES * input_share) * m * k
+            fwd_launches += launches
     if weight_cast:
         fwd_bytes += FP8_WEIGHT_CAST_BYTES * k * n
         fwd_launches += launches

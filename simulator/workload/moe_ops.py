@@ -135,10 +135,12 @@ MLA_UP_PROJ_OPS = ("q_up", "q_proj", "kv_up", "rotary")
 
 
 def _mla_attention(model: ModelConfig, b: int, s: int, tp: int, pb: int, fused: bool,
-                   up_proj_recompute: bool = False) -> list:
+                   up_proj_recompute: bool = False, sequence_parallel: bool = False) -> list:
     """Input norm through the post-attention add+norm of an MLA block (module docstring); the up
-    projections marked for recomputation under ``up_proj_recompute`` (``MLA_UP_PROJ_OPS``)."""
+    projections marked for recomputation under ``up_proj_recompute`` (``MLA_UP_PROJ_OPS``); the block's
+    norms on the rank's ``1/tp`` of the tokens under ``sequence_parallel`` (``workload.ops.layer_ops``)."""
     a, t = model.n_heads // tp, b * s
+    region = t / tp if sequence_parallel and tp > 1 else t
     h = model.hidden_size
     qr, kvr = model.q_lora_rank, model.kv_lora_rank
     dn, dr, dv = model.qk_nope_head_dim, model.qk_rope_head_dim, model.v_head_dim
@@ -146,9 +148,9 @@ def _mla_attention(model: ModelConfig, b: int, s: int, tp: int, pb: int, fused: 
     dqk = dn + dr
     out: list = []
     if fused:
-        out += wops._add_norm("input", t * h, True, pb)
+        out += wops._add_norm("input", region * h, True, pb)
     else:
-        out.append(wops.memory_op("input_norm", t * h, 2, pb, wops._NORM_FLOPS))
+        out.append(wops.memory_op("input_norm", region * h, 2, pb, wops._NORM_FLOPS))
     if qr:
         out += [wops.gemm("q_down", t, qr, h, pb), wops.memory_op("q_down_norm", t * qr, 2, pb, wops._NORM_FLOPS),
                 wops.gemm("q_up", t, a * dqk, qr, pb)]
@@ -163,38 +165,41 @@ def _mla_attention(model: ModelConfig, b: int, s: int, tp: int, pb: int, fused: 
     io = (t * a * (2 * dqk + 2 * dv)) * pb + b * a * s * wops._LSE_BYTES
     out.append(wops.Op("attention", "attention", flops, float(io)))
     out.append(wops.gemm("out_proj", t, h, a * dv, pb))
-    out += wops._add_norm("post_attn", t * h, fused, pb)
+    out += wops._add_norm("post_attn", region * h, fused, pb)
     if up_proj_recompute:
         out = [replace(op, recompute=True) if op.name in MLA_UP_PROJ_OPS else op for op in out]
     return out
 
 
 def _attention_part(model, b, s, tp, pb, kernels, recompute, fp8: str | None = None,
-                    modules: frozenset[str] = frozenset()) -> tuple[list, list]:
+                    modules: frozenset[str] = frozenset(), sequence_parallel: bool = False) -> tuple[list, list]:
     """(ops through the post-attention norm, the dense MLP ops after it) of one block; their linear
     GEMMs in FP8 under ``fp8`` (``_linearize``; the dense blocks' through ``workload.ops.layer_ops``)."""
     if model.is_mla:
-        att = _mla_attention(model, b, s, tp, pb, kernels.fused_norm_residual, "mla_up_proj" in modules)
+        att = _mla_attention(model, b, s, tp, pb, kernels.fused_norm_residual, "mla_up_proj" in modules,
+                             sequence_parallel)
         h, f, t = model.hidden_size, model.ffn_hidden_size, b * s
         up = (model.mlp_matrices - 1) * f // tp
         mlp = [wops.gemm("mlp_up", t, up, h, pb),
                wops.memory_op(f"mlp_{model.mlp}", t * f / tp, model.mlp_matrices, pb, wops._ACT_FLOPS),
                wops.gemm("mlp_down", t, h, f // tp, pb)]
         if not kernels.fused_norm_residual:
-            mlp.append(wops.memory_op("output_residual_add", t * h, 3, pb, wops._ADD_FLOPS))
+            region = t / tp if sequence_parallel and tp > 1 else t
+            mlp.append(wops.memory_op("output_residual_add", region * h, 3, pb, wops._ADD_FLOPS))
         return _linearize(att, fp8), _linearize(mlp, fp8)
-    full = wops.layer_ops(model, b, s, tp, pb, kernels, "none", fp8=fp8)
+    full = wops.layer_ops(model, b, s, tp, pb, kernels, "none", fp8=fp8, sequence_parallel=sequence_parallel)
     cut = max(i for i, op in enumerate(full) if op.name.startswith("post_attn")) + 1
     return full[:cut], full[cut:]
 
 
 def dense_block_ops(model: ModelConfig, b: int, s: int, tp: int, pb: int, kernels, recompute: str,
-                    fp8: str | None = None, modules: frozenset[str] = frozenset()) -> list:
+                    fp8: str | None = None, modules: frozenset[str] = frozenset(),
+                    sequence_parallel: bool = False) -> list:
     """Forward ops of a dense block of an MoE / MLA model (MLA attention when the model has it);
     ``modules`` as in ``moe_block_ops``."""
     if not model.is_mla:
-        return wops.layer_ops(model, b, s, tp, pb, kernels, recompute, fp8=fp8)
-    att, mlp = _attention_part(model, b, s, tp, pb, kernels, recompute, fp8, modules)
+        return wops.layer_ops(model, b, s, tp, pb, kernels, recompute, fp8=fp8, sequence_parallel=sequence_parallel)
+    att, mlp = _attention_part(model, b, s, tp, pb, kernels, recompute, fp8, modules, sequence_parallel)
     return _mark(att + mlp, recompute)
 
 
@@ -208,17 +213,18 @@ def expert_streams(framework: str) -> int:
 
 def moe_block_ops(model: ModelConfig, b: int, s: int, tp: int, pb: int, kernels, recompute: str,
                   ep: int = 1, etp: int = 1, modules: frozenset[str] = frozenset(),
-                  fp8: str | None = None, streams: int = 0) -> MoEBlockOps:
+                  fp8: str | None = None, streams: int = 0, sequence_parallel: bool = False) -> MoEBlockOps:
     """Forward ops of one MoE block on one GPU (conventions: module docstring). ``modules``: what
     selective recomputation re-runs before the backward (``simulator.workload.recompute.modules``):
     ``layernorm`` the pre-MLP norm (the post-attention add + norm op, whose add is re-run with it when
     the two are one fused op), ``moe_act`` the experts' activation, ``mla_up_proj`` the MLA up
     projections (``MLA_UP_PROJ_OPS``). ``fp8``: the training's FP8 recipe (the linear GEMMs, experts
-    included, in FP8: ``_linearize``). ``streams``: how the experts' GEMMs run (``expert_streams``)."""
+    included, in FP8: ``_linearize``). ``streams``: how the experts' GEMMs run (``expert_streams``).
+    ``sequence_parallel``: the attention part's norms on the rank's tokens (``workload.ops.layer_ops``)."""
     m = model.moe
     assert m is not None
     h, k_mlp = model.hidden_size, model.mlp_matrices
-    att, _ = _attention_part(model, b, s, tp, pb, kernels, recompute, fp8, modules)
+    att, _ = _attention_part(model, b, s, tp, pb, kernels, recompute, fp8, modules, sequence_parallel)
     if "layernorm" in modules:
         att = [replace(op, recompute=True) if op.name.startswith("post_attn") and "norm" in op.name else op
                for op in att]

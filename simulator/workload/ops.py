@@ -197,15 +197,17 @@ def _bias_grads(model: ModelConfig, tokens: int, outs: tuple[int, ...], pb: int,
 
 
 def _linear(name: str, m: int, n: int, k: int, pb: int, launches: int, fp8: str | None,
-            eager_cast: bool, producer: str = "", te_linear: bool = False) -> list[Op]:
+            eager_cast: bool, producer: str = "", te_linear: bool = False, input_share: float = 1.0) -> list[Op]:
     """A linear-layer GEMM (``launches`` > 1 when eager code keeps its projections separate, e.g.
     torchtitan's ``wq``/``wk``/``wv``), preceded under FP8 by the cast of its input ``m·k``
     (``fp8_casts.fp8_cast``, fused into a ``norm`` or ``act`` producer where the recipe allows; a plain
-    ``te_linear`` module casts its input standalone and its weight too)."""
+    ``te_linear`` module casts its input standalone and its weight too); ``input_share`` of that input
+    is cast on this rank (sequence parallelism: the local shard, before the all-gather)."""
     op = replace(gemm(name, m, n, k, pb), launches=launches, linear=True)
     if fp8 is None:
         return [op]
-    return [fp8_cast(name, m, n, k, fp8, launches, eager_cast, "" if te_linear else producer, te_linear), op]
+    return [fp8_cast(name, m, n, k, fp8, launches, eager_cast, "" if te_linear else producer, te_linear,
+                     input_share), op]
 
 
 def megatron_eager_yarn(model: ModelConfig, kernels: Kernels) -> bool:
@@ -226,6 +228,7 @@ def layer_ops(
     recompute: Recompute = "none",
     fp8: str | None = None,
     early_stop: bool = False,
+    sequence_parallel: bool = False,
 ) -> list[Op]:
     """Forward kernels of ONE transformer block on one GPU, in execution order.
 
@@ -240,10 +243,19 @@ def layer_ops(
     the op is eager PyTorch code: RMSNorm, rotary and SwiGLU become their ATen chains (``EAGER_*``)
     and the projections separate GEMMs (q, k, v; gate, up). ``fp8`` (a ``fp8_casts`` recipe) adds the
     cast ops of every linear GEMM; the attention core stays 16-bit.
+
+    ``sequence_parallel`` (Megatron's sequence parallelism, Korthikanti et al. 2022, arXiv:2205.05198
+    §4.2.2; torchtitan's ``SequenceParallel`` norms): outside the tensor-parallel GEMMs a rank holds
+    ``b·s/t`` tokens, so the residual adds and norms run on ``b·s·h/t`` elements, and so does the FP8
+    cast of the norm's output, which is taken before the all-gather that feeds the column-parallel
+    QKV and MLP-up GEMMs (Transformer Engine and torchtitan gather the FP8 tensor, ``tp_allgather_bytes``).
     """
     pb = precision_bytes
     h, f, t = model.hidden_size, model.ffn_hidden_size, tp
     tokens = b * s
+    # tokens of the sequence-parallel region on this rank (the norms and residual adds)
+    region = tokens / t if sequence_parallel and t > 1 else tokens
+    gathered = region / tokens  # share of a norm-fed GEMM's input this rank casts before the all-gather
     compiled = bool(getattr(kernels, "compile", False))
     fused = kernels.fused_norm_residual or compiled
     eager_rms = not fused and model.norm == "rmsnorm"
@@ -251,11 +263,11 @@ def layer_ops(
     te_linear = getattr(kernels, "fp8_te_modules", "fused") == "linear"
     ops: list[Op] = []
     if fused:  # the previous block's output residual add, fused with this block's input norm
-        ops += _add_norm("input", tokens * h, True, pb)
+        ops += _add_norm("input", region * h, True, pb)
     else:
-        ops.append(_norm("input_norm", tokens * h, pb, eager_rms))
+        ops.append(_norm("input_norm", region * h, pb, eager_rms))
     ops += _linear("qkv", tokens, (model.q_dim + 2 * model.kv_dim) // t, h, pb, 1 if fused else 3, fp8, eager_cast,
-                   producer="norm" if fused else "", te_linear=te_linear)
+                   producer="norm" if fused else "", te_linear=te_linear, input_share=gathered)
     qk_el = tokens * (model.q_dim + model.kv_dim) / t
     if model.qk_norm:
         if fused:
@@ -279,10 +291,10 @@ def layer_ops(
         core = [replace(op, recompute=True) for op in core]
     ops += core
     ops += _linear("out_proj", tokens, h, model.q_dim // t, pb, 1, fp8, eager_cast, te_linear=te_linear)
-    ops += _add_norm("post_attn", tokens * h, fused, pb, eager_rms)
+    ops += _add_norm("post_attn", region * h, fused, pb, eager_rms)
     up = (model.mlp_matrices - 1) * f // t
     ops += _linear("mlp_up", tokens, up, h, pb, 1 if fused else model.mlp_matrices - 1, fp8, eager_cast,
-                   producer="norm" if fused else "", te_linear=te_linear)
+                   producer="norm" if fused else "", te_linear=te_linear, input_share=gathered)
     # GELU: read f, write f; SwiGLU: read gate and up (2f), write f (eager: silu, then multiply).
     if model.mlp == "swiglu" and not fused:
         ops.append(replace(memory_op("mlp_swiglu", tokens * f / t, EAGER_SWIGLU_PASSES, pb, _ACT_FLOPS),
@@ -293,7 +305,7 @@ def layer_ops(
                    te_linear=te_linear)
     ops += _bias_grads(model, tokens, ((model.q_dim + 2 * model.kv_dim) // t, h, up, h), pb, fused)
     if not fused:
-        ops.append(memory_op("output_residual_add", tokens * h, 3, pb, _ADD_FLOPS))
+        ops.append(memory_op("output_residual_add", region * h, 3, pb, _ADD_FLOPS))
     if recompute == "full":
         # early stop (PyTorch non-reentrant checkpoint): the recompute ends when the down projection packs
         # its saved input, before that GEMM runs; it and the ops after it are not re-run
@@ -362,7 +374,7 @@ def backward_ops(fwd_ops: list[Op]) -> list[Op]:
 
 
 def head_ops(model: ModelConfig, b: int, s: int, tp: int, precision_bytes: int,
-             kernels: Kernels | None = None) -> list[Op]:
+             kernels: Kernels | None = None, sequence_parallel: bool = False) -> list[Op]:
     """Forward kernels outside the blocks: embedding gather (+ learned positions), final norm,
     logits GEMM (vocab-parallel, ``V/t`` columns) and cross-entropy.
 
@@ -370,9 +382,11 @@ def head_ops(model: ModelConfig, b: int, s: int, tp: int, precision_bytes: int,
     Cross-entropy over ``b·s × V/t`` logits: read for the max, read for the exp-sum, write the
     softmax that the backward turns into the logits gradient (3 passes; Megatron
     ``vocab_parallel_cross_entropy``). Its FLOPs (≈ ``3·b·s·V``) are not in ``flops.step``.
+    Under ``sequence_parallel`` the norms run on the rank's ``b·s/t`` tokens (``layer_ops``).
     """
     pb = precision_bytes
     h, tokens = model.hidden_size, b * s
+    region = tokens / tp if sequence_parallel and tp > 1 else tokens
     emb_passes = 4 if model.position_embedding == "learned" else 2
     logits_el = tokens * model.vocab_size / tp
     compiled = bool(getattr(kernels, "compile", False))
@@ -380,10 +394,10 @@ def head_ops(model: ModelConfig, b: int, s: int, tp: int, precision_bytes: int,
     eager_rms = not fused and model.norm == "rmsnorm"
     ops = [replace(memory_op("embedding", tokens * h, emb_passes, pb, 0.0), bwd_launches=EMBEDDING_BWD_LAUNCHES)]
     if model.embedding_norm:
-        ops.append(_norm("embedding_norm", tokens * h, pb, eager_rms))
+        ops.append(_norm("embedding_norm", region * h, pb, eager_rms))
     ce_launches = CE_LAUNCHES_COMPILED if compiled else CE_LAUNCHES_EAGER
     ops += [
-        _norm("final_norm", tokens * h, pb, eager_rms),
+        _norm("final_norm", region * h, pb, eager_rms),
         gemm("logits", tokens, model.vocab_size // tp, h, pb),
         replace(memory_op("cross_entropy", logits_el, 3, pb, _SOFTMAX_FLOPS), launches=ce_launches),
     ]

@@ -36,6 +36,19 @@ def test_mla_dense_block_ops_match_the_flop_count():
     assert _gemm_attn_flops(ops) == pytest.approx(moe.layer_forward(m, 1, 2048, True, False).total, rel=1e-9)
 
 
+def test_sequence_parallel_norms_of_moe_and_mla_blocks_run_on_the_ranks_tokens():
+    """Megatron-Core needs sequence parallelism with MoE and TP > 1: the blocks' add + norms run on
+    b·s/tp tokens (4 passes of 2 B), as in the dense blocks (``workload.ops.layer_ops``)."""
+    b, s, tp, h = 1, 4096, 2, 7168
+    m = catalog.get_model("deepseek-v3")
+    k = KernelConfig(flash_attention=True, fused_norm_residual=True)
+    dense = {op.name: op for op in moe_ops.dense_block_ops(m, b, s, tp, 2, k, "none", sequence_parallel=True)}
+    block = {op.name: op for op in moe_ops.moe_block_ops(m, b, s, tp, 2, k, "none", ep=8,
+                                                         sequence_parallel=True).pre}
+    for ops in (dense, block):
+        assert ops["input_add_norm"].bytes == ops["post_attn_add_norm"].bytes == 4 * 2048 * h * 2
+
+
 def test_grouped_gemm_rows_are_tokens_per_local_expert():
     m = catalog.get_model("mixtral-8x7b")  # 8 experts, top-2, default imbalance 1.25
     ops = moe_ops.moe_block_ops(m, 1, 4096, 1, 2, KernelConfig(), "none", ep=4)

@@ -206,6 +206,35 @@ def test_recompute_marks(llama3_8b):
     assert not ops.recompute_ops(ops.layer_ops(llama3_8b, 1, 2048, 1, 2, FLASH, recompute="selective"))
 
 
+def test_sequence_parallel_norms_and_casts_run_on_the_ranks_tokens(llama3_8b):
+    """Megatron's sequence parallelism (Korthikanti et al. 2022, §4.2.2): the residual adds and norms
+    run on the rank's b·s/t tokens; the GEMMs, attention and the GEMM-output casts keep all b·s."""
+    b, s, tp, pb, h = 1, 8192, 4, 2, 4096
+    m = b * s
+    plain = {op.name: op for op in ops.layer_ops(llama3_8b, b, s, tp, pb, FLASH, fp8="current")}
+    sp = {op.name: op for op in ops.layer_ops(llama3_8b, b, s, tp, pb, FLASH, fp8="current",
+                                              sequence_parallel=True)}
+    # fused add + norm: 4 passes of 2 B over 8,192 x 4,096 elements, or over 2,048 x 4,096 under SP
+    assert plain["input_add_norm"].bytes == 4 * 8192 * 4096 * 2 == 268_435_456
+    assert sp["input_add_norm"].bytes == sp["post_attn_add_norm"].bytes == 4 * 2048 * 4096 * 2 == 67_108_864
+    # current scaling, norm-fed: 4 B per element without SP; with SP the shard's cast without its
+    # transposed copy (3 B x 1/4) plus the transpose of the gathered FP8 tensor (read 1 + write 1 B)
+    assert plain["qkv.fp8_cast"].bytes == 4 * m * h
+    assert sp["qkv.fp8_cast"].bytes == sp["mlp_up.fp8_cast"].bytes == (3 / 4 + 2) * m * h
+    assert sp["qkv.fp8_cast"].launches == plain["qkv.fp8_cast"].launches + 1
+    for name in ("qkv", "attention", "mlp_down", "mlp_down.fp8_cast", "out_proj.fp8_cast"):
+        assert sp[name].bytes == plain[name].bytes and sp[name].flops == plain[name].flops
+    # MXFP8 quantizes both copies on the shard and gathers them: the standalone 4 B over 1/4 of the tokens
+    mx = {op.name: op for op in ops.layer_ops(llama3_8b, b, s, tp, pb, FLASH, fp8="mxfp8", sequence_parallel=True)}
+    assert mx["qkv.fp8_cast"].bytes == 4 * m * h / 4
+    # without TP there is nothing to split
+    one = {op.name: op for op in ops.layer_ops(llama3_8b, b, s, 1, pb, FLASH, sequence_parallel=True)}
+    assert one["input_add_norm"].bytes == 4 * m * h * pb
+    head = {op.name: op for op in ops.head_ops(llama3_8b, b, s, tp, pb, sequence_parallel=True)}
+    assert head["final_norm"].bytes == 2 * 2048 * 4096 * 2
+    assert head["cross_entropy"].bytes == 3 * m * 128256 / tp * pb
+
+
 def test_head_ops(llama3_8b):
     b, s, tp, pb = 2, 1024, 2, 2
     head = {op.name: op for op in ops.head_ops(llama3_8b, b, s, tp, pb)}
