@@ -140,7 +140,7 @@ def _mla_attention(model: ModelConfig, b: int, s: int, tp: int, pb: int, fused: 
     projections marked for recomputation under ``up_proj_recompute`` (``MLA_UP_PROJ_OPS``); the block's
     norms on the rank's ``1/tp`` of the tokens under ``sequence_parallel`` (``workload.ops.layer_ops``)."""
     a, t = model.n_heads // tp, b * s
-    region = t / tp if sequence_parallel and tp > 1 else t
+    region = wops.region_tokens(t, tp, sequence_parallel)
     h = model.hidden_size
     qr, kvr = model.q_lora_rank, model.kv_lora_rank
     dn, dr, dv = model.qk_nope_head_dim, model.qk_rope_head_dim, model.v_head_dim
@@ -184,8 +184,8 @@ def _attention_part(model, b, s, tp, pb, kernels, recompute, fp8: str | None = N
                wops.memory_op(f"mlp_{model.mlp}", t * f / tp, model.mlp_matrices, pb, wops._ACT_FLOPS),
                wops.gemm("mlp_down", t, h, f // tp, pb)]
         if not kernels.fused_norm_residual:
-            region = t / tp if sequence_parallel and tp > 1 else t
-            mlp.append(wops.memory_op("output_residual_add", region * h, 3, pb, wops._ADD_FLOPS))
+            mlp.append(wops.memory_op("output_residual_add", wops.region_tokens(t, tp, sequence_parallel) * h, 3, pb,
+                                      wops._ADD_FLOPS))
         return _linearize(att, fp8), _linearize(mlp, fp8)
     full = wops.layer_ops(model, b, s, tp, pb, kernels, "none", fp8=fp8, sequence_parallel=sequence_parallel)
     cut = max(i for i, op in enumerate(full) if op.name.startswith("post_attn")) + 1

@@ -116,6 +116,13 @@ def _norm(name: str, elements: float, pb: int, eager_rms: bool) -> Op:
     return replace(memory_op(name, elements, 2, pb, _NORM_FLOPS), bwd_launches=NORM_BWD_LAUNCHES)
 
 
+def region_tokens(tokens: float, tp: int, sequence_parallel: bool) -> float:
+    """Tokens a rank holds outside the tensor-parallel GEMMs, where the residual adds and norms run:
+    ``tokens / tp`` under sequence parallelism (Korthikanti et al. 2022, arXiv:2205.05198 §4.2.2), else
+    all of them (every TP rank repeats the work)."""
+    return tokens / tp if sequence_parallel and tp > 1 else tokens
+
+
 def _add_norm(name: str, tokens_h: float, fused: bool, pb: int, eager_rms: bool = False) -> list[Op]:
     """Residual add followed by a norm: fused 4 passes, else add (3) + norm (2, or eager RMSNorm)."""
     if fused:
@@ -253,8 +260,7 @@ def layer_ops(
     pb = precision_bytes
     h, f, t = model.hidden_size, model.ffn_hidden_size, tp
     tokens = b * s
-    # tokens of the sequence-parallel region on this rank (the norms and residual adds)
-    region = tokens / t if sequence_parallel and t > 1 else tokens
+    region = region_tokens(tokens, t, sequence_parallel)
     gathered = region / tokens  # share of a norm-fed GEMM's input this rank casts before the all-gather
     compiled = bool(getattr(kernels, "compile", False))
     fused = kernels.fused_norm_residual or compiled
@@ -386,7 +392,7 @@ def head_ops(model: ModelConfig, b: int, s: int, tp: int, precision_bytes: int,
     """
     pb = precision_bytes
     h, tokens = model.hidden_size, b * s
-    region = tokens / tp if sequence_parallel and tp > 1 else tokens
+    region = region_tokens(tokens, tp, sequence_parallel)
     emb_passes = 4 if model.position_embedding == "learned" else 2
     logits_el = tokens * model.vocab_size / tp
     compiled = bool(getattr(kernels, "compile", False))
