@@ -272,7 +272,8 @@ def layer_ops(
         ops += _add_norm("input", region * h, True, pb)
     else:
         ops.append(_norm("input_norm", region * h, pb, eager_rms))
-    ops += _linear("qkv", tokens, (model.q_dim + 2 * model.kv_dim) // t, h, pb, 1 if fused else 3, fp8, eager_cast,
+    ops += _linear("qkv", tokens, (model.q_dim + 2 * model.kv_dim) // t, h, pb, 1 if fused or model.qkv_fused else 3, fp8,
+                   eager_cast,
                    producer="norm" if fused else "", te_linear=te_linear, input_share=gathered)
     qk_el = tokens * (model.q_dim + model.kv_dim) / t
     if model.qk_norm:

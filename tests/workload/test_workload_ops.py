@@ -105,6 +105,15 @@ def test_eager_llama_block_is_the_aten_chains(llama3_8b):
     assert next(op for op in bwd if op.name == "input_norm.bwd").launches == 16
 
 
+def test_eager_qkv_is_one_gemm_when_the_model_has_one_projection(llama3_8b, gpt3_175b):
+    """A checkpoint with one Q/K/V ``nn.Linear`` (GPT-2/3, MPT, BLOOM: ``ModelConfig.fused_qkv``) runs
+    one GEMM in eager PyTorch too; Llama's q_proj, k_proj and v_proj are three."""
+    eager = KernelConfig(fused_norm_residual=False)
+    gpt = {op.name: op for op in ops.layer_ops(gpt3_175b, 1, 1024, 1, 2, eager)}
+    llama = {op.name: op for op in ops.layer_ops(llama3_8b, 1, 1024, 1, 2, eager)}
+    assert (gpt["qkv"].launches, llama["qkv"].launches) == (1, 3)
+
+
 def test_fp8_casts_every_linear_gemm_and_nothing_else(llama3_8b):
     """FP8: a cast op before each of the 4 linear GEMMs over its input (m·k elements). Standalone cast
     = read 2 B + write FP8 1 B + transposed copy 1 B = 4 B/el (delayed), + 2 B amax read (current).
