@@ -113,7 +113,8 @@ def simulate(scenario: Scenario, *, efficiency: Efficiency | None = None, what_i
                                                     hbm_scale=what_if.hbm_scale, launch=launch_costs(tr.kernels),
                                                     attention_impl=attention.for_scenario(scenario),
                                                     attention_head_dim=attention.head_dim_of(scenario.model),
-                                                    host_scale=cl.topology.host.dispatch_scale)
+                                                    host_scale=cl.topology.host.dispatch_scale,
+                                                    fp8_recipe=tr.kernels.fp8_recipe if tr.precision == "fp8" else "")
     ctx = context_for(scenario, gpus_per_node=cluster.gpus_per_node)
     pcie = cluster.host_bandwidth_Bps_per_gpu * eff.pcie_fraction
     per_node = cluster.gpus_per_node

@@ -28,6 +28,16 @@ torchao float8 ``gemm_config_output = Float8GemmConfig(use_fast_accum=True)`` an
 up "1.1x to 1.2x" (pytorch/ao issue #2377, H100 benchmark; the only figure found in text, U): the
 forward FP8 linear GEMMs run ``FP8_FAST_ACCUM_SPEEDUP`` (the midpoint, 1.15) faster on Hopper. Blackwell
 has no such mode (cuBLASLt fast accumulation is Hopper-only; MXFP8 accumulates in FP32).
+
+FP8 on Blackwell. Its FP8 GEMMs take any operand layout, so Transformer Engine keeps no transposed copy
+of a per-tensor FP8 tensor there (``nvte_is_non_tn_fp8_gemm_supported``, compute capability 10.0 on):
+the bytes and kernels a cast spends on that copy (``Op.transpose_bytes``, ``workload.fp8_casts``) are
+dropped on ``NON_TN_FP8_ARCHS``. The catalog's FP8 MAMF is a per-tensor-scaled GEMM; a block-scaled
+MXFP8 GEMM (1×32 UE8M0 scales loaded beside each operand tile) runs at ``MXFP8_GEMM_RATE`` of it:
+Transformer Engine's GEMM profiling guide (``docs/examples/gemm_profiling``, B300 SXM6, the twelve
+pre-quantized GEMMs of a 4,096-wide layer with a 16,384-wide MLP at 15,872 tokens, kernel time only)
+times them at 7.161 ms per layer in MXFP8 against 6.812 in FP8 current scaling (forward 2.365 / 2.158,
+data gradient 2.397 / 2.329, weight gradient 2.400 / 2.325).
 """
 
 from __future__ import annotations
@@ -42,6 +52,10 @@ from simulator.hardware.kernels import DEFAULT_TILES, EAGER, TILES, LaunchCosts,
 #: Forward FP8 GEMM speed-up of fast accumulation over the precise accumulation the FP8 MAMF is
 #: measured with, per architecture (module docstring: midpoint of pytorch/ao #2377's 1.1-1.2x, U).
 FP8_FAST_ACCUM_SPEEDUP: dict[str, float] = {"hopper": 1.15}
+#: Architectures whose FP8 GEMMs take every operand layout: no transposed FP8 copies (module docstring).
+NON_TN_FP8_ARCHS = ("blackwell",)
+#: MXFP8 GEMM rate over the per-tensor FP8 GEMM rate (module docstring: 6.812 / 7.161 ms, B300).
+MXFP8_GEMM_RATE = 6.812 / 7.161
 
 
 class RooflineComputeModel:
@@ -49,7 +63,7 @@ class RooflineComputeModel:
 
     def __init__(self, gpu: GPUSpec, dtype: Dtype, efficiency: Efficiency, *, flops_scale: float = 1.0,
                  hbm_scale: float = 1.0, launch: LaunchCosts = EAGER, attention_impl: str = "fa2",
-                 attention_head_dim: int = 128, host_scale: float = 1.0) -> None:
+                 attention_head_dim: int = 128, host_scale: float = 1.0, fp8_recipe: str = "") -> None:
         self.gpu = gpu
         #: the host CPU's time per call over an x86 DGX host's (``HostConfig.dispatch_scale``)
         self.host_scale = host_scale
@@ -67,6 +81,10 @@ class RooflineComputeModel:
             # for BF16, hardware.md §4 [S1]); the fitted sustained fraction applies to both.
             self.gemm_peak *= gpu.mamf_fraction_fp8 / (efficiency.gemm_fraction / efficiency.gemm_sustained_of_mamf)
         self.fast_accum = FP8_FAST_ACCUM_SPEEDUP.get(gpu.arch, 1.0) if self.fp8 else 1.0
+        #: the FP8 linear GEMMs' rate over a per-tensor FP8 GEMM's (block-scaled MXFP8: module docstring)
+        self.fp8_gemm_rate = MXFP8_GEMM_RATE if self.fp8 and fp8_recipe == "mxfp8" else 1.0
+        #: FP8 casts make no transposed copies on this GPU (``NON_TN_FP8_ARCHS``)
+        self.non_tn_fp8 = gpu.arch in NON_TN_FP8_ARCHS
         self.attn_peak = gpu.sustained_peak_flops(attn_dtype) * flops_scale
         self.hbm_Bps = gpu.hbm_bandwidth_Bps * efficiency.hbm_fraction * hbm_scale
         self._cache: dict[int, tuple[tuple, float, float]] = {}
@@ -107,14 +125,16 @@ class RooflineComputeModel:
     def op_time(self, op: Any) -> float:
         """GPU seconds for one op with attributes ``kind``, ``flops``, ``bytes``, (GEMM) ``shape`` and
         (optionally) ``launches``: the roofline time, at least one launch floor per kernel."""
-        mem_t = op.bytes / self.hbm_Bps
-        floor = getattr(op, "launches", 1) * self.launch.gpu_floor_s
+        mem_t = (op.bytes - (getattr(op, "transpose_bytes", 0.0) if self.non_tn_fp8 else 0.0)) / self.hbm_Bps
+        floor = self.launches(op) * self.launch.gpu_floor_s
         if op.kind == "gemm":
             # fp8 recipes run only the linear layers in FP8; the rest stays 16-bit
             fp8_linear = self.fp8 and getattr(op, "linear", False)
             peak = self.gemm_peak if (not self.fp8 or fp8_linear) else self.attn_peak
-            if fp8_linear and not getattr(op, "backward", False):
-                peak *= self.fast_accum  # forward FP8 GEMMs accumulate fast on Hopper (module docstring)
+            if fp8_linear:
+                peak *= self.fp8_gemm_rate
+                if not getattr(op, "backward", False):
+                    peak *= self.fast_accum  # forward FP8 GEMMs accumulate fast on Hopper (module docstring)
             rate = peak * self.eff.gemm_fraction * self.shape_factor(getattr(op, "shape", None),
                                                                      getattr(op, "batch", 1),
                                                                      getattr(op, "streams", 0))
@@ -129,6 +149,14 @@ class RooflineComputeModel:
             return max(t, mem_t, floor)
         return max(mem_t, floor)
 
+    def launches(self, op: Any) -> int:
+        """Kernels ``op`` launches on this GPU: its ``launches`` less the transpose kernels of FP8 casts
+        where FP8 GEMMs take any layout (``NON_TN_FP8_ARCHS``), at least one."""
+        n = getattr(op, "launches", 1)
+        if self.non_tn_fp8 and getattr(op, "transpose_launches", 0):
+            n = max(1, n - op.transpose_launches)
+        return n
+
     def host_time(self, ops: tuple) -> float:
         """CPU seconds to issue ``ops``: each op's measured host time (``Op.host_s``, eager blocks, times
         ``host_dispatch_scale``: the training host's cost per call over the CPU-only benchmark that
@@ -141,7 +169,7 @@ class RooflineComputeModel:
         for op in ops:
             s = getattr(op, "host_s", None)
             if s is None:
-                total += getattr(op, "launches", 1) * per_kernel
+                total += self.launches(op) * per_kernel
             else:
                 measured += s
         return (total + measured * self.eff.host_dispatch_scale) * self.host_scale

@@ -76,6 +76,13 @@ RESCALE_BYTES = 4
 TRANSPOSED_COPY_BYTES = 1
 SP_TRANSPOSE_BYTES = 2
 SP_GATHERED_COLUMNWISE = ("mxfp8",)
+#: Recipes whose column-wise copy is the transpose of the row-wise FP8 data (Transformer Engine's
+#: per-tensor ``Float8Quantizer`` and ``Float8CurrentScalingQuantizer``): needed only where FP8 GEMMs take
+#: the TN layout alone. On Blackwell Transformer Engine makes none (``quantizer.cpp``: ``create_transpose =
+#: columnwise_usage && !nvte_is_non_tn_fp8_gemm_supported()``, true from compute capability 10.0), so
+#: these bytes and kernels are marked on the op (``Op.transpose_bytes``) for the compute model to drop.
+#: MXFP8's column-wise copy has its own scales and is needed on every GPU; torchao's casts are left whole.
+TRANSPOSED_RECIPES = ("delayed", "current")
 
 
 def fp8_cast(name: str, m: float, n: float, k: float, fp8: str, launches: int = 1, eager_cast: bool = False,
@@ -93,17 +100,22 @@ def fp8_cast(name: str, m: float, n: float, k: float, fp8: str, launches: int = 
     fusable = producer == "act" or (producer == "norm" and fp8 not in NORM_UNFUSED_RECIPES)
     fwd_el, fwd_k = fused if (fusable and fused is not None) else (per_el, kernels)
     fwd_bytes, fwd_launches = fwd_el * m * k, fwd_k * launches
+    t_bytes, t_launches = TRANSPOSED_COPY_BYTES * m * k, 0  # written by the cast kernel itself
     if input_share < 1:
         fwd_bytes *= input_share
         if fp8 not in SP_GATHERED_COLUMNWISE:  # the transposed copy is made of the gathered tensor
             fwd_bytes += (SP_TRANSPOSE_BYTES - TRANSPOSED_COPY_BYTES * input_share) * m * k
             fwd_launches += launches
+            t_bytes, t_launches = SP_TRANSPOSE_BYTES * m * k, launches
     if weight_cast:
         fwd_bytes += FP8_WEIGHT_CAST_BYTES * k * n
         fwd_launches += launches
+        t_bytes += TRANSPOSED_COPY_BYTES * k * n
     rescales = 2 * launches if fp8 in RESCALED_BACKWARD_RECIPES else 0
+    transposed = fp8 in TRANSPOSED_RECIPES
     return Op(f"{name}.fp8_cast", "memory", 0.0, fwd_bytes, m=m, n=n, k=k, fp8_recipe=fp8,
-              launches=max(fwd_launches, 1), bwd_launches=kernels * launches + rescales)
+              launches=max(fwd_launches, 1), bwd_launches=kernels * launches + rescales,
+              transpose_bytes=t_bytes if transposed else 0.0, transpose_launches=t_launches if transposed else 0)
 
 
 def fp8_cast_backward(op: Op, launches: int) -> Op:
@@ -113,4 +125,6 @@ def fp8_cast_backward(op: Op, launches: int) -> Op:
     nbytes = FP8_RECIPES[op.fp8_recipe][0] * op.m * op.n
     if op.fp8_recipe in RESCALED_BACKWARD_RECIPES:
         nbytes += RESCALE_BYTES * (op.m * op.k + op.k * op.n)
-    return replace(op, name=f"{op.name}.bwd", bytes=nbytes, recompute=False, launches=launches)
+    t_bytes = TRANSPOSED_COPY_BYTES * op.m * op.n if op.fp8_recipe in TRANSPOSED_RECIPES else 0.0
+    return replace(op, name=f"{op.name}.bwd", bytes=nbytes, recompute=False, launches=launches,
+                   transpose_bytes=t_bytes, transpose_launches=0)

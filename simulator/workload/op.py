@@ -64,6 +64,11 @@ class Op:
     #: ``GroupedLinear``: ``simulator.hardware.kernels.TE_GROUPED_STREAMS``), so at most ``c`` GEMMs'
     #: tiles share a wave (``simulator.hardware.kernels.wave_efficiency``).
     streams: int = 0
+    #: Of ``bytes`` and ``launches``: what an FP8 cast spends on the transposed FP8 copy that per-tensor
+    #: recipes keep for the backward GEMMs where FP8 GEMMs take only the TN layout (Hopper). The compute
+    #: model drops them on GPUs whose FP8 GEMMs take any layout (``hardware.compute.NON_TN_FP8_ARCHS``).
+    transpose_bytes: float = 0.0
+    transpose_launches: int = 0
 
     @property
     def shape(self) -> tuple[int, int, int] | None:

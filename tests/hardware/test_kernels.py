@@ -121,6 +121,42 @@ def test_fast_accumulation_is_hopper_only():
     assert model.op_time(fwd) == model.op_time(dataclasses.replace(fwd, backward=True))
 
 
+def test_mxfp8_gemms_run_at_transformer_engines_measured_share_of_per_tensor_fp8():
+    """TE's GEMM profiling guide (B300, twelve pre-quantized GEMMs of a 4,096 / 16,384 layer): 7.161 ms
+    per layer in MXFP8 against 6.812 in FP8 current scaling; the 16-bit GEMMs (logits) are unaffected."""
+    b200 = get_gpu("b200")
+    per_tensor = RooflineComputeModel(b200, "fp8", for_gpu(b200), launch=kernels.NONE, fp8_recipe="current")
+    block = RooflineComputeModel(b200, "fp8", for_gpu(b200), launch=kernels.NONE, fp8_recipe="mxfp8")
+    linear = dataclasses.replace(gemm("mlp_up", 8192, 8192, 8192, 2), linear=True)
+    assert block.op_time(linear) / per_tensor.op_time(linear) == pytest.approx(7.161 / 6.812, rel=1e-12)
+    logits = gemm("logits", 8192, 8192, 8192, 2)
+    assert block.op_time(logits) == per_tensor.op_time(logits)
+
+
+def test_blackwell_fp8_casts_make_no_transposed_copy():
+    """Per-tensor FP8 on Hopper writes a transposed copy beside the FP8 data (TN-only FP8 GEMMs); on
+    Blackwell Transformer Engine makes none (nvte_is_non_tn_fp8_gemm_supported). A current-scaling cast
+    fused behind a norm: read 2 B, write 1 B (+1 B transposed on Hopper) per element; a standalone
+    MXFP8 cast writes its row- and column-wise copies (4 B) everywhere."""
+    from simulator.workload.fp8_casts import fp8_cast
+
+    m = k = 8192
+    current = fp8_cast("qkv", m, 3 * k, k, "current", producer="norm")
+    mx = fp8_cast("qkv", m, 3 * k, k, "mxfp8", producer="norm")
+    for name, per_el_current in (("h100-sxm", 4), ("b200", 3)):
+        gpu = get_gpu(name)
+        model = RooflineComputeModel(gpu, "fp8", for_gpu(gpu), launch=kernels.NONE)
+        assert model.op_time(current) * model.hbm_Bps == pytest.approx(per_el_current * m * k, rel=1e-12)
+        assert model.op_time(mx) * model.hbm_Bps == pytest.approx(4 * m * k, rel=1e-12)
+    # sequence parallel, TP 4: the shard's cast (3 B x 1/4) and, on Hopper only, a transpose kernel over
+    # the gathered FP8 tensor (read 1 + write 1 B)
+    sp = fp8_cast("qkv", m, 3 * k, k, "current", producer="norm", input_share=1 / 4)
+    hopper, blackwell = (RooflineComputeModel(get_gpu(n), "fp8", for_gpu(get_gpu(n))) for n in ("h100-sxm", "b200"))
+    assert sp.bytes == (3 / 4 + 2) * m * k and sp.transpose_bytes == 2 * m * k
+    assert (hopper.launches(sp), blackwell.launches(sp)) == (2, 1)
+    assert blackwell.op_time(sp) * blackwell.hbm_Bps == pytest.approx(3 / 4 * m * k, rel=1e-12)
+
+
 def test_attention_fill_grows_with_sequence_length():
     eff = for_gpu(H100)
     model = RooflineComputeModel(H100, "bf16", eff, launch=kernels.NONE)
