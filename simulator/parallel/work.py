@@ -172,7 +172,7 @@ def from_scenario(scenario: Any, persistence_threshold: float = 1e5) -> StepWork
         head_params=float(counts.lm_head / tp + counts.final_norm) + wmtp.params(model, tp),
         # plain te.Linear modules cast their weights in every forward instead (workload.fp8_casts)
         optimizer=lambda n: tuple(optimizer_ops(n, fused, tr.grad_clipping, fp8_weight_cast=fp8 is not None
-                                                and tr.kernels.fp8_te_modules == "fused")),
+                                                and tr.kernels.fp8_te_modules == "fused", fp8_recipe=fp8 or "")),
         layer_persistent=float(min(_largest_tensor_below(persistence_threshold, small), blk.total)),
         layer_vector_params=float(sum(small)),
         head_persistent=float(counts.final_norm if counts.final_norm < persistence_threshold else 0),

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 
-from simulator.workload.fp8_casts import FP8_WEIGHT_CAST_BYTES
+from simulator.workload.fp8_casts import FP8_WEIGHT_CAST_BYTES, TRANSPOSED_COPY_BYTES, TRANSPOSED_RECIPES
 from simulator.workload.ops import Op
 
 #: Adam bytes per parameter. Fused (DeepSpeed FusedAdam / torch ``fused=True``, one multi-tensor pass):
@@ -45,14 +45,15 @@ def _mta_launches(n: float) -> int:
 
 
 def optimizer_ops(n_params_local: float, fused_adam: bool, grad_clipping: bool = False,
-                  fp8_weight_cast: bool = False) -> list[Op]:
+                  fp8_weight_cast: bool = False, fp8_recipe: str = "") -> list[Op]:
     """Adam step over the ``n_params_local`` parameters this GPU updates (memory-bound).
 
     Fused: one op of ``30`` B/param. Unfused (torch ``foreach``): 8 elementwise passes, ``78`` B/param
     in total (table ``_ADAM_UNFUSED_PASSES``). FLOPs ``≈ 12`` per parameter either way. Each pass is
     ``multi_tensor_apply`` launches (``MTA_ELEMENTS_PER_LAUNCH``). ``grad_clipping`` adds the global-norm
     clipping before the step (``GRAD_CLIP_*``); ``fp8_weight_cast`` the once-per-step FP8 cast of
-    the updated weights (``FP8_WEIGHT_CAST_BYTES``).
+    the updated weights (``FP8_WEIGHT_CAST_BYTES``), whose transposed copy (a per-tensor ``fp8_recipe``)
+    GPUs with any-layout FP8 GEMMs do not write (``fp8_casts.TRANSPOSED_RECIPES``).
     """
     n = float(n_params_local)
     mta = _mta_launches(n)
@@ -60,7 +61,9 @@ def optimizer_ops(n_params_local: float, fused_adam: bool, grad_clipping: bool =
     if grad_clipping:
         out += [Op("grad_norm", "memory", n, GRAD_CLIP_NORM_BYTES * n, launches=mta + GRAD_CLIP_SMALL_KERNELS),
                 Op("grad_clip_scale", "memory", n, GRAD_CLIP_SCALE_BYTES * n, launches=mta)]
-    cast = [Op("fp8_weight_cast", "memory", 0.0, FP8_WEIGHT_CAST_BYTES * n, launches=mta)] if fp8_weight_cast else []
+    transposed = TRANSPOSED_COPY_BYTES * n if fp8_recipe in TRANSPOSED_RECIPES else 0.0
+    cast = [Op("fp8_weight_cast", "memory", 0.0, FP8_WEIGHT_CAST_BYTES * n, launches=mta,
+               transpose_bytes=transposed)] if fp8_weight_cast else []
     if fused_adam:
         return out + [Op("adam", "memory", ADAM_FLOPS_PER_PARAM * n, _ADAM_FUSED_BYTES * n, launches=mta)] + cast
     per_kernel = ADAM_FLOPS_PER_PARAM / len(_ADAM_UNFUSED_PASSES)

@@ -134,6 +134,9 @@ def test_fp8_casts_every_linear_gemm_and_nothing_else(llama3_8b):
     # the weights are cast once per step, with the optimizer: 4 B per parameter
     opt = optimizer_ops(1000, True, fp8_weight_cast=True)
     assert opt[-1].name == "fp8_weight_cast" and opt[-1].bytes == 4000
+    # of which the transposed copy (1 B) for a per-tensor recipe, none for MXFP8's two scaled copies
+    assert optimizer_ops(1000, True, fp8_weight_cast=True, fp8_recipe="current")[-1].transpose_bytes == 1000
+    assert optimizer_ops(1000, True, fp8_weight_cast=True, fp8_recipe="mxfp8")[-1].transpose_bytes == 0
 
 
 def test_mxfp8_norm_outputs_pay_the_standalone_cast(llama3_8b):
