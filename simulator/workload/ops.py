@@ -248,7 +248,7 @@ def layer_ops(
     Kernel styles: ``kernels.compile`` (torch.compile/Inductor) or ``fused_norm_residual`` (Megatron,
     Transformer Engine, Apex fused kernels) give one kernel per norm, rotary and activation; otherwise
     the op is eager PyTorch code: RMSNorm, rotary and SwiGLU become their ATen chains (``EAGER_*``)
-    and the projections separate GEMMs (q, k, v; gate, up). ``fp8`` (a ``fp8_casts`` recipe) adds the
+    and the projections separate GEMMs (q, k, v where the model has three projections; gate, up). ``fp8`` (a ``fp8_casts`` recipe) adds the
     cast ops of every linear GEMM; the attention core stays 16-bit.
 
     ``sequence_parallel`` (Megatron's sequence parallelism, Korthikanti et al. 2022, arXiv:2205.05198
@@ -272,8 +272,8 @@ def layer_ops(
         ops += _add_norm("input", region * h, True, pb)
     else:
         ops.append(_norm("input_norm", region * h, pb, eager_rms))
-    ops += _linear("qkv", tokens, (model.q_dim + 2 * model.kv_dim) // t, h, pb, 1 if fused or model.qkv_fused else 3, fp8,
-                   eager_cast,
+    qkv_launches = 1 if fused or model.qkv_fused else 3  # eager code keeps Llama's q, k, v apart
+    ops += _linear("qkv", tokens, (model.q_dim + 2 * model.kv_dim) // t, h, pb, qkv_launches, fp8, eager_cast,
                    producer="norm" if fused else "", te_linear=te_linear, input_share=gathered)
     qk_el = tokens * (model.q_dim + model.kv_dim) / t
     if model.qk_norm:
