@@ -46,6 +46,8 @@ BEGIN = "# >>> calibrated: written by benchmarks/calibrate.py from simulator/val
 END = "# <<< calibrated"
 #: Overlap-slowdown values (grid units) of ``--profile``.
 PROFILE_GRID = (5, 20, 35, 50, 80)
+#: Values (grid units) of ``--profile`` for a TRANSFERRED parameter (Blackwell's attention share).
+TRANSFERRED_GRID = (50, 56, 60, 67)
 
 
 def _framework(run) -> str:
@@ -210,12 +212,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--check", action="store_true", help="refit; exit 1 when stored parameters differ")
     ap.add_argument("--dry-run", action="store_true", help="print the result without writing")
     ap.add_argument("--profile", action="store_true",
-                    help="print the objective profile of the overlap slowdown per architecture (why it is MEASURED)")
+                    help="print the objective profile of the overlap slowdown per architecture (why it is MEASURED) "
+                         "and of each TRANSFERRED parameter (why it is not fitted)")
     args = ap.parse_args(argv)
     if args.profile:
         for arch, cases in sorted(cal.fitting_cases(load_runs()).items()):
             for f in cal.profile(cases, arch, "compute_slowdown_during_comm", PROFILE_GRID):
                 print(f"{arch}: {f.params}: objective {f.objective:.4f}", flush=True)
+            for name in cal.TRANSFERRED.get(arch, ()):
+                for f in cal.profile(cases, arch, name, TRANSFERRED_GRID):
+                    print(f"{arch} ({name} profile): {f.params}: objective {f.objective:.4f}", flush=True)
         return 0
     t0 = time.perf_counter()
     block, intervals, doc = calibrate(log=lambda s: print(s, flush=True))
