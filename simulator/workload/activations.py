@@ -13,9 +13,9 @@ from simulator.config.model import ModelConfig
 from simulator.config.scenario import Scenario
 from simulator.parallel import pipeline_order, pipeline_split
 from simulator.workload import op_sac, recompute
+from simulator.workload.attention_core import fused_softmax_available
 from simulator.workload.flops import Recompute
 from simulator.workload.fp8_casts import SAVES_FP8_INPUTS
-from simulator.workload.ops import fused_softmax_available
 
 #: Linears whose input is split over tensor-parallel ranks (Megatron row-parallel): each rank's GEMM
 #: output is the full hidden width of partial sums.
@@ -25,7 +25,7 @@ _ROW_PARALLEL = ("o", "down", "fc2")
 MASK_BYTES = 1
 #: Bytes of FlashAttention's per-row softmax statistic (fp32 log-sum-exp; Dao et al. 2022 Alg. 1).
 SOFTMAX_STAT_BYTES = 4
-#: Bytes per score that Megatron's PyTorch softmax fallback (``workload.ops.fused_softmax_available``
+#: Bytes per score that Megatron's PyTorch softmax fallback (``workload.attention_core.fused_softmax_available``
 #: false) keeps for its backward: ``torch.softmax`` saves its fp32 output.
 SOFTMAX_FALLBACK_SAVED_BYTES = 4
 #: Bytes per logit of the fp32 log-probabilities cross-entropy keeps for its backward (PyTorch

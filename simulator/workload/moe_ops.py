@@ -41,6 +41,7 @@ from dataclasses import dataclass, replace
 from simulator.config.model import ModelConfig
 from simulator.hardware.kernels import TE_GROUPED_STREAMS
 from simulator.workload import ops as wops
+from simulator.workload.attention_core import LSE_BYTES, SOFTMAX_FLOPS
 from simulator.workload.fp8_casts import fp8_cast
 
 
@@ -162,7 +163,7 @@ def _mla_attention(model: ModelConfig, b: int, s: int, tp: int, pb: int, fused: 
             wops.memory_op("rotary", t * (a + 1) * dr, 2, pb, wops._ROPE_FLOPS)]
     # FlashAttention, causal: QKᵀ 2·b·s²·a·d_qk/2 and ·V 2·b·s²·a·d_v/2; reads Q, K, V, writes O + LSE.
     flops = 2.0 * b * s * s * a * (dqk + dv) / 2
-    io = (t * a * (2 * dqk + 2 * dv)) * pb + b * a * s * wops._LSE_BYTES
+    io = (t * a * (2 * dqk + 2 * dv)) * pb + b * a * s * LSE_BYTES
     out.append(wops.Op("attention", "attention", flops, float(io)))
     out.append(wops.gemm("out_proj", t, h, a * dv, pb))
     out += wops._add_norm("post_attn", region * h, fused, pb)
@@ -235,7 +236,7 @@ def moe_block_ops(model: ModelConfig, b: int, s: int, tp: int, pb: int, kernels,
     width = m.expert_ffn_hidden_size // etp
     pre = att + [
         wops.gemm("router", int(t), m.n_experts, h, pb),
-        wops.memory_op("router_topk", t * m.n_experts, 3, pb, wops._SOFTMAX_FLOPS),
+        wops.memory_op("router_topk", t * m.n_experts, 3, pb, SOFTMAX_FLOPS),
         wops.memory_op("permute", routed * h, 2, pb, 0.0),
     ]
     act = wops.memory_op(f"experts_{model.mlp}", per_expert * local_experts * width, k_mlp, pb, wops._ACT_FLOPS)

@@ -6,9 +6,9 @@ The compute model (``simulator.hardware``) turns each :class:`Op` into seconds w
 Conventions (each a reason, not a measurement):
 
 * Tensor parallelism follows Megatron-LM (Shoeybi et al. 2019): QKV and MLP-up are column-parallel
-  (output width ÷ t), out-projection and MLP-down row-parallel (input width ÷ t); norms, residual
-  adds and the embedding output are replicated on every TP rank (no sequence parallelism). The TP
-  all-reduces are communication, built by ``simulator.parallel``, not ops here.
+  (output width ÷ t), out-projection and MLP-down row-parallel (input width ÷ t); norms and residual
+  adds are replicated on every TP rank, or split over them under sequence parallelism
+  (``region_tokens``). The TP collectives are communication, built by ``simulator.parallel``, not ops here.
 * QKV is one fused GEMM and SwiGLU's gate and up are one fused GEMM, as in Megatron-LM.
 * Bias adds are fused into GEMM epilogues / the activation kernel (Megatron's bias-GeLU fusion), except
   Megatron's QKV bias; every biased linear adds a bias-gradient reduction in the backward. Dropout
@@ -33,6 +33,8 @@ from typing import Protocol
 
 from simulator.config.model import ModelConfig
 from simulator.workload import op_sac
+from simulator.workload.attention_core import SOFTMAX_FLOPS as _SOFTMAX_FLOPS
+from simulator.workload.attention_core import attention_core_ops
 from simulator.workload.flops import Recompute
 from simulator.workload.fp8_casts import fp8_cast, fp8_cast_backward
 from simulator.workload.op import Op, OpKind, gemm, memory_op
@@ -41,9 +43,7 @@ __all__ = ["Op", "OpKind", "gemm", "memory_op", "layer_ops", "head_ops", "backwa
 
 #: FLOPs per element of the memory-bound kernels (order of magnitude only: they are bandwidth-bound,
 #: so these never decide a roofline time). Norm: mean/variance or mean-square, scale, shift.
-_NORM_FLOPS, _ADD_FLOPS, _ACT_FLOPS, _ROPE_FLOPS, _SOFTMAX_FLOPS = 5.0, 1.0, 8.0, 3.0, 3.0
-#: fp32 softmax statistics (log-sum-exp) FlashAttention writes per row per head (Dao et al. 2022).
-_LSE_BYTES = 4
+_NORM_FLOPS, _ADD_FLOPS, _ACT_FLOPS, _ROPE_FLOPS = 5.0, 1.0, 8.0, 3.0
 #: Backward factors: FlashAttention backward ≈ 2.5× forward FLOPs (5 matmuls vs 2, it recomputes QKᵀ;
 #: FA benchmarks/benchmark_flash_attention.py); memory-bound backward ≈ 2× forward traffic
 #: (reads the saved input and the output gradient, writes the input gradient, plus reductions).
@@ -88,21 +88,11 @@ EAGER_SWIGLU_LAUNCHES, EAGER_SWIGLU_PASSES = 2, 5
 #: Cross-entropy as torch code: ``logits.float()``, ``log_softmax``, ``nll_loss``: 3 kernels
 #: (Inductor fuses them into 2: the row max/sum reduction and the loss).
 CE_LAUNCHES_EAGER, CE_LAUNCHES_COMPILED = 3, 2
-#: Backward kernel counts (autograd): FlashAttention-2 backward = 3 kernels (``dot(dO, O)``
-#: preprocess, the main backward, the dQ fp32→16-bit conversion; FA2 ``flash_bwd_launch_template.h``);
-#: a fused norm 2 (dx, then the dγ/dβ column reduction); the embedding's dense backward 3 (sort,
-#: segment reduce, scatter).
-FA_BWD_LAUNCHES, NORM_BWD_LAUNCHES, EMBEDDING_BWD_LAUNCHES = 3, 2, 3
-#: Dropout mask bytes per element (PyTorch ``native_dropout`` returns a bool mask; Korthikanti et al.
-#: 2022 §4.1 count 1-byte masks, as ``workload.activations`` does).
-DROPOUT_MASK_BYTES = 1
+#: Backward kernel counts (autograd): a fused norm 2 (dx, then the dγ/dβ column reduction); the
+#: embedding's dense backward 3 (sort, segment reduce, scatter). FlashAttention's: ``attention_core``.
+NORM_BWD_LAUNCHES, EMBEDDING_BWD_LAUNCHES = 2, 3
 
-# --- Regularisation, biases and layout copies (GPT-style blocks) -------------------------------------
-# Attention dropout on the unfused path (Megatron ``CoreAttention``: ``attention_dropout`` of the
-# softmax output; FlashAttention applies dropout inside its kernel): forward reads p, writes p and the
-# mask; backward reads the gradient and the mask, writes p: ``(2p + 1)`` bytes per score each way.
-# The unfused path also copies its context ``[b, heads, s, d] → [s, b, heads·d]`` (Megatron
-# ``permute(...).contiguous()``, HF ``transpose(1, 2).contiguous()``): 2 passes forward and backward.
+# --- Biases (GPT-style blocks) -----------------------------------------------------------------------
 # Linear biases (``model.linear_bias``): the bias gradient is a reduction of the output gradient over
 # the tokens, one kernel per biased linear in the backward (``grad_output.sum(0)``); Megatron adds the
 # QKV bias with its own kernel (``output + bias`` after the matmul; the other biases go into its fused
@@ -132,62 +122,6 @@ def _add_norm(name: str, tokens_h: float, fused: bool, pb: int, eager_rms: bool 
         memory_op(f"{name}_residual_add", tokens_h, 3, pb, _ADD_FLOPS),
         _norm(f"{name}_norm", tokens_h, pb, eager_rms),
     ]
-
-
-# --- Megatron's fused scale-mask-softmax and its PyTorch fallback (unfused attention core) ---------
-# ``FusedScaleMaskSoftmax`` runs its CUDA kernel only when the shapes suit its warp layout: Megatron-LM
-# / Megatron-DeepSpeed ``fused_softmax.py`` require ``16 < sk <= 16384`` (Megatron-DeepSpeed 2023: 2048),
-# ``sq % 4 == 0`` and ``b·np % 4 == 0`` (``attn_batches``: sequences × heads on this TP rank). Otherwise
-# it runs ``forward_torch_softmax``: ``input.float()``, ``* scale``, ``mask_func`` (``masked_fill_``),
-# ``torch.nn.Softmax`` in fp32, ``.half()`` (softmax in fp32 is forced with query-key layer scaling, the
-# GPT default). Per score element, forward ``(p+4) + 8 + (8+1) + 8 + (4+p)`` bytes, backward (autograd
-# through the same five ops) ``(p+4) + 12 + (8+1) + 8 + (4+p)``; five kernels each way instead of one.
-SOFTMAX_FUSED_MAX_SK = 16384
-SOFTMAX_FALLBACK_FWD_BYTES, SOFTMAX_FALLBACK_BWD_BYTES, SOFTMAX_FALLBACK_LAUNCHES = 33, 37, 5
-#: Host calls of the fallback beyond the reference blocks' ``masked_fill`` + ``softmax``
-#: (``workload.host``): ``.float()``, ``* scale`` and ``.half()``.
-SOFTMAX_FALLBACK_EXTRA_CALLS = 3
-
-
-def fused_softmax_available(b: int, heads: int, s: int) -> bool:
-    """Whether Megatron's fused scale-mask-softmax kernel takes ``b`` sequences of ``heads`` heads (on
-    this TP rank) at sequence length ``s`` (self-attention, ``sq = sk = s``); the comment block above."""
-    return 16 < s <= SOFTMAX_FUSED_MAX_SK and s % 4 == 0 and (b * heads) % 4 == 0
-
-
-def _softmax(scores_el: float, pb: int, fused: bool) -> Op:
-    """The softmax of the unfused core: the fused kernel (read and write the scores) or the fp32
-    PyTorch fallback chain (comment block above)."""
-    if fused:
-        return memory_op("attn_softmax", scores_el, 2, pb, _SOFTMAX_FLOPS)
-    return Op("attn_softmax_fp32_fallback", "memory", _SOFTMAX_FLOPS * scores_el,
-              scores_el * (SOFTMAX_FALLBACK_FWD_BYTES + 2 * pb), launches=SOFTMAX_FALLBACK_LAUNCHES,
-              bwd_launches=SOFTMAX_FALLBACK_LAUNCHES, bwd_bytes=scores_el * (SOFTMAX_FALLBACK_BWD_BYTES + 2 * pb),
-              extra_host_calls=SOFTMAX_FALLBACK_EXTRA_CALLS)
-
-
-def _attention_ops(model: ModelConfig, b: int, s: int, tp: int, pb: int, flash: bool) -> list[Op]:
-    """The attention core of one block on one TP rank (``a/t`` query heads, ``g_kv/t`` KV heads)."""
-    heads = model.n_heads // tp
-    d = model.d_head
-    q_el = b * s * model.q_dim / tp
-    kv_el = b * s * model.kv_dim / tp
-    if flash:
-        # FA forward: 4·b·s²·a·d_h, /2 causal (FA benchmark `flops` helper); reads Q, K, V, writes O + LSE.
-        flops = 4.0 * b * s * s * heads * d / 2
-        io = (2 * q_el + 2 * kv_el) * pb + b * heads * s * _LSE_BYTES
-        # k: the key/value length each query tile loops over (the compute model's main-loop fill)
-        return [Op("attention", "attention", flops, float(io), k=s, bwd_launches=FA_BWD_LAUNCHES)]
-    # Unfused (e.g. Megatron's fused scale-mask-softmax between two batched GEMMs): full s×s matrix,
-    # its dropout, and the context copy back to the token-major layout (module comments above).
-    scores_el = b * heads * s * s
-    ops = [gemm("attn_scores", s, s, d, pb, batch=b * heads),
-           _softmax(scores_el, pb, fused_softmax_available(b, heads, s))]
-    if model.dropout > 0:
-        drop = scores_el * (2 * pb + DROPOUT_MASK_BYTES)
-        ops.append(Op("attn_dropout", "memory", scores_el, drop, bwd_bytes=drop))
-    return [*ops, gemm("attn_v", s, d, s, pb, batch=b * heads),
-            memory_op("attn_context_copy", q_el, 2, pb, 0.0)]
 
 
 def _bias_grads(model: ModelConfig, tokens: int, outs: tuple[int, ...], pb: int, fused: bool) -> list[Op]:
@@ -293,7 +227,7 @@ def layer_ops(
         else:
             ops.append(replace(memory_op("rotary", qk_el, EAGER_ROPE_PASSES, pb, _ROPE_FLOPS),
                                launches=2 * EAGER_ROPE_LAUNCHES_PER_TENSOR))
-    core = _attention_ops(model, b, s, t, pb, kernels.flash_attention)
+    core = attention_core_ops(model, b, s, t, pb, kernels.flash_attention)
     if recompute == "selective" and not kernels.flash_attention:
         core = [replace(op, recompute=True) for op in core]
     ops += core

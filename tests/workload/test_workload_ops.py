@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from simulator.config.scenario import KernelConfig
-from simulator.workload import flops, ops
+from simulator.workload import attention_core, flops, ops
 from simulator.workload.optimizer_ops import optimizer_ops
 
 FLASH = KernelConfig(flash_attention=True, fused_norm_residual=True)
@@ -164,12 +164,12 @@ def test_unfused_attention_ops(gpt3_175b):
 
 def test_fused_softmax_needs_attention_batches_divisible_by_four():
     # Megatron fused_softmax.py: 16 < sk <= 16384, sq % 4 == 0, b*np % 4 == 0
-    assert ops.fused_softmax_available(1, 16, 1024)  # TP 1: 16 heads
-    assert ops.fused_softmax_available(2, 2, 1024)  # TP 8, micro-batch 2: 4 attention batches
-    assert not ops.fused_softmax_available(1, 2, 1024)  # TP 8, micro-batch 1: 2 attention batches
-    assert not ops.fused_softmax_available(4, 4, 16)  # sk must exceed 16
-    assert not ops.fused_softmax_available(4, 4, 1026)  # sq % 4
-    assert not ops.fused_softmax_available(4, 4, 32768)  # beyond the kernel's 16,384
+    assert attention_core.fused_softmax_available(1, 16, 1024)  # TP 1: 16 heads
+    assert attention_core.fused_softmax_available(2, 2, 1024)  # TP 8, micro-batch 2: 4 attention batches
+    assert not attention_core.fused_softmax_available(1, 2, 1024)  # TP 8, micro-batch 1: 2 attention batches
+    assert not attention_core.fused_softmax_available(4, 4, 16)  # sk must exceed 16
+    assert not attention_core.fused_softmax_available(4, 4, 1026)  # sq % 4
+    assert not attention_core.fused_softmax_available(4, 4, 32768)  # beyond the kernel's 16,384
 
 
 def test_softmax_fallback_is_the_fp32_torch_chain():
