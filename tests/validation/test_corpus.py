@@ -78,7 +78,9 @@ def test_corpus_spans_gpus_frameworks_scales_and_moe():
     # a model is a catalog name or, for shapes not in the catalog (Code Llama 34B), a mapping
     moe = [r for r in CORPUS if r.expressible and isinstance(r.scenario["model"], str) and r.scenario["model"] in moe_models]
     assert len(moe) >= 10
-    assert all("model.moe.imbalance=1.0" in r.overrides for r in moe)  # the source force-balances experts
+    # every source either force-balances tokens over experts or caps them at the mean with a capacity factor
+    # of 1 (Pai-Megatron-Patch issue #643: --moe-expert-capacity-factor 1.0, token drop): no expert above the mean
+    assert all({"model.moe.imbalance=1.0", "model.moe.capacity_factor=1.0"} & set(r.overrides) for r in moe)
     assert {"B200", "GB200", "GB300"} <= {r.gpu for r in CORPUS if r.expressible}
 
 
