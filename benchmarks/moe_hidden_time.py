@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 from dataclasses import replace
 from multiprocessing import get_context
+from types import SimpleNamespace
 
 from simulator.collectives import model as cmodel
 from simulator.validation.suite import load_runs, scenario_for, try_run
@@ -74,8 +75,7 @@ def _fused_permutations() -> None:
 def _scaled_moe_host(factor: float) -> None:
     """The MoE blocks' host time times ``factor`` (the dense blocks' unchanged)."""
     scaled = {k: (f * factor, b * factor) for k, (f, b) in whost.BLOCK_HOST_S.items()}
-    moe_host.whost = type("ScaledHost", (), {n: getattr(whost, n) for n in dir(whost) if not n.startswith("__")}
-                          | {"BLOCK_HOST_S": scaled})
+    moe_host.whost = SimpleNamespace(**{**vars(whost), "BLOCK_HOST_S": scaled})
 
 
 def moe_runs() -> list:

@@ -114,7 +114,7 @@ def simulate(scenario: Scenario, *, efficiency: Efficiency | None = None, what_i
                                                     attention_impl=attention.for_scenario(scenario),
                                                     attention_head_dim=attention.head_dim_of(scenario.model),
                                                     host_scale=cl.topology.host.dispatch_scale,
-                                                    fp8_recipe=tr.kernels.fp8_recipe if tr.precision == "fp8" else "")
+                                                    fp8_recipe=tr.active_fp8_recipe or "")
     ctx = context_for(scenario, gpus_per_node=cluster.gpus_per_node)
     pcie = cluster.host_bandwidth_Bps_per_gpu * eff.pcie_fraction
     per_node = cluster.gpus_per_node

@@ -212,6 +212,11 @@ class TrainingConfig(Frozen):
     #: torchtitan ``max_norm``; on in most LLM recipes): one read and one read-write of the gradients.
     grad_clipping: bool = True
 
+    @property
+    def active_fp8_recipe(self) -> str | None:
+        """``kernels.fp8_recipe`` when training in FP8, else ``None`` (the recipe is ignored otherwise)."""
+        return self.kernels.fp8_recipe if self.precision == "fp8" else None
+
     @model_validator(mode="after")
     def _check_budget(self) -> TrainingConfig:
         if self.total_tokens is not None and self.steps is not None:

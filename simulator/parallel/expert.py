@@ -258,7 +258,7 @@ def attach(work: Any, scenario: Any, pb: int) -> Any:
 
     ops = moe_ops.moe_block_ops(model, b, s, tp, pb, tr.kernels, wrecompute.attention_mode(tr), ep, etp,
                                 modules=wrecompute.modules(tr),
-                                fp8=tr.kernels.fp8_recipe if tr.precision == "fp8" else None,
+                                fp8=tr.active_fp8_recipe,
                                 streams=moe_ops.expert_streams(par.framework),
                                 sequence_parallel=bool(getattr(par, "sequence_parallel", False)))
     ops = dataclasses.replace(ops, pre=tuple(scale_attention(op, cp, model, tr) for op in ops.pre))

@@ -92,7 +92,7 @@ def linear_input_bytes(scenario: Scenario, pb: int) -> int:
     """Bytes per element of a linear layer's saved input: 1 under a Transformer Engine FP8 recipe
     (``fp8_casts.SAVES_FP8_INPUTS``), else the training dtype's ``pb``."""
     tr = scenario.training
-    return 1 if tr.precision == "fp8" and tr.kernels.fp8_recipe in SAVES_FP8_INPUTS else pb
+    return 1 if tr.active_fp8_recipe in SAVES_FP8_INPUTS else pb
 
 
 def layer_activation_bytes(
