@@ -148,7 +148,7 @@ def render_doc(block: dict, folds: list[cal.Fold], oof: list[tuple[str, str, str
              "core at least half of a block's FLOPs, whatever their layout: the only runs that identify the attention "
              "share); every publication is held out once "
              "(leave-one-source-out) and its runs predicted with the parameters fitted without it (an "
-             "architecture whose runs all come from one publication, Blackwell's, with the mean of the other "
+             "architecture whose runs all come from one publication with the mean of the other "
              "architectures' fitted parameters: nothing of its own is left to fit). Error = "
              "predicted / measured − 1 of tokens/s per GPU. The host layer's one number (the A100 platform's "
              "`host_dispatch_scale`) is fitted before, on host-bound runs (`python benchmarks/calibrate_host.py`, "

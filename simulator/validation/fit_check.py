@@ -22,6 +22,7 @@ _OFFLOAD = ("the Megatron-FSDP preset offloads the activations of 40 (GB200) / 2
 CAUSES: tuple[tuple[str, str], ...] = (
     ("mbridge2511-gb*-llama3-70b-64gpu-fp8cs", _OFFLOAD),
     ("mbridge260201-gb*-llama3-70b-64gpu-fp8", _OFFLOAD),
+    ("mbridge2509-gb200-llama3-70b-64gpu-fp8cs", _OFFLOAD),
     ("mbridge*-llama3*", "Megatron-Bridge Llama 3 presets at micro-batch 1-2 and 8,192 tokens: the table prints "
      "no recomputation or activation-offloading setting, so none is simulated"),
     ("llmfoundry-mpt30b-*-8gpu-*", "30B on 8 GPUs under FSDP: model states alone are 56 GiB; the 5% excess is within "
