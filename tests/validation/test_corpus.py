@@ -123,6 +123,37 @@ def test_nemo_2407_flop_formula_by_hand_for_nemotron_340b():
     assert run.scenario["model"] == "nemotron-4-340b"
 
 
+def test_nemo2_flop_formula_by_hand_for_nemotron4_15b():
+    """NeMo 25.02 DGX-B200 Nemotron-15B row (1,387 TFLOP/s at 14,760 tokens/s/GPU) against NeMo 2.0's
+    ``flops_formulas.nemotron`` of that period, causal attention counted in full: L·h²·(12 + 12·G/A + 12·f/h +
+    12·s/h + 6·V/(L·h)) with Nemotron4Config15B (L 32, h 6144, A 48, G 8, f 24576; s 4096; V 256000)
+    = 32·6144²·77.8125 = 9.3998e10 FLOP/token; dtsim's own count of the catalog shape is the same."""
+    from simulator.catalog import get_model
+    from simulator.workload import flops
+
+    run = next(r for r in CORPUS if r.id == "nemo2502-b200-nemotron4-15b-64gpu-fp8")
+    L, h, A, G, f, s, V = 32, 6144, 48, 8, 24576, 4096, 256000
+    per_token = L * h * h * (12 + 12 * G / A + 12 * f / h + 12 * s / h + 6 * V / (L * h))
+    assert per_token == pytest.approx(9.3998e10, rel=1e-4)
+    assert run.flops_per_token == pytest.approx(per_token, rel=1e-3)
+    model = flops.step(get_model("nemotron-4-15b"), 1, s, causal=False)
+    assert model.train_flops_per_token == pytest.approx(per_token, rel=1e-3)
+
+
+def test_megatron_bridge_2509_counts_causal_attention_as_half():
+    """Megatron-Bridge 25.09 DGX-B200 LLAMA3_8B (not in the corpus: 25.11 measured its layout again) and
+    the corpus's 25.09 rows share flop_utils' convention: Llama 3 8B at s 8192 (L 32, h 4096, A 32, G 8,
+    f 14336, V 128256) per token = 6·(L·h²·(2 + 2G/A) + 3·L·h·f + h·V) + 6·L·h·s (half of 12·L·h·s)
+    = 5.147e10, against 1,544 TFLOP/s / 29,994 tokens/s = 5.148e10; in full it would be 5.79e10."""
+    L, h, A, G, f, V, s = 32, 4096, 32, 8, 14336, 128256, 8192
+    dense = 6 * (L * h * h * (2 + 2 * G / A) + 3 * L * h * f + h * V)
+    assert dense + 6 * L * h * s == pytest.approx(1544e12 / 29_994, rel=2e-3)
+    assert dense + 12 * L * h * s == pytest.approx(5.79e10, rel=2e-3)
+    run = next(r for r in CORPUS if r.id == "mbridge2509-b200-qwen3-30b-a3b-8gpu-fp8cs-tokendrop")
+    assert run.flops_per_token == pytest.approx(416e12 / 18_066, rel=1e-5)
+    assert run.scenario["training"]["global_batch_size"] == 512
+
+
 @pytest.mark.parametrize(("name", "num_params", "d_model"), [
     ("mpt-125m", 125_311_488, 768), ("mpt-350m", 355_985_408, 1024),
     ("mpt-760m", 760_470_528, 1536), ("mpt-1b", 1_315_950_592, 2048),
