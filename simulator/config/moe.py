@@ -51,6 +51,11 @@ class MoEConfig(Frozen):
     #: Expert capacity factor (tokens per expert capped at ``cf · tokens·top_k / n_experts``,
     #: overflow dropped); ``null`` = dropless (Megatron-Core default, MegaBlocks).
     capacity_factor: PositiveFloat | None = None
+    #: Megatron-Core ``moe_router_padding_for_fp8``: the router pads each expert's token count to the FP8
+    #: GEMMs' row multiple inside the routing map, which removes ``TEGroupedMLP``'s explicit
+    #: ``Fp8Padding`` / ``Fp8Unpadding`` copies. False (Megatron-Core's default): under FP8 the experts'
+    #: input is padded and their output unpadded (``simulator.workload.moe_ops``, ``FP8_PADDING_PASSES``).
+    router_padding_for_fp8: bool = False
     #: Load imbalance: max / mean tokens per expert. The most-loaded expert-parallel rank sets the
     #: pace of the grouped GEMM and of the all-to-all; >= 1 (1 = perfectly balanced).
     imbalance: float = Field(DEFAULT_IMBALANCE, ge=1.0)

@@ -8,7 +8,8 @@ written by ``megatron_export.export_args``). Flag names and defaults: Megatron-L
   (one shared expert module of that width), ``--moe-layer-freq`` (an integer ``N``: blocks ``0, N, 2N, …``
   have experts; or a list expression such as ``([0]*3+[1]*58)``), ``--moe-expert-capacity-factor``
   (token dropping; ``model.moe.capacity_factor``), ``--moe-router-force-load-balancing`` (balanced
-  routing for benchmarks: ``model.moe.imbalance`` 1);
+  routing for benchmarks: ``model.moe.imbalance`` 1), ``--moe-router-padding-for-fp8``
+  (``model.moe.router_padding_for_fp8``: no Fp8Padding copies around the experts);
 * ``--expert-model-parallel-size``, ``--expert-tensor-parallel-size``, ``--moe-token-dispatcher-type``
   (``alltoall``; ``flex`` with ``--moe-enable-deepep`` or ``--moe-flex-dispatcher-backend deepep`` /
   ``hybridep``: ``parallel.moe_dispatcher: deepep``; ``allgather`` is not simulated),
@@ -33,7 +34,7 @@ VALUE_FLAGS = (
     "moe-token-dispatcher-type", "moe-flex-dispatcher-backend", "mtp-num-layers",
 )
 BOOL_FLAGS = ("moe-router-force-load-balancing", "moe-enable-deepep", "overlap-moe-expert-parallel-comm",
-              "moe-shared-expert-overlap")
+              "moe-shared-expert-overlap", "moe-router-padding-for-fp8")
 IGNORED = (("moe-grouped-gemm", "moe-permute-fusion", "moe-router-fusion", "moe-aux-loss-coeff", "moe-z-loss-coeff",
             "moe-router-load-balancing-type", "moe-router-score-function", "moe-router-dtype",
             "moe-router-pre-softmax", "moe-router-bias-update-rate", "moe-router-enable-expert-bias",
@@ -113,6 +114,8 @@ def import_moe(flags: dict, integer, out: Imported) -> None:
         out.set("model.moe.capacity_factor", as_float(capacity, "--moe-expert-capacity-factor"))
     if flags.get("moe-router-force-load-balancing"):
         out.set("model.moe.imbalance", 1.0)
+    if flags.get("moe-router-padding-for-fp8"):
+        out.set("model.moe.router_padding_for_fp8", True)
     ep, etp = integer("expert-model-parallel-size"), integer("expert-tensor-parallel-size")
     for key, value in (("ep", ep), ("etp", etp)):
         if value:
@@ -151,6 +154,8 @@ def export_moe(s) -> list[str]:
         lines.append(f"--moe-expert-capacity-factor {moe.capacity_factor:g}")
     if moe.imbalance == 1.0:
         lines.append("--moe-router-force-load-balancing")
+    if moe.router_padding_for_fp8:
+        lines.append("--moe-router-padding-for-fp8")
     lines += [f"--expert-model-parallel-size {par.ep}", f"--expert-tensor-parallel-size {par.etp}"]
     if getattr(par, "moe_dispatcher", "alltoall") == "deepep":
         lines += ["--moe-token-dispatcher-type flex", "--moe-flex-dispatcher-backend deepep"]

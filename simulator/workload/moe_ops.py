@@ -15,6 +15,14 @@ over this rank's experts), ``shared`` (shared experts, which need no dispatch) a
   ``MoEAlltoAllTokenDispatcher``: "Permutation 2", ``sort_chunks_by_idxs`` with
   ``sort_input_by_local_experts`` in ``dispatch_postprocess`` and ``restore_output_by_local_experts``
   in ``combine_preprocess``): one read and one write of the received tokens each way (2 passes);
+* FP8 padding (Megatron-Core ``TEGroupedMLP`` under FP8 without ``moe_router_padding_for_fp8``): each
+  local expert's rows are padded to the FP8 GEMMs' multiple before fc1 and unpadded after fc2 by
+  Transformer Engine's ``Fp8Padding`` / ``Fp8Unpadding`` (``fused_multi_row_padding``: one kernel over
+  the experts, reading and writing the received tokens, ``FP8_PADDING_PASSES``). A profile of NVIDIA's
+  Qwen3-235B-A22B MXFP8 recipe on 256 B200 (togethercomputer/together-dgxc-benchmarking
+  ``tests/b200/scripts/qwen3_235b/qwen3_235b_fp8mx_256gpu_profiler_report.md``@d275be99: "TE
+  padding/unpadding" 795 ms of a step's GPU time, 5.4%, against 1,189 ms for the routing permutations)
+  shows them; with the router padding the routing map already holds the padded counts and neither runs;
 * grouped GEMM (Megatron ``--moe-grouped-gemm``): ``E/ep`` GEMMs, each with ``m = tokens per local
   expert`` rows. This rank receives ``T·top_k`` token copies on average and ``imbalance ×`` that on
   the most-loaded rank, which sets the pace (``model.moe.imbalance``). Small ``m`` runs at low
@@ -204,6 +212,12 @@ def dense_block_ops(model: ModelConfig, b: int, s: int, tp: int, pb: int, kernel
     return _mark(att + mlp, recompute)
 
 
+def fp8_padding(model: ModelConfig, framework: str, fp8: str | None) -> bool:
+    """Whether the experts' FP8 row padding runs as kernels: Megatron-Core's ``TEGroupedMLP`` (``ddp``)
+    training in FP8 without the router's padding (``model.moe.router_padding_for_fp8``)."""
+    return fp8 is not None and framework == "ddp" and not model.moe.router_padding_for_fp8
+
+
 def expert_streams(framework: str) -> int:
     """How a framework issues the experts' GEMMs (``Op.streams``): Megatron-Core (``ddp``) through
     Transformer Engine's ``GroupedLinear``, one GEMM per expert on its streams
@@ -212,16 +226,23 @@ def expert_streams(framework: str) -> int:
     return TE_GROUPED_STREAMS if framework == "ddp" else 0
 
 
+#: Passes over the received tokens (``per_expert · local_experts · h`` elements) of each of Transformer
+#: Engine's ``Fp8Padding`` and ``Fp8Unpadding``: one read and one write (module docstring).
+FP8_PADDING_PASSES = 2
+
+
 def moe_block_ops(model: ModelConfig, b: int, s: int, tp: int, pb: int, kernels, recompute: str,
                   ep: int = 1, etp: int = 1, modules: frozenset[str] = frozenset(),
-                  fp8: str | None = None, streams: int = 0, sequence_parallel: bool = False) -> MoEBlockOps:
+                  fp8: str | None = None, streams: int = 0, sequence_parallel: bool = False,
+                  fp8_padding: bool = False) -> MoEBlockOps:
     """Forward ops of one MoE block on one GPU (conventions: module docstring). ``modules``: what
     selective recomputation re-runs before the backward (``simulator.workload.recompute.modules``):
     ``layernorm`` the pre-MLP norm (the post-attention add + norm op, whose add is re-run with it when
     the two are one fused op), ``moe_act`` the experts' activation, ``mla_up_proj`` the MLA up
     projections (``MLA_UP_PROJ_OPS``). ``fp8``: the training's FP8 recipe (the linear GEMMs, experts
     included, in FP8: ``_linearize``). ``streams``: how the experts' GEMMs run (``expert_streams``).
-    ``sequence_parallel``: the attention part's norms on the rank's tokens (``workload.ops.layer_ops``)."""
+    ``sequence_parallel``: the attention part's norms on the rank's tokens (``workload.ops.layer_ops``).
+    ``fp8_padding``: the experts' FP8 row padding and unpadding run as kernels (module docstring)."""
     m = model.moe
     assert m is not None
     h, k_mlp = model.hidden_size, model.mlp_matrices
@@ -251,8 +272,11 @@ def moe_block_ops(model: ModelConfig, b: int, s: int, tp: int, pb: int, kernels,
     experts = _linearize(experts, fp8)
     if model.linear_bias:
         experts.append(_expert_bias(per_expert * local_experts, h, local_experts, pb))
+    received = per_expert * local_experts * h
+    if fp8_padding:  # Fp8Padding before fc1's cast, Fp8Unpadding after fc2 (module docstring)
+        experts = [wops.memory_op("fp8_padding", received, FP8_PADDING_PASSES, pb, 0.0), *experts,
+                   wops.memory_op("fp8_unpadding", received, FP8_PADDING_PASSES, pb, 0.0)]
     if local_experts > 1:  # Permutation 2 and its inverse (module docstring)
-        received = per_expert * local_experts * h
         experts = [wops.memory_op("sort_chunks", received, 2, pb, 0.0), *experts,
                    wops.memory_op("restore_chunks", received, 2, pb, 0.0)]
     shared: list = []

@@ -435,6 +435,19 @@ def test_megatron_moe_flags_import():
     assert {"--moe-grouped-gemm", "--moe-aux-loss-coeff"} <= {k for k, _ in imported.ignored}
 
 
+def test_megatron_router_padding_for_fp8_round_trips():
+    """--moe-router-padding-for-fp8 (Megatron-Core's router pads the routing map for FP8) imports as
+    model.moe.router_padding_for_fp8 and is written back by the exporter; absent, it stays False."""
+    from simulator.interop.megatron_moe import export_moe
+
+    plain, _, _ = import_scenario("megatron", text=QWEN3_MOE.replace("\n", " "), topology="dgx-h100")
+    padded, _, _ = import_scenario("megatron", text=QWEN3_MOE.replace("\n", " ") + " --moe-router-padding-for-fp8",
+                                   topology="dgx-h100")
+    assert (plain.model.moe.router_padding_for_fp8, padded.model.moe.router_padding_for_fp8) == (False, True)
+    assert "--moe-router-padding-for-fp8" in export_moe(padded)
+    assert "--moe-router-padding-for-fp8" not in export_moe(plain)
+
+
 @pytest.mark.parametrize(("text", "layers", "want"), [
     ("2", 8, (0, 2)),  # Megatron: an integer N puts experts in blocks 0, N, 2N, ...
     ("([0]*3+[1]*58)", 61, (3, 1)),  # DeepSeek-V3: three dense blocks first

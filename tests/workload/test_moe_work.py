@@ -70,6 +70,24 @@ def test_received_tokens_are_regrouped_by_local_expert_and_back():
     assert not [op for op in one.experts if "chunks" in op.name]
 
 
+def test_fp8_experts_are_padded_and_unpadded_without_the_router_padding():
+    """Megatron-Core's TEGroupedMLP under FP8: Fp8Padding before fc1 and Fp8Unpadding after fc2, each a read
+    and a write of the 10,240 received token copies (4,096 x top-2 x 1.25) of 4,096 bf16 elements, inside
+    the regrouping by local expert; none in 16-bit training or with moe_router_padding_for_fp8."""
+    m = catalog.get_model("mixtral-8x7b")
+    ops = moe_ops.moe_block_ops(m, 1, 4096, 1, 2, KernelConfig(), "none", ep=4, fp8="current", fp8_padding=True)
+    names = [op.name for op in ops.experts]
+    assert names[:3] == ["sort_chunks", "fp8_padding", "experts_up.fp8_cast"]
+    assert names[-3:] == ["experts_down", "fp8_unpadding", "restore_chunks"]
+    pad = {op.name: op.bytes for op in ops.experts}
+    assert pad["fp8_padding"] == pad["fp8_unpadding"] == 2 * 10240 * 4096 * 2
+    assert moe_ops.fp8_padding(m, "ddp", "current")
+    assert not moe_ops.fp8_padding(m, "ddp", None)
+    assert not moe_ops.fp8_padding(m, "fsdp", "current")
+    routed = m.model_copy(update={"moe": m.moe.model_copy(update={"router_padding_for_fp8": True})})
+    assert not moe_ops.fp8_padding(routed, "ddp", "current")
+
+
 def _mixtral(ep: int, stage: int) -> object:
     raw = {"name": "t", "model": "mixtral-8x7b", "cluster": {"topology": "dgx-h100", "nodes": 2},
            "training": {"seq_len": 4096, "micro_batch_size": 1, "global_batch_size": 64},
