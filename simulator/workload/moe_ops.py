@@ -212,18 +212,24 @@ def dense_block_ops(model: ModelConfig, b: int, s: int, tp: int, pb: int, kernel
     return _mark(att + mlp, recompute)
 
 
+def te_grouped_mlp(framework: str) -> bool:
+    """Whether the experts run as Megatron-Core's ``TEGroupedMLP`` (the ``ddp`` engine): Transformer
+    Engine's ``GroupedLinear``, whose streams (``expert_streams``) and FP8 row padding (``fp8_padding``)
+    follow from it."""
+    return framework == "ddp"
+
+
 def fp8_padding(model: ModelConfig, framework: str, fp8: str | None) -> bool:
-    """Whether the experts' FP8 row padding runs as kernels: Megatron-Core's ``TEGroupedMLP`` (``ddp``)
-    training in FP8 without the router's padding (``model.moe.router_padding_for_fp8``)."""
-    return fp8 is not None and framework == "ddp" and not model.moe.router_padding_for_fp8
+    """Whether the experts' FP8 row padding runs as kernels: ``TEGroupedMLP`` training in FP8 without the
+    router's padding (``model.moe.router_padding_for_fp8``)."""
+    return fp8 is not None and te_grouped_mlp(framework) and not model.moe.router_padding_for_fp8
 
 
 def expert_streams(framework: str) -> int:
-    """How a framework issues the experts' GEMMs (``Op.streams``): Megatron-Core (``ddp``) through
-    Transformer Engine's ``GroupedLinear``, one GEMM per expert on its streams
-    (``kernels.TE_GROUPED_STREAMS``); the others (torchtitan's ``torch._grouped_mm``) as one grouped
-    kernel (0)."""
-    return TE_GROUPED_STREAMS if framework == "ddp" else 0
+    """How a framework issues the experts' GEMMs (``Op.streams``): ``TEGroupedMLP`` through Transformer
+    Engine's ``GroupedLinear``, one GEMM per expert on its streams (``kernels.TE_GROUPED_STREAMS``); the
+    others (torchtitan's ``torch._grouped_mm``) as one grouped kernel (0)."""
+    return TE_GROUPED_STREAMS if te_grouped_mlp(framework) else 0
 
 
 #: Passes over the received tokens (``per_expert · local_experts · h`` elements) of each of Transformer
