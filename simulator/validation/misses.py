@@ -84,9 +84,14 @@ GROUP_CAUSES: tuple[tuple[str, str], ...] = (
      "explanation for Qwen3-30B) and is not identified: too fast"),
     ("mbridge2602-b200-qwen3-30b*", "26.02 container on DGX-B200, the preset before Megatron-Bridge PR #2499: the "
      "dropless alltoall schedule at micro-batch 1 that issue #1998 found \"2X slower\" in 25.11 (9,299 tokens/s/GPU "
-     "there, 9,691 here; the 25.09 token-drop row of the layout 18,066); its DGX-H100 row of the same preset ran 5,113 "
-     "where 26.02.01 ran 9,058, and 26.02.01's B200 preset (flex dispatcher, micro-batch 4: 26,695) is met within 9%; "
-     "dtsim models one software state: too fast"),
+     "there, the same configuration counted once here at 9,691; the 25.09 token-drop row of the layout 18,066); its "
+     "DGX-H100 row of the same preset ran 5,113 where 26.02.01 ran 9,058, and 26.02.01's B200 preset (flex dispatcher, "
+     "micro-batch 4: 26,695) is met within 9%. The dropless alltoall dispatcher synchronises host and GPU in every MoE "
+     "layer's forward (token_dispatcher.py _maybe_dtoh_and_synchronize, skipped with drop-and-pad), which exposes the "
+     "host time of Megatron-Core's MoE layer at micro-batch 1; dtsim models that host time at its plain-PyTorch lower "
+     "bound (simulator/workload/moe_host.py: about 1.1 ms forward and 1.3 ms backward per block with the preset's "
+     "graphed router), not Transformer Engine's module overhead nor what else made the preset twice as slow: "
+     "too fast"),
     ("mbridge2602-b200-qwen3-235b*", "DGX-B200 MoE at EP 8 (16 local experts per GPU), too fast like the 25.09 "
      "token-drop rows of the model on DGX-B200 (+12%, +17%) while its GB200 rows at EP 64 (2 local experts) are within "
      "3%: the missing time grows with the local experts on DGX-B200 (docs/accuracy-history.md item 18); not identified"),
@@ -182,21 +187,9 @@ GROUP_CAUSES: tuple[tuple[str, str], ...] = (
      "device=input.device), a blocking copy (moe_ops, comment at CLAMP_PASSES): at micro-batch 4 the blocks are "
      "GPU-bound by about 2x on both sides of it (26.02 GB200: 5.5 ms of GPU work against 2.5 ms of Grace host time "
      "per block forward)"),
-    ("mbridge2511-b200-qwen3-30b*", "25.11 dropless regression at micro-batch 1: Megatron-Bridge issue #1998 "
-     "(Qwen3-30B \"2X slower\" on H100 and B200 with the dropless schedule than with token drop, 25.11 against "
-     "25.09); the 25.09 table ran this layout at 18,066 tokens/s/GPU (token drop), 9,299 here, and 26.02.01's preset "
-     "(PR #2499: flex dispatcher, micro-batch 4, attention in the CUDA graph) at 26,695, which dtsim matches within "
-     "2%. The dropless alltoall dispatcher synchronises host and GPU in every MoE layer's forward "
-     "(token_dispatcher.py _maybe_dtoh_and_synchronize, skipped with drop-and-pad), which exposes the host time of "
-     "Megatron-Core's MoE layer at micro-batch 1. dtsim models that host time at its plain-PyTorch lower bound "
-     "(simulator/workload/moe_host.py: 1.1 ms forward and 1.3 ms backward per block with the preset's graphed "
-     "router, +139% -> +110%; +112% after the Blackwell refit, +108% after the measured Blackwell cuDNN rates), not Transformer Engine's module overhead nor what else made 25.11 twice as slow: "
-     "too fast"),
     ("mbridge2511-b200-*", "25.11 container on DGX-B200: its MoE rows are 1.3-2.9x below the 26.02 container's "
      "rows of the same models on B200 (Qwen3-30B-A3B 214 vs 614 at micro-batch 1 vs 4, GPT-OSS 223 vs 373, "
      "DeepSeek-V3 557 vs 725 TFLOP/s/GPU); dtsim models one software state: too fast"),
-    ("mbridge2511-*qwen3-30b*", "25.11 container: the same model and GPUs ran 1.1-1.7x faster in 26.02 (H100 "
-     "121 vs 208, GB200 547 vs 607 TFLOP/s/GPU); dtsim models one software state: too fast"),
     ("*qwen3*", "MoE in FP8: the experts' grouped GEMMs are priced at the dense FP8 GEMM rate (Transformer "
      "Engine's GroupedLinear under fp8_autocast) with tile and wave quantisation only; the efficiency of the grouped "
      "FP8 kernels it runs is not measured here. Megatron-Bridge's HybridEP / DeepEP dispatchers are simulated as "
