@@ -238,11 +238,6 @@ GROUP_CAUSES: tuple[tuple[str, str], ...] = (
     ("mbridge*-h100-llama3.1-405b-*", "Megatron-Bridge H100 FP8 TP/PP: too slow like the NeMo H100 runs; the table "
      "does not print the recipe's TP-overlap setting (simulated without) and the Hopper GEMM rate is fitted "
      "mostly on FSDP runs (issue 12)"),
-    ("mbridge260201-gb300-llama3*", "26.02 GB300 dense FP8 rows too slow by 9-19% (405B -9/-12%, 70B FSDP -13%, "
-     "70B MXFP8 with the recipe's virtual pipeline 5 -19%) while the 26.02 GB200 rows of the same recipes are within "
-     "2% and the 25.11 GB300 FP8-CS rows within 11%: the measured GB300 / GB200 ratio "
-     "is 1.20-1.25, dtsim's 1.05-1.12 (power cap 1,400 vs 1,200 W); what the newer container gains on GB300 is not "
-     "identified"),
     ("mbridge2511-gb*-llama3.1-405b-*-mxfp8", "25.11 container, MXFP8 on NVL72: its 405B MXFP8 rows are 20-25% below "
      "its own FP8-CS rows of the same layout (GB200 1,420 vs 1,782, GB300 1,610 vs 2,145 TFLOP/s/GPU), a gap the "
      "26.02 container closes to 7% (GB300 2,394 vs 2,585); dtsim prices MXFP8 GEMMs at Transformer Engine's "

@@ -111,3 +111,16 @@ def test_same_silicon_parts_take_the_measured_bf16_mamf_of_their_sibling(name, s
     gpu = catalog.get_gpu(name)
     assert gpu.mamf_fraction == catalog.get_gpu(sibling).mamf_fraction
     assert gpu.mamf_fraction == pytest.approx(expected, abs=5e-4)
+
+
+def test_blackwell_mamf_fractions_from_their_measurements():
+    g = catalog.get_gpu
+    # [S1] FP8 MAMF: B300 SXM 3,353.3 of 4,500 TF; GB200 SXM 1,822 of 2,500 (BF16), 3,615.6 of 5,000 (FP8)
+    assert g("b300").mamf_fraction_fp8 == pytest.approx(3353.3 / 4500, abs=5e-4)
+    # GB300 has no MAMF: GB200's times the GB200 / GB300 time ratio of the same twelve grouped-GEMM kernels
+    # under the same software [G17] (fused cuDNN + unfused TE, six activations each, ms)
+    gb200_ms = [1.498, 0.850, 0.749, 0.720, 1.500, 0.870, 1.907, 1.734, 1.018, 1.329, 1.864, 1.837]
+    gb300_ms = [1.364, 0.760, 0.687, 0.698, 1.361, 0.767, 1.681, 1.549, 0.892, 1.170, 1.695, 1.669]
+    gain = sum(gb200_ms) / sum(gb300_ms)
+    assert g("gb300").mamf_fraction == pytest.approx(1822 / 2500 * gain, abs=5e-4)
+    assert g("gb300").mamf_fraction_fp8 == pytest.approx(3615.6 / 5000 * gain, abs=5e-4)
