@@ -2,7 +2,9 @@
 
 * GEMM: ``t = max(F / (P · e_mamf · s(m,n,k)), B / (BW · e_hbm))`` with ``P`` the dense peak of the
   math mode, ``e_mamf`` the max-achievable-matmul fraction (hardware.md §4, [S1]) and the shape
-  factor ``s`` from tile and wave quantisation on the GPU's SMs (``simulator.hardware.kernels``).
+  factor ``s`` from tile and wave quantisation on the GPU's SMs (``simulator.hardware.kernels``); a
+  grouped GEMM issued as one kernel per GEMM on several streams (Transformer Engine's ``GroupedLinear``)
+  adds ``batch × TE_GROUPED_GEMM_FIXED_S`` (measured, ``simulator.hardware.kernels``).
 * Attention (fused kernel): ``t = max(F / (P16 · f · c · a(s)), B / (BW · e_hbm))`` with ``f`` the
   published long-sequence fraction of peak of the framework's kernel (FlashAttention-2/3, cuDNN) on the
   architecture, forward or backward, ``c`` the calibrated ``attention_sustained_of_bench``
@@ -47,7 +49,15 @@ from typing import Any
 from simulator.config.hardware import Dtype, GPUSpec
 from simulator.hardware import attention
 from simulator.hardware.efficiency import Efficiency
-from simulator.hardware.kernels import DEFAULT_TILES, EAGER, TILES, LaunchCosts, gemm_shape_factor, sm_count
+from simulator.hardware.kernels import (
+    DEFAULT_TILES,
+    EAGER,
+    TILES,
+    LaunchCosts,
+    gemm_shape_factor,
+    grouped_gemm_fixed_s,
+    sm_count,
+)
 
 #: Forward FP8 GEMM speed-up of fast accumulation over the precise accumulation the FP8 MAMF is
 #: measured with, per architecture (module docstring: midpoint of pytorch/ao #2377's 1.1-1.2x, U).
@@ -135,10 +145,9 @@ class RooflineComputeModel:
                 peak *= self.fp8_gemm_rate
                 if not getattr(op, "backward", False):
                     peak *= self.fast_accum  # forward FP8 GEMMs accumulate fast on Hopper (module docstring)
-            rate = peak * self.eff.gemm_fraction * self.shape_factor(getattr(op, "shape", None),
-                                                                     getattr(op, "batch", 1),
-                                                                     getattr(op, "streams", 0))
-            return max(op.flops / rate, mem_t, floor)
+            batch, streams = getattr(op, "batch", 1), getattr(op, "streams", 0)
+            rate = peak * self.eff.gemm_fraction * self.shape_factor(getattr(op, "shape", None), batch, streams)
+            return max(op.flops / rate, mem_t, floor) + grouped_gemm_fixed_s(batch, streams)
         if op.kind == "attention":
             back = 1 if getattr(op, "backward", False) else 0
             rate = self.attn_rate[back]

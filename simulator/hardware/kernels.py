@@ -82,6 +82,22 @@ DEFAULT_TILES: tuple[tuple[int, int], ...] = ((128, 128),)
 #: ``common/util/multi_stream.cpp``; its CUTLASS grouped GEMM is opt-in, ``NVTE_USE_CUTLASS_GROUPED_GEMM``,
 #: Hopper BF16 only). Megatron-Core's ``TEGroupedMLP`` runs the experts through it.
 TE_GROUPED_STREAMS = 4
+#: GPU seconds each GEMM of that multi-stream path adds beyond its share of the work: its launch gap,
+#: prologue and epilogue and the tail of its last wave, which the four streams do not hide. Measured as a
+#: difference at equal work (Transformer Engine PR #2045, ``general_grouped_gemm`` on H100, TE 2.7 and
+#: CUDA 12.9, BF16): 8 GEMMs of (4,096 × 768 × 2,048) run at 627.903 TFLOP/s and 16 of (2,048 × 768 ×
+#: 2,048), the same 103.08 GFLOP with the same tiles and waves (``wave_efficiency`` gives both 0.97), at
+#: 553.945: 164.17 against 186.08 µs, 21.9 µs for 8 more GEMMs, 2.74 µs each. The single-kernel CUTLASS
+#: grouped GEMM of the same PR moves by 0.4 µs per group (650.574 → 636.927 TFLOP/s), so a one-kernel
+#: grouped GEMM (``streams`` 0: torch ``_grouped_mm``) carries none. Taken for every architecture and
+#: precision (U: measured on Hopper BF16 only).
+TE_GROUPED_GEMM_FIXED_S = 2.74e-6
+
+
+def grouped_gemm_fixed_s(batch: int, streams: int) -> float:
+    """GPU seconds a ``batch`` of GEMMs issued as separate kernels on ``streams`` streams adds to their
+    work (``TE_GROUPED_GEMM_FIXED_S`` each); 0 for one grouped kernel (``streams`` 0)."""
+    return batch * TE_GROUPED_GEMM_FIXED_S if streams else 0.0
 
 
 @dataclass(frozen=True)

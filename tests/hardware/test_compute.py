@@ -73,3 +73,20 @@ def test_power_limited_part_runs_its_gemms_at_the_sustained_peak():
     t_sxm = RooflineComputeModel(H100, "bf16", for_gpu(H100)).op_time(op)
     t_capped = RooflineComputeModel(capped, "bf16", for_gpu(capped)).op_time(op)
     assert t_capped / t_sxm == pytest.approx(989.5 / 912.5, rel=1e-3)
+
+
+def test_multi_stream_grouped_gemm_pays_a_fixed_cost_per_gemm():
+    # Transformer Engine PR #2045 (H100, TE 2.7, BF16): 8 GEMMs of 4096x768x2048 at 627.903 TFLOP/s
+    # against 16 of 2048x768x2048 (the same FLOPs, tiles and waves) at 553.945: the 8 extra GEMMs cost
+    # 21.9 us, 2.74 us each
+    flops = 2 * 8 * 4096 * 768 * 2048
+    per_gemm = (flops / 553.945e12 - flops / 627.903e12) / 8
+    assert per_gemm == pytest.approx(2.74e-6, rel=1e-3)
+    model = RooflineComputeModel(H100, "bf16", for_gpu(H100))
+    eight = dataclasses.replace(gemm("up", 4096, 768, 2048, 2, batch=8), streams=4)
+    sixteen = dataclasses.replace(gemm("up", 2048, 768, 2048, 2, batch=16), streams=4)
+    assert model.op_time(sixteen) - model.op_time(eight) == pytest.approx(8 * per_gemm, rel=1e-3)
+    # one grouped kernel (torch._grouped_mm, streams 0): no per-GEMM cost, the two take the same time
+    one = model.op_time(dataclasses.replace(eight, streams=0))
+    assert model.op_time(dataclasses.replace(sixteen, streams=0)) == pytest.approx(one)
+    assert model.op_time(eight) == pytest.approx(one + 8 * per_gemm, rel=1e-3)
