@@ -279,12 +279,16 @@ def moe_block_ops(model: ModelConfig, b: int, s: int, tp: int, pb: int, kernels,
     if model.linear_bias:
         experts.append(_expert_bias(per_expert * local_experts, h, local_experts, pb))
     received = per_expert * local_experts * h
+
+    def bracket(ops: list, before: str, after: str, passes: int) -> list:
+        """``ops`` between two memory passes over the received tokens (a copy in, its inverse out)."""
+        return [wops.memory_op(before, received, passes, pb, 0.0), *ops,
+                wops.memory_op(after, received, passes, pb, 0.0)]
+
     if fp8_padding:  # Fp8Padding before fc1's cast, Fp8Unpadding after fc2 (module docstring)
-        experts = [wops.memory_op("fp8_padding", received, FP8_PADDING_PASSES, pb, 0.0), *experts,
-                   wops.memory_op("fp8_unpadding", received, FP8_PADDING_PASSES, pb, 0.0)]
+        experts = bracket(experts, "fp8_padding", "fp8_unpadding", FP8_PADDING_PASSES)
     if local_experts > 1:  # Permutation 2 and its inverse (module docstring)
-        experts = [wops.memory_op("sort_chunks", received, 2, pb, 0.0), *experts,
-                   wops.memory_op("restore_chunks", received, 2, pb, 0.0)]
+        experts = bracket(experts, "sort_chunks", "restore_chunks", 2)
     shared: list = []
     if m.n_shared_experts:
         fs = m.n_shared_experts * m.shared_width // tp
