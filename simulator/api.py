@@ -23,7 +23,7 @@ from simulator.engine.summary import pass_window, stage_row, summarize
 from simulator.engine.trace import Trace
 from simulator.hardware import attention
 from simulator.hardware.compute import RooflineComputeModel
-from simulator.hardware.efficiency import Efficiency, for_gpu, is_calibrated
+from simulator.hardware.efficiency import Efficiency, calibrated_archs, for_gpu, is_calibrated
 from simulator.hardware.kernels import launch_costs
 from simulator.network import build_cluster
 from simulator.parallel.build import build_copied_samples, build_step_graph, context_for
@@ -213,7 +213,7 @@ def _warnings(scenario: Scenario, efficiency: Efficiency | None, mesh: Any = Non
                    "parallel.moe_dispatcher: deepep sends each token once per node)")
     if efficiency is None and not is_calibrated(gpu):
         out.append(f"compute efficiencies for {gpu.name} ({gpu.arch}) are uncalibrated defaults "
-                   "(validated architectures: ampere, hopper); treat step times as estimates")
+                   f"(validated architectures: {', '.join(calibrated_archs())}); treat step times as estimates")
     return tuple(out)
 
 

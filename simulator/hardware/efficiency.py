@@ -52,6 +52,12 @@ def for_gpu(gpu: GPUSpec) -> Efficiency:
     return replace(eff, gemm_fraction=best * eff.gemm_sustained_of_mamf)
 
 
+def calibrated_archs() -> tuple[str, ...]:
+    """The architectures ``efficiency.yaml`` has fitted values for (the validation set's), sorted."""
+    return tuple(sorted(arch for arch, v in _table().items()
+                        if arch != "default" and isinstance(v, dict) and "gemm_sustained_of_mamf" in v))
+
+
 def is_calibrated(gpu: GPUSpec) -> bool:
     """True when ``efficiency.yaml`` has fitted values for the GPU's architecture (validation set)."""
-    return "gemm_sustained_of_mamf" in _table().get(gpu.arch, {})
+    return gpu.arch in calibrated_archs()

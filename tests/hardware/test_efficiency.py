@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 from simulator.catalog import get_gpu
-from simulator.hardware.efficiency import for_gpu, is_calibrated
+from simulator.hardware.efficiency import calibrated_archs, for_gpu, is_calibrated
 from simulator.validation.calibration import PARAMS, STEP, bounds
 
 
@@ -32,6 +32,13 @@ def test_fitted_values_lie_inside_the_physical_bounds(arch):
     for name in PARAMS:
         lo, hi = bounds(arch)[name]
         assert lo * STEP - 1e-9 <= fitted[name] <= hi * STEP + 1e-9, name
+
+
+def test_the_calibrated_architectures_are_the_three_fitted_ones():
+    """benchmarks/calibrate.py fits Ampere, Hopper and Blackwell (docs/validation.md); the uncalibrated
+    warning names them, not a stale list."""
+    assert calibrated_archs() == ("ampere", "blackwell", "hopper")
+    assert is_calibrated(get_gpu("gb200")) and not is_calibrated(get_gpu("rtx-4090"))
 
 
 def test_uncalibrated_architecture_uses_defaults():
