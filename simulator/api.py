@@ -32,7 +32,6 @@ from simulator.parallel.volume import per_rank
 from simulator.report.step_report import StepReport
 from simulator.steady_state import Played, play_step
 from simulator.workload import flops, memory
-from simulator.workload import recompute as recompute_blocks
 
 
 @dataclass(frozen=True)
@@ -133,20 +132,8 @@ def simulate(scenario: Scenario, *, efficiency: Efficiency | None = None, what_i
         played = play_step(play, ctx.n_micro, par.pp, par.pipeline_schedule, par.virtual_stages, exact=exact,
                            samples=lambda sizes: build_copied_samples(ctx, sizes))
     graph, device, summary, stages = played.graph, played.device, played.summary, played.stages
-    causal = tr.attention_flops == "causal"
-    # Selective recomputation re-runs the attention core; with FlashAttention nothing extra runs
-    # (its backward already recomputes QKᵀ, counted in the kernel's time), so HFU adds nothing.
-    recompute = tr.activation_checkpointing
-    if recompute == "selective" and tr.kernels.flash_attention:
-        recompute = "none"
-    n_seq_micro = scenario.grad_accum_steps * scenario.dp
-    terms = recompute_blocks.step_terms(scenario)  # training.recompute_layers, checkpoint early stop
-    step_flops = flops.step(scenario.model, tr.micro_batch_size, tr.seq_len, n_micro=n_seq_micro,
-                            causal=causal, recompute=recompute, **terms)
-    # HFU counts the FLOPs the kernels execute: a causal FlashAttention kernel skips the masked half
-    # whatever the MFU convention (an unfused kernel computes the whole score matrix), so HFU ≤ 100%.
-    executed = flops.step(scenario.model, tr.micro_batch_size, tr.seq_len, n_micro=n_seq_micro,
-                          causal=tr.kernels.flash_attention, recompute=recompute, **terms)
+    step_flops = flops.for_scenario(scenario)  # MFU's numerator: training.attention_flops convention
+    executed = flops.for_scenario(scenario, executed=True)  # HFU's: what the kernels run
     mem = memory.breakdown(scenario).as_dict()
     breakdown = {k: summary[k] for k in ("forward_s", "backward_s", "recompute_s", "optimizer_s", "idle_s",
                                          "compute_busy_s", "bubble_s", "host_bound_s")}
@@ -200,7 +187,7 @@ def _warnings(scenario: Scenario, efficiency: Efficiency | None, mesh: Any = Non
               mfu: float = 0.0) -> tuple[str, ...]:
     gpu = scenario.cluster.gpu_spec
     out = []
-    if mfu > 1:
+    if mfu > 1 and scenario.training.attention_flops == "full":
         out.append(f"MFU {100 * mfu:.1f}% exceeds 100% because training.attention_flops 'full' counts the masked "
                    "half of causal attention that the kernels skip; HFU counts executed FLOPs "
                    "(set training.attention_flops: causal for MFU by the executed convention)")

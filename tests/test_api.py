@@ -220,3 +220,26 @@ def test_bf16_at_zero_stage_0_reports_the_bf16_optimizer():
     fp16 = load_scenario(SCENARIOS / "olmo-2-7b-dgx-h100-zero3.yaml",
                          [*FAST, "parallel.zero_stage=0", "training.precision=fp16"])
     assert "bf16_optimizer" not in simulate(fp16).layout
+
+
+def test_run_counts_the_attention_packed_documents_and_windows_leave():
+    """MFU and HFU of `dtsim run` read the same FLOP count as `dtsim flops` (workload.flops.for_scenario):
+    per-document masking keeps d/s of the causal attention core. Llama 3 8B, 8 sequences of 4,096
+    tokens packed with 1,024-token documents: the core per block and sequence is QKᵀ + ·V =
+    2 · 2 · 4,096² · 4,096 / 2 (causal), of which 3/4 is masked; 32 blocks, × 3 for forward and backward.
+    Found by a bug bash: `run` counted the whole causal core (MFU 119%, HFU 157% at 131k tokens with
+    512-token documents)."""
+    base = ["training.attention_flops=causal", "training.seq_len=4096", "training.micro_batch_size=1",
+            "training.global_batch_size=8", "training.activation_checkpointing=none", "cluster.nodes=1"]
+    path = "scenarios/llama-3-8b-fsdp-8xdgx-h100.yaml"
+    whole = simulate(load_scenario(path, base))
+    packed = simulate(load_scenario(path, [*base, "training.document_tokens=1024"]))
+    core = 2 * 2 * 4096**2 * 4096 / 2
+    saved = 3 * 8 * 32 * 0.75 * core
+    assert whole.model_flops - packed.model_flops == pytest.approx(saved, rel=1e-12)
+    assert whole.hardware_flops - packed.hardware_flops == pytest.approx(saved, rel=1e-12)
+    long = simulate(load_scenario(path, ["training.attention_flops=causal", "training.seq_len=131072",
+                                         "training.micro_batch_size=1", "training.global_batch_size=8",
+                                         "training.activation_checkpointing=full", "parallel.cp=8",
+                                         "training.document_tokens=512", "cluster.nodes=1"]))
+    assert long.mfu < 1 and long.hfu < 1

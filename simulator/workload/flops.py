@@ -228,22 +228,31 @@ def step(
     )
 
 
-def for_scenario(scenario: Scenario) -> StepFlops:
+def for_scenario(scenario: Scenario, executed: bool = False) -> StepFlops:
     """:func:`step` for a scenario's whole optimizer step (all data-parallel ranks): micro-batches of
     ``training.micro_batch_size`` sequences, ``global_batch_size / micro_batch_size`` of them, the
-    attention convention of ``training.attention_flops`` and the recompute mode of
-    ``training.activation_checkpointing`` (selective without ``core_attn`` among
-    ``training.recompute_modules`` re-runs no GEMM: ``recompute.attention_mode``). Divide by the GPU count
-    for per-GPU work."""
+    attention the kernel computes (``attention_span``: packed documents, sliding windows; the whole
+    matrix unfused) and the recompute mode of ``training.activation_checkpointing`` (selective without
+    ``core_attn`` among ``training.recompute_modules`` re-runs no GEMM: ``recompute.attention_mode``).
+    Divide by the GPU count for per-GPU work. The one count ``dtsim run``'s MFU and HFU read.
+
+    ``executed`` false: the convention of ``training.attention_flops`` (MFU's numerator is
+    ``model_flops``). True: the FLOPs the kernels run (HFU's numerator is ``hardware_flops``): attention
+    causal with a fused kernel, which skips the masked half whatever the MFU convention, the whole matrix
+    unfused, so HFU ≤ 100%; selective recomputation with FlashAttention adds nothing, its backward
+    recomputing ``QKᵀ`` anyway."""
     t = scenario.training
+    flash = t.kernels.flash_attention
+    recompute = recompute_mod.attention_mode(t)
+    if executed and recompute == "selective" and flash:
+        recompute = "none"
     return step(
         scenario.model,
         t.micro_batch_size,
         t.seq_len,
         t.global_batch_size // t.micro_batch_size,
-        causal=t.attention_flops == "causal",
-        recompute=recompute_mod.attention_mode(t),
-        attention_fraction=attention_span(scenario.model, t.seq_len, t.document_tokens,
-                                          t.kernels.flash_attention).fraction,
+        causal=flash if executed else t.attention_flops == "causal",
+        recompute=recompute,
+        attention_fraction=attention_span(scenario.model, t.seq_len, t.document_tokens, flash).fraction,
         **recompute_mod.step_terms(scenario),
     )
