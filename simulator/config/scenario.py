@@ -17,7 +17,7 @@ from simulator.config.hardware import Dtype, GPUSpec
 from simulator.config.model import ModelConfig
 from simulator.config.parallel import Framework, Offload, ParallelConfig  # noqa: F401  (re-exported)
 from simulator.config.run import CostConfig, ReliabilityConfig
-from simulator.config.topology import TopologyConfig
+from simulator.config.topology import FullMeshFabric, NVSwitchFabric, TopologyConfig
 from simulator.hardware import power
 
 #: ``selective``: Korthikanti et al. 2022 (the attention core is recomputed); ``selective_op``:
@@ -41,6 +41,42 @@ class ClusterConfig(Frozen):
     #: Board power cap of every GPU (``nvidia-smi --power-limit``), W; None = the GPU's TDP. The GPU then
     #: computes at the datasheet peak of its silicon at that power (simulator.hardware.power).
     gpu_power_limit_W: PositiveFloat | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _gpu_bounds_scale_up(cls, data: Any) -> Any:
+        """A GPU's own NVLink (or xGMI) ports bound what the node's scale-up fabric gives it: with
+        ``cluster.gpu`` overriding the topology's GPU, the fabric's per-GPU bandwidth is the smaller of
+        the two (an H800, 8 NVLink4 links = 200 GB/s per direction [catalog], in a DGX H100 chassis whose
+        NVSwitches give the H100's 18 links 450), and a GPU with none catalogued (a PCIe card) cannot sit
+        on NVSwitch or an xGMI mesh. Every consumer (the node graph, NCCL's tuner model, the reports)
+        then reads the one bounded topology."""
+        if not isinstance(data, dict) or data.get("gpu") is None or data.get("topology") is None:
+            return data
+        try:
+            topo = TopologyConfig.model_validate(data["topology"])
+            gpu = GPUSpec.model_validate(data["gpu"])
+        except ValueError:
+            return data  # the field validators report it
+        fabric = topo.intra_node
+        if isinstance(fabric, NVSwitchFabric):
+            have = fabric.bandwidth_GBps_per_gpu
+        elif isinstance(fabric, FullMeshFabric):
+            have = fabric.link_GBps * (topo.gpus_per_node - 1)
+        else:
+            return data
+        own = gpu.nvlink_GBps_per_direction
+        if own <= 0:
+            raise ValueError(f"cluster.gpu {gpu.name} has no NVLink/xGMI scale-up link (catalog "
+                             f"nvlink_GBps_per_direction 0), but topology {topo.name} joins its GPUs with "
+                             f"{fabric.kind}; use a PCIe topology (intra_node kind pcie) or an SXM/OAM GPU")
+        if own >= have:
+            return data
+        if isinstance(fabric, NVSwitchFabric):
+            bounded = fabric.model_copy(update={"bandwidth_GBps_per_gpu": own})
+        else:
+            bounded = fabric.model_copy(update={"link_GBps": own / (topo.gpus_per_node - 1)})
+        return {**data, "topology": topo.model_copy(update={"intra_node": bounded})}
 
     @cached_property
     def gpu_spec(self) -> GPUSpec:

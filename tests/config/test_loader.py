@@ -144,3 +144,22 @@ def test_model_mapping_and_hf_config_relative_to_scenario(tmp_path):
 def test_nested_override_of_catalog_model_and_topology():
     s = scenario_from_dict(BASE, overrides=["model.n_layers=2", "model=llama-2-7b"])
     assert s.model.n_layers == 2 and s.model.vocab_size == 32000  # reference first, then the nested edit
+
+
+def test_an_override_gpu_bounds_the_nodes_scale_up_bandwidth():
+    """cluster.gpu h800 in a DGX H100: the H800's 8 NVLink4 links give 200 GB/s per direction (catalog),
+    the chassis' NVSwitches 450 for the H100's 18; the GPU's ports bound it. The bundled GPU and one with
+    more links than the fabric (none here) keep the topology's figure."""
+    h800 = scenario_from_dict({**BASE, "cluster": {**BASE["cluster"], "gpu": "h800"}})
+    assert h800.cluster.topology.intra_node.bandwidth_GBps_per_gpu == 200
+    assert scenario_from_dict(BASE).cluster.topology.intra_node.bandwidth_GBps_per_gpu == 450
+    from simulator.network import build_cluster
+
+    cluster = build_cluster(h800.cluster.topology, 1, h800.cluster.gpu_spec)
+    # a non-blocking NVSwitch node of 8 GPUs: bisection (8/2) x 200 GB/s
+    assert cluster.nvlink_bisection_Bps() == pytest.approx(4 * 200e9)
+
+
+def test_a_gpu_without_scale_up_links_cannot_sit_on_nvswitch():
+    msg = _error({**BASE, "cluster": {**BASE["cluster"], "gpu": "h100-pcie"}})
+    assert "cluster.gpu h100-pcie" in msg and "PCIe topology" in msg
