@@ -13,7 +13,8 @@ local_batch_size`` (``batch_size`` before 2025), ``global_batch_size`` (−1: lo
 ``training.recompute_layers``); ``[float8]`` / ``[model] converters = ["float8"]``, ``[float8]
 enable_fsdp_float8_all_gather`` (``parallel.fp8_param_gather``).
 torchtitan applies FSDP2 (``fully_shard``): dtsim framework ``fsdp``; replicate × shard > 1 with
-both > 1 is HSDP (``hybrid_shard``), shard 1 with replicate > 1 is DDP (``ddp``).
+both > 1 is HSDP (``hybrid_shard``), shard 1 with replicate > 1 is DDP (``ddp``). Its tensor
+parallelism always runs the norms sequence-parallel (``parallel.sequence_parallel`` with ``tp > 1``).
 """
 
 from __future__ import annotations
@@ -167,6 +168,11 @@ def _parallel(par: dict, tr: dict, out: Imported) -> None:
     tp, pp, cp = (_degree(par, k, 1) for k in ("tensor_parallel_degree", "pipeline_parallel_degree",
                                                 "context_parallel_degree"))
     out.set("parallel.tp", tp)
+    if tp > 1:
+        # torchtitan's tensor-parallel plan always shards the norms and the residual stream over the
+        # sequence (apply_tp: "attention_norm"/"ffn_norm" SequenceParallel(), the linears' inputs
+        # Shard(1)); it has no switch to turn that off.
+        out.set("parallel.sequence_parallel", True)
     out.set("parallel.pp", pp)
     out.set("parallel.cp", cp)
     if shard != -1:

@@ -214,6 +214,8 @@ def test_torchtitan_import_hand_checked(tmp_path):
     s, _, imported = import_scenario("torchtitan", f, topology="dgx-a100", nodes=8)
     assert s.model.n_layers == 80 and s.model.hidden_size == 8192 and s.model.kv_heads == 8  # llama3 70B
     assert (s.parallel.framework, s.parallel.sharding_strategy, s.parallel.tp) == ("fsdp", "full_shard", 8)
+    # torchtitan's TP plan always shards norms and the residual stream over the sequence (SequenceParallel)
+    assert s.parallel.sequence_parallel
     # 64 GPUs / tp 8 = dp 8; no global_batch_size: local 8 x dp 8 = 64 sequences.
     assert (s.dp, s.training.micro_batch_size, s.training.global_batch_size) == (8, 8, 64)
     assert (s.training.seq_len, s.training.steps, s.training.activation_checkpointing) == (8192, 1000, "full")
@@ -228,6 +230,7 @@ def test_torchtitan_hsdp_ddp_and_errors(tmp_path):
     s, _, _ = import_scenario("torchtitan", text=hsdp, topology="dgx-h100")
     # replicate 2 x shard 8 = 16 GPUs -> 2 nodes (given by the degrees); global 2 x 16.
     assert (s.parallel.sharding_strategy, s.n_gpus, s.training.global_batch_size) == ("hybrid_shard", 16, 32)
+    assert not s.parallel.sequence_parallel  # no tensor parallelism, nothing to shard
     ddp = hsdp.replace("data_parallel_shard_degree=8", "data_parallel_shard_degree=1")
     s, _, _ = import_scenario("torchtitan", text=ddp, topology="dgx-h100")
     assert (s.parallel.framework, s.n_gpus) == ("ddp", 2)
