@@ -3,7 +3,8 @@ flag names and defaults as documented in ``simulator.interop.megatron``)."""
 
 from __future__ import annotations
 
-from simulator.config.scenario import Scenario
+from simulator.config.scenario import UNFUSED_ATTENTION, Scenario
+from simulator.hardware import attention
 from simulator.interop.common import Exported
 from simulator.interop.megatron_graphs import export_graphs
 from simulator.interop.megatron_moe import export_moe
@@ -68,7 +69,11 @@ def export_args(s: Scenario) -> Exported:
         lines.append(f"--train-iters {tr.steps}")
     elif tr.total_tokens is not None:
         lines.append(f"--train-samples {int(tr.total_tokens // tr.seq_len)}")
-    backend = "fused" if tr.kernels.attention == "cudnn" else "flash" if tr.kernels.flash_attention else "unfused"
+    # The kernel dtsim prices (``attention.for_scenario``: auto resolves to cuDNN for Megatron on
+    # Hopper/Blackwell), so the job launched runs what was predicted: cuDNN is Transformer Engine's fused
+    # backend, flash-attn's kernels its flash backend, unfused attention its unfused one.
+    kernel = attention.for_scenario(s)
+    backend = "fused" if kernel == "cudnn" else "unfused" if kernel in UNFUSED_ATTENTION else "flash"
     lines.append(f"--attention-backend {backend}")
     lines += [f"--tensor-model-parallel-size {par.tp}", f"--pipeline-model-parallel-size {par.pp}"]
     if par.cp > 1:

@@ -47,6 +47,11 @@ def test_megatron_round_trip(path):
     _same(s, back, ["training.activation_checkpointing", "training.kernels.flash_attention", "parallel.tp",
                     "parallel.pp", "parallel.cp", "parallel.sequence_parallel", "parallel.virtual_stages",
                     "parallel.tp_comm_overlap", "n_gpus"])
+    # the job launched runs the attention kernel dtsim priced (auto is cuDNN for Megatron on Hopper and
+    # Blackwell: --attention-backend fused, not flash)
+    from simulator.hardware import attention
+
+    assert attention.for_scenario(back) == attention.for_scenario(s)
     if s.model.mlp != "relu":  # Megatron-LM has no plain-ReLU MLP
         assert back.model.mlp == s.model.mlp
     if s.model.position_embedding != "alibi":
