@@ -128,6 +128,9 @@ class ClusterConfig(Frozen):
 #: ``eager`` unfused attention (score matrix in HBM).
 AttentionImpl = Literal["auto", "fa1", "fa2", "fa3", "cudnn", "sdpa_math", "eager"]
 UNFUSED_ATTENTION = ("sdpa_math", "eager")
+#: Architectures with block-scaled MX FP8 tensor-core GEMMs (``fp8_recipe: mxfp8``): NVIDIA Blackwell
+#: (sm_100/sm_103, 32-element E8M0 scale blocks) and AMD CDNA4 (MI350/MI355X, the OCP MX formats).
+MXFP8_ARCHS = ("blackwell", "cdna4")
 #: FP8 recipes of torchao's float8 linears (no Transformer Engine modules).
 TORCHAO_RECIPES = ("tensorwise", "rowwise")
 
@@ -373,4 +376,9 @@ class Scenario(Frozen):
             self.cluster.gpu_spec.peak_flops(t.precision)
         except ValueError as exc:
             raise ValueError(f"training.precision: {exc}") from None
+        gpu = self.cluster.gpu_spec
+        if t.precision == "fp8" and t.kernels.fp8_recipe == "mxfp8" and gpu.arch not in MXFP8_ARCHS:
+            raise ValueError(f"training.kernels.fp8_recipe mxfp8 needs block-scaled (MX) FP8 GEMMs, which "
+                             f"{gpu.name} ({gpu.arch}) does not have ({', '.join(MXFP8_ARCHS)} only); use delayed "
+                             "or current (Transformer Engine) or tensorwise or rowwise (torchao)")
         return self

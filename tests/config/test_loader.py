@@ -163,3 +163,12 @@ def test_an_override_gpu_bounds_the_nodes_scale_up_bandwidth():
 def test_a_gpu_without_scale_up_links_cannot_sit_on_nvswitch():
     msg = _error({**BASE, "cluster": {**BASE["cluster"], "gpu": "h100-pcie"}})
     assert "cluster.gpu h100-pcie" in msg and "PCIe topology" in msg
+
+
+def test_mxfp8_needs_block_scaled_fp8_gemms():
+    """MXFP8 is Blackwell's (and CDNA4's) block-scaled FP8; Hopper's tensor cores scale per tensor only."""
+    fp8 = {**BASE["training"], "precision": "fp8", "kernels": {"fp8_recipe": "mxfp8"}}
+    msg = _error({**BASE, "training": fp8})
+    assert "training.kernels.fp8_recipe mxfp8" in msg and "h100-sxm (hopper)" in msg and "current" in msg
+    b200 = scenario_from_dict({**BASE, "cluster": {"topology": "dgx-b200", "nodes": 2}, "training": fp8})
+    assert b200.training.kernels.fp8_recipe == "mxfp8"
