@@ -126,6 +126,9 @@ def _collective(topology: str, nodes: int, op: str, algo: str, fidelity: str, mi
     group = [0, n - 1] if op == "send_recv" else list(range(n))
     if nbytes is not None:
         sizes = [_bytes(nbytes, "--bytes")]
+        if sizes[0] < 1:
+            raise InputError(f"must be at least 1 (got {nbytes}); nccl-tests sizes start at 1 byte",
+                             field="--bytes")
     else:
         sizes = sweep_sizes(_bytes(min_bytes, "--min-bytes"), _bytes(max_bytes, "--max-bytes"), step_factor)
     rows = []

@@ -49,6 +49,7 @@ def test_sweep_sizes_like_nccl_tests():
         (["--topology", "dgx-z900"], "topology"),
         (["--topology", "dgx-h100", "--gpus", "12"], "--gpus"),
         (["--topology", "dgx-h100", "--bytes", "lots"], "--bytes"),
+        (["--topology", "dgx-h100", "--bytes", "0"], "--bytes"),
         (["--topology", "dgx-h100", "--op", "allreduce"], "--op"),
         (["--topology", "dgx-h100", "--algo", "magic"], "--algo"),
         (["--topology", "dgx-h100", "--fidelity", "packet"], "--fidelity"),
