@@ -146,8 +146,8 @@ def _run(path: Path, overrides, json_out: bool, trace: Path | None, allow_oom: b
     if not report.fits:
         mem = report.memory
         stderr.print(
-            f"[bold red]does not fit:[/] {fmt_bytes(mem['total_bytes'])} per GPU needed, "
-            f"{fmt_bytes(mem['hbm_bytes'])} usable (short by {fmt_bytes(-mem['headroom_bytes'])}); "
+            f"[bold red]does not fit:[/] {fmt_bytes(mem['total_bytes'] - mem['fragmentation_bytes'])} per GPU "
+            f"allocated at the peak, {fmt_bytes(mem['hbm_bytes'])} usable; "
             "try a higher ZeRO stage, activation_checkpointing, a smaller micro_batch_size or offload"
             + ("" if allow_oom else "; --allow-oom to accept"),
             highlight=False, soft_wrap=True,

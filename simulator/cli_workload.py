@@ -16,6 +16,7 @@ from simulator.cli_common import handle_errors, print_json, stdout
 from simulator.config.loader import load_scenario
 from simulator.config.model import ModelConfig
 from simulator.errors import InputError
+from simulator.report.tables import memory_verdict
 from simulator.units import fmt_bytes, fmt_count
 from simulator.workload import flops, memory, params
 
@@ -199,8 +200,7 @@ def _memory(path: Path, overrides: list[str] | None, json_out: bool) -> None:
             stages.add_row(str(r["stage"]), str(r["layers"]), f"{r['in_flight']:g}",
                            fmt_bytes(r["activations_bytes"]), fmt_bytes(r["total_bytes"]))
         stdout.print(stages)
-    verdict = "[green]fits[/]" if result["fits"] else "[bold red]does not fit[/]"
-    stdout.print(f"{verdict}: headroom {fmt_bytes(result['headroom_bytes'])}")
+    stdout.print(memory_verdict(result))
 
 
 catalog_app = typer.Typer(help="List the catalogued GPUs and models.", no_args_is_help=True)

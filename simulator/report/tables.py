@@ -22,6 +22,21 @@ _COMM_LABELS = {
 }
 
 
+def memory_verdict(mem: dict) -> str:
+    """The fit verdict of a memory breakdown (``workload.memory.breakdown``'s dict), rich markup: fits
+    with its headroom; fits tightly (the allocated peak fits, the fragmentation allowance does not);
+    or does not fit, short by what the allocated peak exceeds."""
+    frag = mem.get("fragmentation_bytes", 0.0)
+    if mem["fits"] and not mem.get("tight"):
+        return f"[green]fits[/]: headroom {fmt_bytes(mem['headroom_bytes'])}"
+    if mem["fits"]:
+        return (f"[yellow]fits tightly[/]: {fmt_bytes(mem['headroom_bytes'] + frag)} to spare at the allocated "
+                f"peak, {fmt_bytes(-mem['headroom_bytes'])} over with the allocator's fragmentation allowance "
+                f"({fmt_bytes(frag)}): expect cache flushes and cudaMalloc retries near the peak "
+                "(PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True avoids most)")
+    return f"[bold red]does not fit[/]: short by {fmt_bytes(-(mem['headroom_bytes'] + frag))} at the allocated peak"
+
+
 def _pct(part: float, whole: float) -> str:
     return f"{100 * part / whole:.1f}%" if whole > 0 else "-"
 
@@ -88,8 +103,7 @@ def render(report: StepReport, console: Console, interval: Any = None) -> None:
     m.add_row("[bold]total", fmt_bytes(mem["total_bytes"]))
     m.add_row("usable HBM", fmt_bytes(mem["hbm_bytes"]))
     console.print(m)
-    verdict = "[green]fits[/]" if report.fits else "[bold red]does not fit[/]"
-    console.print(f"{verdict}: headroom {fmt_bytes(mem['headroom_bytes'])}")
+    console.print(memory_verdict(mem))
 
 
 def _dimensions(bd: dict, console: Console) -> None:

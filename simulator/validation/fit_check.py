@@ -1,10 +1,12 @@
 """Every published throughput run is also a memory measurement: it ran, so its peak memory fit the GPU.
 
-``dtsim validate`` lists the runs whose simulated peak (``memory.breakdown``'s ``total``) exceeds the
-GPU's usable HBM: each is an overestimate of the memory model (a lower bound on its error), reported
-with its cause where one is known (``CAUSES``, by run-id glob, first match wins), never silenced. The
-measured peak-memory runs (``dtsim validate --memory``) give the model's error; this check covers the
-configurations those runs do not.
+``dtsim validate`` lists the runs whose simulated peak (``memory.breakdown``'s ``total``, with the
+allocator's fragmentation allowance) exceeds the GPU's usable HBM: each is an overestimate of the memory
+model (a lower bound on its error), reported with its cause where one is known (``CAUSES``, by run-id
+glob, first match wins), never silenced, and with dtsim's verdict: ``fits tightly`` when the allocated
+peak (``total − fragmentation``) still fits, which is what ``memory.breakdown`` calls fitting, else
+``does not fit``, a verdict the measurement contradicts. The measured peak-memory runs (``dtsim validate
+--memory``) give the model's error; this check covers the configurations those runs do not.
 """
 
 from __future__ import annotations
@@ -37,7 +39,10 @@ def cause_of(run_id: str) -> str:
 
 def overestimates(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
     """Simulated rows whose memory exceeds the usable HBM (``memory_of_usable`` > 1), largest first:
-    ``id``, ``memory_of_usable``, ``cause``."""
-    out = [{"id": r["id"], "memory_of_usable": r["memory_of_usable"], "cause": cause_of(r["id"])}
+    ``id``, ``memory_of_usable``, ``verdict`` (``fits tightly`` while ``allocated_of_usable`` ≤ 1, else
+    ``does not fit``), ``cause``."""
+    out = [{"id": r["id"], "memory_of_usable": r["memory_of_usable"],
+            "verdict": "does not fit" if r.get("allocated_of_usable", r["memory_of_usable"]) > 1.0 else "fits tightly",
+            "cause": cause_of(r["id"])}
            for r in rows if r.get("memory_of_usable", 0.0) > 1.0]
     return sorted(out, key=lambda o: (-o["memory_of_usable"], o["id"]))

@@ -60,13 +60,19 @@ def print_table(rows: Sequence[dict[str, Any]], summary: dict[str, Any], console
                       markup=False)
     fit = summary.get("fit_check", {"runs": 0, "over": []})
     console.print(f"published runs simulated above their GPU's usable memory (they ran): {len(fit['over'])} of "
-                  f"{fit['runs']}", highlight=False)
+                  f"{fit['runs']}; {_does_not_fit(fit)} of them 'does not fit' (allocated peak above it too), the "
+                  "rest fit tightly", highlight=False)
     for o in fit["over"]:
-        console.print(f"  {o['id']} ({o['memory_of_usable']:.2f}x): {o['cause']}", highlight=False, soft_wrap=True,
-                      markup=False)
+        console.print(f"  {o['id']} ({o['memory_of_usable']:.2f}x, {o.get('verdict', 'does not fit')}): {o['cause']}",
+                      highlight=False, soft_wrap=True, markup=False)
     console.print(f"skipped {summary['skipped']} of {summary['runs']} runs:", highlight=False)
     for s in summary["skipped_runs"]:
         console.print(f"  {s['id']}: {s['reason']}", highlight=False, soft_wrap=True, markup=False)
+
+
+def _does_not_fit(fit: dict[str, Any]) -> int:
+    """Runs of the fit check whose dtsim verdict is 'does not fit' (the measurement says they ran)."""
+    return sum(1 for o in fit["over"] if o.get("verdict", "does not fit") == "does not fit")
 
 
 def markdown(rows: Sequence[dict[str, Any]], summary: dict[str, Any], command: str,
@@ -115,9 +121,12 @@ def markdown(rows: Sequence[dict[str, Any]], summary: dict[str, Any], command: s
     lines += ["", f"{h}# Runs simulated above their GPU's memory", "",
               f"Every published run ran, so its peak memory fit the GPU: a simulated peak above the usable HBM is "
               f"an overestimate of the memory model (simulator/validation/fit_check.py). "
-              f"{len(fit['over'])} of {fit['runs']} simulated runs.", "",
-              "| run | simulated / usable memory | cause |", "|---|---:|---|"]
-    lines += [f"| {o['id']} | {o['memory_of_usable']:.2f} | {o['cause'].replace('|', '/')} |" for o in fit["over"]]
+              f"{len(fit['over'])} of {fit['runs']} simulated runs; dtsim's verdict on {_does_not_fit(fit)} of them "
+              "is 'does not fit' (the allocated peak, without the allocator's fragmentation allowance, is above "
+              "the usable HBM too), on the rest 'fits tightly'.", "",
+              "| run | simulated / usable memory | verdict | cause |", "|---|---:|---|---|"]
+    lines += [f"| {o['id']} | {o['memory_of_usable']:.2f} | {o.get('verdict', 'does not fit')} | "
+              f"{o['cause'].replace('|', '/')} |" for o in fit["over"]]
     lines += ["", f"{h}# Leave-one-source-out folds", "",
               "Each publication of the calibration runs held out once: the parameters fitted without it "
               "(GEMM share of MAMF, attention share of the kernel benchmark, overlap slowdown: measured, not "

@@ -47,8 +47,11 @@ def row(outcome: Outcome) -> dict[str, Any]:
                measured_tokens_per_s_per_gpu=run.measured_tokens_per_s_per_gpu,
                predicted_tokens_per_s_per_gpu=pred_tok, error=outcome.error,
                predicted_step_time_s=outcome.report.step_time_s)
-    if "total_bytes" in outcome.report.memory:  # the run ran: its peak fit (fit_check)
-        out["memory_of_usable"] = outcome.report.memory["total_bytes"] / float(scenario.cluster.gpu_spec.hbm_usable_bytes)
+    mem = outcome.report.memory
+    if "total_bytes" in mem:  # the run ran: its peak fit (fit_check)
+        usable = float(scenario.cluster.gpu_spec.hbm_usable_bytes)
+        out["memory_of_usable"] = mem["total_bytes"] / usable
+        out["allocated_of_usable"] = (mem["total_bytes"] - mem["fragmentation_bytes"]) / usable
     if run.flops_per_token:
         pred_tflops = pred_tok * run.flops_per_token / 1e12
         out["predicted_tflops_per_gpu"] = pred_tflops

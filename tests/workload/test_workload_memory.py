@@ -234,3 +234,28 @@ def test_deepspeed_bf16_optimizer_keeps_fp32_gradients_and_shards_adam(new_scena
     fp16 = memory.model_states(new_scenario(shapes["llama3_8b"], parallel={"zero_stage": 0},
                                             training={"precision": "fp16"}))
     assert fp16.total_bytes == 16 * psi  # the plain stage 0: 2 + 2 + 12 B, nothing sharded
+
+
+def test_the_verdict_reads_the_allocated_peak_and_flags_the_fragmentation_margin():
+    """fits iff total − fragmentation ≤ usable; ``tight`` when only the fragmentation allowance
+    (memory.fragmentation × allocated) crosses it. Llama 3 8B, FSDP on 8 H100 (84.8 GB usable), 10,240
+    tokens per micro-batch: the allocated peak fits, the allowance does not; at fragmentation 0 the same
+    step fits with room, at 11,264 tokens even the allocated peak does not."""
+    from simulator.config.loader import scenario_from_dict
+
+    def bd(seq, frag=0.10):
+        return memory.breakdown(scenario_from_dict({
+            "name": "v", "model": "llama-3-8b", "cluster": {"topology": "dgx-h100", "nodes": 1},
+            "training": {"seq_len": seq, "micro_batch_size": 1, "global_batch_size": 64},
+            "parallel": {"framework": "fsdp"}, "memory": {"fragmentation": frag}}))
+
+    tight = bd(10240)
+    allocated = tight.total_bytes - tight.fragmentation_bytes
+    assert allocated <= tight.hbm_bytes < tight.total_bytes
+    assert tight.fits and tight.tight and tight.headroom_bytes < 0
+    # the allowance is 10% of the allocated bytes less NCCL's buffers and the CUDA context
+    assert tight.fragmentation_bytes == pytest.approx(
+        0.10 * (allocated - tight.cuda_context_bytes - 250e6), rel=0.02)
+    none = bd(10240, frag=0.0)
+    assert none.fits and not none.tight and none.total_bytes == pytest.approx(allocated)
+    assert not bd(11264).fits and not bd(11264).tight
