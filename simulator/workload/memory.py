@@ -231,7 +231,9 @@ def buffers(scenario: Scenario, psi: float | None = None, blocks: int | None = N
     * FSDP FULL/HYBRID: the root unit (embeddings, head) stays unsharded (no reshard after forward
       for the root), plus 2 block units with ``backward_prefetch=backward_pre`` (current + next,
       ``limit_all_gathers`` caps in-flight all-gathers at 2) else 1, plus one unit's unsharded
-      gradients; SHARD_GRAD_OP keeps every unsharded parameter from forward to backward.
+      gradients; SHARD_GRAD_OP keeps every unsharded parameter from forward to backward; NO_SHARD under
+      a 16-bit ``param_dtype`` keeps the whole model's 16-bit copy (``_mp_shard``) from forward to
+      post-backward.
     * FSDP under a pipeline (torchtitan): parameters gathered in micro-batch 0 stay unsharded for the
       step (``reshard_after_forward=False`` with PP) and gradients accumulate unsharded, in
       ``reduce_dtype``, until the last micro-batch's reduce-scatter (FSDP2
@@ -298,6 +300,11 @@ def buffers(scenario: Scenario, psi: float | None = None, blocks: int | None = N
             gathered = mp * (root + units * unit) - units * saved
             comm = rd * unit
         elif strategy == "shard_grad_op":
+            gathered = mp * psi - blocks * saved
+            comm = rd * unit
+        elif mp < 4:  # no_shard under a 16-bit param_dtype
+            # every rank holds the whole fp32 model (a model state); FSDP casts it to a 16-bit copy in the
+            # forward (_mp_shard, the low-precision "shard" of NO_SHARD) that lives until the post-backward
             gathered = mp * psi - blocks * saved
             comm = rd * unit
     return BufferBytes(comm, gathered, scenario.memory.nccl_buffers_bytes, optimizer_step=step)

@@ -259,3 +259,22 @@ def test_the_verdict_reads_the_allocated_peak_and_flags_the_fragmentation_margin
     none = bd(10240, frag=0.0)
     assert none.fits and not none.tight and none.total_bytes == pytest.approx(allocated)
     assert not bd(11264).fits and not bd(11264).tight
+
+
+def test_fsdp_no_shard_keeps_the_whole_16_bit_copy():
+    """FSDP1 NO_SHARD with MixedPrecision(param_dtype=bf16): every rank holds the fp32 model (4 B per
+    parameter, a model state) and, from the forward to the post-backward, its bf16 cast (_mp_shard): 2 B
+    per parameter of buffers, as SHARD_GRAD_OP's unsharded copy. With fp32 param_dtype there is no cast.
+    Found by a bug bash: no_shard came out cheaper than full_shard on one GPU."""
+    from simulator.config.loader import scenario_from_dict
+
+    def sc(strategy, dtype="bf16"):
+        return scenario_from_dict({
+            "name": "n", "model": "llama-3-8b", "cluster": {"topology": "dgx-h100", "nodes": 1, "gpus": 1},
+            "training": {"seq_len": 2048, "micro_batch_size": 1, "global_batch_size": 8},
+            "parallel": {"framework": "fsdp", "sharding_strategy": strategy, "param_dtype": dtype}})
+
+    psi = params.local(sc("no_shard").model, 1, 1)
+    assert memory.buffers(sc("no_shard")).gathered_params == pytest.approx(2 * psi, rel=1e-12)
+    assert memory.buffers(sc("no_shard", "fp32")).gathered_params == 0
+    assert memory.breakdown(sc("no_shard")).total_bytes >= memory.breakdown(sc("full_shard")).total_bytes
