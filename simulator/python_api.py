@@ -35,7 +35,10 @@ def _raw_and_dir(scenario: Any) -> tuple[dict, Path]:
     from simulator.errors import InputError
 
     if isinstance(scenario, Scenario):
-        return scenario.model_dump(mode="python", exclude_none=True), Path.cwd()
+        # what the user (and the loader's resolution) set, not every framework's defaults: a dump of
+        # all fields would carry e.g. DDP's bucket_cap_mb into a DeepSpeed scenario, which validation
+        # refuses as another framework's key
+        return scenario.model_dump(mode="python", exclude_unset=True), Path.cwd()
     if isinstance(scenario, dict):
         return scenario, Path.cwd()
     if isinstance(scenario, str | Path):
@@ -134,6 +137,10 @@ def sweep(scenario: Scenario | dict | str | Path, grid: dict[str, list[Any] | st
     from simulator.sweep.runner import run_sweep
     from simulator.sweep.store import ResultStore
 
+    if objective is not None and objective not in OBJECTIVES:  # before the grid runs, not after
+        raise InputError(f"unknown objective {objective!r}; valid: {', '.join(OBJECTIVES)}", "objective")
+    if not isinstance(workers, int) or workers < 1:
+        raise InputError(f"workers must be a positive integer, got {workers!r}", "workers")
     raw, base_dir = _raw_and_dir(scenario)
     sets = _override_strings(overrides)
     base_raw = prepare_raw(raw, base_dir, sets) if sets else raw
@@ -144,8 +151,6 @@ def sweep(scenario: Scenario | dict | str | Path, grid: dict[str, list[Any] | st
     rows = run_sweep(base_raw, base_dir, all_points, ResultStore(None, sid, False), workers=workers,
                      extra={"sweep_id": sid})
     if objective is not None:
-        if objective not in OBJECTIVES:
-            raise InputError(f"unknown objective {objective!r}; valid: {', '.join(OBJECTIVES)}", "objective")
         column, larger = OBJECTIVES[objective]
         ok = [r for r in rows if r["status"] == "ok" and r.get(column) is not None]
         ok.sort(key=lambda r: (-r[column] if larger else r[column], r["point"]))

@@ -35,6 +35,16 @@ def test_simulate_equals_dtsim_run_json():
         simulator.simulate(SCENARIO, parallel__zero_stage=7)
 
 
+@pytest.mark.parametrize("path", sorted((ROOT / "scenarios").glob("*.yaml")), ids=lambda p: p.stem)
+def test_a_loaded_scenario_takes_overrides_like_its_file(path):
+    """load(load(path), **o) is load(path, **o): the overrides apply to what the scenario set, not to a
+    dump of every framework's defaults (which carried DDP's bucket_cap_mb into DeepSpeed scenarios and
+    failed validation; found by a bug bash)."""
+    batch = simulator.load(path).training.global_batch_size * 2
+    assert simulator.load(simulator.load(path), training__global_batch_size=batch) == \
+        simulator.load(path, training__global_batch_size=batch)
+
+
 def test_sweep_rows_sorted_by_objective_and_dataframe_when_pandas(monkeypatch):
     rows = simulator.sweep(SCENARIO, {"parallel.zero_stage": [2, 3]}, objective="step_time", **SMALL)
     if not isinstance(rows, list):  # pandas installed
@@ -56,3 +66,14 @@ def test_import_simulator_is_light():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT,
                          env={"PYTHONPATH": str(ROOT)}).stdout
     assert out.strip() == "['simulator']"
+
+
+def test_sweep_refuses_a_bad_objective_or_worker_count_before_running(monkeypatch):
+    """Checked before any point runs (the grid runner is never reached)."""
+    import simulator.sweep.runner as runner_mod
+
+    monkeypatch.setattr(runner_mod, "run_sweep", lambda *a, **k: pytest.fail("the grid ran"))
+    with pytest.raises(InputError, match="unknown objective 'speed'"):
+        simulator.sweep(SCENARIO, {"parallel.zero_stage": [2, 3]}, objective="speed")
+    with pytest.raises(InputError, match="workers must be a positive integer"):
+        simulator.sweep(SCENARIO, {"parallel.zero_stage": [2, 3]}, workers=0)
