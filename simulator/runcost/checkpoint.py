@@ -15,11 +15,15 @@ def checkpoint_bytes_per_param(scenario: Scenario) -> int:
     (4 B), plus a separate 16-bit copy of the weights when the framework keeps one.
 
     DeepSpeed under fp16/bf16 keeps 16-bit weights beside the fp32 master copy: 2 + 12 = 14 B
-    (formulas.md §7, the ZeRO paper's K = 12 plus 2Ψ). DDP and FSDP under autocast keep fp32
-    parameters only (the 16-bit copies are transient): 4 + 8 = 12 B; so does any fp32/tf32 run.
+    (formulas.md §7, the ZeRO paper's K = 12 plus 2Ψ); so does Megatron's distributed optimizer (16-bit
+    model weights in the model checkpoint, the fp32 master and Adam states in the optimizer's: the
+    ``2 + 12/d`` of its memory model, ``workload.memory.model_states``). DDP and FSDP under autocast keep
+    fp32 parameters only (the 16-bit copies are transient): 4 + 8 = 12 B; so does any fp32/tf32 run.
     """
+    par = scenario.parallel
     mixed = scenario.training.precision in ("fp16", "bf16", "fp8")
-    return 14 if scenario.parallel.framework == "deepspeed" and mixed else 12
+    sixteen_bit_weights = par.framework == "deepspeed" or (par.framework == "ddp" and par.distributed_optimizer)
+    return 14 if mixed and sixteen_bit_weights else 12
 
 
 @dataclass(frozen=True)

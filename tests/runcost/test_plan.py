@@ -70,6 +70,12 @@ def test_checkpoint_size_and_daly_interval():
     # FSDP keeps fp32 parameters only: 4 B weights + 8 B Adam state.
     fsdp = plan_run(_scenario("parallel.framework=fsdp"), step_time_s=5.0)
     assert fsdp.checkpoint_bytes == pytest.approx(12 * 8_030_261_248)
+    # Megatron's distributed optimizer: 16-bit model weights + fp32 master and Adam states, 2 + 12 B
+    megatron = plan_run(_scenario("parallel.framework=ddp", "parallel.zero_stage=0", "parallel.distributed_optimizer=true"),
+                        step_time_s=5.0)
+    assert megatron.checkpoint_bytes == pytest.approx(14 * 8_030_261_248)
+    ddp = plan_run(_scenario("parallel.framework=ddp", "parallel.zero_stage=0"), step_time_s=5.0)  # AMP: fp32 only
+    assert ddp.checkpoint_bytes == pytest.approx(12 * 8_030_261_248)
     assert run.checkpoint_interval_s is not None and run.checkpoint_interval_s > run.checkpoint_write_s
 
 
