@@ -153,6 +153,9 @@ def _compare(paths, vary, overrides, allow_different, png, json_out) -> None:
     for col in ranked:
         if col["oom_reason"]:
             stdout.print(f"[bold red]{escape(str(col['label']))} does not fit:[/] {escape(str(col['oom_reason']))}")
+        elif col.get("memory_tight"):
+            stdout.print(f"[yellow]{escape(str(col['label']))} fits tightly:[/] its allocated peak fits, not the "
+                         "allocator's fragmentation allowance (negative headroom): expect cudaMalloc retries")
 
 
 def write_compare_png(columns: list[dict], path: Path) -> None:

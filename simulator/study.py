@@ -26,6 +26,7 @@ SUMMARY_KEYS = (
     "memory_total_bytes",
     "memory_headroom_bytes",
     "fits",
+    "memory_tight",
     "steps",
     "duration_s",
     "wall_clock_s",
@@ -55,8 +56,8 @@ class Evaluation:
         if mem["fits"]:
             return ""
         return (
-            f"needs {mem['total_bytes'] / 2**30:.1f} GiB per GPU, "
-            f"{self.scenario.cluster.gpu_spec.name} has {mem['hbm_bytes'] / 2**30:.1f} GiB usable"
+            f"needs {(mem['total_bytes'] - mem['fragmentation_bytes']) / 2**30:.1f} GiB per GPU at the allocated "
+            f"peak, {self.scenario.cluster.gpu_spec.name} has {mem['hbm_bytes'] / 2**30:.1f} GiB usable"
         )
 
 
@@ -108,6 +109,7 @@ def flat_summary(ev: Evaluation) -> dict:
         "memory_total_bytes": step.memory["total_bytes"],
         "memory_headroom_bytes": step.memory["headroom_bytes"],
         "fits": step.fits,
+        "memory_tight": bool(step.memory.get("tight", False)),
     }
     run_keys = ("steps", "duration_s", "wall_clock_s", "goodput", "gpu_hours", "cost_usd",
                 "usd_per_million_tokens", "energy_kwh")
