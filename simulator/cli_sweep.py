@@ -74,8 +74,11 @@ def sweep_command(
 @handle_errors
 def _sweep(path: Path, grid_specs, out, workers, backend, address, resume, objective, png, layouts, overrides,
            json_out, export_best: Path | None = None, max_points: int = MAX_POINTS) -> None:
-    if export_best is not None and not export_best.is_dir():
-        raise InputError(f"folder {export_best} does not exist", "--export-best")
+    if export_best is not None:  # created when the best point is written, inside an existing folder
+        if export_best.exists() and not export_best.is_dir():
+            raise InputError(f"{export_best} exists and is not a folder", "--export-best")
+        if not export_best.exists() and not export_best.resolve().parent.is_dir():
+            raise InputError(f"folder {export_best.resolve().parent} does not exist", "--export-best")
     path = resolve_scenario_path(path)
     check_output(out, "--out", (".csv", ".jsonl", ".parquet"), (path,))
     check_output(png, "--png", (".png",), (path, out))

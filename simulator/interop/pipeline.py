@@ -197,6 +197,7 @@ def write_exports(scenario: Scenario, folder: Path, raw: dict | None = None) -> 
     files = {EXPORT_FILES[f]: export_scenario(scenario, f).text for f in EXPORT_FORMATS}
     if raw is not None:
         files["scenario.yaml"] = scenario_yaml(raw, [f"best point of a dtsim sweep: {scenario.name}"])
+    folder.mkdir(exist_ok=True)  # its parent was checked before the sweep ran
     for name, body in files.items():
         path = folder / name
         tmp = path.with_suffix(path.suffix + ".tmp")

@@ -38,3 +38,14 @@ def test_sweep_export_best_writes_every_format(tmp_path):
     s = load_scenario(tmp_path / "scenario.yaml")
     assert s.parallel.zero_stage == best["parallel.zero_stage"] and s.training.global_batch_size == 64
     assert json.loads((tmp_path / "ds_config.json").read_text())["zero_optimization"]["stage"] == s.parallel.zero_stage
+
+
+def test_sweep_export_best_creates_its_folder_in_an_existing_parent(tmp_path):
+    """The README's `--export-best best/` on a fresh checkout: the folder is made when the best point is
+    written; a missing parent is bad input, refused before the sweep runs, writing nothing."""
+    args = ["sweep", str(ZERO3), "--grid", "parallel.zero_stage=2,3", "--set", "training.global_batch_size=64"]
+    r = runner.invoke(app, [*args, "--export-best", str(tmp_path / "best")])
+    assert r.exit_code == 0, r.output
+    assert (tmp_path / "best" / "scenario.yaml").is_file()
+    r = runner.invoke(app, [*args, "--export-best", str(tmp_path / "no" / "best")])
+    assert r.exit_code == 2 and "--export-best" in r.output and not (tmp_path / "no").exists()
