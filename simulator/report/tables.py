@@ -86,9 +86,10 @@ def render(report: StepReport, console: Console, interval: Any = None) -> None:
     if off["on_link_s"] > 0 or off["cpu_optimizer_s"] > 0:
         t.add_row("offload (PCIe + CPU)", fmt_seconds(off["on_link_s"]), fmt_seconds(off["exposed_s"]),
                   _pct(off["exposed_s"], step))
-    if bd.get("bubble_s"):
-        t.add_row("pipeline bubble", "", fmt_seconds(bd["bubble_s"]), _pct(bd["bubble_s"], step))
+    # The idle time holds the exposed communication above and the pipeline bubble: not added again.
     t.add_row("compute stream idle", "", fmt_seconds(bd["idle_s"]), _pct(bd["idle_s"], step))
+    if bd.get("bubble_s"):
+        t.add_row("  of which pipeline bubble", "", fmt_seconds(bd["bubble_s"]), _pct(bd["bubble_s"], step))
     console.print(t)
     _dimensions(bd, console)
     _stages(report, console)
