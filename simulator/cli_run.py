@@ -132,13 +132,19 @@ def _run(path: Path, overrides, json_out: bool, trace: Path | None, allow_oom: b
                 highlight=False, soft_wrap=True,
             )
         elif run is not None:
-            checkpoint = (f"checkpoint every {fmt_seconds(run.checkpoint_interval_s)} "
-                          f"({fmt_bytes(run.checkpoint_bytes)}, {fmt_seconds(run.checkpoint_stall_s)} stall)"
-                          if run.checkpoint_interval_s else "no checkpoints")
+            mtbf = f"job MTBF {fmt_seconds(run.mtbf_s)}" if math.isfinite(run.mtbf_s) else "no failures modelled"
+            if run.checkpoint_interval_s:
+                checkpoint = (f"checkpoint every {fmt_seconds(run.checkpoint_interval_s)} "
+                              f"({fmt_bytes(run.checkpoint_bytes)}, {fmt_seconds(run.checkpoint_stall_s)} stall)")
+            elif run.checkpoint_bytes:  # no failures to guard against: the run saves once, at its end
+                checkpoint = (f"one checkpoint, at the end ({fmt_bytes(run.checkpoint_bytes)}, "
+                              f"{fmt_seconds(run.checkpoint_stall_s)} stall)")
+            else:
+                checkpoint = "no checkpoints"
             stdout.print(
                 f"run: {run.steps:,} steps, {fmt_seconds(run.duration_s)} of training, "
                 f"{fmt_seconds(run.wall_clock_s)} expected wall clock with failures (goodput {100 * run.goodput:.1f}%, "
-                f"job MTBF {fmt_seconds(run.mtbf_s)}, {checkpoint}); {run.gpu_hours:,.0f} GPU-hours at "
+                f"{mtbf}, {checkpoint}); {run.gpu_hours:,.0f} GPU-hours at "
                 f"${run.usd_per_gpu_hour:.2f}/GPU-h = ${run.cost_usd:,.0f} (${run.usd_per_million_tokens:.3f} per "
                 f"1M tokens); {run.energy_kwh / 1000:,.1f} MWh",
                 highlight=False, soft_wrap=True,

@@ -109,3 +109,15 @@ def test_bad_input_exits_2_without_traceback(args, needle):
 def test_python_dash_m():
     proc = subprocess.run([sys.executable, "-m", "simulator", "--help"], capture_output=True, text=True)
     assert proc.returncode == 0 and "flops" in proc.stdout
+
+
+def test_run_without_failures_says_the_run_checkpoints_once_at_its_end():
+    """With reliability off there is nothing to guard against: no Daly interval, the run saves once at
+    its end (Daly's model with M → ∞: T_s + δ, reliability.expected_wall_clock), and the text says so
+    instead of 'no checkpoints' beside a charged stall (found by a bug bash)."""
+    args = ["run", str(SCENARIOS / "olmo-2-7b-8xh100.yaml"), "--set", "reliability.enabled=false",
+            "--set", "training.global_batch_size=64"]
+    text = runner.invoke(app, args).output
+    assert "no failures modelled" in text and "one checkpoint, at the end" in text
+    run = _json(args)["run"]
+    assert run["wall_clock_s"] == pytest.approx(run["duration_s"] + run["checkpoint_stall_s"], rel=1e-12)
