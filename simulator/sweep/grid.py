@@ -116,7 +116,15 @@ def parse_values(spec: str | list[Any], max_points: int = MAX_POINTS, path: str 
     elif spec.count(":") == 3:
         values = parse_range(spec, max_points)
     else:
-        values = [parse_value(v.strip()) for v in spec.split(",") if v.strip() != ""]
+        items = [v.strip() for v in spec.split(",")]
+        if "" in items[:-1] or not any(items):  # a trailing comma is harmless; "1,,2" or "" is a typo
+            raise InputError(f"grid {path or 'value'} {spec!r} has an empty value; list them as v1,v2,...",
+                             "--grid")
+        values = [parse_value(v) for v in items if v]
+    keys = [(type(v).__name__, repr(v)) for v in values]  # 1 and true are different values
+    repeated = sorted({str(v) for v, k in zip(values, keys, strict=True) if keys.count(k) > 1})
+    if repeated:  # the same point would run twice
+        raise InputError(f"grid {path or 'value'} lists {', '.join(repeated)} more than once", "--grid")
     return values
 
 

@@ -37,6 +37,12 @@ def test_bad_grids():
     with pytest.raises(InputError, match="positive"):
         parse_range("0:1e9:log:3")
     assert "model.n_layers" in valid_paths() and "cluster.topology" in valid_paths()
+    # a doubled comma and a repeated value are typos, not a smaller or duplicated grid (bug bash)
+    with pytest.raises(InputError, match="empty value"):
+        parse_grid(["parallel.zero_stage=1,,2"])
+    with pytest.raises(InputError, match="bf16 more than once"):
+        parse_grid(["training.precision=bf16,bf16"])
+    assert parse_grid(["parallel.zero_stage=1,2,"])["parallel.zero_stage"] == [1, 2]  # trailing comma
 
 
 def test_best_and_pareto_by_hand():
