@@ -116,8 +116,16 @@ def _sweep(path: Path, grid_specs, out, workers, backend, address, resume, objec
             count[0] += 1
             progress.update(task, advance=1, rate=count[0] / max(progress.get_time() - start, 1e-9))
 
-        rows = run_sweep(base_raw, path.parent, all_points, store, workers=workers, backend=backend,
-                         address=address, extra={"sweep_id": sid}, on_row=tick)
+        try:
+            rows = run_sweep(base_raw, path.parent, all_points, store, workers=workers, backend=backend,
+                             address=address, extra={"sweep_id": sid}, on_row=tick)
+        except KeyboardInterrupt:
+            # every finished row is already on disk (the store appends atomically): say how to continue
+            saved = len(store.done())
+            where = (f"{saved:,} of {total:,} points saved in {out}; run the same command with --resume to "
+                     "continue") if out is not None else "nothing saved (no --out)"
+            Console(stderr=True).print(f"sweep interrupted: {where}", highlight=False, soft_wrap=True)
+            raise
     # What varied, for the tables and charts: the grid keys and the layout keys.
     varied = {k: sorted({p[k] for p in layout_points}, key=str) for k in (layout_points[0] if layout_points else {})}
     _report(rows, {**varied, **grid}, objective, out, png, json_out)

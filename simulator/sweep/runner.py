@@ -121,13 +121,15 @@ def run_sweep(
     else:
         raise InputError(f"unknown backend {backend!r}; valid: local, ray", "--backend")
     last = time.monotonic()
-    for rows in stream:
-        for row in rows:
-            store.add(row)
-            if on_row:
-                on_row(row)
-        if time.monotonic() - last >= FLUSH_EVERY_S:
-            store.flush()
-            last = time.monotonic()
-    store.flush()
+    try:
+        for rows in stream:
+            for row in rows:
+                store.add(row)
+                if on_row:
+                    on_row(row)
+            if time.monotonic() - last >= FLUSH_EVERY_S:
+                store.flush()
+                last = time.monotonic()
+    finally:  # interrupted (Ctrl-C) or done: every finished row reaches the file, atomically
+        store.flush()
     return [store.rows[k] for k in sorted(store.rows)]
