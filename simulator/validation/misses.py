@@ -278,7 +278,9 @@ GROUP_CAUSES: tuple[tuple[str, str], ...] = (
      "identified (the source states neither the NICs per node nor the A100 memory size)"),
     ("vtrain-multi-h3072-*", "vTrain 3.6B on 64 GPUs: the measured step grows 1.7x from TP 1 to TP 4 and 2.4x to TP 8 "
      "(3.7, 6.2 and 8.9 s at micro-batch 2), beyond the tensor-parallel all-reduces and host time dtsim gives it; "
-     "not identified"),
+     "not identified. It is micro-batch 2's: the same TP 4 and TP 8 layouts take 4.8 and 5.6 s at micro-batch 4 "
+     "and 4.5-5.0 s at 8-32, where dtsim is within 9% (python benchmarks/vtrain.py; the corpus shows each "
+     "layout's smallest micro-batch)"),
 )
 
 
