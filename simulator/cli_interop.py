@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.markup import escape
 
 from simulator.cli_common import handle_errors, stderr
 from simulator.errors import InputError
@@ -56,7 +57,7 @@ def _import(fmt: str, source: Path | None, text: str | None, out, base, model, t
         fmt, source, text=text, base_raw=base_raw, base_dir=base_dir, model=model, topology=topology, nodes=nodes,
         gpu=gpu, name=name, overrides=overrides or [])
     for line in ignored_lines(str(source) if source else f"the {fmt} arguments", imported.ignored):
-        stderr.print(f"[yellow]note:[/] {line}", highlight=False, soft_wrap=True)
+        stderr.print(f"[yellow]note:[/] {escape(line)}", highlight=False, soft_wrap=True)
     _write(yaml_text, out)
 
 
@@ -148,5 +149,5 @@ def _export(path: Path, to: str, out: Path | None, overrides: list[str]) -> None
     exporter(to)  # an unknown --to fails before the scenario is read
     result = export_scenario(load_scenario(path, overrides), to)
     for note in result.notes:
-        stderr.print(f"[yellow]note:[/] not expressed in {to}: {note}", highlight=False, soft_wrap=True)
+        stderr.print(f"[yellow]note:[/] not expressed in {to}: {escape(note)}", highlight=False, soft_wrap=True)
     _write(result.text, out)

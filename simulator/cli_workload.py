@@ -137,7 +137,7 @@ def _flops(model_ref: str, seq_len: int | None, convention: str, tokens: float |
     if json_out:
         print_json(summary)
         return
-    table = Table(title=f"{summary['model']} at seq_len {seq_len} (attention FLOPs: {convention})")
+    table = Table(title=f"{summary['model']} at seq_len {summary['seq_len']} (attention FLOPs: {convention})")
     table.add_column("quantity")
     table.add_column("value", justify="right")
     for key, value in summary.items():

@@ -77,7 +77,7 @@ def render(report: StepReport, console: Console, interval: Any = None) -> None:
             continue
         t.add_row(key, fmt_seconds(value), "", _pct(value, step))
     if bd.get("host_bound_s"):  # part of the busy time above: the GPU waits for the CPU to issue kernels
-        t.add_row("  of which CPU-bound", fmt_seconds(bd["host_bound_s"]), "", _pct(bd["host_bound_s"], step))
+        t.add_row("  of the compute above, CPU-bound", fmt_seconds(bd["host_bound_s"]), "", _pct(bd["host_bound_s"], step))
     for kind, label in _COMM_LABELS.items():
         c = bd["communication"].get(kind)
         if c and c["on_link_s"] > 0:
