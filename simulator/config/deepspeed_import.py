@@ -103,11 +103,19 @@ def apply_deepspeed_config(raw_scenario: dict, ds_json_path: str | Path) -> tupl
         elif key not in _ZERO_NO_EFFECT:
             unmodelled.append(f"zero_optimization.{key}")
 
-    if ds.get("bf16", {}).get("enabled") and ds.get("fp16", {}).get("enabled"):
+    # "auto" (the Hugging Face Trainer / Accelerate templates fill it from their own arguments) is not
+    # "on": it keeps the scenario's precision, listed with the other 'auto' values
+    enabled = {}
+    for dtype in ("bf16", "fp16"):
+        flag = (ds.get(dtype) or {}).get("enabled")
+        if flag == "auto":
+            auto.append(f"{dtype}.enabled")
+        enabled[dtype] = flag is True or (isinstance(flag, str) and flag.lower() == "true")
+    if enabled["bf16"] and enabled["fp16"]:
         raise InputError("both bf16 and fp16 are enabled in the DeepSpeed config; enable one", FIELD)
-    if ds.get("bf16", {}).get("enabled"):
+    if enabled["bf16"]:
         tr["precision"] = "bf16"
-    elif ds.get("fp16", {}).get("enabled"):
+    elif enabled["fp16"]:
         tr["precision"] = "fp16"
     if "communication_data_type" in ds:
         value = str(ds["communication_data_type"]).lower()

@@ -402,6 +402,19 @@ def test_accelerate_import_hand_checked():
                         model="llama-3-8b", topology="dgx-h100")
 
 
+def test_deepspeed_auto_precision_keeps_the_scenarios(tmp_path):
+    """Hugging Face's ZeRO-3 template sets fp16 and bf16 "enabled": "auto" (the Trainer fills them): that is
+    neither on, so the base scenario's precision stays and both are listed as 'auto' (a bug bash found
+    "both bf16 and fp16 are enabled" and, with fp16 auto alone, a bf16 scenario turned fp16)."""
+    ds = tmp_path / "ds_config.json"
+    ds.write_text(json.dumps({"fp16": {"enabled": "auto"}, "bf16": {"enabled": "auto"},
+                              "train_micro_batch_size_per_gpu": "auto", "zero_optimization": {"stage": 3}}))
+    base = ROOT / "scenarios" / "olmo-2-7b-8xh100.yaml"
+    s, _, imported = import_scenario("deepspeed", ds, base_raw=load_raw(base), base_dir=base.parent)
+    assert s.training.precision == "bf16" and s.parallel.zero_stage == 3
+    assert {"bf16.enabled", "fp16.enabled"} <= {key for key, _ in imported.ignored}
+
+
 def test_deepspeed_import_names_ignored_keys_and_refuses_typos(tmp_path):
     ds = tmp_path / "ds.json"
     ds.write_text(json.dumps({"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": "auto",
