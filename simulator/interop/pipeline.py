@@ -116,7 +116,7 @@ def import_scenario(fmt: str, source: str | Path | None = None, *, text: str | N
         if nodes is None and frag_nodes is not None:
             cluster["nodes"] = frag_nodes
         frag.pop("cluster", None)
-        raw = merge(raw, frag)
+        raw = merge(_without_what_the_config_decides(raw, frag), frag)
         if model:
             raw["model"] = _model_option(model)
     raw["name"] = name or raw.get("name") or (Path(source).stem if source is not None else f"{fmt}-import")
@@ -138,6 +138,23 @@ def import_scenario(fmt: str, source: str | Path | None = None, *, text: str | N
     header = [f"scenario imported by `dtsim import {fmt}` from {label}"]
     header += ignored_lines(label, imported.ignored)
     return scenario, scenario_yaml(raw, header), imported
+
+
+def _without_what_the_config_decides(base: dict, frag: dict) -> dict:
+    """The ``--base`` scenario less what the imported config decides otherwise, so the two merge into a
+    valid scenario: the whole ``parallel`` section when the config runs another framework (the base's
+    keys belong to its own: DeepSpeed's buckets in a Megatron import), and the run length the config
+    does not use (its ``steps`` replace the base's ``total_tokens`` and the other way round)."""
+    out = copy.deepcopy(base)
+    par, new_par = out.get("parallel"), frag.get("parallel") or {}
+    if isinstance(par, dict) and new_par.get("framework", par.get("framework")) != par.get("framework"):
+        out.pop("parallel")
+    tr, new_tr = out.get("training"), frag.get("training") or {}
+    if isinstance(tr, dict):
+        for given, other in (("steps", "total_tokens"), ("total_tokens", "steps")):
+            if given in new_tr:
+                tr.pop(other, None)
+    return out
 
 
 def _require_cluster(raw: dict, fmt: str) -> None:

@@ -547,3 +547,20 @@ def test_megatron_cuda_graphs_round_trip():
     text = export_scenario(s, "megatron").text
     assert "--cuda-graph-impl transformer_engine" in text
     assert import_args(text).get("training.kernels.cuda_graphs") == ["attn", "moe_router", "moe_preprocess"]
+
+
+@pytest.mark.parametrize("fmt", ["torchtitan", "megatron"])
+def test_import_onto_a_bundled_base_scenario(fmt):
+    """--base fills in what the config does not say: a bundled scenario of another framework (DeepSpeed)
+    or with a token budget works as a base, the config's framework and run length replacing the base's
+    (a bug bash found 'give total_tokens or steps, not both' and 'allgather_bucket_size is a deepspeed
+    option')."""
+    from simulator.interop.pipeline import export_scenario
+
+    src = load_scenario(ROOT / "scenarios" / "llama-3-8b-fsdp-8xdgx-h100.yaml")
+    text = export_scenario(src, fmt).text
+    for base in ("llama-3-8b-fsdp-8xdgx-h100.yaml", "olmo-2-7b-8xh100.yaml"):
+        path = ROOT / "scenarios" / base
+        s, _, _ = import_scenario(fmt, text=text, base_raw=load_raw(path), base_dir=path.parent, nodes=8)
+        assert s.parallel.framework == ("fsdp" if fmt == "torchtitan" else "ddp")
+        assert s.model.hidden_size == 4096 and s.training.seq_len == src.training.seq_len
