@@ -10,8 +10,12 @@ local_batch_size`` (``batch_size`` before 2025), ``global_batch_size`` (−1: lo
 ``pipeline_parallel_microbatch_size``, ``context_parallel_degree``; ``[activation_checkpoint] mode``
 (``none`` / ``selective`` / ``full``; ``selective`` with ``selective_ac_option = "op"`` is
 ``selective_op``, with an integer ``k`` full checkpointing of every ``k``-th block,
-``training.recompute_layers``); ``[float8]`` / ``[model] converters = ["float8"]``, ``[float8]
-enable_fsdp_float8_all_gather`` (``parallel.fp8_param_gather``).
+``training.recompute_layers``); ``[float8]`` / ``[model] converters = ["float8"]`` (today's
+``["quantize.linear.float8"]`` with ``[quantize.linear.float8]``), its ``recipe_name`` (torchao
+tensorwise or rowwise: ``training.kernels.fp8_recipe``) and ``enable_fsdp_float8_all_gather``
+(``parallel.fp8_param_gather``); ``"mx"`` / ``"quantize.linear.mx"`` (MXFP8); ``[compile] enable`` and
+``components`` (``training.kernels.compile``, the loss compiled), and without compile the eager RMSNorm
+(``training.kernels.fused_norm_residual: false`` unless ``[model] norm_type = "fused_rmsnorm"``).
 torchtitan applies FSDP2 (``fully_shard``): dtsim framework ``fsdp``; replicate × shard > 1 with
 both > 1 is HSDP (``hybrid_shard``), shard 1 with replicate > 1 is DDP (``ddp``). Its tensor
 parallelism always runs the norms sequence-parallel (``parallel.sequence_parallel`` with ``tp > 1``).
@@ -36,13 +40,12 @@ IGNORED_SECTIONS = {
     "job": "job metadata", "profiling": "profiler settings", "metrics": "logging", "optimizer":
     "optimizer hyper-parameters: no effect on step time", "lr_scheduler": "learning-rate schedule",
     "checkpoint": "checkpointing: dtsim models it in reliability.checkpoint", "comm": "timeouts",
-    "compile": "torch.compile: the fitted kernel efficiencies cover compiled and eager runs alike",
     "validation": "evaluation: outside the training step", "fault_tolerance": "fault tolerance settings",
     "memory_estimation": "torchtitan's own estimator", "experimental": "experimental switches",
 }
 _SCHEDULES = {"1F1B": "1f1b", "GPipe": "gpipe", "Interleaved1F1B": "interleaved"}
 _READ = {
-    "model": {"name", "flavor", "converters", "tokenizer_path", "hf_assets_path"},
+    "model": {"name", "flavor", "converters", "tokenizer_path", "hf_assets_path", "norm_type"},
     "training": {"local_batch_size", "batch_size", "global_batch_size", "seq_len", "steps", "mixed_precision_param",
                  "mixed_precision_reduce", "enable_cpu_offload", "max_norm", "dataset", "dataset_path", "gc_freq",
                  "seed", "deterministic", "compile", "warmup_steps",
@@ -55,20 +58,30 @@ _READ = {
                     "pipeline_parallel_split_points", "pipeline_parallel_layers_per_stage", "disable_loss_parallel",
                     "enable_compiled_autograd", "context_parallel_rotate_method", "expert_parallel_degree"},
     "activation_checkpoint": {"mode", "selective_ac_option"},
+    "compile": {"enable", "components", "backend"},
+    "mx": {"recipe_name", "filter_fqns", "use_fp8_dim1_cast_triton_kernel", "mxfp8_dim1_cast_kernel_choice"},
     "float8": {"enable_fsdp_float8_all_gather", "precompute_float8_dynamic_scale_for_fsdp", "filter_fqns",
                "recipe_name", "emulate", "force_recompute_fp8_weight_in_bwd", "enable_float8_linear"},
 }
 _KEY_REASONS = {
     "tokenizer_path": "tokenizer", "hf_assets_path": "tokenizer and weights", "max_norm": "gradient clipping",
     "dataset": "data", "dataset_path": "data", "gc_freq": "Python GC", "seed": "seed", "deterministic":
-    "determinism flags", "compile": "torch.compile: fitted efficiencies cover it", "warmup_steps": "LR warm-up",
+    "determinism flags", "warmup_steps": "LR warm-up", "backend": "torch.compile backend (inductor assumed)",
     "pipeline_parallel_split_points": "dtsim splits layers evenly (embedding first, logits last)",
     "disable_loss_parallel": "loss parallelism is not modelled", "enable_compiled_autograd": "compiled autograd",
     "context_parallel_rotate_method": "ring rotation method: dtsim models all-gather-free ring attention",
     "precompute_float8_dynamic_scale_for_fsdp": "float8 scale detail", "filter_fqns": "float8 module filter",
-    "recipe_name": "float8 recipe", "emulate": "float8 emulation", "force_recompute_fp8_weight_in_bwd":
+    "emulate": "float8 emulation", "force_recompute_fp8_weight_in_bwd":
     "float8 detail", "expert_parallel_degree": "MoE expert parallelism: dense models only here",
+    "use_fp8_dim1_cast_triton_kernel": "MX cast kernel choice", "mxfp8_dim1_cast_kernel_choice": "MX cast kernel choice",
 }
+#: torchao float8 ``recipe_name`` → ``training.kernels.fp8_recipe`` (``rowwise_with_gw_hp``: rowwise, its
+#: weight-gradient GEMM in high precision, priced as rowwise).
+FLOAT8_RECIPES = {"tensorwise": "tensorwise", "rowwise": "rowwise", "rowwise_with_gw_hp": "rowwise"}
+#: The converter names that turn on float8 or MX linears (``[model] converters``; torchtitan renamed
+#: them ``quantize.linear.*`` with the ``[quantize.linear.float8]`` / ``[quantize.linear.mx]`` sections).
+FLOAT8_CONVERTERS = ("float8", "quantize.linear.float8")
+MX_CONVERTERS = ("mx", "quantize.linear.mx")
 
 
 def _parse(text: str) -> dict[str, Any]:
@@ -84,6 +97,13 @@ def import_toml(text: str) -> Imported:
     ``global_batch_size`` is −1 or absent (the GPU count decides it)."""
     doc = _parse(text)
     out = Imported()
+    quantize = doc.pop("quantize", None)
+    if quantize is not None:  # [quantize.linear.float8] / [quantize.linear.mx]: today's names of [float8] / [mx]
+        linear = quantize.get("linear") if isinstance(quantize, dict) else None
+        if not isinstance(linear, dict) or set(quantize) - {"linear"} or set(linear) - {"float8", "mx"}:
+            raise InputError("[quantize] must hold [quantize.linear.float8] or [quantize.linear.mx] only", FIELD)
+        for kind, body in linear.items():
+            doc[kind] = {**doc.get(kind, {}), **body}
     for section, body in doc.items():
         if section in IGNORED_SECTIONS:
             out.ignore(f"[{section}]", IGNORED_SECTIONS[section])
@@ -101,7 +121,8 @@ def import_toml(text: str) -> Imported:
                 out.ignore(f"{section}.{key}", _KEY_REASONS[key])
     tr = doc.get("training", {})
     par = {**{k: v for k, v in tr.items() if k in _READ["parallelism"]}, **doc.get("parallelism", {})}
-    _model(doc.get("model", {}), tr, doc.get("float8", {}), out)
+    _model(doc.get("model", {}), tr, doc.get("float8", {}), doc.get("mx", {}), out)
+    _kernels(doc.get("model", {}), tr, doc.get("compile", {}), out)
     _parallel(par, tr, out)
     _batch(tr, par, out)
     ac_section = doc.get("activation_checkpoint", {})
@@ -137,7 +158,21 @@ def _every_kth_block(k: int, out: Imported) -> None:
     out.set("training.recompute_layers", max(1, per_stage // k))
 
 
-def _model(model: dict, tr: dict, float8: dict, out: Imported) -> None:
+def _kernels(model: dict, tr: dict, compile_: dict, out: Imported) -> None:
+    """torch.compile (``[compile] enable``, ``components`` with ``loss``; ``training.compile`` before
+    2025) as ``training.kernels.compile`` and the compiled loss; eager torchtitan runs its RMSNorm as
+    PyTorch code (``norm_type = "rmsnorm"``; ``fused_rmsnorm`` is its Triton kernel), which dtsim costs as
+    unfused norms, as the validation corpus's eager torchtitan rows are."""
+    on = bool(compile_.get("enable", tr.get("compile", False)))
+    if on:
+        out.set("training.kernels.compile", True)
+        if "loss" in (compile_.get("components") or ["model", "loss"]):
+            out.set("training.kernels.cross_entropy", "compiled")
+    elif model.get("norm_type", "rmsnorm") != "fused_rmsnorm":
+        out.set("training.kernels.fused_norm_residual", False)
+
+
+def _model(model: dict, tr: dict, float8: dict, mx: dict, out: Imported) -> None:
     name, flavor = model.get("name"), model.get("flavor")
     if (name, flavor) in FLAVORS:
         out.set("model", FLAVORS[(name, flavor)])
@@ -147,11 +182,22 @@ def _model(model: dict, tr: dict, float8: dict, out: Imported) -> None:
     if precision is None:
         raise InputError(f"training.mixed_precision_param {tr['mixed_precision_param']!r} must be bfloat16 or float32",
                          FIELD)
-    fp8 = "float8" in (model.get("converters") or []) or tr.get("enable_float8_linear") \
+    converters = model.get("converters") or []
+    fp8 = any(c in converters for c in FLOAT8_CONVERTERS) or tr.get("enable_float8_linear") \
         or float8.get("enable_float8_linear")
-    out.set("training.precision", "fp8" if fp8 else precision)
-    if fp8 and float8.get("enable_fsdp_float8_all_gather"):
-        out.set("parallel.fp8_param_gather", True)  # FSDP2 gathers the Float8Linear weights in float8
+    mxfp8 = any(c in converters for c in MX_CONVERTERS)
+    out.set("training.precision", "fp8" if fp8 or mxfp8 else precision)
+    if mxfp8:  # torchao's MX linears: MXFP8 GEMMs (Blackwell)
+        out.set("training.kernels.fp8_recipe", "mxfp8")
+        if mx.get("recipe_name"):
+            out.ignore("mx.recipe_name", f"{mx['recipe_name']}: priced as Blackwell MXFP8 GEMMs")
+    elif fp8:  # torchao float8 linears, tensorwise unless the recipe says otherwise
+        recipe = str(float8.get("recipe_name") or "tensorwise")
+        if recipe not in FLOAT8_RECIPES:
+            raise InputError(f"float8 recipe_name {recipe!r} must be one of {', '.join(FLOAT8_RECIPES)}", FIELD)
+        out.set("training.kernels.fp8_recipe", FLOAT8_RECIPES[recipe])
+        if float8.get("enable_fsdp_float8_all_gather"):
+            out.set("parallel.fp8_param_gather", True)  # FSDP2 gathers the Float8Linear weights in float8
 
 
 def _degree(par: dict, key: str, default: int) -> int:
@@ -272,10 +318,19 @@ def export_toml(s: Scenario) -> Exported:
         sections["model"] = {"name": "llama3"}
     else:
         sections["model"] = {"name": flavor[0], "flavor": flavor[1]}
-    if tr.precision == "fp8":
+    if tr.precision == "fp8" and tr.kernels.fp8_recipe == "mxfp8":
+        sections["model"]["converters"] = ["mx"]
+        sections["mx"] = {"recipe_name": "mxfp8_cublas"}
+    elif tr.precision == "fp8":
         sections["model"]["converters"] = ["float8"]
+        sections["float8"] = {"recipe_name": "rowwise" if tr.kernels.fp8_recipe == "rowwise" else "tensorwise"}
+        if tr.kernels.fp8_recipe in ("delayed", "current"):
+            notes.append(f"training.kernels.fp8_recipe {tr.kernels.fp8_recipe}: torchtitan's float8 is torchao's, "
+                         "written as tensorwise scaling")
         if par.fp8_param_gather:
-            sections["float8"] = {"enable_fsdp_float8_all_gather": True}
+            sections["float8"]["enable_fsdp_float8_all_gather"] = True
+    if not tr.kernels.compile and tr.kernels.fused_norm_residual:
+        sections["model"]["norm_type"] = "fused_rmsnorm"  # the Triton RMSNorm: fused norms without compile
     training: dict[str, Any] = {}
     if par.pp > 1:
         training["local_batch_size"] = tr.global_batch_size // dp
@@ -342,6 +397,9 @@ def export_toml(s: Scenario) -> Exported:
         sections["activation_checkpoint"] = {"mode": "selective", "selective_ac_option": str(k)}
     else:
         sections["activation_checkpoint"] = {"mode": tr.activation_checkpointing}
+    if tr.kernels.compile:
+        components = ["model", "loss"] if tr.kernels.cross_entropy == "compiled" else ["model"]
+        sections["compile"] = {"enable": True, "components": components}
     lines = [f"# torchtitan job config for {s.name} (written by dtsim export); add [optimizer], [checkpoint], "
              "dataset and tokenizer settings"]
     lines += [f"# not expressed: {n}" for n in notes]

@@ -564,3 +564,27 @@ def test_import_onto_a_bundled_base_scenario(fmt):
         s, _, _ = import_scenario(fmt, text=text, base_raw=load_raw(path), base_dir=path.parent, nodes=8)
         assert s.parallel.framework == ("fsdp" if fmt == "torchtitan" else "ddp")
         assert s.model.hidden_size == 4096 and s.training.seq_len == src.training.seq_len
+
+
+def test_torchtitan_kernels_float8_and_mx_recipes():
+    """torchtitan's converters in both spellings ([float8] / [quantize.linear.float8], "float8" /
+    "quantize.linear.float8", "mx"), torchao's recipe names, torch.compile and the eager RMSNorm, as the
+    validation corpus models torchtitan (eager: unfused norms; compiled: the loss compiled with the model;
+    float8: torchao tensorwise unless rowwise). A bug bash found the new spelling imported as bf16 and
+    float8 runs priced as Transformer Engine's delayed scaling."""
+    head = "[model]\nname='llama3'\nflavor='8B'\n{conv}\n[training]\nlocal_batch_size=1\nseq_len=8192\n{extra}"
+
+    def imp(conv="", extra=""):
+        s, _, _ = import_scenario("torchtitan", text=head.format(conv=conv, extra=extra), topology="dgx-h100")
+        return s.training
+
+    eager = imp()
+    assert (eager.precision, eager.kernels.compile, eager.kernels.fused_norm_residual) == ("bf16", False, False)
+    compiled = imp(extra="[compile]\nenable=true\ncomponents=['model','loss']\n")
+    assert compiled.kernels.compile and compiled.kernels.cross_entropy == "compiled"
+    new = imp("converters=['quantize.linear.float8']", "[quantize.linear.float8]\nrecipe_name='rowwise'\n")
+    assert (new.precision, new.kernels.fp8_recipe) == ("fp8", "rowwise")
+    old = imp("converters=['float8']", "[float8]\nenable_fsdp_float8_all_gather=true\n")
+    assert (old.precision, old.kernels.fp8_recipe) == ("fp8", "tensorwise")
+    with pytest.raises(InputError, match="mxfp8"):  # MX linears need Blackwell: refused on the H100 node
+        imp("converters=['quantize.linear.mx']")
