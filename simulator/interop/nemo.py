@@ -57,7 +57,10 @@ _MODEL_IGNORED = {
                      "reduce_amax", "use_emha", "ub_tp_comm_overlap_cfg", "overlap_p2p_comm", "batch_p2p_comm",
                      "deterministic_mode", "cross_entropy_loss_fusion", "seq_len_interpolation_factor",
                      "num_micro_batches_with_partial_activation_checkpoints",
-                     "activations_checkpoint_layers_per_pipeline", "sharp"), _NUMERICS),
+                     "activations_checkpoint_layers_per_pipeline", "sharp", "tp_comm_atomic_ag",
+                     "tp_comm_atomic_rs", "tp_comm_bulk_wgrad", "tp_comm_bulk_dgrad",
+                     "tp_comm_overlap_ag", "tp_comm_overlap_rs", "tp_comm_split_ag", "tp_comm_split_rs"),
+                    _NUMERICS),
     **dict.fromkeys(("resume_from_checkpoint", "use_cpu_initialization", "apex_transformer_log_level", "mem_profile",
                      "nsys_profile", "gc_interval", "dist_ckpt_format", "dist_ckpt_load_on_device",
                      "dist_ckpt_parallel_save", "restore_from_path", "hf_model_id"), _OUTSIDE),
@@ -180,9 +183,15 @@ def _training(trainer: dict, m: dict, out: Imported) -> None:
         raise InputError(f"{granularity!r} must be null, selective or full",
                          f"{FIELD} model.activations_checkpoint_granularity")
     out.set("training.activation_checkpointing", granularity or "none")
-    for key in ("activations_checkpoint_method", "activations_checkpoint_num_layers"):
-        if key in m and m[key] is not None:
-            out.ignore(f"model.{key}", "dtsim recomputes every layer under full granularity")
+    method, layers = m.get("activations_checkpoint_method"), _get_int(m, "activations_checkpoint_num_layers", "model")
+    if granularity == "full" and method == "block" and layers is not None:
+        # block: the first N layers of each pipeline chunk recompute, the others keep their activations
+        # (Megatron's --recompute-method block --recompute-num-layers N, as the Megatron importer reads it)
+        out.set("training.recompute_layers", layers)
+    elif method is not None or layers is not None:
+        out.ignore("model.activations_checkpoint_method/num_layers",
+                   "uniform recomputes every layer (in groups of N); only full granularity's block method "
+                   "recomputes some layers (training.recompute_layers)")
     steps = _get_int(trainer, "max_steps", "trainer")
     if steps is not None and steps > 0:
         out.set("training.steps", steps)
@@ -212,8 +221,15 @@ def _parallel(trainer: dict, m: dict, out: Imported) -> None:
     out.set("parallel.distributed_optimizer", distributed)
     if distributed and isinstance(optim, dict) and optim.get("overlap_param_sync"):
         out.set("parallel.overlap_param_gather", True)
-    if isinstance(optim, dict) and optim:
-        out.ignore("model.optim (besides name)", _HYPER)
+    if isinstance(optim, dict) and "overlap_grad_sync" in optim:
+        # the gradient reduction overlapped with the backward (Megatron --overlap-grad-reduce), else one
+        # reduction of the whole buffer after it
+        out.set("parallel.overlap_grad_reduce", bool(optim["overlap_grad_sync"]))
+    if isinstance(optim, dict) and "bucket_cap_mb" in optim:
+        out.ignore("model.optim.bucket_cap_mb", "Megatron-Core sizes its own gradient buckets (dtsim's "
+                   "parallel.bucket_cap_mb is PyTorch DDP's)")
+    if isinstance(optim, dict) and set(optim) - {"name", "overlap_param_sync", "overlap_grad_sync", "bucket_cap_mb"}:
+        out.ignore("model.optim (learning rate, betas, schedule, ...)", _HYPER)
     if m.get("cpu_offloading"):
         raise InputError("activation/weight CPU offloading is not modelled by dtsim; remove it",
                          f"{FIELD} model.cpu_offloading")

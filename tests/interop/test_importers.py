@@ -588,3 +588,17 @@ def test_torchtitan_kernels_float8_and_mx_recipes():
     assert (old.precision, old.kernels.fp8_recipe) == ("fp8", "tensorwise")
     with pytest.raises(InputError, match="mxfp8"):  # MX linears need Blackwell: refused on the H100 node
         imp("converters=['quantize.linear.mx']")
+
+
+def test_nemo_block_recompute_grad_overlap_and_tp_overlap_knobs():
+    """NeMo's full granularity with method block and N layers recomputes N layers per pipeline chunk (the
+    Megatron importer's reading of the same settings); optim.overlap_grad_sync is the overlapped gradient
+    reduction; the launcher's tp_comm_atomic_* knobs are accepted (a bug bash found all layers
+    recomputed, the overlap dropped and NeMo-Framework-Launcher's llama2_7b.yaml refused)."""
+    text = NEMO.replace("activations_checkpoint_granularity: selective",
+                        "activations_checkpoint_granularity: full\n  activations_checkpoint_method: block\n"
+                        "  activations_checkpoint_num_layers: 4\n  tp_comm_atomic_ag: false\n  tp_comm_atomic_rs: false")
+    text = text.replace("    weight_decay: 0.1", "    weight_decay: 0.1\n    overlap_grad_sync: false")
+    s, _, _ = import_scenario("nemo", text=text, topology="dgx-a100", nodes=2, overrides=["model.vocab_size=50304"])
+    assert (s.training.activation_checkpointing, s.training.recompute_layers) == ("full", 4)
+    assert s.parallel.overlap_grad_reduce is False
