@@ -5,7 +5,8 @@ Flag names and defaults are Megatron-LM's (``megatron/training/arguments.py``, c
 ``int(4h·2/3 / 64)·64`` with ``--swiglu``), ``--num-attention-heads``, ``--group-query-attention`` +
 ``--num-query-groups``, ``--kv-channels`` (default ``h / heads``), ``--normalization``
 (``LayerNorm`` default, ``RMSNorm``), ``--disable-bias-linear``, ``--qk-layernorm``,
-``--position-embedding-type`` (``learned_absolute`` default, ``rope``, ``none``), ``--window-size L,0``
+``--position-embedding-type`` (``learned_absolute`` default, ``rope``, ``none``; ``--no-position-embedding``
+drops the learned table), ``--window-size L,0``
 (sliding window of ``L + 1`` keys: ``model.sliding_window``) with ``--window-attn-skip-freq N`` (every
 N-th layer full attention, ``is_layer_window_attention``: ``model.full_attention_interval``),
 ``--untie-embeddings-and-output-weights`` (tied by default), ``--attention-dropout`` /
@@ -50,6 +51,7 @@ BOOL_FLAGS = (
     "untie-embeddings-and-output-weights", "use-rotary-position-embeddings", "bf16", "fp16",
     "recompute-activations", "sequence-parallel", "use-distributed-optimizer", "tp-comm-overlap",
     "use-flash-attn", "overlap-grad-reduce", "overlap-param-gather", "fp8-param-gather", "grad-reduce-in-bf16",
+    "no-position-embedding",
 ) + megatron_moe.BOOL_FLAGS + megatron_graphs.BOOL_FLAGS
 #: Flags taking a list of values (argparse ``nargs="*"``): every word up to the next flag.
 LIST_FLAGS = ("recompute-modules",) + megatron_graphs.LIST_FLAGS
@@ -229,6 +231,12 @@ def _model(flags: dict, integer, out: Imported) -> None:
         if pos not in (None, "rope"):
             raise InputError(f"--use-rotary-position-embeddings contradicts --position-embedding-type {pos}", FIELD)
         pos = "rope"
+    if flags.get("no-position-embedding"):
+        # Megatron-LM's legacy switch (add_position_embedding False): no learned position table, so rope
+        # when given (its Mixtral example passes both), else none
+        if pos == "learned_absolute":
+            raise InputError("--no-position-embedding contradicts --position-embedding-type learned_absolute", FIELD)
+        pos = pos or "none"
     pos = pos or "learned_absolute"
     mapping = {"learned_absolute": "learned", "rope": "rope", "none": "none"}
     if pos not in mapping:

@@ -72,6 +72,10 @@ def test_megatron_defaults_follow_arguments_py():
     assert imp.get("parallel.overlap_grad_reduce") is False
     gelu = import_args("--num-layers 2 --hidden-size 1024 --num-attention-heads 16 --seq-length 512")
     assert gelu.get("model.ffn_hidden_size") == 4096 and gelu.get("model.mlp") == "gelu"
+    # --no-position-embedding (Megatron-LM's Mixtral example passes it with rope) drops the learned table
+    base = "--num-layers 2 --hidden-size 1024 --num-attention-heads 16 --seq-length 512 --no-position-embedding"
+    assert import_args(base + " --position-embedding-type rope").get("model.position_embedding") == "rope"
+    assert import_args(base).get("model.position_embedding") == "none"
 
 
 def test_megatron_grad_reduce_in_bf16_round_trips():
