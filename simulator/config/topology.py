@@ -152,6 +152,10 @@ class TopologyConfig(Frozen):
     #: partial node (``cluster.gpus`` ending mid-rack) must hold whole hosts. ``None``: one host.
     gpus_per_host: PositiveInt | None = None
     intra_node: IntraNodeFabric = PCIeFabric()
+    #: Power of a node besides its GPUs (CPUs, switches, NICs, fans), W, at the rated maximum: the
+    #: datasheet's node (or rack) maximum minus its GPUs' TDP. ``None``: the DGX H100 ratio, 0.82 W per
+    #: W of GPU TDP (``runcost.plan``), which overstates racks whose switch trays and CPUs are shared.
+    node_overhead_W: NonNegativeFloat | None = None
     host: HostConfig = HostConfig(gpu_link_GBps=31.5, uplink_GBps=31.5)
     nics: NICConfig = NICConfig()
     fabric: ScaleOutFabric = SingleSwitchFabric()

@@ -65,8 +65,9 @@ def plan_run(scenario: Scenario, step_time_s: float, busy_fraction: float = 1.0)
     """The whole run, or None when the scenario sets no token budget or step count.
 
     Energy: each GPU draws ``TDP·(p_idle + (1 − p_idle)·busy)`` where ``busy`` is the simulated
-    fraction of the step its compute stream is busy, plus ``node_overhead_W`` per node, over the
-    expected wall-clock.
+    fraction of the step its compute stream is busy, plus the node's power besides its GPUs
+    (``cost.node_overhead_W``, else the topology's ``node_overhead_W``, else the DGX H100 ratio) per
+    node, a partial node its share by GPUs, over the expected wall-clock.
     """
     steps = run_steps(scenario)
     if steps is None:
@@ -115,10 +116,12 @@ def plan_run(scenario: Scenario, step_time_s: float, busy_fraction: float = 1.0)
     rated_W, drawn_W = scenario.cluster.gpu.tdp_W, scenario.cluster.gpu_spec.tdp_W
     idle = cost.gpu_idle_power_fraction
     power = n_gpus * (rated_W * idle * (1 - busy_fraction) + drawn_W * busy_fraction)
-    overhead = cost.node_overhead_W
+    topo = scenario.cluster.topology
+    overhead = cost.node_overhead_W if cost.node_overhead_W is not None else topo.node_overhead_W
     if overhead is None:
-        overhead = NODE_OVERHEAD_PER_GPU_TDP * scenario.cluster.topology.gpus_per_node * rated_W
-    power += n_nodes * overhead
+        overhead = NODE_OVERHEAD_PER_GPU_TDP * topo.gpus_per_node * rated_W
+    # a partial node (cluster.gpus: compute trays of an NVL72 rack) is charged its share
+    power += overhead * n_gpus / topo.gpus_per_node
     return RunReport(
         steps=steps,
         tokens=tokens,

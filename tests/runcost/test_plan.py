@@ -113,3 +113,17 @@ def test_run_that_cannot_finish():
 
 def test_no_budget_means_no_run():
     assert plan_run(_scenario("training.total_tokens=null"), step_time_s=5.0) is None
+
+
+def test_nvl72_rack_power_is_its_datasheet_maximum():
+    """A GB300 NVL72 rack at full load draws its 142 kW maximum [G4]: 72 x 1,400 W GPUs + the topology's
+    41,200 W of everything else; 16 GPUs (4 compute trays) are charged 16/72 of that overhead. (The DGX
+    H100 ratio, 0.82 W per GPU watt, gave 174.9 kW per rack, above the datasheet; found by a bug bash.)"""
+    def power(gpus):
+        s = scenario_from_dict({**BASE, "cluster": {"topology": "gb300-nvl72", "nodes": 1, "gpus": gpus},
+                                "training": {**BASE["training"], "global_batch_size": gpus * 4},
+                                "parallel": {"framework": "fsdp"}, "cost": {"usd_per_gpu_hour": 5.0}})
+        return plan_run(s, step_time_s=5.0, busy_fraction=1.0).average_power_W
+
+    assert power(72) == pytest.approx(72 * 1400 + 41200)
+    assert power(16) == pytest.approx(16 * 1400 + 41200 * 16 / 72)
