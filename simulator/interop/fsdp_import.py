@@ -47,6 +47,16 @@ def _dtype(node: ast.AST, key: str) -> str:
     return DTYPES[name]
 
 
+def _resolved(tree: ast.Module, node: ast.AST) -> ast.AST:
+    """A keyword's value, or, when it names a variable (``mixed_precision=bf16_policy``), the call the
+    file assigns to that variable last (``bf16_policy = MixedPrecision(...)``), the common pattern."""
+    if not isinstance(node, ast.Name):
+        return node
+    calls = [a.value for a in ast.walk(tree) if isinstance(a, ast.Assign) and isinstance(a.value, ast.Call)
+             and any(isinstance(t, ast.Name) and t.id == node.id for t in a.targets)]
+    return calls[-1] if calls else node
+
+
 def import_block(text: str) -> Imported:
     """The FSDP keyword block's settings (framework fsdp)."""
     try:
@@ -56,7 +66,7 @@ def import_block(text: str) -> Imported:
     out = Imported()
     out.set("parallel.framework", "fsdp")
     for kw in _keywords(tree):
-        key, value = kw.arg, kw.value
+        key, value = kw.arg, _resolved(tree, kw.value)
         if key in _IGNORED:
             out.ignore(key, "wrapping or initialisation: no effect on the simulated step")
         elif key == "sharding_strategy":

@@ -606,3 +606,15 @@ def test_nemo_block_recompute_grad_overlap_and_tp_overlap_knobs():
     s, _, _ = import_scenario("nemo", text=text, topology="dgx-a100", nodes=2, overrides=["model.vocab_size=50304"])
     assert (s.training.activation_checkpointing, s.training.recompute_layers) == ("full", 4)
     assert s.parallel.overlap_grad_reduce is False
+
+
+def test_fsdp_mixed_precision_given_as_a_variable():
+    """The common pattern: the policy assigned to a variable, the variable passed to FSDP (a bug bash found
+    it refused)."""
+    text = ("import torch\nfrom torch.distributed.fsdp import FullyShardedDataParallel as FSDP, MixedPrecision\n"
+            "policy = MixedPrecision(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)\n"
+            "model = FSDP(model, sharding_strategy=ShardingStrategy.FULL_SHARD, mixed_precision=policy)\n")
+    s, _, _ = import_scenario("fsdp", text=text, model="llama-3-8b", topology="dgx-h100",
+                              overrides=["training.seq_len=4096", "training.micro_batch_size=1",
+                                         "training.global_batch_size=8"])
+    assert (s.parallel.param_dtype, s.parallel.reduce_dtype) == ("bf16", "fp32")
