@@ -14,7 +14,8 @@ from typing import Any
 
 #: Row of each device type in the node drawing (top to bottom).
 _NODE_ROWS = {"nvswitch": 4, "gpu": 3, "pcie_switch": 2, "nic": 1, "cpu": 0}
-_COLOURS = {"nvlink": "tab:green", "pcie": "tab:gray", "net": "tab:orange", "upi": "tab:blue"}
+_COLOURS = {"nvlink": "tab:green", "nvlink-c2c": "tab:olive", "pcie": "tab:gray", "net": "tab:orange",
+            "upi": "tab:blue"}
 _SHORT = {"gpu": "GPU", "nvswitch": "NVS", "pcie_switch": "PCIe", "nic": "NIC", "cpu": "CPU"}
 
 
@@ -37,6 +38,8 @@ def _node_panel(ax: Any, graph: Any) -> None:
         if u in pos and v in pos and (v, u) not in drawn:
             drawn.add((u, v))
             kind = d.get("link", "net")
+            if kind == "nvlink" and "cpu" in (graph.nodes[u]["type"], graph.nodes[v]["type"]):
+                kind = "nvlink-c2c"  # the Grace-GPU link (NVLink-C2C), not the GPU-GPU fabric
             links[(kind, d["bandwidth_Bps"])] += 1
             ax.plot([pos[u][0], pos[v][0]], [pos[u][1], pos[v][1]], color=_COLOURS.get(kind, "black"), lw=0.6,
                     alpha=0.6, zorder=1)
