@@ -49,6 +49,20 @@ class Imported:
         self.ignored.append((key, reason))
 
 
+def set_recompute_layers(out: Imported, granularity: str | None, method: str | None, layers: int | None,
+                         keys: str) -> None:
+    """Megatron's recompute method and layer count (``--recompute-method`` / ``--recompute-num-layers``,
+    NeMo's ``activations_checkpoint_method`` / ``_num_layers``, named ``keys``): under full granularity
+    ``block`` recomputes the first N layers of each pipeline chunk and the others keep their activations
+    (``training.recompute_layers``); ``uniform`` recomputes every layer in groups of N, which is dtsim's
+    full recomputation, so it is listed as ignored."""
+    if granularity == "full" and method == "block" and layers is not None:
+        out.set("training.recompute_layers", layers)
+    elif method is not None or layers is not None:
+        out.ignore(keys, "uniform recomputes every layer (in groups of N); only full granularity's block method "
+                         "recomputes some layers (training.recompute_layers)")
+
+
 @dataclass(frozen=True)
 class Exported:
     """An exported config: the file ``text`` and what the target framework cannot express."""

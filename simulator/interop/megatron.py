@@ -30,7 +30,7 @@ import shlex
 
 from simulator.errors import InputError
 from simulator.interop import megatron_graphs, megatron_moe
-from simulator.interop.common import Imported, as_float, as_int
+from simulator.interop.common import Imported, as_float, as_int, set_recompute_layers
 
 FIELD = "megatron"
 
@@ -323,14 +323,8 @@ def _training(flags: dict, integer, out: Imported) -> None:
             raise InputError("--recompute-modules lists what selective recomputation re-runs: add "
                              "--recompute-granularity selective or remove it", FIELD)
         out.set("training.recompute_modules", list(names))
-    method, layers = _value(flags, "recompute-method"), integer("recompute-num-layers")
-    if granularity == "full" and method == "block" and layers is not None:
-        # block: the first N layers of each pipeline chunk recompute, the others keep their activations
-        out.set("training.recompute_layers", layers)
-    elif method is not None or layers is not None:
-        out.ignore("--recompute-method/--recompute-num-layers",
-                   "uniform recomputes every layer (in groups of N); only full granularity's block method "
-                   "recomputes some layers (training.recompute_layers)")
+    set_recompute_layers(out, granularity, _value(flags, "recompute-method"), integer("recompute-num-layers"),
+                         "--recompute-method/--recompute-num-layers")
     iters, samples = integer("train-iters"), integer("train-samples")
     if iters is not None and samples is not None:
         raise InputError("--train-iters contradicts --train-samples; keep one", FIELD)

@@ -23,7 +23,7 @@ from typing import Any
 import yaml
 
 from simulator.errors import InputError
-from simulator.interop.common import DTYPES, Imported, as_float, as_int
+from simulator.interop.common import DTYPES, Imported, as_float, as_int, set_recompute_layers
 
 FIELD = "nemo"
 
@@ -183,15 +183,9 @@ def _training(trainer: dict, m: dict, out: Imported) -> None:
         raise InputError(f"{granularity!r} must be null, selective or full",
                          f"{FIELD} model.activations_checkpoint_granularity")
     out.set("training.activation_checkpointing", granularity or "none")
-    method, layers = m.get("activations_checkpoint_method"), _get_int(m, "activations_checkpoint_num_layers", "model")
-    if granularity == "full" and method == "block" and layers is not None:
-        # block: the first N layers of each pipeline chunk recompute, the others keep their activations
-        # (Megatron's --recompute-method block --recompute-num-layers N, as the Megatron importer reads it)
-        out.set("training.recompute_layers", layers)
-    elif method is not None or layers is not None:
-        out.ignore("model.activations_checkpoint_method/num_layers",
-                   "uniform recomputes every layer (in groups of N); only full granularity's block method "
-                   "recomputes some layers (training.recompute_layers)")
+    set_recompute_layers(out, granularity, m.get("activations_checkpoint_method"),
+                         _get_int(m, "activations_checkpoint_num_layers", "model"),
+                         "model.activations_checkpoint_method/num_layers")
     steps = _get_int(trainer, "max_steps", "trainer")
     if steps is not None and steps > 0:
         out.set("training.steps", steps)
