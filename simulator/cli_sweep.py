@@ -120,7 +120,7 @@ def _sweep(path: Path, grid_specs, out, workers, backend, address, resume, objec
             rows = run_sweep(base_raw, path.parent, all_points, store, workers=workers, backend=backend,
                              address=address, extra={"sweep_id": sid}, on_row=tick)
         except KeyboardInterrupt:
-            # every finished row is already on disk (the store appends atomically): say how to continue
+            # the runner flushed every finished row on its way out (atomically): say how to continue
             saved = len(store.done())
             where = (f"{saved:,} of {total:,} points saved in {out}; run the same command with --resume to "
                      "continue") if out is not None else "nothing saved (no --out)"

@@ -330,7 +330,8 @@ def export_toml(s: Scenario) -> Exported:
         if par.fp8_param_gather:
             sections["float8"]["enable_fsdp_float8_all_gather"] = True
     if not tr.kernels.compile and tr.kernels.fused_norm_residual:
-        sections["model"]["norm_type"] = "fused_rmsnorm"  # the Triton RMSNorm: fused norms without compile
+        notes.append("training.kernels.fused_norm_residual without compile: torchtitan's eager RMSNorm is unfused "
+                     "PyTorch code (its Triton fused_rmsnorm is gone from current versions); enable [compile]")
     training: dict[str, Any] = {}
     if par.pp > 1:
         training["local_batch_size"] = tr.global_batch_size // dp
