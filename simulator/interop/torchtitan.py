@@ -331,7 +331,7 @@ def export_toml(s: Scenario) -> Exported:
             sections["float8"]["enable_fsdp_float8_all_gather"] = True
     if not tr.kernels.compile and tr.kernels.fused_norm_residual:
         notes.append("training.kernels.fused_norm_residual without compile: torchtitan's eager RMSNorm is unfused "
-                     "PyTorch code (its Triton fused_rmsnorm is gone from current versions); enable [compile]")
+                     "PyTorch code (its Triton norm_type fused_rmsnorm is not in every version); enable [compile]")
     training: dict[str, Any] = {}
     if par.pp > 1:
         training["local_batch_size"] = tr.global_batch_size // dp
