@@ -15,7 +15,8 @@ activations of routed tokens.
   routed tokens' tensors: the permuted copies ``T·k·h`` (the experts' input, also the all-to-all
   receive buffer), the ``k_mlp−1`` expert up projections of width ``f_e/etp`` and the activation
   output (``× imbalance`` on the most-loaded rank), plus the shared experts' like a dense MLP of
-  width ``n_s·f_s``; ``T = b·s/(tp·cp)``. The MLP input stays (it is the router's input), unless
+  width ``n_s·f_s``; ``T = etp·b·s/(tp·cp)``: with expert tensor parallelism a rank holds its ETP
+  group's all-gathered tokens. The MLP input stays (it is the router's input), unless
   selective recomputation re-runs the pre-MLP norm (``training.recompute_modules: layernorm``); with
   ``moe_act`` the activation output goes too.
 * MLA blocks store, instead of Q, K, V and the out-projection input of width ``a·d_h``: the
@@ -78,7 +79,8 @@ def moe_block_extra(scenario: Any, pb: int) -> float:
     h, k_mlp, moe = m.hidden_size, m.mlp_matrices, m.moe
     lin = linear_input_bytes(scenario, pb)
     dense = _mlp_stored(b * s, 0, m.ffn_hidden_size / tp, k_mlp, pb, lin)
-    t = b * s / tp * moe.top_k * moe.effective_imbalance
+    # the routed copies an expert rank holds: its ETP group's, all-gathered (etp x), at 1/etp of the width
+    t = b * s / tp * moe.top_k * moe.effective_imbalance * par.etp
     width = moe.expert_ffn_hidden_size / par.etp
     routed = _mlp_stored(t, h, width, k_mlp, pb, lin)
     shared = (_mlp_stored(b * s, 0, moe.n_shared_experts * moe.shared_width / tp, k_mlp, pb, lin)

@@ -35,7 +35,9 @@ over this rank's experts), ``shared`` (shared experts, which need no dispatch) a
   ``NVTE_USE_CUTLASS_GROUPED_GEMM``, Hopper BF16 only): at most four experts' tiles share a wave
   (``Op.streams``, ``expert_streams``); torchtitan's ``torch._grouped_mm`` is one kernel over all;
 * expert tensor parallelism splits each expert's width over ``etp`` ranks, which all process the
-  tokens of their EP rank;
+  tokens of their ETP group: after the all-to-all each rank all-gathers its ETP peers' received tokens
+  (Megatron-Core's alltoall dispatcher, ``simulator.parallel.expert``), so a rank runs ``etp ×`` the
+  tokens at ``1/etp`` of the width, the same expert FLOPs as ``ep·etp``-way expert parallelism;
 * shared experts run on all ``b·s`` tokens with their width split over TP, like the dense MLP;
 * MLA attention (``simulator.workload.mla``): the down projections and their norms are duplicated
   on every TP rank; up projections column-parallel, ``o_proj`` row-parallel; the FlashAttention
@@ -259,7 +261,8 @@ def moe_block_ops(model: ModelConfig, b: int, s: int, tp: int, pb: int, kernels,
     t = b * s / tp
     routed = t * m.top_k
     local_experts = max(1, m.n_experts // ep)
-    per_expert = max(1, round(routed * m.effective_imbalance / local_experts))
+    # the ETP group's tokens: each rank's received copies, all-gathered over its etp peers
+    per_expert = max(1, round(routed * etp * m.effective_imbalance / local_experts))
     width = m.expert_ffn_hidden_size // etp
     pre = att + [
         wops.gemm("router", int(t), m.n_experts, h, pb),

@@ -30,6 +30,21 @@ def test_moe_block_ops_match_the_flop_count(name):
     assert got == pytest.approx(want, rel=1e-9)
 
 
+def test_expert_tensor_parallelism_keeps_the_expert_flops_per_gpu():
+    """Each ETP rank all-gathers its peers' tokens and runs them at 1/etp of the width: expert FLOPs per
+    GPU are the same for any ep x etp of 8 (a bug bash found etp dividing the width but not multiplying
+    the tokens: Mixtral at ep 1, etp 8 ran its experts at 133% of the H100's peak). By hand: Mixtral
+    (h 4096, f 14336, top-2 of 8, SwiGLU), 4,096 tokens on every rank, balanced: the 8 ranks' 8 x 4,096 x 2
+    token copies over 8 GPUs, 3 GEMMs of 2 * 4096 * 14336 FLOPs per copy: 4096 * 2 * 3 * 2 * 4096 * 14336
+    per GPU."""
+    m = catalog.get_model("mixtral-8x7b")
+    m = m.model_copy(update={"moe": m.moe.model_copy(update={"imbalance": 1.0})})
+    want = 4096 * 2 * 3 * 2 * 4096 * 14336
+    for ep, etp in ((8, 1), (4, 2), (2, 4), (1, 8)):
+        ops = moe_ops.moe_block_ops(m, 1, 4096, 1, 2, KernelConfig(), "none", ep=ep, etp=etp)
+        assert _gemm_attn_flops(ops.experts) == pytest.approx(want, rel=1e-6), (ep, etp)
+
+
 def test_mla_dense_block_ops_match_the_flop_count():
     m = catalog.get_model("deepseek-v3")
     ops = moe_ops.dense_block_ops(m, 1, 2048, 1, 2, KernelConfig(), "none")
