@@ -44,6 +44,7 @@ def _calibrate(measured: list[Path], out: Path | None, json_out: bool) -> None:
         dup = next(i for i in ids if ids.count(i) > 1)
         raise InputError(f"run {dup!r} appears in more than one --measured row; give each run once", "--measured")
     results = uc.calibrate(cases)
+    uc.check_identified(results)  # before anything is written
     profile = uc.profile_dict(results, cases, ", ".join(map(str, measured)))
     if out is not None:
         uc.write_profile(profile, out)

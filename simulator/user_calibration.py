@@ -172,6 +172,21 @@ class ArchResult:
     row_errors: dict[str, float] = field(default_factory=dict)
 
 
+def check_identified(results: dict[str, ArchResult]) -> None:
+    """Refuse a fit that moved nothing: when every run of an architecture stays more than the capped
+    objective's ``CAP`` (25%) from dtsim's prediction at the fitted point, each run's loss is flat (a
+    structural miss the efficiencies cannot explain), so the descent stays at its start and the
+    "fitted" profile is the planning default, not the user's cluster."""
+    from simulator.validation.calibration import CAP
+
+    for arch, res in results.items():
+        if res.row_errors and all(abs(e) > CAP for e in res.row_errors.values()):
+            worst = ", ".join(f"{k} {100 * e:+.0f}%" for k, e in sorted(res.row_errors.items()))
+            raise InputError(f"{arch}: every run is more than {100 * CAP:.0f}% from dtsim's prediction ({worst}), "
+                             "so no efficiency was fitted and no profile is written; check each run's scenario "
+                             "(GPU, layout, precision, recomputation) and its measured figure", "--measured")
+
+
 def calibrate(cases: list[Case]) -> dict[str, ArchResult]:
     """The bundled procedure (``benchmarks/calibrate.py``) on the user's rows: per architecture, fit
     on every row; then hold out each fold once (a row's ``source_key``, else its ``split``: rows

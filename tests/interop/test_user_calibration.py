@@ -151,3 +151,17 @@ def test_bundled_suite_rows_are_the_bundled_calibration_cases():
     mine = sorted((c for c in cases if c.arch == "hopper"), key=lambda c: c.id)[:2]
     params = values(tuple(START[p] for p in START))
     assert uc.errors(mine, params) == cal.errors(ref_two, params)
+
+
+def test_calibrate_refuses_runs_it_cannot_fit(tmp_path):
+    """Every run 3x slower than predicted: each is beyond the capped objective's 25% at every grid
+    point, so the descent would stay at its start and write the planning default as a "fitted" profile
+    (a bug bash found that profile moving predictions away from the measurements). Exit 2, no file."""
+    raws = [_row(4, 1024, 16, 4096, 2048, 4), _row(4, 2048, 16, 8192, 1024, 2)]
+    rows = [{"scenario": raw, "measured": {"step_time_s": 3 * simulate(scenario_from_dict(raw)).step_time_s}}
+            for raw in raws]
+    runs = tmp_path / "runs.yaml"
+    runs.write_text(yaml.safe_dump({"runs": rows}))
+    profile = tmp_path / "p.yaml"
+    r = runner.invoke(app, ["calibrate", "--measured", str(runs), "--out", str(profile)])
+    assert r.exit_code == 2 and "no efficiency was fitted" in r.output and not profile.exists()
