@@ -185,7 +185,8 @@ class Costing:
                 hit = self._task_costs[key] = self._collective(task)
             return hit
         if isinstance(task, CopyTask):
-            return TaskCost(task.nbytes / self.pcie_Bps, {"bytes": task.nbytes, "direction": task.direction})
+            bw = min(self.pcie_Bps, self.nvme_Bps) if task.source == "nvme" else self.pcie_Bps
+            return TaskCost(task.nbytes / bw, {"bytes": task.nbytes, "direction": task.direction})
         if isinstance(task, HostTask):
             # CPU Adam is memory-bound on the host; NVMe streaming of the states overlaps with it.
             t = max(task.n_params / self.cpu_adam, task.nvme_bytes / self.nvme_Bps)

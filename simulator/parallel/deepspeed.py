@@ -225,8 +225,9 @@ class Zero3Hooks(Hooks):
             if hit is None:
                 hit = cache[unit] = self._fetch(unit, backward, phase, modules)
             nbytes, parts = hit
-            if p.offload_param != "none":
-                up = b.copy(f"param h2d {unit}{mb}", "h2d", nbytes / self.n, deps=deps, micro_batch=g)
+            if p.offload_param != "none":  # read from NVMe through the host with offload_param: nvme
+                up = b.copy(f"param h2d {unit}{mb}", "h2d", nbytes / self.n, deps=deps, micro_batch=g,
+                            source="nvme" if p.offload_param == "nvme" else "host")
                 deps = [up]
             if parts is None:
                 return b.collective(f"allgather {phase} {unit}{mb}", "param_allgather", "all_gather", group,

@@ -93,7 +93,9 @@ class CollectiveTask:
 
 @dataclass(slots=True)
 class CopyTask:
-    """A host↔device copy over PCIe (offload): ``direction`` is "d2h" or "h2d"."""
+    """A host↔device copy over PCIe (offload): ``direction`` is "d2h" or "h2d"; ``source`` "nvme" for
+    an upload read from NVMe through the host (ZeRO-Infinity ``offload_param: nvme``), at the smaller of
+    the PCIe and the GPU's share of NVMe bandwidth."""
 
     id: int
     name: str
@@ -105,6 +107,7 @@ class CopyTask:
     micro_batch: int = -1
     layer: int = -1
     device: int = 0
+    source: Literal["host", "nvme"] = "host"
 
 
 @dataclass(slots=True)
@@ -211,13 +214,14 @@ class GraphBuilder:
         return tid
 
     def copy(self, name: str, direction: Literal["d2h", "h2d"], nbytes: float, deps=(), kind: str = "offload",
-             micro_batch: int = -1, layer: int = -1, device: int | None = None) -> int | None:
+             micro_batch: int = -1, layer: int = -1, device: int | None = None,
+             source: Literal["host", "nvme"] = "host") -> int | None:
         if nbytes <= 0:
             return None
         tid = len(self._tasks)
         stream = D2H if direction == "d2h" else H2D
         self._tasks.append(CopyTask(tid, name, direction, float(nbytes), stream, self._deps(deps), kind, micro_batch,
-                                    layer, self.device if device is None else device))
+                                    layer, self.device if device is None else device, source))
         return tid
 
     def host(self, name: str, n_params: float, deps=(), nvme_bytes: float = 0.0, stream: str = CPU,

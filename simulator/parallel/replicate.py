@@ -73,7 +73,7 @@ class Template:
                 add(CollectiveTask(tid, name, t.kind, t.op, t.group, t.nbytes, t.count, t.stream, deps, g,
                                    t.layer, t.device, t.host_s, parts, t.sm_share))
             elif kind is CopyTask:
-                add(CopyTask(tid, name, t.direction, t.nbytes, t.stream, deps, t.kind, g, t.layer, t.device))
+                add(CopyTask(tid, name, t.direction, t.nbytes, t.stream, deps, t.kind, g, t.layer, t.device, t.source))
             else:
                 add(HostTask(tid, name, t.n_params, t.nvme_bytes, t.stream, deps, t.kind, g, t.layer, t.device))
         tasks.extend(out)

@@ -186,6 +186,21 @@ def test_nvme_offload_streams_optimizer_states():
     assert costing.cost(host) == TaskCost(host.nvme_bytes / 1e9, {"params": host.n_params, "nvme_bytes": host.nvme_bytes})
 
 
+def test_nvme_parameter_offload_reads_at_the_nvme_share():
+    """offload_param nvme: each parameter upload is read from NVMe through the host, so it moves at the
+    smaller of PCIe (10 GB/s here) and the GPU's NVMe share (1 GB/s here); cpu at PCIe. (A bug bash found
+    nvme priced exactly as cpu.)"""
+    from simulator.engine.costing import Costing
+    from simulator.parallel.ir import CopyTask
+
+    for where, bw in (("nvme", 1e9), ("cpu", 10e9)):
+        c = ctx(4, 1, w=_w(), framework="deepspeed", zero_stage=3, offload_param=where)
+        ups = [t for t in build_step_graph(c).tasks if isinstance(t, CopyTask) and t.name.startswith("param h2d")]
+        assert ups and {t.source for t in ups} == {"nvme" if where == "nvme" else "host"}
+        costing = Costing(SumCompute(), AlphaBeta(), c.mesh, pcie_Bps=10e9, cpu_adam_params_per_s=1e12, nvme_Bps=1e9)
+        assert costing.cost(ups[0]).duration_s == pytest.approx(ups[0].nbytes / bw)
+
+
 def test_deepspeed_bf16_at_stage0_runs_the_bf16_optimizer():
     """bf16 at ZeRO stage 0 is DeepSpeed's BF16_Optimizer: every micro-batch's backward adds the bf16
     gradients into fp32 (``update_hp_grads``: cast 2 + 4 B, add 4 + 4 + 4 B = 18 B per parameter), the
