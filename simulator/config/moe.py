@@ -64,6 +64,12 @@ class MoEConfig(Frozen):
     def _check(self) -> MoEConfig:
         if self.top_k > self.n_experts:
             raise ValueError(f"model.moe.top_k ({self.top_k}) exceeds n_experts ({self.n_experts})")
+        if self.imbalance > self.n_experts / self.top_k:
+            # a token reaches an expert at most once: the busiest expert gets at most all T tokens, the
+            # mean is T·top_k/n_experts
+            raise ValueError(f"model.moe.imbalance ({self.imbalance:g}) exceeds n_experts / top_k "
+                             f"({self.n_experts}/{self.top_k} = {self.n_experts / self.top_k:g}), the most an expert "
+                             "can get (every token); give max/mean tokens per expert at or below it")
         if self.shared_expert_ffn_hidden_size is not None and self.n_shared_experts == 0:
             raise ValueError("model.moe.shared_expert_ffn_hidden_size is set but n_shared_experts is 0; "
                              "set n_shared_experts or remove it")

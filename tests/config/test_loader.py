@@ -172,3 +172,11 @@ def test_mxfp8_needs_block_scaled_fp8_gemms():
     assert "training.kernels.fp8_recipe mxfp8" in msg and "h100-sxm (hopper)" in msg and "current" in msg
     b200 = scenario_from_dict({**BASE, "cluster": {"topology": "dgx-b200", "nodes": 2}, "training": fp8})
     assert b200.training.kernels.fp8_recipe == "mxfp8"
+
+
+def test_moe_imbalance_is_bounded_by_experts_over_top_k():
+    """A token reaches an expert at most once, so max/mean tokens per expert is at most n_experts/top_k
+    (Mixtral 8/2 = 4); above it is a typo (a bug bash's imbalance 100 ran a 1,165 s step)."""
+    base = {**BASE, "model": "mixtral-8x7b", "parallel": {"framework": "ddp", "ep": 8}}
+    assert "n_experts / top_k" in _error(base, ["model.moe.imbalance=4.5"])
+    assert scenario_from_dict(base, overrides=["model.moe.imbalance=4"]).model.moe.imbalance == 4
