@@ -22,7 +22,10 @@ TopologyOption = Annotated[str | None, typer.Option("--topology", help="topology
 NodesOption = Annotated[int | None, typer.Option("--nodes", min=1, help="number of nodes")]
 GpuOption = Annotated[str | None, typer.Option("--gpu", help="catalog GPU name, overriding the topology's")]
 NameOption = Annotated[str | None, typer.Option("--name", help="scenario name (default: the file's stem)")]
-SetOption = Annotated[list[str] | None, typer.Option("--set", help="dotted.path=value on the imported scenario")]
+SetOption = Annotated[list[str] | None, typer.Option("--set", metavar="PATH=VALUE",
+                                                     help="dotted.path=value on the imported scenario (repeatable)")]
+ExportSetOption = Annotated[list[str] | None, typer.Option(
+    "--set", metavar="PATH=VALUE", help="dotted.path=value on the scenario before it is exported (repeatable)")]
 
 import_app = typer.Typer(help="Import a training config as a dtsim scenario YAML (every ignored flag is named).",
                          no_args_is_help=True)
@@ -134,7 +137,7 @@ def export_command(
     scenario: Annotated[Path, typer.Argument(help="scenario YAML")],
     to: Annotated[str, typer.Option("--to", help="deepspeed, megatron, torchtitan, fsdp or accelerate")],
     out: OutOption = None,
-    overrides: SetOption = None,
+    overrides: ExportSetOption = None,
 ) -> None:
     """Write the launchable config of a framework for SCENARIO (what it cannot express is named)."""
     _export(scenario, to, out, overrides or [])
