@@ -59,6 +59,8 @@ def _measured(row: dict, scenario: Scenario, base_dir: Path, where: str) -> floa
     """Measured tokens/s per GPU from a row's ``measured`` mapping or its ``log``."""
     from simulator.interop.logs import read_log
 
+    if "log" in row and "measured" in row:
+        raise InputError("give measured: or log:, not both (which one is the run's figure?)", where)
     if "log" in row:
         path = Path(row["log"])
         reading = read_log(path if path.is_absolute() else base_dir / path, row.get("log_format"), row.get("skip"))

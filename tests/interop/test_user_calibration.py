@@ -90,6 +90,11 @@ def test_measured_rows_bad_input(tmp_path):
     bad.write_text(yaml.safe_dump({"runs": [{"scenario": _row(1, 256, 4, 512, 512, 1), "measured": {"ms": 3}}]}))
     r = runner.invoke(app, ["calibrate", "--measured", str(bad)])
     assert r.exit_code == 2 and "unknown measured key 'ms'" in r.output and "Traceback" not in r.output
+    both = tmp_path / "both.yaml"  # a figure and a log: which is the run's? (a bug bash: the log won silently)
+    both.write_text(yaml.safe_dump({"runs": [{"scenario": _row(1, 256, 4, 512, 512, 1),
+                                              "measured": {"step_time_s": 1.0}, "log": "train.log"}]}))
+    r = runner.invoke(app, ["calibrate", "--measured", str(both)])
+    assert r.exit_code == 2 and "not both" in r.output
 
 
 MEGATRON_LOG = """\
