@@ -99,18 +99,24 @@ def pass_window(trace: Trace) -> tuple[float, float]:
     return min(a for a, _ in iv), max(b for _, b in iv)
 
 
+#: Collectives that run inside a forward or backward pass (its tensor-parallel, expert all-to-all and
+#: context-parallel ring exchanges): a stage waiting on them is in its pass, not in the pipeline bubble.
+IN_PASS_COMM = ("tp", "ep", "cp")
+
+
 def stage_row(spans: list, window: tuple[float, float]) -> dict[str, float]:
     """One pipeline stage's ``compute_busy_s``, ``bubble_s`` (the ``window`` minus the union of its
-    pass kernels and TP collectives) and ``exposed_comm_s``, from that stage's spans."""
+    pass kernels and in-pass collectives, ``IN_PASS_COMM``) and ``exposed_comm_s``, from that stage's
+    spans."""
     compute = union([(s.start_s, s.end_s) for s in spans if s.category == "compute"])
     passes = union([(s.start_s, s.end_s) for s in spans
-                    if (s.category == "compute" and s.kind in PASS_KINDS) or s.kind == "tp"])
+                    if (s.category == "compute" and s.kind in PASS_KINDS) or s.kind in IN_PASS_COMM])
     comm = union([(s.start_s, s.end_s) for s in spans if s.category == "comm"])
     return {"compute_busy_s": measure(compute), "bubble_s": (window[1] - window[0]) - measure(passes),
             "exposed_comm_s": measure(subtract(comm, compute, merged=True))}
 
 
 def bubble(trace: Trace, device: int, window: tuple[float, float]) -> float:
-    """Pipeline bubble of ``device``: the window minus the union of its pass kernels and TP
-    collectives, s."""
+    """Pipeline bubble of ``device``: the window minus the union of its pass kernels and in-pass
+    collectives (TP, EP, CP), s."""
     return stage_row([s for s in trace.spans if s.device == device], window)["bubble_s"]
