@@ -187,6 +187,12 @@ class TopologyConfig(Frozen):
             raise ValueError("fabric.sharp needs NICs (nics.per_node >= 1): SHARP reduces in the network switches")
         if self.gpus_per_host is not None and self.gpus_per_node % self.gpus_per_host:
             raise ValueError(f"gpus_per_host ({self.gpus_per_host}) must divide gpus_per_node ({self.gpus_per_node})")
+        if self.nics.per_node > self.gpus_per_node:
+            # each NIC hangs off one GPU's PCIe switch (network.builder.nic_gpu): more NICs than GPUs
+            # (two ports per GPU) is not modelled; give the ports' total rate on one NIC per GPU
+            raise ValueError(f"nics.per_node ({self.nics.per_node}) must be at most gpus_per_node "
+                             f"({self.gpus_per_node}): dtsim attaches each NIC to one GPU; for two ports per GPU "
+                             "give one NIC per GPU with their combined nics.bandwidth_Gbps")
         return self
 
 
@@ -235,7 +241,11 @@ def parse_topology(data: dict, source: str = "topology") -> TopologyConfig:
         return TopologyConfig.model_validate(data)
     except ValidationError as exc:
         first = exc.errors()[0]
-        raise InputError(f"{first['msg']} (in {source})", field=_field_of(first)) from None
+        msg = first["msg"].removeprefix("Value error, ")
+        field = _field_of(first)
+        if field == "(top level)":  # a whole-topology check names its fields in its message
+            raise InputError(f"{msg} (in {source})") from None
+        raise InputError(f"{msg} (in {source})", field=field) from None
 
 
 def load_topology(ref: str, base_dir: Path | None = None) -> TopologyConfig:

@@ -88,3 +88,13 @@ def test_unknown_topology_name_lists_the_bundled_ones():
     with pytest.raises(InputError, match="dgx-h100") as info:
         load_topology("dgx-z900")
     assert info.value.field == "topology"
+
+
+def test_more_nics_than_gpus_is_refused_naming_both_fields():
+    """Each NIC hangs off one GPU's PCIe switch: 16 NICs for 8 GPUs was an internal error naming 'type'
+    (a bug bash); whole-topology checks print without pydantic's '(top level): Value error' prefix."""
+    data = _raw("dgx-h100")
+    data["nics"]["per_node"] = 16
+    err = _error(data)
+    assert "nics.per_node (16) must be at most gpus_per_node (8)" in str(err)
+    assert "Value error" not in str(err) and "top level" not in str(err)
