@@ -136,7 +136,8 @@ def _compare(paths, vary, overrides, allow_different, png, json_out) -> None:
     if json_out:
         print_json({"configurations": ranked})
         return
-    table = Table(title=f"{escape(first.model.name)}: comparison (ranked: fits, then cost, then step time)")
+    order_by = "cost, then step time" if all(c["cost_usd"] is not None for c in columns) else "step time"
+    table = Table(title=f"{escape(first.model.name)}: comparison (ranked: fits, then {order_by})")
     table.add_column("")
     for col in ranked:
         table.add_column(f"#{col['rank']} {escape(str(col['label']))}", justify="right")

@@ -133,6 +133,9 @@ def _run(path: Path, overrides, json_out: bool, trace: Path | None, allow_oom: b
             )
         elif run is not None:
             mtbf = f"job MTBF {fmt_seconds(run.mtbf_s)}" if math.isfinite(run.mtbf_s) else "no failures modelled"
+            cost = (f" at ${run.usd_per_gpu_hour:.2f}/GPU-h = ${run.cost_usd:,.0f} (${run.usd_per_million_tokens:.3f} "
+                    "per 1M tokens)" if run.cost_usd is not None else
+                    f" (no catalog price for {report.layout['gpu']}: set cost.usd_per_gpu_hour for the cost)")
             if run.checkpoint_interval_s:
                 checkpoint = (f"checkpoint every {fmt_seconds(run.checkpoint_interval_s)} "
                               f"({fmt_bytes(run.checkpoint_bytes)}, {fmt_seconds(run.checkpoint_stall_s)} stall)")
@@ -144,9 +147,7 @@ def _run(path: Path, overrides, json_out: bool, trace: Path | None, allow_oom: b
             stdout.print(
                 f"run: {run.steps:,} steps, {fmt_seconds(run.duration_s)} of training, "
                 f"{fmt_seconds(run.wall_clock_s)} expected wall clock with failures (goodput {100 * run.goodput:.1f}%, "
-                f"{mtbf}, {checkpoint}); {run.gpu_hours:,.0f} GPU-hours at "
-                f"${run.usd_per_gpu_hour:.2f}/GPU-h = ${run.cost_usd:,.0f} (${run.usd_per_million_tokens:.3f} per "
-                f"1M tokens); {run.energy_kwh / 1000:,.1f} MWh",
+                f"{mtbf}, {checkpoint}); {run.gpu_hours:,.0f} GPU-hours{cost}; {run.energy_kwh / 1000:,.1f} MWh",
                 highlight=False, soft_wrap=True,
             )
     if not report.fits:

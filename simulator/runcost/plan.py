@@ -29,9 +29,11 @@ class RunReport:
     checkpoint_stall_s: float
     checkpoint_interval_s: float | None
     gpu_hours: float
-    usd_per_gpu_hour: float
-    cost_usd: float
-    usd_per_million_tokens: float
+    #: None when neither the scenario (cost.usd_per_gpu_hour) nor the catalog gives a price: the run
+    #: is simulated and timed all the same, with no cost.
+    usd_per_gpu_hour: float | None
+    cost_usd: float | None
+    usd_per_million_tokens: float | None
     average_power_W: float
     energy_kwh: float
 
@@ -49,15 +51,14 @@ def run_steps(scenario: Scenario) -> int | None:
     return math.ceil(t.total_tokens / scenario.tokens_per_step)
 
 
-def price_per_gpu_hour(scenario: Scenario) -> float:
-    """The scenario's price, else the catalog's dated snapshot; spot capacity applies its discount."""
+def price_per_gpu_hour(scenario: Scenario) -> float | None:
+    """The scenario's price, else the catalog's dated snapshot, else None (no cost reported); spot
+    capacity applies its discount."""
     price = scenario.cost.usd_per_gpu_hour
     if price is None:
         price = scenario.cluster.gpu_spec.price_usd_per_gpu_hour
     if price is None:
-        raise InputError(
-            f"the catalog has no price for {scenario.cluster.gpu_spec.name}; set cost.usd_per_gpu_hour", "cost"
-        )
+        return None
     return price * (1.0 - scenario.cost.spot.discount)
 
 
@@ -135,8 +136,8 @@ def plan_run(scenario: Scenario, step_time_s: float, busy_fraction: float = 1.0)
         checkpoint_interval_s=interval if rel.checkpoint.enabled and math.isfinite(interval) else None,
         gpu_hours=gpu_hours,
         usd_per_gpu_hour=price,
-        cost_usd=gpu_hours * price,
-        usd_per_million_tokens=gpu_hours * price / (tokens / 1e6),
+        cost_usd=None if price is None else gpu_hours * price,
+        usd_per_million_tokens=None if price is None else gpu_hours * price / (tokens / 1e6),
         average_power_W=power,
         energy_kwh=power * wall / 3.6e6,
     )

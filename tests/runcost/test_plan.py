@@ -92,6 +92,12 @@ def test_spot_discount_and_catalog_price():
     assert run.usd_per_gpu_hour == 1.0
     catalog_price = plan_run(_scenario("cost.usd_per_gpu_hour=null"), step_time_s=5.0).usd_per_gpu_hour
     assert catalog_price == 3.99  # the catalog's dated H100 SXM snapshot
+    # a GPU without a catalog price (MI355X) is still simulated and timed, with no cost (a bug bash found
+    # run and compare refusing it)
+    s = scenario_from_dict({**BASE, "cluster": {"topology": "mi355x-8", "nodes": 1}, "parallel": {"framework": "fsdp"},
+                            "cost": {}})
+    unpriced = plan_run(s, step_time_s=5.0)
+    assert unpriced.gpu_hours > 0 and (unpriced.usd_per_gpu_hour, unpriced.cost_usd) == (None, None)
 
 
 def test_bad_input():
