@@ -25,163 +25,24 @@ read when the command line includes them.
 
 from __future__ import annotations
 
-import difflib
-import shlex
-
 from simulator.errors import InputError
 from simulator.interop import megatron_graphs, megatron_moe
 from simulator.interop.common import Imported, as_float, as_int, set_recompute_layers
+from simulator.interop.megatron_flags import read_flags, value_of
 
 FIELD = "megatron"
 
-#: Flags taking a value that dtsim reads.
-VALUE_FLAGS = (
-    "num-layers", "hidden-size", "ffn-hidden-size", "num-attention-heads", "num-query-groups", "kv-channels",
-    "normalization", "position-embedding-type", "max-position-embeddings", "vocab-size",
-    "make-vocab-size-divisible-by", "attention-dropout", "hidden-dropout", "seq-length", "micro-batch-size",
-    "global-batch-size", "recompute-granularity", "recompute-method", "recompute-num-layers", "train-iters",
-    "train-samples", "tensor-model-parallel-size", "pipeline-model-parallel-size", "context-parallel-size",
-    "num-layers-per-virtual-pipeline-stage", "virtual-pipeline-model-parallel-size", "pipeline-model-parallel-layout",
-    "fp8-format", "window-size", "window-attn-skip-freq", "recompute-modules",
-    "attention-backend", "nnodes", "nproc-per-node",
-) + megatron_moe.VALUE_FLAGS + megatron_graphs.VALUE_FLAGS
-#: Switches dtsim reads.
-BOOL_FLAGS = (
-    "group-query-attention", "swiglu", "disable-bias-linear", "add-bias-linear", "qk-layernorm",
-    "untie-embeddings-and-output-weights", "use-rotary-position-embeddings", "bf16", "fp16",
-    "recompute-activations", "sequence-parallel", "use-distributed-optimizer", "tp-comm-overlap",
-    "use-flash-attn", "overlap-grad-reduce", "overlap-param-gather", "fp8-param-gather", "grad-reduce-in-bf16",
-    "no-position-embedding",
-) + megatron_moe.BOOL_FLAGS + megatron_graphs.BOOL_FLAGS
-#: Flags taking a list of values (argparse ``nargs="*"``): every word up to the next flag.
-LIST_FLAGS = ("recompute-modules",) + megatron_graphs.LIST_FLAGS
 #: Megatron-Core recompute modules dtsim models (``training.recompute_modules``).
 RECOMPUTE_MODULES = ("core_attn", "layernorm", "moe_act", "mla_up_proj")
-_NO_STEP_EFFECT = "optimizer, learning-rate or initialisation hyper-parameter: no effect on step time"
-_DATA = "data pipeline or tokenizer: dtsim assumes the input pipeline never stalls the step"
-_OUTSIDE = "logging, checkpointing or evaluation: outside the simulated step (checkpoints: reliability.checkpoint)"
-_NUMERICS = "numerics or kernel choice dtsim does not distinguish (same FLOPs and bytes)"
-_PROCESS = "process setup: no effect on the simulated step"
-#: Known flags dtsim does not use, by prefix or exact name, with the reason.
-IGNORED = (
-    megatron_moe.IGNORED,
-    (("lr", "min-lr", "lr-", "weight-decay", "start-weight-decay", "end-weight-decay", "adam-", "sgd-",
-      "clip-grad", "init-method-", "seed", "loss-scale", "initial-loss-scale", "min-loss-scale",
-      "loss-scale-window", "hysteresis", "optimizer", "override-opt-param-scheduler",
-      "use-checkpoint-opt-param-scheduler", "rampup-batch-size", "decoupled-lr", "decoupled-min-lr"),
-     _NO_STEP_EFFECT),
-    (("data-path", "train-data-path", "valid-data-path", "test-data-path", "split", "tokenizer-", "vocab-file",
-      "merge-file", "data-cache-path", "num-workers", "mock-data", "dataloader-type", "reset-position-ids",
-      "reset-attention-mask", "eod-mask-loss", "no-create-attention-mask-in-dataloader", "dataset"),
-     _DATA),
-    (("log-", "save", "load", "save-interval", "eval-", "tensorboard-", "wandb-", "timing-log-", "exit-",
-      "no-load-", "ckpt-", "async-save", "finetune", "no-save-", "use-dist-ckpt", "dist-ckpt-", "profile",
-      "use-pytorch-profiler", "record-memory-history", "memory-snapshot-path", "logging-level"),
-     _OUTSIDE),
-    (("norm-epsilon", "rotary-", "use-rope-scaling", "rope-scaling-factor", "no-rope-fusion",
-      "no-masked-softmax-fusion", "no-bias-gelu-fusion", "no-bias-swiglu-fusion", "no-bias-dropout-fusion",
-      "no-gradient-accumulation-fusion", "apply-query-key-layer-scaling", "attention-softmax-in-fp32",
-      "accumulate-allreduce-grads-in-fp32", "transformer-impl", "use-mcore-models",
-      "use-legacy-models", "cross-entropy-loss-fusion", "apply-layernorm-1p", "no-persist-layer-norm",
-      "fp8-amax-", "fp8-margin", "fp8-interval", "fp8-wgrad", "bias-dropout-fusion", "squared-relu-fusion",
-      "manual-gc", "no-async-tensor-model-parallel-allreduce", "calculate-per-token-loss", "init-model-with-meta-device",
-      "deterministic-mode", "check-for-nan-in-loss-and-grad", "no-check-for-nan-in-loss-and-grad", "bf16-",
-      "align-grad-reduce", "align-param-gather", "ddp-bucket-size",
-      "ddp-average-in-collective", "tp-comm-", "defer-embedding-wgrad-compute"),
-     _NUMERICS),
-    (("distributed-backend", "distributed-timeout-minutes", "local-rank", "local_rank", "use-cpu-initialization",
-      "empty-unused-memory-level", "node_rank", "node-rank", "master_addr", "master-addr", "master_port",
-      "master-port", "rdzv-", "rdzv_"),
-     _PROCESS),
-)
-
-
-def _canonical(flag: str) -> str:
-    """``--nproc_per_node`` and ``--nproc-per-node`` are the same torchrun flag; Megatron uses dashes."""
-    return flag.replace("_", "-") if flag.replace("_", "-") in ("nproc-per-node", "nnodes") else flag
-
-
-def _reason(flag: str) -> str | None:
-    for names, reason in IGNORED:
-        for name in names:
-            if flag == name or (name.endswith("-") and flag.startswith(name)):
-                return reason
-    return None
-
-
-def tokenize(text: str) -> list[str]:
-    """Shell words of an arguments file or command line (comments, line continuations, quotes)."""
-    lexer = shlex.shlex(text.replace("\\\n", " "), posix=True, punctuation_chars=False)
-    lexer.whitespace_split = True
-    lexer.commenters = "#"
-    try:
-        return list(lexer)
-    except ValueError as exc:
-        raise InputError(f"cannot split the arguments: {exc}", FIELD) from None
-
-
-def parse(words: list[str]) -> tuple[dict[str, str | bool], list[str]]:
-    """Flags → values (``True`` for switches), and the order flags appeared in. Words before the first
-    flag (``torchrun``, ``pretrain_gpt.py``) and launcher words are skipped. A flag given twice with
-    different values is a contradiction."""
-    flags: dict[str, str | bool] = {}
-    order: list[str] = []
-    i = 0
-    while i < len(words):
-        word = words[i]
-        i += 1
-        if not word.startswith("--"):
-            continue
-        name, eq, inline = word[2:].partition("=")
-        name = _canonical(name)
-        if eq:
-            value: str | bool = inline
-        elif name in LIST_FLAGS:
-            items = []
-            while i < len(words) and not words[i].startswith("--"):
-                items.append(words[i])
-                i += 1
-            value = " ".join(items) if items else True
-        elif name in BOOL_FLAGS:
-            value = True
-        elif i < len(words) and not words[i].startswith("--"):
-            value = words[i]
-            i += 1
-        else:
-            value = True
-        if name in flags and flags[name] != value:
-            raise InputError(f"--{name} is given twice with different values ({flags[name]!r}, {value!r})", FIELD)
-        if name not in flags:
-            order.append(name)
-        flags[name] = value
-    return flags, order
-
-
-def _value(flags: dict, name: str) -> str | None:
-    value = flags.get(name)
-    if value is True:
-        raise InputError(f"--{name} needs a value", FIELD)
-    return value
 
 
 def import_args(text: str) -> Imported:
     """Megatron-LM arguments (a file's text or a command line) → scenario fragment + ignored flags."""
-    flags, order = parse(tokenize(text))
     out = Imported()
-    known = set(VALUE_FLAGS) | set(BOOL_FLAGS)
-    for name in order:
-        if name in known:
-            continue
-        reason = _reason(name)
-        if reason is None:
-            close = difflib.get_close_matches(name, sorted(known), n=1, cutoff=0.8)
-            hint = f" (did you mean --{close[0]}?)" if close else ""
-            raise InputError(f"unknown Megatron-LM flag --{name}{hint}; docs/interop.md lists the flags dtsim "
-                             "reads and ignores: fix or remove it", FIELD)
-        out.ignore(f"--{name}", reason)
+    flags = read_flags(text, out)
 
     def integer(name: str) -> int | None:
-        value = _value(flags, name)
+        value = value_of(flags, name)
         return None if value is None else as_int(value, f"--{name}")
 
     _model(flags, integer, out)
@@ -218,7 +79,7 @@ def _model(flags: dict, integer, out: Imported) -> None:
     kv_channels = integer("kv-channels")
     if kv_channels is not None and kv_channels * heads != hidden:
         out.set("model.head_dim", kv_channels)
-    norm = _value(flags, "normalization") or "LayerNorm"
+    norm = value_of(flags, "normalization") or "LayerNorm"
     if norm not in ("LayerNorm", "RMSNorm"):
         raise InputError(f"--normalization {norm!r}: dtsim models LayerNorm and RMSNorm", FIELD)
     out.set("model.norm", "rmsnorm" if norm == "RMSNorm" else "layernorm")
@@ -226,7 +87,7 @@ def _model(flags: dict, integer, out: Imported) -> None:
         raise InputError("--disable-bias-linear contradicts --add-bias-linear; keep one", FIELD)
     out.set("model.linear_bias", not flags.get("disable-bias-linear"))
     out.set("model.qk_norm", bool(flags.get("qk-layernorm")))
-    pos = _value(flags, "position-embedding-type")
+    pos = value_of(flags, "position-embedding-type")
     if flags.get("use-rotary-position-embeddings"):
         if pos not in (None, "rope"):
             raise InputError(f"--use-rotary-position-embeddings contradicts --position-embedding-type {pos}", FIELD)
@@ -249,10 +110,10 @@ def _model(flags: dict, integer, out: Imported) -> None:
         out.set("model.max_position_embeddings", integer("seq-length"))  # validate_args' default
     out.set("model.tied_embeddings", not flags.get("untie-embeddings-and-output-weights"))
     _window(flags, integer, out)
-    drops = {as_float(_value(flags, n) or 0.1, f"--{n}") for n in ("attention-dropout", "hidden-dropout")}
+    drops = {as_float(value_of(flags, n) or 0.1, f"--{n}") for n in ("attention-dropout", "hidden-dropout")}
     if len(drops) > 1:
         out.ignore("--attention-dropout", "dtsim has one dropout rate for the model; --hidden-dropout is used")
-    out.set("model.dropout", as_float(_value(flags, "hidden-dropout") or 0.1, "--hidden-dropout"))
+    out.set("model.dropout", as_float(value_of(flags, "hidden-dropout") or 0.1, "--hidden-dropout"))
     vocab = integer("vocab-size")
     if vocab is not None:
         tp = integer("tensor-model-parallel-size") or 1
@@ -263,9 +124,9 @@ def _model(flags: dict, integer, out: Imported) -> None:
 
 def _window(flags: dict, integer, out: Imported) -> None:
     """``--window-size L,R`` (``tuple_type``: ``128,0`` or ``(128, 0)``) and ``--window-attn-skip-freq N``."""
-    text = _value(flags, "window-size")
+    text = value_of(flags, "window-size")
     if text is None:
-        if _value(flags, "window-attn-skip-freq") is not None:
+        if value_of(flags, "window-attn-skip-freq") is not None:
             raise InputError("--window-attn-skip-freq needs --window-size (the sliding window); add it or remove "
                              "--window-attn-skip-freq", FIELD)
         return
@@ -276,7 +137,7 @@ def _window(flags: dict, integer, out: Imported) -> None:
     if right != 0 or left < 0:
         raise InputError(f"--window-size {text!r}: dtsim models causal sliding windows (right 0, left >= 0)", FIELD)
     out.set("model.sliding_window", left + 1)
-    freq = _value(flags, "window-attn-skip-freq")
+    freq = value_of(flags, "window-attn-skip-freq")
     if freq is not None:
         if not freq.strip().isdigit():
             raise InputError(f"--window-attn-skip-freq {freq!r}: dtsim models every N-th layer full attention (an "
@@ -300,10 +161,10 @@ def _training(flags: dict, integer, out: Imported) -> None:
     if flags.get("bf16") and flags.get("fp16"):
         raise InputError("--bf16 contradicts --fp16; keep one", FIELD)
     precision = "bf16" if flags.get("bf16") else "fp16" if flags.get("fp16") else "fp32"
-    if _value(flags, "fp8-format"):
+    if value_of(flags, "fp8-format"):
         precision = "fp8"
     out.set("training.precision", precision)
-    granularity = _value(flags, "recompute-granularity")
+    granularity = value_of(flags, "recompute-granularity")
     if flags.get("recompute-activations"):
         if granularity not in (None, "selective"):
             raise InputError(f"--recompute-activations (selective) contradicts --recompute-granularity {granularity}",
@@ -312,7 +173,7 @@ def _training(flags: dict, integer, out: Imported) -> None:
     if granularity not in (None, "full", "selective"):
         raise InputError(f"--recompute-granularity {granularity!r} must be full or selective", FIELD)
     out.set("training.activation_checkpointing", granularity or "none")
-    modules = _value(flags, "recompute-modules")
+    modules = value_of(flags, "recompute-modules")
     if modules is not None:
         names = tuple(modules.replace(",", " ").split())
         other = [n for n in names if n not in RECOMPUTE_MODULES]
@@ -323,7 +184,7 @@ def _training(flags: dict, integer, out: Imported) -> None:
             raise InputError("--recompute-modules lists what selective recomputation re-runs: add "
                              "--recompute-granularity selective or remove it", FIELD)
         out.set("training.recompute_modules", list(names))
-    set_recompute_layers(out, granularity, _value(flags, "recompute-method"), integer("recompute-num-layers"),
+    set_recompute_layers(out, granularity, value_of(flags, "recompute-method"), integer("recompute-num-layers"),
                          "--recompute-method/--recompute-num-layers")
     iters, samples = integer("train-iters"), integer("train-samples")
     if iters is not None and samples is not None:
@@ -334,7 +195,7 @@ def _training(flags: dict, integer, out: Imported) -> None:
         out.set("training.total_tokens", float(samples * seq))
     # Megatron-Core's --attention-backend defaults to auto (flash or cuDNN fused attention); unfused and
     # local materialise the score matrix. The legacy --use-flash-attn switch is read as flash.
-    backend = _value(flags, "attention-backend") or "auto"
+    backend = value_of(flags, "attention-backend") or "auto"
     if backend not in ("auto", "flash", "fused", "unfused", "local"):
         raise InputError(f"--attention-backend {backend!r} must be auto, flash, fused, unfused or local", FIELD)
     if flags.get("use-flash-attn") and backend in ("unfused", "local"):
@@ -391,7 +252,7 @@ def _parallel(flags: dict, integer, out: Imported) -> None:
     if flags.get("grad-reduce-in-bf16"):
         out.set("parallel.grad_reduce_in_fp32", False)
     if flags.get("fp8-param-gather"):
-        if not _value(flags, "fp8-format"):
+        if not value_of(flags, "fp8-format"):
             raise InputError("--fp8-param-gather needs --fp8-format (FP8 training)", FIELD)
         out.set("parallel.fp8_param_gather", True)
     nodes, per_node = integer("nnodes"), integer("nproc-per-node")

@@ -53,7 +53,7 @@ def exporter(fmt: str) -> Callable[[Scenario], Exported]:
         from simulator.interop.megatron_export import export_args
         return export_args
     if fmt == "torchtitan":
-        from simulator.interop.torchtitan import export_toml
+        from simulator.interop.torchtitan_export import export_toml
         return export_toml
     if fmt == "fsdp":
         from simulator.interop.fsdp import export_block
