@@ -29,6 +29,7 @@ from simulator.report.chrome_trace import write_chrome_trace
 from simulator.report.step_png import write_step_png
 from simulator.report.tables import render
 from simulator.units import fmt_bytes, fmt_seconds
+from simulator.workload.memory import allocated_bytes
 
 EXIT_OOM = 3
 
@@ -153,7 +154,7 @@ def _run(path: Path, overrides, json_out: bool, trace: Path | None, allow_oom: b
     if not report.fits:
         mem = report.memory
         stderr.print(
-            f"[bold red]does not fit:[/] {fmt_bytes(mem['total_bytes'] - mem['fragmentation_bytes'])} per GPU "
+            f"[bold red]does not fit:[/] {fmt_bytes(allocated_bytes(mem))} per GPU "
             f"allocated at the peak, {fmt_bytes(mem['hbm_bytes'])} usable; "
             "try a higher ZeRO stage, activation_checkpointing, a smaller micro_batch_size or offload"
             + ("" if allow_oom else "; --allow-oom to accept"),

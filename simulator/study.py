@@ -15,6 +15,7 @@ from simulator.config.scenario import Scenario
 from simulator.network import build_cluster
 from simulator.report.step_report import StepReport
 from simulator.runcost.plan import RunReport, plan_run
+from simulator.workload.memory import allocated_bytes
 
 #: Columns of a flat summary (sweep rows, compare tables), in display order.
 SUMMARY_KEYS = (
@@ -56,7 +57,7 @@ class Evaluation:
         if mem["fits"]:
             return ""
         return (
-            f"needs {(mem['total_bytes'] - mem['fragmentation_bytes']) / 2**30:.1f} GiB per GPU at the allocated "
+            f"needs {allocated_bytes(mem) / 2**30:.1f} GiB per GPU at the allocated "
             f"peak, {self.scenario.cluster.gpu_spec.name} has {mem['hbm_bytes'] / 2**30:.1f} GiB usable"
         )
 

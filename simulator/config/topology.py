@@ -224,13 +224,13 @@ def resolve_topology_path(ref: str, base_dir: Path | None = None) -> Path:
     raise FileNotFoundError(f"unknown topology {ref!r}; bundled topologies: {names}; or give a path to a .yaml file")
 
 
-def _field_of(error: dict) -> str:
+def _field_of(error: dict) -> str | None:
     # Drop the discriminator tags pydantic inserts into the location (intra_node.nvswitch.x -> intra_node.x).
     tags = {"nvswitch", "full_mesh", "pcie", "fat_tree", "single_switch"}
     loc = [str(p) for i, p in enumerate(error["loc"]) if not (i > 0 and p in tags)]
     if error["type"] == "union_tag_invalid":
         loc.append("kind")
-    return ".".join(loc) or "(top level)"
+    return ".".join(loc) or None  # None: a whole-topology check names its fields in its message
 
 
 def parse_topology(data: dict, source: str = "topology") -> TopologyConfig:
@@ -242,10 +242,7 @@ def parse_topology(data: dict, source: str = "topology") -> TopologyConfig:
     except ValidationError as exc:
         first = exc.errors()[0]
         msg = first["msg"].removeprefix("Value error, ")
-        field = _field_of(first)
-        if field == "(top level)":  # a whole-topology check names its fields in its message
-            raise InputError(f"{msg} (in {source})") from None
-        raise InputError(f"{msg} (in {source})", field=field) from None
+        raise InputError(f"{msg} (in {source})", field=_field_of(first)) from None
 
 
 def load_topology(ref: str, base_dir: Path | None = None) -> TopologyConfig:

@@ -18,8 +18,6 @@ give ``--set model.vocab_size=N``.
 
 from __future__ import annotations
 
-from typing import Any
-
 import yaml
 
 from simulator.errors import InputError
@@ -208,21 +206,22 @@ def _parallel(trainer: dict, m: dict, out: Imported) -> None:
         out.set("parallel.virtual_stages", vp)
     out.set("parallel.sequence_parallel", bool(m.get("sequence_parallel", False)))
     out.set("parallel.tp_comm_overlap", bool(m.get("ub_tp_comm_overlap", False)))
-    optim: Any = m.get("optim") or {}
-    name = optim.get("name") if isinstance(optim, dict) else None
+    optim = m.get("optim")
+    optim = optim if isinstance(optim, dict) else {}
+    name = optim.get("name")
     # distributed_fused_adam (Apex) and mcore_distributed_optim (Megatron-Core) both shard the optimizer
     distributed = name in ("distributed_fused_adam", "mcore_distributed_optim")
     out.set("parallel.distributed_optimizer", distributed)
-    if distributed and isinstance(optim, dict) and optim.get("overlap_param_sync"):
+    if distributed and optim.get("overlap_param_sync"):
         out.set("parallel.overlap_param_gather", True)
-    if isinstance(optim, dict) and "overlap_grad_sync" in optim:
+    if "overlap_grad_sync" in optim:
         # the gradient reduction overlapped with the backward (Megatron --overlap-grad-reduce), else one
         # reduction of the whole buffer after it
         out.set("parallel.overlap_grad_reduce", bool(optim["overlap_grad_sync"]))
-    if isinstance(optim, dict) and "bucket_cap_mb" in optim:
+    if "bucket_cap_mb" in optim:
         out.ignore("model.optim.bucket_cap_mb", "Megatron-Core sizes its own gradient buckets (dtsim's "
                    "parallel.bucket_cap_mb is PyTorch DDP's)")
-    if isinstance(optim, dict) and set(optim) - {"name", "overlap_param_sync", "overlap_grad_sync", "bucket_cap_mb"}:
+    if set(optim) - {"name", "overlap_param_sync", "overlap_grad_sync", "bucket_cap_mb"}:
         out.ignore("model.optim (learning rate, betas, schedule, ...)", _HYPER)
     if m.get("cpu_offloading"):
         raise InputError("activation/weight CPU offloading is not modelled by dtsim; remove it",

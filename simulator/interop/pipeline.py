@@ -144,8 +144,9 @@ def _without_what_the_config_decides(base: dict, frag: dict) -> dict:
     """The ``--base`` scenario less what the imported config decides otherwise, so the two merge into a
     valid scenario: the whole ``parallel`` section when the config runs another framework (the base's
     keys belong to its own: DeepSpeed's buckets in a Megatron import), and the run length the config
-    does not use (its ``steps`` replace the base's ``total_tokens`` and the other way round)."""
-    out = copy.deepcopy(base)
+    does not use (its ``steps`` replace the base's ``total_tokens`` and the other way round). ``base`` is
+    the caller's own copy, changed in place."""
+    out = base
     par, new_par = out.get("parallel"), frag.get("parallel") or {}
     if isinstance(par, dict) and new_par.get("framework", par.get("framework")) != par.get("framework"):
         out.pop("parallel")

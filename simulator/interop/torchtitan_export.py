@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from simulator.config.scenario import Scenario
+from simulator.config.scenario import TORCHAO_RECIPES, Scenario
 from simulator.interop.common import TORCH_DTYPE, Exported
 from simulator.interop.torchtitan import FLAVORS, SCHEDULES
 
@@ -49,8 +49,9 @@ def export_toml(s: Scenario) -> Exported:
         sections["mx"] = {"recipe_name": "mxfp8_cublas"}
     elif tr.precision == "fp8":
         sections["model"]["converters"] = ["float8"]
-        sections["float8"] = {"recipe_name": "rowwise" if tr.kernels.fp8_recipe == "rowwise" else "tensorwise"}
-        if tr.kernels.fp8_recipe in ("delayed", "current"):
+        recipe = tr.kernels.fp8_recipe
+        sections["float8"] = {"recipe_name": recipe if recipe in TORCHAO_RECIPES else "tensorwise"}
+        if recipe not in TORCHAO_RECIPES:
             notes.append(f"training.kernels.fp8_recipe {tr.kernels.fp8_recipe}: torchtitan's float8 is torchao's, "
                          "written as tensorwise scaling")
         if par.fp8_param_gather:

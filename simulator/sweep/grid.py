@@ -6,6 +6,7 @@ paths were given (the last path varies fastest), so the same grid always yields 
 
 from __future__ import annotations
 
+import collections
 import difflib
 import hashlib
 import itertools
@@ -122,7 +123,8 @@ def parse_values(spec: str | list[Any], max_points: int = MAX_POINTS, path: str 
                              "--grid")
         values = [parse_value(v) for v in items if v]
     keys = [(type(v).__name__, repr(v)) for v in values]  # 1 and true are different values
-    repeated = sorted({str(v) for v, k in zip(values, keys, strict=True) if keys.count(k) > 1})
+    counts = collections.Counter(keys)
+    repeated = sorted({str(v) for v, k in zip(values, keys, strict=True) if counts[k] > 1})
     if repeated:  # the same point would run twice
         raise InputError(f"grid {path or 'value'} lists {', '.join(repeated)} more than once", "--grid")
     return values

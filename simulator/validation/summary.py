@@ -16,6 +16,7 @@ from typing import Any
 from simulator.validation.fit_check import overestimates
 from simulator.validation.misses import TOLERANCE, misses
 from simulator.validation.suite import Outcome, scenario_for
+from simulator.workload.memory import allocated_bytes
 from simulator.workload.params import count
 
 #: Labels of the parallelism kinds.
@@ -51,7 +52,7 @@ def row(outcome: Outcome) -> dict[str, Any]:
     if "total_bytes" in mem:  # the run ran: its peak fit (fit_check)
         usable = float(scenario.cluster.gpu_spec.hbm_usable_bytes)
         out["memory_of_usable"] = mem["total_bytes"] / usable
-        out["allocated_of_usable"] = (mem["total_bytes"] - mem["fragmentation_bytes"]) / usable
+        out["allocated_of_usable"] = allocated_bytes(mem) / usable
     if run.flops_per_token:
         pred_tflops = pred_tok * run.flops_per_token / 1e12
         out["predicted_tflops_per_gpu"] = pred_tflops

@@ -299,18 +299,22 @@ def buffers(scenario: Scenario, psi: float | None = None, blocks: int | None = N
             units = 2 if par.backward_prefetch == "backward_pre" else 1
             gathered = mp * (root + units * unit) - units * saved
             comm = rd * unit
-        elif strategy == "shard_grad_op":
-            gathered = mp * psi - blocks * saved
-            comm = rd * unit
-        elif mp < 4:  # no_shard under a 16-bit param_dtype
-            # every rank holds the whole fp32 model (a model state); FSDP casts it to a 16-bit copy in the
-            # forward (_mp_shard, the low-precision "shard" of NO_SHARD) that lives until the post-backward
+        elif strategy == "shard_grad_op" or mp < 4:
+            # no_shard under a 16-bit param_dtype: every rank holds the whole fp32 model (a model state);
+            # FSDP casts it to a 16-bit copy in the forward (_mp_shard, the low-precision "shard" of
+            # NO_SHARD) that lives until the post-backward, the same as shard_grad_op's gathered model
             gathered = mp * psi - blocks * saved
             comm = rd * unit
     return BufferBytes(comm, gathered, scenario.memory.nccl_buffers_bytes, optimizer_step=step)
 
 
 # --- the verdict -------------------------------------------------------------------------------
+
+
+def allocated_bytes(mem: dict[str, float]) -> float:
+    """The allocated peak of a memory breakdown (``total − fragmentation``: model states, the peak
+    transient, buffers and the CUDA context), what the verdict tests against the usable HBM."""
+    return mem["total_bytes"] - mem["fragmentation_bytes"]
 
 
 def _verdict(scenario: Scenario, st: ModelStateBytes, buf: BufferBytes, act: float) -> dict[str, float]:
@@ -370,8 +374,8 @@ def breakdown(scenario: Scenario) -> MemoryBreakdown:
         fragmentation_bytes=v["fragmentation_bytes"],
         total_bytes=v["total_bytes"],
         hbm_bytes=hbm,
-        fits=v["total_bytes"] - v["fragmentation_bytes"] <= hbm,
-        tight=v["total_bytes"] - v["fragmentation_bytes"] <= hbm < v["total_bytes"],
+        fits=allocated_bytes(v) <= hbm,
+        tight=allocated_bytes(v) <= hbm < v["total_bytes"],
         headroom_bytes=hbm - v["total_bytes"],
         offloaded_bytes=states.offloaded_bytes + best[2].offloaded,
         stages=tuple(rows) if par.pp > 1 else (),
