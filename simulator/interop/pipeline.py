@@ -103,6 +103,7 @@ def import_scenario(fmt: str, source: str | Path | None = None, *, text: str | N
         _require_cluster(raw, fmt)
         if model:
             raw["model"] = _model_option(model)
+        raw = _without_what_the_config_decides(raw, {"parallel": {"framework": "deepspeed"}})
         resolved = prepare_raw(raw, base_dir)
         imported = _deepspeed(resolved, Path(source))
         # Write the unresolved form (names, not expanded catalog entries) with the imported keys.

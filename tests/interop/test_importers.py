@@ -570,6 +570,20 @@ def test_import_onto_a_bundled_base_scenario(fmt):
         assert s.model.hidden_size == 4096 and s.training.seq_len == src.training.seq_len
 
 
+def test_deepspeed_import_onto_a_base_of_another_framework(tmp_path):
+    """A DeepSpeed config on an FSDP --base drops the base's parallel section as the text importers do
+    (a review found 'parallel.backward_prefetch is a fsdp option'); the config's ZeRO stage and batch
+    shape replace the base's: 8 nodes x 8 GPUs x micro-batch 2 x 4 accumulation steps = 512 sequences."""
+    ds = tmp_path / "ds_config.json"
+    ds.write_text(json.dumps({"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 4,
+                              "bf16": {"enabled": True}, "zero_optimization": {"stage": 2}}))
+    path = ROOT / "scenarios" / "llama-3-8b-fsdp-8xdgx-h100.yaml"
+    s, _, _ = import_scenario("deepspeed", ds, base_raw=load_raw(path), base_dir=path.parent, nodes=8)
+    assert (s.parallel.framework, s.parallel.zero_stage) == ("deepspeed", 2)
+    assert (s.n_gpus, s.training.micro_batch_size, s.training.global_batch_size) == (64, 2, 512)
+    assert s.model.hidden_size == 4096
+
+
 def test_torchtitan_kernels_float8_and_mx_recipes():
     """torchtitan's converters in both spellings ([float8] / [quantize.linear.float8], "float8" /
     "quantize.linear.float8", "mx"), torchao's recipe names, torch.compile and the eager RMSNorm, as the
