@@ -214,10 +214,21 @@ class ParallelConfig(Frozen):
                 return {**data, "pipeline_schedule": "interleaved"}
         return data
 
+    @classmethod
+    def framework_keys(cls) -> dict[str, tuple[str, ...]]:
+        """Framework → the ``parallel`` keys only that framework reads."""
+        return {"deepspeed": cls._DEEPSPEED_ONLY, "ddp": cls._DDP_ONLY, "fsdp": cls._FSDP_ONLY}
+
+    @classmethod
+    def foreign_keys(cls, framework: str) -> set[str]:
+        """The ``parallel`` keys a scenario of ``framework`` may not set: the other frameworks' own keys
+        and, outside ddp, Megatron's distributed optimizer and its parameter gather (checked below)."""
+        keys = {k for f, ks in cls.framework_keys().items() if f != framework for k in ks}
+        return keys if framework == "ddp" else keys | {"distributed_optimizer", "overlap_param_gather"}
+
     @model_validator(mode="after")
     def _check_framework_keys(self) -> ParallelConfig:
-        owners = {"deepspeed": self._DEEPSPEED_ONLY, "ddp": self._DDP_ONLY, "fsdp": self._FSDP_ONLY}
-        for framework, keys in owners.items():
+        for framework, keys in self.framework_keys().items():
             if framework == self.framework:
                 continue
             for key in sorted(set(keys) & self.model_fields_set):

@@ -17,6 +17,7 @@ from pydantic import ValidationError
 
 from simulator.config.loader import format_validation_error, prepare_raw
 from simulator.config.overrides import apply_overrides
+from simulator.config.parallel import ParallelConfig
 from simulator.config.scenario import Scenario
 from simulator.errors import InputError
 from simulator.interop import EXPORT_FORMATS, IMPORT_FORMATS
@@ -103,7 +104,7 @@ def import_scenario(fmt: str, source: str | Path | None = None, *, text: str | N
         _require_cluster(raw, fmt)
         if model:
             raw["model"] = _model_option(model)
-        raw = _without_what_the_config_decides(raw, {"parallel": {"framework": "deepspeed"}})
+        _keep_the_layout_only(raw)
         resolved = prepare_raw(raw, base_dir)
         imported = _deepspeed(resolved, Path(source))
         # Write the unresolved form (names, not expanded catalog entries) with the imported keys.
@@ -139,6 +140,16 @@ def import_scenario(fmt: str, source: str | Path | None = None, *, text: str | N
     header = [f"scenario imported by `dtsim import {fmt}` from {label}"]
     header += ignored_lines(label, imported.ignored)
     return scenario, scenario_yaml(raw, header), imported
+
+
+def _keep_the_layout_only(raw: dict) -> None:
+    """A ds_config.json decides the framework and its ZeRO keys but not the layout (tp, pp, ep, cp): the
+    ``--base`` scenario keeps its layout and drops its framework and another framework's keys (an FSDP
+    base's backward_prefetch, a Megatron base's distributed optimizer), in place."""
+    par = raw.get("parallel")
+    if isinstance(par, dict):
+        foreign = ParallelConfig.foreign_keys("deepspeed")
+        raw["parallel"] = {k: v for k, v in par.items() if k != "framework" and k not in foreign}
 
 
 def _without_what_the_config_decides(base: dict, frag: dict) -> dict:

@@ -571,9 +571,10 @@ def test_import_onto_a_bundled_base_scenario(fmt):
 
 
 def test_deepspeed_import_onto_a_base_of_another_framework(tmp_path):
-    """A DeepSpeed config on an FSDP --base drops the base's parallel section as the text importers do
-    (a review found 'parallel.backward_prefetch is a fsdp option'); the config's ZeRO stage and batch
-    shape replace the base's: 8 nodes x 8 GPUs x micro-batch 2 x 4 accumulation steps = 512 sequences."""
+    """A DeepSpeed config on an FSDP or Megatron --base drops the base's framework keys but keeps its layout,
+    which a ds_config.json does not give (a review found 'parallel.backward_prefetch is a fsdp option');
+    the config's ZeRO stage and batch shape replace the base's: 8 nodes x 8 GPUs x micro-batch 2 x 4
+    accumulation steps = 512 sequences."""
     ds = tmp_path / "ds_config.json"
     ds.write_text(json.dumps({"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 4,
                               "bf16": {"enabled": True}, "zero_optimization": {"stage": 2}}))
@@ -582,6 +583,10 @@ def test_deepspeed_import_onto_a_base_of_another_framework(tmp_path):
     assert (s.parallel.framework, s.parallel.zero_stage) == ("deepspeed", 2)
     assert (s.n_gpus, s.training.micro_batch_size, s.training.global_batch_size) == (64, 2, 512)
     assert s.model.hidden_size == 4096
+    moe = ROOT / "scenarios" / "mixtral-8x7b-ep8-16xh100.yaml"  # ep: 8, pp: 2, Megatron's distributed optimizer
+    s, _, _ = import_scenario("deepspeed", ds, base_raw=load_raw(moe), base_dir=moe.parent)
+    assert (s.parallel.framework, s.parallel.ep, s.parallel.pp, s.parallel.distributed_optimizer) == \
+        ("deepspeed", 8, 2, False)
 
 
 def test_torchtitan_kernels_float8_and_mx_recipes():
