@@ -198,16 +198,24 @@ def test_cli_pipeline_trace_has_a_track_per_stage_and_dimension_split(tmp_path):
     assert {f"{data['scenario']} rank 0 stage {s}" for s in range(4)} <= names
 
 
-def test_selective_recompute_with_flash_attention_adds_no_hardware_flops():
-    """With FlashAttention, selective recomputation re-runs nothing extra, so HFU equals MFU (counted
-    with the causal attention the kernel executes)."""
+def test_selective_recompute_with_flash_attention_reruns_the_core():
+    """Megatron-Core checkpoints the core attention whatever kernel runs it (``_checkpointed_attention_forward``
+    around Transformer Engine's fused and flash kernels too), so with FlashAttention selective recomputation
+    still re-runs one causal forward of the core: 4·s·q_dim FLOPs per token and block, half of them
+    under the causal mask; Llama 3 8B (32 blocks, q_dim 4,096) at 8,192 tokens: 2·32·8,192·4,096 per token."""
     from simulator.api import simulate
     from simulator.config.loader import load_scenario
+    from simulator.workload import flops
 
-    report = simulate(load_scenario("scenarios/llama-3-8b-fsdp-8xdgx-h100.yaml",
-                                    ["training.activation_checkpointing=selective",
-                                     "training.attention_flops=causal"]))
-    assert report.hfu == report.mfu
+    path = "scenarios/llama-3-8b-fsdp-8xdgx-h100.yaml"
+    sel, none = (load_scenario(path, [f"training.activation_checkpointing={mode}", "training.attention_flops=causal"])
+                 for mode in ("selective", "none"))
+    hw_sel, hw_none = (flops.for_scenario(s, executed=True) for s in (sel, none))
+    assert (hw_sel.hardware_flops - hw_none.hardware_flops) / hw_sel.tokens == pytest.approx(2 * 32 * 8192 * 4096)
+    assert hw_sel.model_flops == hw_none.model_flops
+    with_core, without = simulate(sel), simulate(none)
+    assert with_core.hfu > with_core.mfu == pytest.approx(without.mfu * without.step_time_s / with_core.step_time_s)
+    assert with_core.step_time_s > without.step_time_s
 
 
 def test_bf16_at_zero_stage_0_reports_the_bf16_optimizer():

@@ -121,7 +121,9 @@ def layer_activation_bytes(
       inputs ``p·sb·(a·d_h + g_kv·d_h)`` (RoPE needs no input for its backward, only sin/cos);
     * attention core (÷t), unfused: softmax output ``p·a·s²b``, dropout mask ``a·s²b`` and output
       ``p·a·s²b`` → ``5·a·s²·b``; FlashAttention stores none of it, only the fp32 log-sum-exp
-      ``4·a·s·b`` (dropout is regenerated from the RNG state); selective recomputation drops it.
+      ``4·a·s·b`` (dropout is regenerated from the RNG state); selective recomputation drops it, the
+      log-sum-exp too (Megatron-Core checkpoints the fused core as well and keeps only its inputs, Q, K
+      and V, which the QKV region already counts).
 
     Total without parallelism, MHA, GELU-4h, dropout, p = 2: ``s·b·h·(34 + 5·a·s/h)``; with TP
     ``s·b·h·(10 + 24/t + 5as/(ht))``; selective ``s·b·h·(10 + 24/t)``. Full recomputation keeps only
@@ -147,10 +149,10 @@ def layer_activation_bytes(
         qkv_out += p * s * b * (model.q_dim + model.kv_dim)
     mlp = s * b * model.ffn_hidden_size * (p * (model.mlp_matrices - 1) + lin)
     heads_s2b = model.n_heads * s * s * b
-    if flash_attention:
-        core = SOFTMAX_STAT_BYTES * model.n_heads * s * b
-    elif recompute == "selective":
+    if recompute == "selective":
         core = 0.0
+    elif flash_attention:
+        core = SOFTMAX_STAT_BYTES * model.n_heads * s * b
     elif fused_softmax_available(b, model.n_heads // t, s):
         core = heads_s2b * (p + (mask + p if dropout else 0))
     else:  # Megatron's PyTorch softmax fallback keeps its fp32 output, the next op its 16-bit copy

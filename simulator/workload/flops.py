@@ -239,13 +239,11 @@ def for_scenario(scenario: Scenario, executed: bool = False) -> StepFlops:
     ``executed`` false: the convention of ``training.attention_flops`` (MFU's numerator is
     ``model_flops``). True: the FLOPs the kernels run (HFU's numerator is ``hardware_flops``): attention
     causal with a fused kernel, which skips the masked half whatever the MFU convention, the whole matrix
-    unfused, so HFU ≤ 100%; selective recomputation with FlashAttention adds nothing, its backward
-    recomputing ``QKᵀ`` anyway."""
+    unfused, so HFU ≤ 100%; selective recomputation re-runs the attention core's forward with a fused
+    kernel too (Megatron-Core checkpoints whatever core attention runs: ``workload.ops.layer_ops``)."""
     t = scenario.training
     flash = t.kernels.flash_attention
     recompute = recompute_mod.attention_mode(t)
-    if executed and recompute == "selective" and flash:
-        recompute = "none"
     return step(
         scenario.model,
         t.micro_batch_size,

@@ -185,10 +185,14 @@ def _mla_attention(model: ModelConfig, b: int, s: int, tp: int, pb: int, fused: 
 def _attention_part(model, b, s, tp, pb, kernels, recompute, fp8: str | None = None,
                     modules: frozenset[str] = frozenset(), sequence_parallel: bool = False) -> tuple[list, list]:
     """(ops through the post-attention norm, the dense MLP ops after it) of one block; their linear
-    GEMMs in FP8 under ``fp8`` (``_linearize``; the dense blocks' through ``workload.ops.layer_ops``)."""
+    GEMMs in FP8 under ``fp8`` (``_linearize``; the dense blocks' through ``workload.ops.layer_ops``).
+    ``recompute`` selective (``core_attn`` among the modules: ``recompute.attention_mode``) marks the
+    attention core, MLA's included, as ``layer_ops`` does; full recomputation is marked by ``_mark``."""
     if model.is_mla:
         att = _mla_attention(model, b, s, tp, pb, kernels.fused_norm_residual, "mla_up_proj" in modules,
                              sequence_parallel)
+        if recompute == "selective":
+            att = [replace(op, recompute=True) if op.kind == "attention" else op for op in att]
         h, f, t = model.hidden_size, model.ffn_hidden_size, b * s
         up = (model.mlp_matrices - 1) * f // tp
         mlp = [wops.gemm("mlp_up", t, up, h, pb),
@@ -198,7 +202,8 @@ def _attention_part(model, b, s, tp, pb, kernels, recompute, fp8: str | None = N
             mlp.append(wops.memory_op("output_residual_add", wops.region_tokens(t, tp, sequence_parallel) * h, 3, pb,
                                       wops._ADD_FLOPS))
         return _linearize(att, fp8), _linearize(mlp, fp8)
-    full = wops.layer_ops(model, b, s, tp, pb, kernels, "none", fp8=fp8, sequence_parallel=sequence_parallel)
+    full = wops.layer_ops(model, b, s, tp, pb, kernels, "selective" if recompute == "selective" else "none", fp8=fp8,
+                          sequence_parallel=sequence_parallel)
     cut = max(i for i, op in enumerate(full) if op.name.startswith("post_attn")) + 1
     return full[:cut], full[cut:]
 

@@ -176,8 +176,11 @@ def layer_ops(
     GEMM and attention FLOPs sum to ``flops.layer_forward(model, b, s, causal=True).total / tp`` with
     FlashAttention, and to the non-causal total ``/ tp`` without it (the unfused kernel computes the
     masked half too). ``recompute`` marks the ops that checkpointing re-runs: all of them (full) or the
-    attention core (selective; with FlashAttention nothing is stored for it, so nothing is marked,
-    since the FA backward already recomputes QKᵀ).
+    attention core (selective), fused or not: Megatron-Core wraps whatever core attention runs,
+    Transformer Engine's fused and flash kernels included, in ``tensor_parallel.checkpoint``
+    (``Attention.checkpoint_core_attention`` = selective granularity with ``core_attn`` among the
+    recompute modules, ``_checkpointed_attention_forward``), so one more forward kernel of the core runs
+    before its backward, on top of the ``QKᵀ`` the FlashAttention backward recomputes itself.
 
     Kernel styles: ``kernels.compile`` (torch.compile/Inductor) or ``fused_norm_residual`` (Megatron,
     Transformer Engine, Apex fused kernels) give one kernel per norm, rotary and activation; otherwise
@@ -228,7 +231,7 @@ def layer_ops(
             ops.append(replace(memory_op("rotary", qk_el, EAGER_ROPE_PASSES, pb, _ROPE_FLOPS),
                                launches=2 * EAGER_ROPE_LAUNCHES_PER_TENSOR))
     core = attention_core_ops(model, b, s, t, pb, kernels.flash_attention)
-    if recompute == "selective" and not kernels.flash_attention:
+    if recompute == "selective":
         core = [replace(op, recompute=True) for op in core]
     ops += core
     ops += _linear("out_proj", tokens, h, model.q_dim // t, pb, 1, fp8, eager_cast, te_linear=te_linear)
