@@ -107,6 +107,7 @@ def layer_activation_bytes(
     precision_bytes: int = 2,
     dropout: bool = False,
     fp8_inputs: bool = False,
+    gathered_inputs: bool = False,
 ) -> float:
     """Bytes one transformer block keeps for the backward, one micro-batch (Korthikanti et al. 2022,
     "Reducing Activation Recomputation in Large Transformer Models", Sec. 4 and Table 2).
@@ -125,6 +126,12 @@ def layer_activation_bytes(
       log-sum-exp too (Megatron-Core checkpoints the fused core as well and keeps only its inputs, Q, K
       and V, which the QKV region already counts).
 
+    ``gathered_inputs`` (sequence parallelism through PyTorch DTensor, torchtitan's
+    ``PrepareModuleInput`` from ``Shard(1)`` to ``Replicate()`` before the attention and the feed-forward):
+    the column-parallel linears save the all-gathered input for their weight gradient, so the attention
+    and MLP inputs stay ``2·sbh`` each, not ÷t; Megatron's ``LinearWithGradAccumulationAndAsyncCommunication``
+    saves the rank's sequence shard and gathers it again in the backward (Korthikanti §4.2.2).
+
     Total without parallelism, MHA, GELU-4h, dropout, p = 2: ``s·b·h·(34 + 5·a·s/h)``; with TP
     ``s·b·h·(10 + 24/t + 5as/(ht))``; selective ``s·b·h·(10 + 24/t)``. Full recomputation keeps only
     the block input, ``p·sbh`` (÷t with SP); see :func:`activations` for the transient.
@@ -142,7 +149,8 @@ def layer_activation_bytes(
     if recompute == "selective_op":
         return op_sac_layer_bytes(model, b, s, t, sequence_parallel=sequence_parallel, precision_bytes=p)
     lin = 1 if fp8_inputs else p  # bytes per element of a saved linear-layer input
-    replicated = sbh * (2 * p + 2 * lin + 2 * mask)
+    replicated = sbh * (2 * p + 2 * mask + (0 if gathered_inputs else 2 * lin))
+    gathered = 2 * lin * sbh if gathered_inputs else 0.0  # kept whole on every rank
     out = out_proj_input_bytes(p, lin, flash_attention)  # the attention output as stored
     qkv_out = s * b * (p * (model.q_dim + 2 * model.kv_dim) + out * model.q_dim)
     if model.qk_norm:
@@ -157,7 +165,7 @@ def layer_activation_bytes(
         core = heads_s2b * (p + (mask + p if dropout else 0))
     else:  # Megatron's PyTorch softmax fallback keeps its fp32 output, the next op its 16-bit copy
         core = heads_s2b * (SOFTMAX_FALLBACK_SAVED_BYTES + (mask + p if dropout else p))
-    return replicated / region_div + (qkv_out + mlp + core) / t
+    return replicated / region_div + gathered + (qkv_out + mlp + core) / t
 
 
 def op_sac_layer_bytes(model: ModelConfig, b: int, s: int, tp: int = 1, *, sequence_parallel: bool = False,
@@ -183,14 +191,19 @@ def op_sac_layer_bytes(model: ModelConfig, b: int, s: int, tp: int = 1, *, seque
 
 
 def logits_activation_bytes(
-    model: ModelConfig, b: int, s: int, tp: int = 1, precision_bytes: int = 2, cross_entropy: str = "fused"
+    model: ModelConfig, b: int, s: int, tp: int = 1, precision_bytes: int = 2, cross_entropy: str = "fused",
+    sequence_parallel: bool = False, gathered_inputs: bool = False,
 ) -> float:
-    """Output-layer buffers of one micro-batch: the final-norm input and output ``2p·sbh`` and the
-    vocab-parallel loss buffers ``c·sbV/t``, ``c`` from ``CROSS_ENTROPY_BYTES`` (Megatron's fused
-    kernel: ``p + 4``, cf. ``theoretical_memory_usage.py``: ``4·sbh·(1 + V/h)`` with SP)."""
-    p = precision_bytes
+    """Output-layer buffers of one micro-batch: the final-norm input and output ``2p·sbh`` (÷t with
+    sequence parallelism, where the final norm runs on the rank's ``s/t`` tokens; the output, the output
+    layer's input, whole with ``gathered_inputs``: :func:`layer_activation_bytes`) and the vocab-parallel
+    loss buffers ``c·sbV/t``, ``c`` from ``CROSS_ENTROPY_BYTES`` (Megatron's fused kernel: ``p + 4``, cf.
+    ``theoretical_memory_usage.py``: ``4·sbh·(1 + V/h)``, all of it ÷t with SP)."""
+    p, sbh = precision_bytes, s * b * model.hidden_size
     per_logit = CROSS_ENTROPY_BYTES[cross_entropy](p)
-    return 2 * p * s * b * model.hidden_size + per_logit * s * b * model.vocab_size / tp
+    div = tp if sequence_parallel else 1
+    norm = p * sbh / div + p * sbh / (1 if gathered_inputs else div)
+    return norm + per_logit * s * b * model.vocab_size / tp
 
 
 def cross_entropy_kind(scenario: Scenario) -> str:
@@ -235,15 +248,17 @@ def stage_activations(scenario: Scenario) -> list[ActivationBytes]:
     that block's full activations (Korthikanti Table 2 note); with ``training.recompute_layers`` only
     ``n`` of a stage's blocks do (``simulator.workload.recompute.stage_counts``), the other ``n_s − n``
     keep a block's activations without recomputation, and ``per_layer`` is their mean. The first stage adds the embedding's
-    dropout mask ``sbh`` per in-flight micro-batch when dropout is on; the last stage the logits
-    buffers of one micro-batch.
+    dropout mask ``sbh`` (÷t with SP) per in-flight micro-batch when dropout is on; the last stage the
+    logits buffers of one micro-batch.
     """
     m, tr, par = scenario.model, scenario.training, scenario.parallel
     b, s, t, pp = tr.micro_batch_size, tr.seq_len // par.cp, par.tp, par.pp
     pb = 2 if is_16bit(scenario) else 4
     dropout = m.dropout > 0
+    sp = par.sequence_parallel and t > 1
     common = dict(flash_attention=tr.kernels.flash_attention, precision_bytes=pb, dropout=dropout,
-                  sequence_parallel=par.sequence_parallel and t > 1, fp8_inputs=linear_input_bytes(scenario, pb) == 1)
+                  sequence_parallel=sp, fp8_inputs=linear_input_bytes(scenario, pb) == 1,
+                  gathered_inputs=sp and par.framework == "fsdp")  # DTensor TP (torchtitan)
     per_layer = layer_activation_bytes(m, b, s, t, recompute=recompute.attention_mode(tr), **common)
     if m.moe is not None or m.is_mla:  # routed tokens / MLA tensors instead of the dense ones
         from simulator.workload import moe_memory
@@ -261,7 +276,8 @@ def stage_activations(scenario: Scenario) -> list[ActivationBytes]:
             transient += max(0.0, moe_memory.moe_block_extra(scenario, pb) + moe_memory.mla_block_extra(scenario, pb))
     schedule, v, blocks = pipeline_blocks(scenario)
     n_micro = scenario.grad_accum_steps
-    logits = logits_activation_bytes(m, b, s, t, pb, cross_entropy_kind(scenario))
+    logits = logits_activation_bytes(m, b, s, t, pb, cross_entropy_kind(scenario), sequence_parallel=sp,
+                                     gathered_inputs=common["gathered_inputs"])
     # training.recompute_layers: only these blocks of a stage store the checkpoint input; the others
     # keep a block's activations without recomputation (simulator.workload.recompute).
     partial = tr.activation_checkpointing == "full" and tr.recompute_layers is not None
@@ -274,7 +290,8 @@ def stage_activations(scenario: Scenario) -> list[ActivationBytes]:
         # (the block being copied out at the end of the forward, or prefetched for the backward)
         offloaded = per_layer * max(0, min(tr.activation_offload_layers, blocks[st]) - 1) * k
         layers = stored - offloaded
-        embedding = MASK_BYTES * s * b * m.hidden_size * math.ceil(k) if (st == 0 and dropout) else 0.0
+        # the embedding's dropout runs after its scatter to the sequence-parallel region under SP
+        embedding = MASK_BYTES * s * b * m.hidden_size / (t if sp else 1) * math.ceil(k) if (st == 0 and dropout) else 0.0
         head = logits if st == pp - 1 else 0.0
         rows.append(ActivationBytes(per_layer=stored / (blocks[st] * k) if blocks[st] else per_layer,
                                     layers=layers, recompute_transient=transient,

@@ -157,16 +157,39 @@ def test_simulate_reports_bubble_dimensions_and_stage_memory():
 
 def test_sequence_parallel_divides_norm_and_dropout_activations_by_tp():
     # Korthikanti et al. 2022 Table 2: the norm/dropout region, 4p·sbh per block (no dropout here, so no
-    # masks), is split over t with SP: the saving per block is 4·2·s·b·h·(1 − 1/t), here t = 4.
+    # masks), is split over t with SP: the saving per block is 4·2·s·b·h·(1 − 1/t), here t = 4; the final
+    # norm's input and output (2·2·sbh, the one stage's output layer) run on s/t tokens too
+    # (Megatron theoretical_memory_usage.py divides the output layer's 4·sbh by t as well).
     sets = ["training.seq_len=1024", "training.micro_batch_size=1", "parallel.tp=4"]
     plain = stage_activations(_scenario(*sets))[0].total_bytes
     sp = stage_activations(_scenario(*sets, "parallel.sequence_parallel=true"))[0].total_bytes
     sc = _scenario(*sets)
     assert sc.model.dropout == 0
     sbh = 1024 * 1 * sc.model.hidden_size
-    assert plain - sp == pytest.approx(sc.model.n_layers * 8 * sbh * 3 / 4)
+    assert plain - sp == pytest.approx(sc.model.n_layers * 8 * sbh * 3 / 4 + 4 * sbh * 3 / 4)
     report = simulate(_scenario(*sets, "parallel.sequence_parallel=true"))
     assert report.memory["activations_bytes"] == pytest.approx(sp)
+
+
+def test_dtensor_sequence_parallel_keeps_the_gathered_linear_inputs():
+    # torchtitan's TP plan all-gathers the norm outputs (PrepareModuleInput Shard(1) -> Replicate()) before
+    # the attention, the feed-forward and the output layer, whose column-parallel linears save that
+    # gathered input: per block the attention and MLP inputs, 2·2·sbh, stay whole where Megatron keeps
+    # its sequence shard (2·2·sbh/t); the output layer's input 2·sbh too. t = 4, one stage, no recompute.
+    sets = ["training.seq_len=1024", "training.micro_batch_size=1", "parallel.tp=4", "parallel.sequence_parallel=true",
+            "training.activation_checkpointing=none"]
+    megatron = stage_activations(_scenario(*sets))[0]
+    dtensor = stage_activations(_scenario(*sets, "parallel.framework=fsdp"))[0]
+    sc = _scenario(*sets)
+    sbh = 1024 * 1 * sc.model.hidden_size
+    assert dtensor.per_layer - megatron.per_layer == pytest.approx(2 * 2 * sbh * 3 / 4)
+    from simulator.workload.activations import logits_activation_bytes
+
+    shard, whole = (logits_activation_bytes(sc.model, 1, 1024, 4, 2, "fused", sequence_parallel=True,
+                                            gathered_inputs=g) for g in (False, True))
+    assert whole - shard == pytest.approx(2 * sbh * 3 / 4)
+    assert dtensor.logits == pytest.approx(logits_activation_bytes(sc.model, 1, 1024, 4, 2, "eager",
+                                                                   sequence_parallel=True, gathered_inputs=True))
 
 
 def test_overlapped_tp_chunks_by_hand():
