@@ -116,9 +116,12 @@ def simulate(scenario: Scenario, *, efficiency: Efficiency | None = None, what_i
                                                     fp8_recipe=tr.active_fp8_recipe or "")
     ctx = context_for(scenario, gpus_per_node=cluster.gpus_per_node)
     pcie = cluster.host_bandwidth_Bps_per_gpu * eff.pcie_fraction
-    per_node = cluster.gpus_per_node
-    costing = Costing(compute, collectives, ctx.mesh, pcie, eff.cpu_adam_params_per_s_per_node / per_node,
-                      eff.nvme_Bps_per_node / per_node)
+    # The CPU-Adam rate and the NVMe bandwidth are a host's (one OS instance: its CPUs, DRAM and drives),
+    # shared by the GPU processes on it: an NVL72 rack is 18 hosts of 4 GPUs, and a job on fewer GPUs
+    # than a host holds leaves the whole host to them.
+    sharing = min(cl.topology.gpus_per_host or cluster.gpus_per_node, scenario.n_gpus)
+    costing = Costing(compute, collectives, ctx.mesh, pcie, eff.cpu_adam_params_per_s_per_node / sharing,
+                      eff.nvme_Bps_per_node / sharing)
 
     def play(n: int, graph: Any = None) -> Played:
         if graph is None:

@@ -87,14 +87,23 @@ def _variants(paths: list[Path], vary: list[str], overrides: list[str]) -> list[
     return out
 
 
+def order_by(columns: list[dict]) -> str:
+    """What :func:`rank` orders by after fitting: cost when every configuration has one (a token budget
+    and a price), else the run's wall clock when every one has a token budget, else throughput. Not
+    step time: configurations with other global batches (or GPU counts) do other work per step."""
+    if all(c["cost_usd"] is not None for c in columns):
+        return "cost"
+    return "wall clock" if all(c["wall_clock_s"] is not None for c in columns) else "tokens/s"
+
+
 def rank(columns: list[dict]) -> list[int]:
-    """Order: configurations that fit first; then by cost when every configuration has a budget
-    (else by step time), then step time. A strictly faster and cheaper configuration ranks ahead."""
-    by_cost = all(c["cost_usd"] is not None for c in columns)
+    """Order: configurations that fit first; then by :func:`order_by`, then by tokens/s (higher first).
+    A strictly faster and cheaper configuration ranks ahead."""
+    by = {"cost": "cost_usd", "wall clock": "wall_clock_s", "tokens/s": None}[order_by(columns)]
 
     def key(i: int) -> tuple:
         c = columns[i]
-        return (not c["fits"], c["cost_usd"] if by_cost else c["step_time_s"], c["step_time_s"], i)
+        return (not c["fits"], c[by] if by else -c["tokens_per_s"], -c["tokens_per_s"], i)
 
     return sorted(range(len(columns)), key=key)
 
@@ -136,8 +145,7 @@ def _compare(paths, vary, overrides, allow_different, png, json_out) -> None:
     if json_out:
         print_json({"configurations": ranked})
         return
-    order_by = "cost, then step time" if all(c["cost_usd"] is not None for c in columns) else "step time"
-    table = Table(title=f"{escape(first.model.name)}: comparison (ranked: fits, then {order_by})")
+    table = Table(title=f"{escape(first.model.name)}: comparison (ranked: fits, then {order_by(columns)})")
     table.add_column("")
     for col in ranked:
         table.add_column(f"#{col['rank']} {escape(str(col['label']))}", justify="right")

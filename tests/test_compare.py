@@ -42,6 +42,15 @@ def test_strictly_faster_and_cheaper_ranks_first(tmp_path):
     assert out[0]["rank"] == 1
 
 
+def test_without_a_price_the_larger_throughput_ranks_first(tmp_path):
+    """Without a price (or a token budget) ranking falls to throughput, not step time: a global batch 16x
+    as large takes longer per step and does 16x the work (a bug bash found batch 64 ranked above 1024)."""
+    base = _write(tmp_path, "base", cost={"usd_per_gpu_hour": None}, training={"total_tokens": None})
+    out = _compare(str(base), "--vary", "training.global_batch_size=64,1024")
+    assert out[0]["tokens_per_s"] > out[1]["tokens_per_s"] and out[0]["step_time_s"] > out[1]["step_time_s"]
+    assert [c["cost_usd"] for c in out] == [None, None]
+
+
 def test_vary_is_a_product(tmp_path):
     base = _write(tmp_path, "base", cost={"usd_per_gpu_hour": 2.0})
     out = _compare(str(base), "--vary", "cluster.topology=dgx-a100,dgx-h100", "--vary", "cluster.nodes=1,2")

@@ -8,7 +8,7 @@ and onto Hugging Face config keys (``simulator.catalog.hf``).
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field, NonNegativeInt, PositiveFloat, PositiveInt, model_validator
 
@@ -59,6 +59,17 @@ class MoEConfig(Frozen):
     #: Load imbalance: max / mean tokens per expert. The most-loaded expert-parallel rank sets the
     #: pace of the grouped GEMM and of the all-to-all; >= 1 (1 = perfectly balanced).
     imbalance: float = Field(DEFAULT_IMBALANCE, ge=1.0)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _default_imbalance(cls, data: Any) -> Any:
+        """Without ``imbalance`` given, ``DEFAULT_IMBALANCE`` capped at ``n_experts / top_k``: with 7 or 8
+        of 8 experts per token no expert can get 1.25x the mean (``_check``), so the default is the cap."""
+        if isinstance(data, dict) and "imbalance" not in data:
+            n, k = data.get("n_experts"), data.get("top_k")
+            if isinstance(n, int) and isinstance(k, int) and 0 < k <= n:
+                data = {**data, "imbalance": min(DEFAULT_IMBALANCE, n / k)}
+        return data
 
     @model_validator(mode="after")
     def _check(self) -> MoEConfig:

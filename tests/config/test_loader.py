@@ -180,3 +180,15 @@ def test_moe_imbalance_is_bounded_by_experts_over_top_k():
     base = {**BASE, "model": "mixtral-8x7b", "parallel": {"framework": "ddp", "ep": 8}}
     assert "n_experts / top_k" in _error(base, ["model.moe.imbalance=4.5"])
     assert scenario_from_dict(base, overrides=["model.moe.imbalance=4"]).model.moe.imbalance == 4
+
+
+def test_moe_default_imbalance_is_capped_at_experts_over_top_k():
+    """The default 1.25 is capped where no expert can get that much: 7 of 8 experts per token leave at most
+    8/7 of the mean (a bug bash found top_k 8 of 8 refused without imbalance being set)."""
+    from simulator.config.moe import MoEConfig
+
+    assert MoEConfig(n_experts=8, top_k=8, expert_ffn_hidden_size=64).imbalance == 1.0
+    assert MoEConfig(n_experts=8, top_k=7, expert_ffn_hidden_size=64).imbalance == 8 / 7
+    assert MoEConfig(n_experts=8, top_k=2, expert_ffn_hidden_size=64).imbalance == 1.25
+    with pytest.raises(ValueError, match="n_experts / top_k"):
+        MoEConfig(n_experts=8, top_k=8, expert_ffn_hidden_size=64, imbalance=1.25)

@@ -39,3 +39,14 @@ def test_offload_copies_use_c2c_bandwidth(tmp_path):
     # direction shared by its 2 GPUs = 225 GB/s, against the superchip's PCIe Gen5 x16 uplink (63 GB/s
     # per direction) shared by the same 2 GPUs = 31.5 GB/s.
     assert on_pcie / on_c2c == pytest.approx(225 / 31.5, rel=1e-6)
+
+
+def test_cpu_adam_rate_is_shared_by_the_gpus_of_one_host(tmp_path):
+    """DeepSpeedCPUAdam runs at 4.5e9 parameters/s per host (efficiency.yaml), shared by the GPU processes
+    on that host: an NVL72 compute tray is a host of 4 GPUs, a DGX B200 one of 8. Llama 2 7B
+    (6,738,415,616 parameters) with ZeRO-2 over 8 GPUs: each GPU steps 842,301,952 of them."""
+    shard = 6_738_415_616 / 8
+    gb200 = _run(tmp_path, "gb200-nvl72").breakdown["offload"]["cpu_optimizer_s"]
+    dgx = _run(tmp_path, "dgx-b200").breakdown["offload"]["cpu_optimizer_s"]
+    assert gb200 == pytest.approx(shard / (4.5e9 / 4), rel=1e-9)
+    assert dgx == pytest.approx(shard / (4.5e9 / 8), rel=1e-9)
