@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from simulator import model_cache
+from simulator.catalog import gpus
 from simulator.collectives import CollectiveModel
 from simulator.config.scenario import Scenario
 from simulator.engine.costing import Costing
@@ -201,6 +202,12 @@ def _warnings(scenario: Scenario, efficiency: Efficiency | None, mesh: Any = Non
         out.append(f"parallel.ep={mesh.ep} x etp={mesh.etp} exceeds the {mesh.gpus_per_node} GPUs of a node: the MoE "
                    "token all-to-alls cross the inter-node network (dtsim run --show-placement; "
                    "parallel.moe_dispatcher: deepep sends each token once per node)")
+    chassis = scenario.cluster.topology
+    built_for = gpus().get(chassis.gpu)  # None: a topology written for a GPU outside the catalog
+    if built_for is not None and built_for.vendor != gpu.vendor:
+        out.append(f"cluster.gpu {gpu.name} ({gpu.vendor}) in {chassis.name}, a chassis built for "
+                   f"{chassis.gpu} ({built_for.vendor}): no such system is built; the what-if runs the "
+                   "chassis' fabric at the GPU's own scale-up link rate")
     if efficiency is None and not is_calibrated(gpu):
         out.append(f"compute efficiencies for {gpu.name} ({gpu.arch}) are uncalibrated defaults "
                    f"(validated architectures: {', '.join(calibrated_archs())}); treat step times as estimates")

@@ -263,3 +263,16 @@ def test_the_pipeline_bubble_does_not_count_in_pass_expert_waits():
     bd = report.breakdown
     assert bd["bubble_s"] > 0 and bd["communication"]["ep"]["exposed_s"] > 0
     assert bd["bubble_s"] + bd["communication"]["ep"]["exposed_s"] <= bd["idle_s"] * (1 + 1e-9)
+
+
+def test_a_gpu_of_another_vendor_in_a_chassis_warns():
+    """An MI300X in a DGX H100 chassis is a what-if no vendor builds: simulated, with a warning naming both
+    (a bug bash found it silent); an H800 in the same chassis (NVIDIA, NVLink bounded) is a real part swap."""
+    from simulator.api import simulate
+    from simulator.config.loader import load_scenario
+
+    fast = ["training.global_batch_size=16", "training.total_tokens=null"]
+    amd = simulate(load_scenario("scenarios/olmo-2-7b-8xh100.yaml", [*fast, "cluster.gpu=mi300x"]))
+    assert any("mi300x (amd) in dgx-h100" in w and "h100-sxm (nvidia)" in w for w in amd.warnings)
+    h800 = simulate(load_scenario("scenarios/olmo-2-7b-8xh100.yaml", [*fast, "cluster.gpu=h800"]))
+    assert not any("chassis" in w for w in h800.warnings)

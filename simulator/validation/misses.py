@@ -107,7 +107,7 @@ GROUP_CAUSES: tuple[tuple[str, str], ...] = (
     ("pai658-*-mbs4-full-*", "not identified: full recomputation at micro-batch 4 against selective at micro-batch 1 "
      "on the same 256 H800s. The measured step per sample is 5% shorter at micro-batch 4 with every layer recomputed "
      "(10.4 against 10.9 ms) where dtsim gives it 19% longer (12.7 against 10.7 ms; the micro-batch 1 sibling, "
-     "pai658-h800-qwen3-235b-a22b-256gpu-tp2-mbs1-sel-bf16, is +2%). dtsim's per-stage work alone, 34 s of compute "
+     "pai658-h800-qwen3-235b-a22b-256gpu-tp2-mbs1-sel-bf16, is +1%). dtsim's per-stage work alone, 34 s of compute "
      "and 14 s of exposed EP all-to-alls over the H800's 8 NVLink links (the recomputed forward re-runs each MoE "
      "layer's dispatch and combine: six all-to-alls of 1.07 GB per layer and micro-batch), exceeds the measured "
      "42.5 s step; how the issue split 94 blocks over pp 32 x vpp 3 is not stated (simulated with the embedding and "
