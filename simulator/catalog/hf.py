@@ -25,11 +25,11 @@ Supported families and their key names (as written by each family's ``configurat
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 from simulator.errors import InputError
+from simulator.inputs import read_json
 
 
 def _gpt2(cfg: dict[str, Any]) -> dict[str, Any]:
@@ -171,12 +171,7 @@ def model_dict_from_hf(path: Path) -> dict[str, Any]:
     Raises ``InputError`` naming ``model.hf_config`` for a missing or unreadable file or missing keys.
     """
     field = "model.hf_config"
-    try:
-        cfg = json.loads(Path(path).read_text())
-    except FileNotFoundError:
-        raise InputError(f"file not found: {path}", field) from None
-    except (OSError, json.JSONDecodeError) as exc:
-        raise InputError(f"cannot read {path} as JSON: {exc}", field) from None
+    cfg = read_json(path, field, "Hugging Face config.json")
     if not isinstance(cfg, dict):
         raise InputError(f"{path} is not a JSON object", field)
     model_type = cfg.get("model_type", "")

@@ -14,6 +14,7 @@ import yaml
 
 from simulator import yamlio
 from simulator.errors import InputError
+from simulator.inputs import read_text
 
 #: Deepest nesting accepted (a scenario nests about 5 levels; a topology about 4).
 MAX_DEPTH = 32
@@ -56,14 +57,4 @@ def parse_yaml(text: str, source: str, field: str | None = None) -> Any:
 def read_yaml(path: str | Path, field: str | None = None) -> Any:
     """Parse a YAML file; a missing, unreadable, non-UTF-8 or malformed file is an ``InputError``."""
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise InputError(f"file not found: {path}", field) from None
-    except IsADirectoryError:
-        raise InputError(f"{path} is a directory, not a YAML file", field) from None
-    except UnicodeDecodeError as exc:
-        raise InputError(f"{path} is not UTF-8 text (byte {exc.start}: {exc.reason}); save it as UTF-8", field) from None
-    except OSError as exc:
-        raise InputError(f"cannot read {path}: {exc.strerror}", field) from None
-    return parse_yaml(text, str(path), field)
+    return parse_yaml(read_text(path, field, "YAML file"), str(path), field)
