@@ -17,6 +17,7 @@ from rich.markup import escape
 
 from simulator.cli_common import handle_errors, print_json, stderr, stdout
 from simulator.cli_output import check_output
+from simulator.config.deepspeed_import import FIELD as DS_FIELD
 from simulator.config.deepspeed_import import apply_deepspeed_config
 from simulator.config.loader import format_validation_error, load_raw, prepare_raw, resolve_scenario_path
 from simulator.config.scenario import Scenario
@@ -66,7 +67,7 @@ def load_run_scenario(path: Path, overrides: list[str] | None, deepspeed: Path |
         ds_path = Path(ds_ref)
         if deepspeed is None and not ds_path.is_absolute():
             ds_path = path.parent / ds_path
-        raw, warnings = apply_deepspeed_config(raw, ds_path)
+        raw, warnings = apply_deepspeed_config(raw, ds_path, "--deepspeed" if deepspeed else DS_FIELD)
     try:
         return Scenario.model_validate(raw), warnings
     except ValidationError as exc:
