@@ -52,3 +52,34 @@ def test_run_deepspeed_refuses_a_misspelt_key_as_import_does(tmp_path):
     hint = "did you mean 'zero_optimization.reduce_bucket_size'"
     _error(["run", str(ZERO2), "--deepspeed", str(ds)], "--deepspeed", hint)
     _error(["import", "deepspeed", str(ds), "--base", str(ZERO2)], hint)
+
+
+def _scenario(tmp_path: Path, extra: str = "", model: str = "olmo-2-7b") -> Path:
+    path = tmp_path / "s.yaml"
+    path.write_text(f"name: s\nmodel: {model}\ncluster: {{topology: dgx-a100}}\n"
+                    "training: {seq_len: 4096, micro_batch_size: 1, global_batch_size: 64}\n" + extra)
+    return path
+
+
+@pytest.mark.parametrize("value", ["5", "true", "{label: a}"])
+def test_compare_section_that_is_not_a_list(tmp_path, value):
+    _error(["compare", str(_scenario(tmp_path, f"compare: {value}\n"))], "compare:", "must be a list of variants")
+
+
+def test_hf_config_that_is_not_a_path(tmp_path):
+    _error(["run", str(_scenario(tmp_path, model="{hf_config: 5}"))], "model.hf_config", "got 5")
+
+
+def test_hf_config_with_values_of_the_wrong_type(tmp_path):
+    llama = {"model_type": "llama", "num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4,
+             "vocab_size": 100}
+    config = tmp_path / "cfg.json"
+    config.write_text(json.dumps({**llama, "rope_scaling": 5}))
+    _error(["flops", str(config)], "model.hf_config", "rope_scaling must be a JSON object")
+    config.write_text(json.dumps({**llama, "layer_types": "full", "sliding_window": 8}))
+    _error(["flops", str(config)], "layer_types must be a JSON list")
+    config.write_text(json.dumps({"model_type": "mpt", "n_layers": 2, "d_model": 64, "n_heads": 4, "vocab_size": 100,
+                                  "expansion_ratio": "x"}))
+    _error(["flops", str(config)], "model.hf_config", "wrong type")
+    config.write_text(json.dumps({"model_type": ["llama"]}))
+    _error(["flops", str(config)], "is not supported")

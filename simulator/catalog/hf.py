@@ -165,6 +165,18 @@ def _moe(cfg: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+#: Keys the readers look inside, with the JSON type they must have (``null`` is always accepted).
+_SHAPED = {"rope_scaling": dict, "attn_config": dict, "layer_types": list, "mlp_only_layers": list}
+
+
+def _check_shapes(cfg: dict[str, Any], path: Path, field: str) -> None:
+    for key, kind in _SHAPED.items():
+        value = cfg.get(key)
+        if value is not None and not isinstance(value, kind):
+            shape = "a JSON object" if kind is dict else "a JSON list"
+            raise InputError(f"{path}: {key} must be {shape} (or null), got {value!r}", field)
+
+
 def model_dict_from_hf(path: Path) -> dict[str, Any]:
     """Read ``config.json`` at ``path`` and return a dict for ``ModelConfig``.
 
@@ -177,17 +189,23 @@ def model_dict_from_hf(path: Path) -> dict[str, Any]:
     model_type = cfg.get("model_type", "")
     readers: dict[str, Any] = {"gpt2": _gpt2, "mpt": _mpt, **dict.fromkeys(LLAMA_LIKE, _llama_like),
                                **dict.fromkeys(MOE_TYPES, _moe)}
-    if model_type not in readers:
+    if not isinstance(model_type, str) or model_type not in readers:
         # Guessing would be silently wrong (an OPT config read as Llama is off by 30%).
         raise InputError(
             f"{path}: model_type {model_type or '(missing)'!r} is not supported; supported: "
             f"{', '.join(sorted(readers))}; or write the model as a mapping in the scenario",
             field,
         )
+    _check_shapes(cfg, path, field)
     try:
         out = readers[model_type](cfg)
     except KeyError as exc:
         raise InputError(f"{path} lacks key {exc.args[0]!r} for model_type {model_type or 'unknown'!r}", field) from None
+    except (TypeError, ValueError, AttributeError) as exc:
+        # A number given as text, a list where a number belongs: the file is not a config.json as
+        # transformers writes it.
+        raise InputError(f"{path}: a value has the wrong type ({exc}); compare it with the model's published "
+                         "config.json", field) from None
     out["name"] = cfg.get("_name_or_path") or Path(path).parent.name or "hf-model"
     out["source"] = f"Hugging Face config.json ({path})"
     return {k: v for k, v in out.items() if v is not None}

@@ -39,6 +39,9 @@ def _resolve_model(raw: Any, base_dir: Path) -> Any:
         extra = set(raw) - {"hf_config", "name"}
         if extra:
             raise InputError(f"unknown key(s) beside hf_config: {', '.join(sorted(extra))}", "model")
+        if not isinstance(raw["hf_config"], str) or not raw["hf_config"].strip():
+            raise InputError(f"must be the path of a Hugging Face config.json, got {raw['hf_config']!r}",
+                             "model.hf_config")
         path = Path(raw["hf_config"])
         data = model_dict_from_hf(path if path.is_absolute() else base_dir / path)
         if "name" in raw:
