@@ -83,3 +83,17 @@ def test_hf_config_with_values_of_the_wrong_type(tmp_path):
     _error(["flops", str(config)], "model.hf_config", "wrong type")
     config.write_text(json.dumps({"model_type": ["llama"]}))
     _error(["flops", str(config)], "is not supported")
+
+
+def test_out_that_is_a_directory_leaves_nothing(tmp_path):
+    folder = tmp_path / "x"
+    folder.mkdir()
+    out = _error(["export", str(ZERO2), "--to", "deepspeed", "--out", str(folder)], "--out", "is a directory")
+    assert ".tmp" not in out
+    args = tmp_path / "args.txt"
+    args.write_text("--tensor-model-parallel-size 2\n")
+    _error(["import", "megatron", str(args), "--topology", "dgx-h100", "--model", "olmo-2-7b", "--out", str(folder)],
+           "--out", "is a directory")
+    _error(["import", "megatron", str(args), "--topology", "dgx-h100", "--model", "olmo-2-7b", "--out", str(args)],
+           "--out", "input of this command")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["args.txt", "x"] and not any(folder.iterdir())
