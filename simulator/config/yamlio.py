@@ -1,6 +1,6 @@
 """Reading YAML input files: every way a file can be unreadable becomes one ``InputError``.
 
-Missing or unreadable files, text that is not UTF-8, malformed YAML and structures nested deeper
+Missing or unreadable files, text that is not UTF-8, malformed YAML, a key given twice in a mapping and structures nested deeper
 than any scenario needs (``MAX_DEPTH``; a 5,000-level document would otherwise exhaust Python's
 recursion limit) are refused with the file's name and the reason.
 """
@@ -36,6 +36,10 @@ def parse_yaml(text: str, source: str, field: str | None = None) -> Any:
     """Parse YAML ``text`` from ``source`` (a file name for messages)."""
     try:
         data = yamlio.safe_load(text)  # libyaml where available, same SafeLoader semantics
+    except yamlio.DuplicateKeyError as exc:
+        key = exc.path or repr(exc.key)
+        raise InputError(f"{source} line {exc.line}: key {key} is given twice (first at line "
+                         f"{exc.first_line}); keep one (YAML would silently use the last)", field) from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
