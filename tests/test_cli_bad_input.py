@@ -97,3 +97,26 @@ def test_out_that_is_a_directory_leaves_nothing(tmp_path):
     _error(["import", "megatron", str(args), "--topology", "dgx-h100", "--model", "olmo-2-7b", "--out", str(args)],
            "--out", "input of this command")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["args.txt", "x"] and not any(folder.iterdir())
+
+
+def test_duplicate_yaml_keys_are_refused_with_path_and_line(tmp_path):
+    path = tmp_path / "dup.yaml"
+    body = ("name: b\nmodel: olmo-2-7b\ncluster:\n  topology: dgx-a100\n  topology: dgx-h100\n"
+            "training: {seq_len: 4096, micro_batch_size: 1, global_batch_size: 64}\n")
+    path.write_text("name: a\n" + body)
+    _error(["run", str(path)], "line 2: key name is given twice (first at line 1)")
+    path.write_text(body)
+    _error(["run", str(path)], "line 5: key cluster.topology is given twice (first at line 4)")
+    _error(["run", str(ZERO2), "--set", "parallel={tp: 1, tp: 2}"], "--set parallel", "duplicate key 'tp'")
+
+
+def test_yaml_merge_keys_may_still_be_overridden():
+    from simulator import yamlio
+
+    assert yamlio.safe_load("b: &b {x: 1, y: 1}\nd:\n  <<: *b\n  x: 2\n")["d"] == {"x": 2, "y": 1}
+
+
+def test_set_with_an_empty_or_malformed_value():
+    _error(["run", str(ZERO2), "--set", "parallel.tp="], "--set parallel.tp", "has no value", "parallel.tp=null")
+    out = _error(["run", str(ZERO2), "--set", "parallel.tp=[1,"], "--set parallel.tp", "cannot parse the value '[1,'")
+    assert out.count("\n") == 1  # one line, not PyYAML's dump with a caret
