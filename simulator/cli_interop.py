@@ -49,7 +49,7 @@ def _import(fmt: str, source: Path | None, text: str | None, out, base, model, t
     from simulator.interop.pipeline import import_scenario
 
     check_output(out, "--out", inputs=(source, base))  # before any work: nothing half written
-    base_raw = load_raw(base) if base is not None else None
+    base_raw = load_raw(base, "--base") if base is not None else None
     base_dir = base.parent if base is not None else Path.cwd()
     _scenario, yaml_text, imported = import_scenario(
         fmt, source, text=text, base_raw=base_raw, base_dir=base_dir, model=model, topology=topology, nodes=nodes,

@@ -120,3 +120,21 @@ def test_set_with_an_empty_or_malformed_value():
     _error(["run", str(ZERO2), "--set", "parallel.tp="], "--set parallel.tp", "has no value", "parallel.tp=null")
     out = _error(["run", str(ZERO2), "--set", "parallel.tp=[1,"], "--set parallel.tp", "cannot parse the value '[1,'")
     assert out.count("\n") == 1  # one line, not PyYAML's dump with a caret
+
+
+def test_topology_messages(tmp_path):
+    _error(["run", str(ZERO2), "--set", "cluster.topology=/path/nothere.yaml"],
+           "cluster.topology", "topology file /path/nothere.yaml does not exist")
+    _error(["run", str(ZERO2), "--set", "cluster.topology=dgx-h10"], "did you mean 'dgx-h100'")
+    # A typo inside a discriminated section (intra_node, fabric) lists that section's keys, under the
+    # path as written (pydantic's tag 'nvswitch' left out).
+    out = _error(["run", str(ZERO2), "--set", "cluster.topology.intra_node.bandwith_GBps_per_gpu=300"],
+                 "cluster.topology.intra_node.bandwith_GBps_per_gpu: unknown key",
+                 "did you mean 'bandwidth_GBps_per_gpu'", "valid keys here: bandwidth_GBps_per_gpu, kind")
+    assert "nvswitch" not in out
+    _error(["run", str(ZERO2), "--set", "cluster.topology.fabric.rail_optimzed=true"],
+           "cluster.topology.fabric.rail_optimzed", "did you mean 'rail_optimized'", "oversubscription")
+
+
+def test_typo_of_a_bundled_scenario_name():
+    _error(["run", "olmo-2-7b-8xh10"], "SCENARIO", "file not found", "did you mean the bundled scenario 'olmo-2-7b-8xh100'")
