@@ -92,6 +92,14 @@ def _models_in(annotation: Any) -> list[type[BaseModel]]:
     return out
 
 
+def _is_mapping(annotation: Any) -> bool:
+    """Whether an annotation is a ``dict`` (possibly ``| None``)."""
+    if typing.get_origin(annotation) is dict:
+        return True
+    return (isinstance(annotation, types.UnionType) or typing.get_origin(annotation) is typing.Union) and any(
+        _is_mapping(a) for a in typing.get_args(annotation))
+
+
 def _tags(model: type[BaseModel]) -> tuple:
     """The ``kind`` values that select ``model`` in a discriminated union (``nvswitch``, ``fat_tree``)."""
     kind = model.model_fields.get("kind")
@@ -104,6 +112,7 @@ def _walk(loc: tuple, root: type[BaseModel] = Scenario) -> tuple[type[BaseModel]
     (``cluster.topology.intra_node.nvswitch.latency_us``), which names no key of the file."""
     models: list[type[BaseModel]] = [root]
     shown: list[str] = []
+    keyed = False  # whether the models are the values of a mapping (dict[str, Model]): a key names an item
     for key in loc[:-1]:
         tagged = [m for m in models if key in _tags(m)]
         if len(models) > 1 and tagged:
@@ -112,24 +121,31 @@ def _walk(loc: tuple, root: type[BaseModel] = Scenario) -> tuple[type[BaseModel]
         shown.append(str(key))
         if isinstance(key, int):  # an item of a list of models: the same models
             continue
-        models = [m for model in models if (f := model.model_fields.get(str(key))) for m in _models_in(f.annotation)]
+        found = [f.annotation for model in models if (f := model.model_fields.get(str(key)))]
+        if not found and keyed:
+            keyed = False
+            continue
+        keyed = any(_is_mapping(a) for a in found)
+        models = [m for a in found for m in _models_in(a)]
     shown.extend(str(k) for k in loc[-1:])
     return (models[0] if len(models) == 1 else None), ".".join(shown)
 
 
-def format_validation_error(exc: ValidationError) -> str:
-    """One line per problem: the dotted path and what to do about it."""
+def format_validation_error(exc: ValidationError, root: type[BaseModel] = Scenario, prefix: str = "") -> str:
+    """One line per problem: the dotted path and what to do about it. ``root`` is the model validated
+    (a scenario, unless said otherwise); ``prefix`` is put before each path (``runs[2].``)."""
     lines = []
     suggested: set[tuple] = set()
     for err in exc.errors():
         if err["type"] == "extra_forbidden":
-            owner, _ = _walk(tuple(err["loc"]))
+            owner, _ = _walk(tuple(err["loc"]), root)
             close = difflib.get_close_matches(str(err["loc"][-1]), sorted(owner.model_fields) if owner else [], n=1)
             if close:
                 suggested.add((*tuple(err["loc"])[:-1], close[0]))
     for err in exc.errors():
         loc = tuple(err["loc"])
-        owner, path = _walk(loc)
+        owner, path = _walk(loc, root)
+        path = prefix + path if path else prefix.rstrip(".")
         if err["type"] == "extra_forbidden":
             valid = sorted(owner.model_fields) if owner else []
             close = difflib.get_close_matches(str(loc[-1]), valid, n=1)
