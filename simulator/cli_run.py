@@ -104,12 +104,12 @@ def _run(path: Path, overrides, json_out: bool, trace: Path | None, allow_oom: b
     if trace is not None and png is not None and trace.resolve() == png.resolve():
         raise InputError("--trace and --png name the same file", "--png")
     scenario, warnings = load_run_scenario(path, overrides, deepspeed)
+    profile = _load_profile(efficiency) if efficiency is not None else None  # a bad profile: nothing printed
     if show_placement:
         check_layout(scenario)
         out = stderr if json_out else stdout
         for line in placement_lines(mesh_for(scenario, scenario.cluster.topology.gpus_per_node)):
             out.print(line, highlight=False, soft_wrap=True, markup=False)
-    profile = _load_profile(efficiency) if efficiency is not None else None
     # The trace and the timeline picture need every span: no steady-state extrapolation for them.
     result, profile_warnings = run_scenario(scenario, profile, exact=exact or trace is not None or png is not None)
     for line in [*warnings, *profile_warnings]:

@@ -138,3 +138,52 @@ def test_topology_messages(tmp_path):
 
 def test_typo_of_a_bundled_scenario_name():
     _error(["run", "olmo-2-7b-8xh10"], "SCENARIO", "file not found", "did you mean the bundled scenario 'olmo-2-7b-8xh100'")
+
+
+@pytest.mark.parametrize(("row", "expected"), [
+    ("log: l.log\n    skip: many", "runs[0].skip: Input should be a valid integer"),
+    ("log: l.log\n    skip: -3", "runs[0].skip: Input should be greater than or equal to 0"),
+    ("measured: {step_time_s: 80}\n    splt: test", "runs[0].splt: unknown key (did you mean 'split'?)"),
+    ("measured: {step_time_s: 80}\n    set: parallel.tp=2", "runs[0].set: give a list of overrides, set: [parallel.tp=2]"),
+    ("measured: {step_time_s: 80}\n    split: dev", "runs[0].split: Input should be 'train' or 'test'"),
+])
+def test_calibrate_rows_are_validated(tmp_path, row, expected):
+    (tmp_path / "l.log").write_text("tps: 100\n" * 5)
+    runs = tmp_path / "m.yaml"
+    runs.write_text(f"runs:\n  - scenario: {ZERO2}\n    {row}\n")
+    out = tmp_path / "p.yaml"
+    _error(["calibrate", "--measured", str(runs), "--out", str(out)], "--measured", expected)
+    assert not out.exists()
+
+
+_PARAMS = "{gemm_sustained_of_mamf: %s, attention_sustained_of_bench: 0.7, compute_slowdown_during_comm: 0.35}"
+_GROUP = "{n: 2, mu: 0.0, sigma: 0.05, residuals: [0.05, -0.05]}"
+
+
+def _profile(tmp_path: Path, gemm: str = "0.76", group: str = _GROUP) -> Path:
+    path = tmp_path / "p.yaml"
+    path.write_text(f"profile_version: 1\nhopper: {_PARAMS % gemm}\nintervals: {{source: x, groups: {{all: {group}}}}}\n")
+    return path
+
+
+def test_a_valid_hand_written_profile_is_used(tmp_path):
+    result = runner.invoke(app, ["run", "olmo-2-7b-8xh100", "--efficiency", str(_profile(tmp_path)), "--allow-oom"])
+    assert result.exit_code == 0, result.output
+
+
+@pytest.mark.parametrize("gemm", ["fast", "0", "-0.71", "7.1", "true"])
+def test_profile_values_outside_their_physical_range(tmp_path, gemm):
+    trace = tmp_path / "t.json"
+    _error(["run", "olmo-2-7b-8xh100", "--efficiency", str(_profile(tmp_path, gemm)), "--trace", str(trace)],
+           "--efficiency", "hopper.gemm_sustained_of_mamf must be a number from 0.6 to 0.95")
+    assert not trace.exists()
+
+
+@pytest.mark.parametrize(("group", "expected"), [
+    ("{n: 2, mu: 0.0, sigma: -1, residuals: [0.05, -0.05]}", "intervals.groups.all.sigma: Input should be greater"),
+    ('{n: 2, mu: 0.0, sigma: 0.05, residuals: "abc"}', "intervals.groups.all.residuals: Input should be a valid list"),
+    ("{n: 3, mu: 0.0, sigma: 0.05, residuals: [1, 2]}", "n is 3 but 2 residuals are listed"),
+    ("{n: 2, mu: 0.0, sigma: 0.05, residual: [1, 2]}", "did you mean 'residuals'?); valid keys here: mu, n, residuals"),
+])
+def test_profile_interval_groups_are_validated(tmp_path, group, expected):
+    _error(["run", "olmo-2-7b-8xh100", "--efficiency", str(_profile(tmp_path, group=group))], "--efficiency", expected)
