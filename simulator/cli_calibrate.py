@@ -13,6 +13,7 @@ import typer
 from rich.table import Table
 
 from simulator.cli_common import handle_errors, print_json, stdout
+from simulator.cli_output import check_output
 from simulator.errors import InputError
 
 
@@ -36,8 +37,7 @@ def _band(group: dict, coverage: float = 0.8) -> tuple[float, float]:
 def _calibrate(measured: list[Path], out: Path | None, json_out: bool) -> None:
     from simulator import user_calibration as uc
 
-    if out is not None and not out.parent.is_dir():
-        raise InputError(f"folder {out.parent} does not exist", "--out")
+    check_output(out, "--out", inputs=measured)
     cases = [c for path in measured for c in uc.load_cases(path)]
     ids = [c.id for c in cases]
     if len(set(ids)) != len(ids):

@@ -69,6 +69,9 @@ def _variants(paths: list[Path], vary: list[str], overrides: list[str]) -> list[
             axes.append([(key.strip(), v) for v in parsed])
         combos = [list(c) for c in itertools.product(*axes)]
     elif raw.get("compare"):
+        if not isinstance(raw["compare"], list):
+            raise InputError(f"must be a list of variants (- {{label: ..., dotted.path: value}}), got "
+                             f"{raw['compare']!r}", "compare")
         combos = []
         for i, variant in enumerate(raw["compare"]):
             if not isinstance(variant, dict):

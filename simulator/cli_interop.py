@@ -12,7 +12,7 @@ import typer
 from rich.markup import escape
 
 from simulator.cli_common import handle_errors, stderr
-from simulator.errors import InputError
+from simulator.cli_output import check_output
 
 OutOption = Annotated[Path | None, typer.Option("--out", help="write here instead of stdout")]
 BaseOption = Annotated[Path | None, typer.Option(
@@ -41,11 +41,6 @@ def _write(text: str, out: Path | None) -> None:
     stderr.print(f"wrote {out}", highlight=False, soft_wrap=True)
 
 
-def _check_out(out: Path | None) -> None:
-    if out is not None and not out.parent.is_dir():
-        raise InputError(f"folder {out.parent} does not exist", "--out")
-
-
 @handle_errors
 def _import(fmt: str, source: Path | None, text: str | None, out, base, model, topology, nodes, gpu, name,
             overrides) -> None:
@@ -53,8 +48,8 @@ def _import(fmt: str, source: Path | None, text: str | None, out, base, model, t
     from simulator.interop.common import ignored_lines
     from simulator.interop.pipeline import import_scenario
 
-    _check_out(out)
-    base_raw = load_raw(base) if base is not None else None
+    check_output(out, "--out", inputs=(source, base))  # before any work: nothing half written
+    base_raw = load_raw(base, "--base") if base is not None else None
     base_dir = base.parent if base is not None else Path.cwd()
     _scenario, yaml_text, imported = import_scenario(
         fmt, source, text=text, base_raw=base_raw, base_dir=base_dir, model=model, topology=topology, nodes=nodes,
@@ -145,10 +140,10 @@ def export_command(
 
 @handle_errors
 def _export(path: Path, to: str, out: Path | None, overrides: list[str]) -> None:
-    from simulator.config.loader import load_scenario
+    from simulator.config.loader import load_scenario, resolve_scenario_path
     from simulator.interop.pipeline import export_scenario, exporter
 
-    _check_out(out)
+    check_output(out, "--out", inputs=(resolve_scenario_path(path),))
     exporter(to)  # an unknown --to fails before the scenario is read
     result = export_scenario(load_scenario(path, overrides), to)
     for note in result.notes:

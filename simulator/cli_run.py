@@ -17,6 +17,7 @@ from rich.markup import escape
 
 from simulator.cli_common import handle_errors, print_json, stderr, stdout
 from simulator.cli_output import check_output
+from simulator.config.deepspeed_import import FIELD as DS_FIELD
 from simulator.config.deepspeed_import import apply_deepspeed_config
 from simulator.config.loader import format_validation_error, load_raw, prepare_raw, resolve_scenario_path
 from simulator.config.scenario import Scenario
@@ -66,7 +67,7 @@ def load_run_scenario(path: Path, overrides: list[str] | None, deepspeed: Path |
         ds_path = Path(ds_ref)
         if deepspeed is None and not ds_path.is_absolute():
             ds_path = path.parent / ds_path
-        raw, warnings = apply_deepspeed_config(raw, ds_path)
+        raw, warnings = apply_deepspeed_config(raw, ds_path, "--deepspeed" if deepspeed else DS_FIELD)
     try:
         return Scenario.model_validate(raw), warnings
     except ValidationError as exc:
@@ -103,12 +104,12 @@ def _run(path: Path, overrides, json_out: bool, trace: Path | None, allow_oom: b
     if trace is not None and png is not None and trace.resolve() == png.resolve():
         raise InputError("--trace and --png name the same file", "--png")
     scenario, warnings = load_run_scenario(path, overrides, deepspeed)
+    profile = _load_profile(efficiency) if efficiency is not None else None  # a bad profile: nothing printed
     if show_placement:
         check_layout(scenario)
         out = stderr if json_out else stdout
         for line in placement_lines(mesh_for(scenario, scenario.cluster.topology.gpus_per_node)):
             out.print(line, highlight=False, soft_wrap=True, markup=False)
-    profile = _load_profile(efficiency) if efficiency is not None else None
     # The trace and the timeline picture need every span: no steady-state extrapolation for them.
     result, profile_warnings = run_scenario(scenario, profile, exact=exact or trace is not None or png is not None)
     for line in [*warnings, *profile_warnings]:

@@ -33,11 +33,13 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from pydantic import ValidationError
 
-from simulator.config.loader import prepare_raw, read_yaml, scenario_from_dict
+from simulator.config.loader import format_validation_error, prepare_raw, read_yaml, scenario_from_dict
 from simulator.config.scenario import Scenario
 from simulator.errors import InputError
 from simulator.hardware.efficiency import Efficiency, for_gpu
+from simulator.user_calibration_files import ProfileIntervals, check_params, check_row
 
 PROFILE_VERSION = 1
 
@@ -101,7 +103,9 @@ def load_cases(path: str | Path) -> list[Case]:
         where = f"runs[{i}]"
         if not isinstance(row, dict) or "scenario" not in row:
             raise InputError("each row needs scenario: (a path or a mapping)", where)
-        bundled = "id" in row and "parallelism" in row  # the bundled suite's format
+        bundled = "id" in row and "parallelism" in row  # the bundled suite's format (its own schema)
+        if not bundled:
+            check_row(row, where, path)
         if bundled and (row["scenario"] is None or row.get("calibration_excluded")):
             continue
         spec, sets = row["scenario"], list(row.get("set") or [])
@@ -270,22 +274,21 @@ class Profile:
 
 def load_profile(path: str | Path) -> Profile:
     """Read a profile written by ``dtsim calibrate`` (one error naming the key when it is not one)."""
-    from simulator.validation.calibration import PARAMS
-
     data = read_yaml(path, "--efficiency")
     if not isinstance(data, dict) or data.get("profile_version") != PROFILE_VERSION:
         raise InputError(f"{path} is not an efficiency profile written by dtsim calibrate (profile_version "
                          f"{PROFILE_VERSION})", "--efficiency")
-    params = {}
-    for arch, values in data.items():
-        if arch in ("profile_version", "calibration", "intervals"):
-            continue
-        if not isinstance(values, dict) or set(values) != set(PARAMS):
-            raise InputError(f"{arch} must map exactly {', '.join(PARAMS)} to numbers", "--efficiency")
-        params[arch] = {k: float(v) for k, v in values.items()}
+    params = {arch: check_params(arch, values, path) for arch, values in data.items()
+              if arch not in ("profile_version", "calibration", "intervals")}
     intervals = data.get("intervals")
     if intervals is not None and not (isinstance(intervals, dict) and intervals.get("groups")):
-        intervals = None
+        intervals = None  # a profile fitted without held-out rows: the bundled intervals apply
+    if intervals is not None:
+        try:
+            intervals = ProfileIntervals.model_validate(intervals).model_dump()
+        except ValidationError as exc:
+            raise InputError(format_validation_error(exc, ProfileIntervals, "intervals."),
+                             f"--efficiency {path}") from None
     return Profile(str(path), params, intervals)
 
 

@@ -25,11 +25,11 @@ Supported families and their key names (as written by each family's ``configurat
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 from simulator.errors import InputError
+from simulator.inputs import read_json
 
 
 def _gpt2(cfg: dict[str, Any]) -> dict[str, Any]:
@@ -165,34 +165,47 @@ def _moe(cfg: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+#: Keys the readers look inside, with the JSON type they must have (``null`` is always accepted).
+_SHAPED = {"rope_scaling": dict, "attn_config": dict, "layer_types": list, "mlp_only_layers": list}
+
+
+def _check_shapes(cfg: dict[str, Any], path: Path, field: str) -> None:
+    for key, kind in _SHAPED.items():
+        value = cfg.get(key)
+        if value is not None and not isinstance(value, kind):
+            shape = "a JSON object" if kind is dict else "a JSON list"
+            raise InputError(f"{path}: {key} must be {shape} (or null), got {value!r}", field)
+
+
 def model_dict_from_hf(path: Path) -> dict[str, Any]:
     """Read ``config.json`` at ``path`` and return a dict for ``ModelConfig``.
 
     Raises ``InputError`` naming ``model.hf_config`` for a missing or unreadable file or missing keys.
     """
     field = "model.hf_config"
-    try:
-        cfg = json.loads(Path(path).read_text())
-    except FileNotFoundError:
-        raise InputError(f"file not found: {path}", field) from None
-    except (OSError, json.JSONDecodeError) as exc:
-        raise InputError(f"cannot read {path} as JSON: {exc}", field) from None
+    cfg = read_json(path, field, "Hugging Face config.json")
     if not isinstance(cfg, dict):
         raise InputError(f"{path} is not a JSON object", field)
     model_type = cfg.get("model_type", "")
     readers: dict[str, Any] = {"gpt2": _gpt2, "mpt": _mpt, **dict.fromkeys(LLAMA_LIKE, _llama_like),
                                **dict.fromkeys(MOE_TYPES, _moe)}
-    if model_type not in readers:
+    if not isinstance(model_type, str) or model_type not in readers:
         # Guessing would be silently wrong (an OPT config read as Llama is off by 30%).
         raise InputError(
             f"{path}: model_type {model_type or '(missing)'!r} is not supported; supported: "
             f"{', '.join(sorted(readers))}; or write the model as a mapping in the scenario",
             field,
         )
+    _check_shapes(cfg, path, field)
     try:
         out = readers[model_type](cfg)
     except KeyError as exc:
         raise InputError(f"{path} lacks key {exc.args[0]!r} for model_type {model_type or 'unknown'!r}", field) from None
+    except (TypeError, ValueError, AttributeError) as exc:
+        # A number given as text, a list where a number belongs: the file is not a config.json as
+        # transformers writes it.
+        raise InputError(f"{path}: a value has the wrong type ({exc}); compare it with the model's published "
+                         "config.json", field) from None
     out["name"] = cfg.get("_name_or_path") or Path(path).parent.name or "hf-model"
     out["source"] = f"Hugging Face config.json ({path})"
     return {k: v for k, v in out.items() if v is not None}

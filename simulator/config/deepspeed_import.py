@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import copy
 import difflib
-import json
 from pathlib import Path
 from typing import Any
 
 from simulator.errors import InputError
+from simulator.inputs import read_json
 
 FIELD = "parallel.deepspeed_config"
 
@@ -43,17 +43,10 @@ _TOP_READ = {"zero_optimization", "train_micro_batch_size_per_gpu", "gradient_ac
              "train_batch_size", "bf16", "fp16", "communication_data_type"}
 
 
-def _read(path: Path) -> dict:
-    try:
-        data = json.loads(Path(path).read_text())
-    except FileNotFoundError:
-        raise InputError(f"DeepSpeed config not found: {path}", FIELD) from None
-    except OSError as exc:
-        raise InputError(f"cannot read DeepSpeed config {path}: {exc.strerror}", FIELD) from None
-    except json.JSONDecodeError as exc:
-        raise InputError(f"{path} is not valid JSON (line {exc.lineno}: {exc.msg})", FIELD) from None
+def _read(path: Path, field: str) -> dict:
+    data = read_json(path, field, "DeepSpeed config")
     if not isinstance(data, dict):
-        raise InputError(f"{path} must hold a JSON object", FIELD)
+        raise InputError(f"{path} must hold a JSON object", field)
     return data
 
 
@@ -67,21 +60,22 @@ def _gpus(raw: dict) -> int | None:
     return None
 
 
-def _offload_device(value: Any, key: str) -> str:
+def _offload_device(value: Any, key: str, field: str) -> str:
     device = value.get("device", "none") if isinstance(value, dict) else value
     device = "none" if device in (None, "none") else str(device)
     if device not in ("none", "cpu", "nvme"):
-        raise InputError(f"zero_optimization.{key}.device must be none, cpu or nvme, got {device!r}", FIELD)
+        raise InputError(f"zero_optimization.{key}.device must be none, cpu or nvme, got {device!r}", field)
     return device
 
 
-def apply_deepspeed_config(raw_scenario: dict, ds_json_path: str | Path) -> tuple[dict, list[str]]:
+def apply_deepspeed_config(raw_scenario: dict, ds_json_path: str | Path, field: str = FIELD) -> tuple[dict, list[str]]:
     """Return a copy of ``raw_scenario`` with the DeepSpeed config applied, and warnings.
 
     ``raw_scenario`` should have its references resolved (``loader.prepare_raw``) so the GPU count
-    is known when ``gradient_accumulation_steps`` must become a global batch.
+    is known when ``gradient_accumulation_steps`` must become a global batch. ``field`` names where
+    the file came from in messages (``--deepspeed`` on the command line, else the scenario's key).
     """
-    ds = _read(Path(ds_json_path))
+    ds = _read(Path(ds_json_path), field)
     raw = copy.deepcopy(raw_scenario)
     par = raw.setdefault("parallel", {})
     tr = raw.setdefault("training", {})
@@ -92,14 +86,14 @@ def apply_deepspeed_config(raw_scenario: dict, ds_json_path: str | Path) -> tupl
 
     zero = ds.get("zero_optimization", {}) or {}
     if not isinstance(zero, dict):
-        raise InputError("zero_optimization must be a JSON object", FIELD)
+        raise InputError("zero_optimization must be a JSON object", field)
     for key, value in zero.items():
         if value == "auto":
             auto.append(f"zero_optimization.{key}")
         elif key in _ZERO_KEYS:
             par[_ZERO_KEYS[key]] = value
         elif key in ("offload_optimizer", "offload_param"):
-            par[key] = _offload_device(value, key)
+            par[key] = _offload_device(value, key, field)
         elif key not in _ZERO_NO_EFFECT:
             unmodelled.append(f"zero_optimization.{key}")
 
@@ -112,7 +106,7 @@ def apply_deepspeed_config(raw_scenario: dict, ds_json_path: str | Path) -> tupl
             auto.append(f"{dtype}.enabled")
         enabled[dtype] = flag is True or (isinstance(flag, str) and flag.lower() == "true")
     if enabled["bf16"] and enabled["fp16"]:
-        raise InputError("both bf16 and fp16 are enabled in the DeepSpeed config; enable one", FIELD)
+        raise InputError("both bf16 and fp16 are enabled in the DeepSpeed config; enable one", field)
     if enabled["bf16"]:
         tr["precision"] = "bf16"
     elif enabled["fp16"]:
@@ -120,7 +114,7 @@ def apply_deepspeed_config(raw_scenario: dict, ds_json_path: str | Path) -> tupl
     if "communication_data_type" in ds:
         value = str(ds["communication_data_type"]).lower()
         if value not in _DTYPES:
-            raise InputError(f"communication_data_type {value!r} is not one of {sorted(set(_DTYPES))}", FIELD)
+            raise InputError(f"communication_data_type {value!r} is not one of {sorted(set(_DTYPES))}", field)
         par["communication_data_type"] = _DTYPES[value]
 
     micro = ds.get("train_micro_batch_size_per_gpu")
@@ -140,24 +134,29 @@ def apply_deepspeed_config(raw_scenario: dict, ds_json_path: str | Path) -> tupl
         if micro is not None and accum is not None and dp and int(total) != int(micro) * int(accum) * dp:
             raise InputError(
                 f"train_batch_size {total} != train_micro_batch_size_per_gpu x gradient_accumulation_steps x dp "
-                f"= {micro} x {accum} x {dp}", FIELD)
+                f"= {micro} x {accum} x {dp}", field)
     elif accum is not None:
         if not dp:
-            raise InputError("gradient_accumulation_steps needs the GPU count; give train_batch_size instead", FIELD)
+            raise InputError("gradient_accumulation_steps needs the GPU count; give train_batch_size instead", field)
         tr["global_batch_size"] = int(tr.get("micro_batch_size", 1)) * int(accum) * dp
 
     unmodelled += sorted(k for k in ds if k not in _TOP_READ)
-    warnings = []
-    # A key one typo away from a key dtsim reads is most likely misspelt: say so first. Compare
-    # within a section (zero_optimization.* with its own keys) so a shared prefix does not count.
+    # A key one typo away from a key dtsim reads is most likely misspelt, and DeepSpeed would run with
+    # the default in its place: refused, for ``dtsim run --deepspeed`` and ``dtsim import deepspeed``
+    # alike. Compare within a section (zero_optimization.* with its own keys) so a shared prefix does
+    # not count.
     zero_known = [*_ZERO_KEYS, *_ZERO_NO_EFFECT, "offload_optimizer", "offload_param"]
-    for key in list(unmodelled):
+    misspelt = []
+    for key in unmodelled:
         section, _, leaf = key.rpartition(".")
         close = difflib.get_close_matches(leaf, zero_known if section else sorted(_TOP_READ), n=1, cutoff=0.85)
         if close:
-            unmodelled.remove(key)
             suggestion = f"{section}.{close[0]}" if section else close[0]
-            warnings.append(f"DeepSpeed config {ds_json_path}: unknown key {key!r} (did you mean {suggestion!r}?)")
+            misspelt.append(f"unknown key {key!r} (did you mean {suggestion!r}?)")
+    if misspelt:
+        raise InputError(f"{ds_json_path}: {'; '.join(misspelt)}; fix the spelling (DeepSpeed would use its "
+                         "default in its place)", field)
+    warnings = []
     if unmodelled:
         warnings.append(f"DeepSpeed config {ds_json_path}: keys not modelled by dtsim (ignored): {', '.join(unmodelled)}")
     if auto:

@@ -12,7 +12,7 @@ import difflib
 import types
 import typing
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ValidationError
 
@@ -39,6 +39,9 @@ def _resolve_model(raw: Any, base_dir: Path) -> Any:
         extra = set(raw) - {"hf_config", "name"}
         if extra:
             raise InputError(f"unknown key(s) beside hf_config: {', '.join(sorted(extra))}", "model")
+        if not isinstance(raw["hf_config"], str) or not raw["hf_config"].strip():
+            raise InputError(f"must be the path of a Hugging Face config.json, got {raw['hf_config']!r}",
+                             "model.hf_config")
         path = Path(raw["hf_config"])
         data = model_dict_from_hf(path if path.is_absolute() else base_dir / path)
         if "name" in raw:
@@ -77,43 +80,73 @@ def _resolve_cluster(raw: Any, base_dir: Path) -> Any:
     return out
 
 
-def _section_model(loc: tuple) -> type[BaseModel] | None:
-    """The pydantic model that owns the key at ``loc`` (for listing valid keys)."""
-    model: type[BaseModel] = Scenario
+def _models_in(annotation: Any) -> list[type[BaseModel]]:
+    """The pydantic models an annotation can hold (through ``X | None``, unions, ``Annotated``, lists)."""
+    out, stack = [], [annotation]
+    while stack:
+        ann = stack.pop()
+        if isinstance(ann, type) and issubclass(ann, BaseModel):
+            out.append(ann)
+        elif isinstance(ann, types.UnionType) or typing.get_origin(ann) is not None:
+            stack.extend(typing.get_args(ann))
+    return out
+
+
+def _is_mapping(annotation: Any) -> bool:
+    """Whether an annotation is a ``dict`` (possibly ``| None``)."""
+    if typing.get_origin(annotation) is dict:
+        return True
+    return (isinstance(annotation, types.UnionType) or typing.get_origin(annotation) is typing.Union) and any(
+        _is_mapping(a) for a in typing.get_args(annotation))
+
+
+def _tags(model: type[BaseModel]) -> tuple:
+    """The ``kind`` values that select ``model`` in a discriminated union (``nvswitch``, ``fat_tree``)."""
+    kind = model.model_fields.get("kind")
+    return typing.get_args(kind.annotation) if kind is not None and typing.get_origin(kind.annotation) is Literal else ()
+
+
+def _walk(loc: tuple, root: type[BaseModel] = Scenario) -> tuple[type[BaseModel] | None, str]:
+    """The pydantic model that owns the key at ``loc`` (for listing valid keys), and the dotted path as
+    the user wrote it: pydantic puts a discriminated union's tag into the location
+    (``cluster.topology.intra_node.nvswitch.latency_us``), which names no key of the file."""
+    models: list[type[BaseModel]] = [root]
+    shown: list[str] = []
+    keyed = False  # whether the models are the values of a mapping (dict[str, Model]): a key names an item
     for key in loc[:-1]:
-        field = model.model_fields.get(str(key))
-        if field is None:
-            return None
-        candidates = [field.annotation]
-        found = None
-        while candidates:
-            ann = candidates.pop()
-            if isinstance(ann, type) and issubclass(ann, BaseModel):
-                found = ann
-                break
-            if isinstance(ann, types.UnionType) or typing.get_origin(ann) is not None:
-                candidates.extend(typing.get_args(ann))
-        if found is None:
-            return None
-        model = found
-    return model
+        tagged = [m for m in models if key in _tags(m)]
+        if len(models) > 1 and tagged:
+            models = tagged[:1]
+            continue
+        shown.append(str(key))
+        if isinstance(key, int):  # an item of a list of models: the same models
+            continue
+        found = [f.annotation for model in models if (f := model.model_fields.get(str(key)))]
+        if not found and keyed:
+            keyed = False
+            continue
+        keyed = any(_is_mapping(a) for a in found)
+        models = [m for a in found for m in _models_in(a)]
+    shown.extend(str(k) for k in loc[-1:])
+    return (models[0] if len(models) == 1 else None), ".".join(shown)
 
 
-def format_validation_error(exc: ValidationError) -> str:
-    """One line per problem: the dotted path and what to do about it."""
+def format_validation_error(exc: ValidationError, root: type[BaseModel] = Scenario, prefix: str = "") -> str:
+    """One line per problem: the dotted path and what to do about it. ``root`` is the model validated
+    (a scenario, unless said otherwise); ``prefix`` is put before each path (``runs[2].``)."""
     lines = []
     suggested: set[tuple] = set()
     for err in exc.errors():
         if err["type"] == "extra_forbidden":
-            owner = _section_model(tuple(err["loc"]))
+            owner, _ = _walk(tuple(err["loc"]), root)
             close = difflib.get_close_matches(str(err["loc"][-1]), sorted(owner.model_fields) if owner else [], n=1)
             if close:
                 suggested.add((*tuple(err["loc"])[:-1], close[0]))
     for err in exc.errors():
         loc = tuple(err["loc"])
-        path = ".".join(str(p) for p in loc)
+        owner, path = _walk(loc, root)
+        path = prefix + path if path else prefix.rstrip(".")
         if err["type"] == "extra_forbidden":
-            owner = _section_model(loc)
             valid = sorted(owner.model_fields) if owner else []
             close = difflib.get_close_matches(str(loc[-1]), valid, n=1)
             hint = f" (did you mean {close[0]!r}?)" if close else ""
@@ -171,9 +204,22 @@ def resolve_scenario_path(path: str | Path) -> Path:
     return bundled if bundled.is_file() else path
 
 
-def load_raw(path: str | Path) -> dict:
-    """Read a scenario file as a raw dict (for sweeps and compare, which edit before validating)."""
+def _missing_scenario(path: Path, field: str) -> InputError:
+    """A scenario file that does not exist, with the closest bundled name when it looks like a typo of
+    one (``olmo-2-7b-8xh10``)."""
+    names = sorted(p.stem for p in bundled_dir("scenarios").glob("*.yaml"))
+    stem = path.stem if path.suffix in (".yaml", ".yml") else path.name
+    close = difflib.get_close_matches(stem, names, n=1)
+    hint = f"; did you mean the bundled scenario {close[0]!r}?" if close else ""
+    return InputError(f"file not found: {path}{hint}", field)
+
+
+def load_raw(path: str | Path, field: str = "SCENARIO") -> dict:
+    """Read a scenario file as a raw dict (for sweeps and compare, which edit before validating);
+    ``field`` names the argument or option that gave it in messages."""
     path = resolve_scenario_path(path)
+    if not path.exists():
+        raise _missing_scenario(path, field)
     raw = read_yaml(path)
     if not isinstance(raw, dict):
         raise InputError(f"{path} does not hold a YAML mapping")

@@ -13,16 +13,21 @@ from typing import Any
 
 import yaml
 
+from simulator import yamlio
 from simulator.errors import InputError
 
 
-def parse_value(text: str) -> Any:
+def parse_value(text: str, field: str | None = None) -> Any:
     """Parse one override value as YAML; ``1e9`` and ``5.0e8`` become floats (YAML 1.1 would keep
-    ``1e9`` a string, which no user means)."""
+    ``1e9`` a string, which no user means). A value that is not YAML is one line naming ``field``
+    (PyYAML's own message spans several, with a caret under a copy of the text)."""
     try:
-        value = yaml.safe_load(text)
+        value = yamlio.safe_load(text)
     except yaml.YAMLError as exc:
-        raise InputError(f"cannot parse value {text!r}: {exc}") from None
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        hint = ("give each key once" if isinstance(exc, yamlio.DuplicateKeyError)
+                else "quote text, close brackets ([1, 2], {a: 1})")
+        raise InputError(f"cannot parse the value {text!r} ({problem}); {hint}", field) from None
     if isinstance(value, str):
         try:
             return float(value) if any(c in value for c in "eE.") else int(value)
@@ -39,6 +44,10 @@ def apply_override(raw: dict, assignment: str) -> dict:
     keys = [k for k in path.strip().split(".") if k]
     if not keys:
         raise InputError(f"override {assignment!r} has an empty path", "--set")
+    if not text.strip():
+        # YAML reads an empty value as null, which would drop the key and quietly use its default.
+        raise InputError(f"override {assignment!r} has no value; give one ({path.strip()}=2), or "
+                         f"{path.strip()}=null to drop the key and use its default", f"--set {path.strip()}")
     out = copy.deepcopy(raw)
     node = out
     for i, key in enumerate(keys[:-1]):
@@ -56,7 +65,7 @@ def apply_override(raw: dict, assignment: str) -> dict:
         if not isinstance(child, dict):
             raise InputError(f"{'.'.join(keys[: i + 1])} is not a mapping", "--set")
         node = child
-    value = parse_value(text)
+    value = parse_value(text, f"--set {path.strip()}")
     if value is None:
         # key=null removes the key, so its default applies (e.g. drop a DeepSpeed-only key before
         # switching parallel.framework to ddp).

@@ -8,6 +8,7 @@ parts (the intra-node fabric, the scale-out fabric) are discriminated unions on 
 
 from __future__ import annotations
 
+import difflib
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -220,8 +221,15 @@ def resolve_topology_path(ref: str, base_dir: Path | None = None) -> Path:
     for path in candidates:
         if path.is_file():
             return path
-    names = ", ".join(bundled_topology_names()) or "(none bundled)"
-    raise FileNotFoundError(f"unknown topology {ref!r}; bundled topologies: {names}; or give a path to a .yaml file")
+    if as_path.suffix in (".yaml", ".yml") or "/" in ref:  # a path was given: say that it is missing
+        where = " or ".join(str(c) for c in candidates) if len(candidates) > 1 else str(candidates[0])
+        raise FileNotFoundError(f"topology file {ref} does not exist (looked for {where}); check the path, or give "
+                                "a bundled topology name")
+    names = bundled_topology_names()
+    close = difflib.get_close_matches(ref, names, n=1)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    raise FileNotFoundError(f"unknown topology {ref!r}{hint}; bundled topologies: {', '.join(names) or '(none)'}; "
+                            "or give a path to a .yaml file")
 
 
 def _field_of(error: dict) -> str | None:

@@ -1,6 +1,6 @@
 """Reading YAML input files: every way a file can be unreadable becomes one ``InputError``.
 
-Missing or unreadable files, text that is not UTF-8, malformed YAML and structures nested deeper
+Missing or unreadable files, text that is not UTF-8, malformed YAML, a key given twice in a mapping and structures nested deeper
 than any scenario needs (``MAX_DEPTH``; a 5,000-level document would otherwise exhaust Python's
 recursion limit) are refused with the file's name and the reason.
 """
@@ -14,6 +14,7 @@ import yaml
 
 from simulator import yamlio
 from simulator.errors import InputError
+from simulator.inputs import read_text
 
 #: Deepest nesting accepted (a scenario nests about 5 levels; a topology about 4).
 MAX_DEPTH = 32
@@ -35,6 +36,10 @@ def parse_yaml(text: str, source: str, field: str | None = None) -> Any:
     """Parse YAML ``text`` from ``source`` (a file name for messages)."""
     try:
         data = yamlio.safe_load(text)  # libyaml where available, same SafeLoader semantics
+    except yamlio.DuplicateKeyError as exc:
+        key = exc.path or repr(exc.key)
+        raise InputError(f"{source} line {exc.line}: key {key} is given twice (first at line "
+                         f"{exc.first_line}); keep one (YAML would silently use the last)", field) from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
@@ -56,14 +61,4 @@ def parse_yaml(text: str, source: str, field: str | None = None) -> Any:
 def read_yaml(path: str | Path, field: str | None = None) -> Any:
     """Parse a YAML file; a missing, unreadable, non-UTF-8 or malformed file is an ``InputError``."""
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise InputError(f"file not found: {path}", field) from None
-    except IsADirectoryError:
-        raise InputError(f"{path} is a directory, not a YAML file", field) from None
-    except UnicodeDecodeError as exc:
-        raise InputError(f"{path} is not UTF-8 text (byte {exc.start}: {exc.reason}); save it as UTF-8", field) from None
-    except OSError as exc:
-        raise InputError(f"cannot read {path}: {exc.strerror}", field) from None
-    return parse_yaml(text, str(path), field)
+    return parse_yaml(read_text(path, field, "YAML file"), str(path), field)

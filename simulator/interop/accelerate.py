@@ -80,14 +80,12 @@ _IGNORED_DS = {"zero3_init_flag", "zero3_save_16bit_model", "gradient_clipping",
 
 def import_yaml(text: str):
     """Accelerate config YAML → scenario fragment (the batch and model come from elsewhere)."""
+    from simulator.config.yamlio import parse_yaml
     from simulator.errors import InputError
     from simulator.interop.common import Imported, as_int
 
     field = "accelerate"
-    try:
-        doc = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise InputError(f"malformed YAML: {exc}", field) from None
+    doc = parse_yaml(text, "the Accelerate config", field)  # one line for malformed YAML or a key given twice
     if not isinstance(doc, dict) or "distributed_type" not in doc:
         raise InputError("an Accelerate config is a mapping with distributed_type", field)
     out = Imported()

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import yaml
@@ -131,13 +130,3 @@ def ignored_lines(source: str, ignored: list[tuple[str, str]]) -> list[str]:
     for key, reason in ignored:
         by_reason.setdefault(reason, []).append(key)
     return [f"ignored from {source} ({reason}): {', '.join(keys)}" for reason, keys in by_reason.items()]
-
-
-def read_text(path: str | Path, field_: str) -> str:
-    """A config file's text, or one InputError naming the option."""
-    try:
-        return Path(path).read_text()
-    except FileNotFoundError:
-        raise InputError(f"file not found: {path}", field_) from None
-    except OSError as exc:
-        raise InputError(f"cannot read {path}: {exc.strerror}", field_) from None

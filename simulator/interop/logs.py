@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from simulator.errors import InputError
+from simulator.inputs import read_text as read_file
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 _PATTERNS = {
@@ -59,10 +60,7 @@ def detect(text: str) -> str:
 
 def read_log(path: str | Path, fmt: str | None = None, skip: int | None = None) -> LogReading:
     """Read one log file (``fmt``: megatron, torchtitan, deepspeed, or None to detect)."""
-    try:
-        text = _ANSI.sub("", Path(path).read_text(errors="replace"))
-    except FileNotFoundError:
-        raise InputError(f"log not found: {path}", "log") from None
+    text = _ANSI.sub("", read_file(path, "log", "log", errors="replace"))
     return read_text(text, fmt, skip, str(path))
 
 

@@ -18,8 +18,7 @@ give ``--set model.vocab_size=N``.
 
 from __future__ import annotations
 
-import yaml
-
+from simulator.config.yamlio import parse_yaml
 from simulator.errors import InputError
 from simulator.interop.common import DTYPES, Imported, as_float, as_int, set_recompute_layers
 
@@ -73,10 +72,7 @@ _TOP_IGNORED = {"name", "restore_from_path", "exp_manager", "defaults", "hydra",
 
 def import_recipe(text: str) -> Imported:
     """NeMo recipe YAML text → scenario fragment + ignored keys."""
-    try:
-        doc = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise InputError(f"malformed YAML: {exc}", FIELD) from None
+    doc = parse_yaml(text, "the NeMo recipe", FIELD)  # one line for malformed YAML or a key given twice
     if not isinstance(doc, dict) or not isinstance(doc.get("model"), dict):
         raise InputError("a NeMo recipe is a mapping with a model: section (and usually trainer:)", FIELD)
     out = Imported()

@@ -20,8 +20,9 @@ from simulator.config.overrides import apply_overrides
 from simulator.config.parallel import ParallelConfig
 from simulator.config.scenario import Scenario
 from simulator.errors import InputError
+from simulator.inputs import read_text
 from simulator.interop import EXPORT_FORMATS, IMPORT_FORMATS
-from simulator.interop.common import Exported, Imported, ignored_lines, merge, read_text, scenario_yaml
+from simulator.interop.common import Exported, Imported, ignored_lines, merge, scenario_yaml
 
 _TEXT_IMPORTERS: dict[str, Callable[[str], Imported]] = {}
 
@@ -111,7 +112,7 @@ def import_scenario(fmt: str, source: str | Path | None = None, *, text: str | N
         for section in ("training", "parallel"):
             raw[section] = {**raw.get(section, {}), **imported.raw.get(section, {})}
     else:
-        body = text if text is not None else read_text(source, fmt)
+        body = text if text is not None else read_text(source, fmt, f"{fmt} config")
         imported = _text_importer(fmt)(body)
         frag = copy.deepcopy(imported.raw)
         frag_nodes = frag.get("cluster", {}).pop("nodes", None)

@@ -121,7 +121,7 @@ def parse_values(spec: str | list[Any], max_points: int = MAX_POINTS, path: str 
         if "" in items[:-1] or not any(items):  # a trailing comma is harmless; "1,,2" or "" is a typo
             raise InputError(f"grid {path or 'value'} {spec!r} has an empty value; list them as v1,v2,...",
                              "--grid")
-        values = [parse_value(v) for v in items if v]
+        values = [parse_value(v, "--grid") for v in items if v]
     keys = [(type(v).__name__, repr(v)) for v in values]  # 1 and true are different values
     counts = collections.Counter(keys)
     repeated = sorted({str(v) for v, k in zip(values, keys, strict=True) if counts[k] > 1})

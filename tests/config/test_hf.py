@@ -59,7 +59,7 @@ def test_errors(tmp_path):
         model_dict_from_hf(tmp_path / "nope.json")
     bad = tmp_path / "bad.json"
     bad.write_text("{not json")
-    with pytest.raises(InputError, match="cannot read"):
+    with pytest.raises(InputError, match="not valid JSON"):
         model_dict_from_hf(bad)
     missing = tmp_path / "missing.json"
     missing.write_text(json.dumps({"model_type": "llama", "hidden_size": 8}))

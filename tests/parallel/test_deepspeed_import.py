@@ -84,5 +84,5 @@ def test_offload_device_is_checked(tmp_path):
 
 def test_misspelt_key_is_named(tmp_path):
     path = _ds(tmp_path, {"zero_optimization": {"stage": 2, "reduce_bucket_sizee": 5e8}})
-    _, warnings = apply_deepspeed_config(RAW, path)
-    assert any("did you mean 'zero_optimization.reduce_bucket_size'" in w for w in warnings)
+    with pytest.raises(InputError, match="did you mean 'zero_optimization.reduce_bucket_size'"):
+        apply_deepspeed_config(RAW, path)
