@@ -163,6 +163,13 @@ class ParallelConfig(Frozen):
     #: in place before and after each reduce-scatter and FSDP2 fusing fp32/bf16 reductions only
     #: (simulator/parallel/fsdp.py).
     gradient_reduce_div_fusion: bool | None = None
+    #: Skip the gradient reduction on all but the last micro-batch of a step: FSDP1 ``model.no_sync()``,
+    #: FSDP2 ``set_requires_gradient_sync(False)``; Hugging Face Accelerate's default for FSDP gradient
+    #: accumulation (``GradientAccumulationPlugin(sync_each_batch=False)``). One reduce-scatter per unit
+    #: and step instead of one per micro-batch, at the price of the whole model's unsharded gradients
+    #: held between micro-batches. False: torchtitan's and plain FSDP's behaviour, a reduction per
+    #: micro-batch (simulator/parallel/fsdp.py).
+    fsdp_no_sync: bool = False
 
     _DEEPSPEED_ONLY: ClassVar[tuple[str, ...]] = (
         "reduce_bucket_size",
@@ -200,6 +207,7 @@ class ParallelConfig(Frozen):
         "reshard_after_forward",
         "fsdp_version",
         "gradient_reduce_div_fusion",
+        "fsdp_no_sync",
         "param_dtype",
         "reduce_dtype",
     )
@@ -232,9 +240,13 @@ class ParallelConfig(Frozen):
             if framework == self.framework:
                 continue
             for key in sorted(set(keys) & self.model_fields_set):
+                # the same switch under another name in this framework
+                alias = {("no_sync", "fsdp"): "fsdp_no_sync", ("fsdp_no_sync", "ddp"): "no_sync"}.get(
+                    (key, self.framework))
+                fix = f"parallel.{alias}" if alias else f"parallel.framework: {framework}"
                 raise ValueError(
                     f"parallel.{key} is a {framework} option, but parallel.framework is {self.framework!r}; "
-                    f"remove it or set parallel.framework: {framework}"
+                    f"remove it or set {fix}"
                 )
         if self.framework == "ddp" and self.zero_stage != 0:
             raise ValueError("parallel.zero_stage must be 0 with framework ddp (DDP replicates everything)")

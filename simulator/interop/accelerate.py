@@ -40,6 +40,9 @@ def export_yaml(s: Scenario) -> Exported:
         }
         if tr.activation_checkpointing == "selective":
             notes.append("selective recomputation: Accelerate's switch checkpoints whole blocks (full)")
+        if not par.fsdp_no_sync and s.grad_accum_steps > 1:
+            notes.append("gradients reduced every micro-batch (parallel.fsdp_no_sync false): pass "
+                         "GradientAccumulationPlugin(sync_each_batch=True), Accelerate's default skips the sync")
     elif par.framework == "deepspeed":
         config["distributed_type"] = "DEEPSPEED"
         config["deepspeed_config"] = {
@@ -105,6 +108,9 @@ def import_yaml(text: str):
     if kind == "FSDP":
         fsdp = doc.get("fsdp_config") or {}
         out.set("parallel.framework", "fsdp")
+        # Accelerate's accumulate() skips the gradient sync on all but the last micro-batch unless the
+        # script asks for GradientAccumulationPlugin(sync_each_batch=True); the config file cannot say
+        out.set("parallel.fsdp_no_sync", True)
         for key, value in fsdp.items():
             if key in _IGNORED_FSDP:
                 out.ignore(f"fsdp_config.{key}", "wrapping, state-dict or initialisation setting")

@@ -35,10 +35,11 @@ def export_block(s: Scenario) -> Exported:
     if par.tp > 1 or par.pp > 1 or par.cp > 1:
         notes.append(f"tp={par.tp}, pp={par.pp}, cp={par.cp}: apply with a DeviceMesh (torchtitan export) before FSDP")
     reshard2 = reshard if reshard is not None else strategy in ("full_shard", "hybrid_shard")
+    sync = ("model.no_sync() on all but the last" if par.fsdp_no_sync else
+            "gradients reduce-scattered after every micro-batch: no model.no_sync()")
     lines = [
         f"# PyTorch FSDP settings for {s.name} (written by dtsim export): {s.n_gpus} GPUs, micro-batch "
-        f"{tr.micro_batch_size} per GPU, {s.grad_accum_steps} accumulation steps (use model.no_sync() on all "
-        f"but the last), global batch {tr.global_batch_size} x {tr.seq_len} tokens, activation checkpointing "
+        f"{tr.micro_batch_size} per GPU, {s.grad_accum_steps} accumulation steps ({sync}), global batch {tr.global_batch_size} x {tr.seq_len} tokens, activation checkpointing "
         f"{tr.activation_checkpointing}",
         *[f"# not expressed: {n}" for n in notes],
         "import torch",

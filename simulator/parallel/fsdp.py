@@ -1,7 +1,8 @@
 """PyTorch FSDP as a graph builder (torch/distributed/fsdp; formulas.md §4.3).
 
 FSDP units: one per transformer block plus the root (embedding, final norm, head). Per micro-batch
-(FSDP synchronises gradients every micro-batch unless the user wraps it in ``no_sync``):
+(FSDP synchronises gradients every micro-batch unless the user wraps it in ``no_sync``,
+``parallel.fsdp_no_sync``: then only the last micro-batch reduces, once per unit):
 
 * FULL_SHARD: all-gather each unit before forward, reshard after forward (not the root, whose
   parameters the backward needs at once), all-gather again before backward, reshard after, and
@@ -93,6 +94,8 @@ class FSDPHooks(Hooks):
         # torch.distributed.pipelining syncs gradients only in the last backward
         # (``set_requires_gradient_sync(last_backward)``, stage.py ``backward_maybe_with_nosync``).
         self.pipelined = ctx.mesh.pp > 1
+        # parallel.fsdp_no_sync: one reduction per unit and step, in the last micro-batch, as under PP
+        self.sync_last_only = self.pipelined or p.fsdp_no_sync
         default_reshard = self.strategy in ("full_shard", "hybrid_shard") and not self.pipelined
         reshard = p.reshard_after_forward if p.reshard_after_forward is not None else default_reshard
         self.sharded = self.strategy != "no_shard"
@@ -168,9 +171,10 @@ class FSDPHooks(Hooks):
         return (self._copy_out(b, g, unit, self.pf.ensure(b, unit, ahead=ahead), "backward"),)
 
     def repeats(self, g: int) -> bool:
-        """Without a pipeline every micro-batch issues the same tasks: the prefetchers are rebuilt at
-        each pass's first unit and every micro-batch reduces; only the tail grows (``replicated``)."""
-        return not self.pipelined
+        """Without a pipeline (or ``fsdp_no_sync``) every micro-batch issues the same tasks: the
+        prefetchers are rebuilt at each pass's first unit and every micro-batch reduces; only the tail
+        grows (``replicated``)."""
+        return not self.sync_last_only
 
     def replicated(self, lo: int, hi: int, shift: int) -> None:
         self.tail.extend([t + shift for t in self.tail if t is not None and lo <= t < hi])
@@ -185,7 +189,7 @@ class FSDPHooks(Hooks):
                 self.pf.ensure(b, nxt, ahead=False)
         if unit == "H":
             return
-        if self.pipelined and g != self.ctx.n_micro - 1:
+        if self.sync_last_only and g != self.ctx.n_micro - 1:
             return
         target = ROOT if unit == "E" else unit
         self._reduce(b, g, target, task)

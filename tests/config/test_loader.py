@@ -192,3 +192,11 @@ def test_moe_default_imbalance_is_capped_at_experts_over_top_k():
     assert MoEConfig(n_experts=8, top_k=2, expert_ffn_hidden_size=64).imbalance == 1.25
     with pytest.raises(ValueError, match="n_experts / top_k"):
         MoEConfig(n_experts=8, top_k=8, expert_ffn_hidden_size=64, imbalance=1.25)
+
+
+def test_ddp_no_sync_on_fsdp_names_fsdp_no_sync():
+    """DDP's no_sync under FSDP points to FSDP's own switch (a review found FSDP had none to point to)."""
+    fsdp = {**BASE, "parallel": {"framework": "fsdp"}}
+    assert "set parallel.fsdp_no_sync" in _error(fsdp, ["parallel.no_sync=true"])
+    ddp = {**BASE, "parallel": {"framework": "ddp"}}
+    assert "set parallel.no_sync" in _error(ddp, ["parallel.fsdp_no_sync=true"])

@@ -46,3 +46,21 @@ def test_chrome_trace_writes_plain_rows_and_sub_spans():
     assert [r["name"] for r in task["args"]["parts"]] == ["allgather fwd 0.q mb0", "allgather fwd 0.up mb0"]
     subs = [e["name"] for e in text if e["ph"] == "X" and e["name"] != "allgather fwd 0 mb0"]
     assert subs == ["allgather fwd 0.q mb0", "allgather fwd 0.up mb0"]
+
+
+def test_a_split_call_reports_the_whole_calls_wire_bytes_and_bus_bandwidth():
+    """A ZeRO-3 layer's all-gather issued as several calls (one per parameter group) labels the whole call:
+    a ring all-gather over 8 ranks puts 7/8 of all its bytes on each rank's wire, and its bus bandwidth
+    is the parts' bus bytes over their time (a review found the last part's figures on the whole call)."""
+    from simulator.api import simulate as simulate_scenario
+    from simulator.config.loader import load_scenario
+
+    report = simulate_scenario(load_scenario("scenarios/olmo-2-7b-dgx-h100-zero3.yaml",
+                                             ["training.global_batch_size=16", "training.total_tokens=null"]))
+    split = next(s for s in report.trace if "parts" in (getattr(s, "args", None) or {}))
+    args, rows = split.args, split.args["parts"]
+    assert len(rows) > 1 and args["group_size"] == 8
+    assert args["bytes_on_wire_per_rank"] == pytest.approx(7 / 8 * args["bytes"], rel=1e-12)
+    host = args.get("host_s", 0.0)
+    on_link = sum(r["time_s"] - host for r in rows)
+    assert args["busbw_GBps"] == pytest.approx(7 / 8 * args["bytes"] / on_link / 1e9, rel=1e-9)

@@ -81,6 +81,22 @@ def _comm_order(graph):
     return [t.name.split(" mb")[0] for t in graph.tasks if isinstance(t, CollectiveTask) and t.stream == COMM]
 
 
+def test_fsdp_no_sync_reduces_each_unit_once_in_the_last_micro_batch():
+    """FSDP reduce-scatters every unit in every micro-batch; with ``fsdp_no_sync`` (FSDP1 ``no_sync()``,
+    FSDP2 ``set_requires_gradient_sync(False)``) only the last micro-batch reduces: 4 reduce-scatters (the
+    fake model's 4 blocks; its root has no parameters) instead of 3 x 4 = 12, while the parameter gathers
+    stay per micro-batch."""
+    def reductions(**kw):
+        graph = build_step_graph(ctx(4, 3, w=_w(), framework="fsdp", **kw))
+        return [t for t in graph.collectives() if t.kind == "grad_reduce"], \
+            [t for t in graph.collectives() if t.kind == "param_allgather"]
+
+    (every, gathers), (last, gathers_no_sync) = reductions(), reductions(fsdp_no_sync=True)
+    assert len(every) == 12 and {t.micro_batch for t in every} == {0, 1, 2}
+    assert len(last) == 4 and {t.micro_batch for t in last} == {2}
+    assert len(gathers_no_sync) == len(gathers)
+
+
 def test_fsdp_backward_prefetch_issue_order():
     pre = _comm_order(build_step_graph(ctx(4, 1, w=_w(), framework="fsdp", backward_prefetch="backward_pre")))
     post = _comm_order(build_step_graph(ctx(4, 1, w=_w(), framework="fsdp", backward_prefetch="backward_post")))
