@@ -168,6 +168,35 @@ def _tp(b: GraphBuilder, work: StepWork, name: str, after: int, g: int, layer: i
     return out
 
 
+#: Tensor-parallel collectives of the embedding and the output layer (Megatron-Core
+#: ``VocabParallelEmbedding`` and ``ColumnParallelLinear`` for the output): (unit, pass) → without
+#: sequence parallelism, with it. The vocab-parallel embedding sums its partial lookups
+#: (``reduce_from_tensor_model_parallel_region``; under SP ``reduce_scatter_to_sequence_parallel_region``,
+#: whose backward all-gathers the gradient); the output layer's input is copied to the TP region
+#: (backward: all-reduce of the input gradient) or, under SP, all-gathered (backward: reduce-scatter).
+#: Each moves ``b·s·h`` elements like a block's. The vocab-parallel cross-entropy's three all-reduces
+#: of ``b·s`` floats are latency only and left out.
+EDGE_TP: dict[tuple[str, str], tuple[tuple[str, ...], tuple[str, ...]]] = {
+    ("E", "fwd"): (("all_reduce",), ("reduce_scatter",)),
+    ("E", "bwd"): ((), ("all_gather",)),
+    ("H", "fwd"): ((), ("all_gather",)),
+    ("H", "bwd"): (("all_reduce",), ("reduce_scatter",)),
+}
+
+
+def _edge_tp(b: GraphBuilder, work: StepWork, unit: Unit, phase: str, name: str, after: int, g: int) -> None:
+    """``EDGE_TP``'s collectives of the embedding or output layer ``unit`` after its ``phase`` compute, on
+    the compute stream's critical path as a block's (``_tp``)."""
+    # only the stage (and model chunk) that holds the embedding or the output layer: the others' E and H
+    # units run no ops
+    present = work.embed_fwd if unit == "E" else work.head_fwd
+    if work.tp_allreduce_bytes <= 0 or not present:
+        return
+    for op in EDGE_TP[(unit, phase)][bool(work.sequence_parallel)]:
+        b.collective(f"tp {op} {name}", "tp", op, "tp", work.tp_allreduce_bytes, stream=COMPUTE, deps=(after,),
+                     micro_batch=g)
+
+
 def _overlapped(work: StepWork) -> bool:
     return work.tp_comm_overlap and work.tp_allreduce_bytes > 0
 
@@ -190,6 +219,8 @@ def forward_unit(b: GraphBuilder, work: StepWork, g: int, unit: Unit, deps: list
         tid = b.compute(name, "forward", _ops(work, unit, "fwd"), deps=deps, micro_batch=g, layer=layer)
         if isinstance(unit, int):
             _tp(b, work, name, tid, g, layer)
+        else:
+            _edge_tp(b, work, unit, "fwd", name, tid, g)
     return tid, pending
 
 
@@ -258,6 +289,7 @@ def backward_unit(b: GraphBuilder, work: StepWork, g: int, hooks: Hooks, unit: U
     if isinstance(unit, int):
         return _backward_block(b, work, unit, g, hooks, deps)
     tid = b.compute(f"bwd {unit} mb{g}", "backward", _ops(work, unit, "bwd"), deps=deps, micro_batch=g)
+    _edge_tp(b, work, unit, "bwd", f"bwd {unit} mb{g}", tid, g)
     hooks.grads_ready(b, g, unit, tid)
     return tid, []
 

@@ -45,7 +45,8 @@ def test_tp_pp_one_is_exactly_data_parallel():
 
 def test_tp_all_reduce_bytes_per_layer_by_hand():
     # t = 4, b = 1, s = 1024, h = hidden, bf16: each of the 4 all-reduces of a block (2 forward,
-    # 2 backward) moves 2·(t−1)/t·b·s·h·2 B per rank (formulas.md §6).
+    # 2 backward) moves 2·(t−1)/t·b·s·h·2 B per rank (formulas.md §6), and so do the embedding's forward
+    # all-reduce and the output layer's backward one, once per micro-batch (schedule.EDGE_TP).
     sc = _scenario("training.global_batch_size=16", "training.seq_len=1024", "training.micro_batch_size=1",
                    "parallel.tp=4", "training.activation_checkpointing=none")
     ctx = context_for(sc)
@@ -55,7 +56,7 @@ def test_tp_all_reduce_bytes_per_layer_by_hand():
     tp = [t for t in graph.collectives() if t.kind == "tp"]
     assert {t.op for t in tp} == {"all_reduce"}
     n_allreduce = sum(t.count for t in tp)
-    assert n_allreduce == 4 * sc.model.n_layers * sc.grad_accum_steps
+    assert n_allreduce == (4 * sc.model.n_layers + 2) * sc.grad_accum_steps
     assert bytes_per_rank(graph, ctx.mesh)["tp"] / n_allreduce == pytest.approx(per_allreduce)
     assert tp[0].nbytes * per_rank_factor("all_reduce", 4) == pytest.approx(per_allreduce)
 
@@ -65,7 +66,8 @@ def test_full_recompute_repeats_forward_tp_and_sp_splits_each():
                    "training.activation_checkpointing=full")
     g = build_step_graph(context_for(sc))
     calls = sum(t.count for t in g.collectives() if t.kind == "tp")
-    assert calls == 6 * sc.model.n_layers * sc.grad_accum_steps
+    # blocks recompute their forward, the embedding and output layer do not: + 2 per micro-batch
+    assert calls == (6 * sc.model.n_layers + 2) * sc.grad_accum_steps
     sp = dataclasses.replace(context_for(sc), work=dataclasses.replace(context_for(sc).work, sequence_parallel=True))
     calls = {"reduce_scatter": 0, "all_gather": 0}
     for t in build_step_graph(sp).collectives():
@@ -75,8 +77,10 @@ def test_full_recompute_repeats_forward_tp_and_sp_splits_each():
     # forward and recompute: a reduce-scatter + all-gather per all-reduce (2 each); backward as
     # Megatron runs it (LinearWithGradAccumulationAndAsyncCommunication): the row-parallel layers'
     # output-gradient all-gathers (2), the column-parallel layers' input re-gathers for their weight
-    # gradients (2) and data-gradient reduce-scatters (2).
-    assert calls == {"reduce_scatter": 6 * n, "all_gather": 8 * n}
+    # gradients (2) and data-gradient reduce-scatters (2). Per micro-batch the embedding's reduce-scatter
+    # (backward: all-gather) and the output layer's all-gather (backward: reduce-scatter).
+    g = sc.grad_accum_steps
+    assert calls == {"reduce_scatter": 6 * n + 2 * g, "all_gather": 8 * n + 2 * g}
 
 
 def test_tp_comm_overlap_hides_tp_time_not_bytes():
@@ -225,3 +229,24 @@ def test_p2p_crosses_the_real_links_of_each_boundary():
         return max(s.duration_s for s in r.trace if s.kind == "pp")
 
     assert send_s(across) > 2 * send_s(inside)
+
+
+def test_embedding_and_output_layer_tp_collectives_on_their_stages():
+    """Megatron's vocab-parallel embedding all-reduces its partial lookups in the forward and the output
+    layer all-reduces its input gradient in the backward (schedule.EDGE_TP): with pp = 2 the first stage
+    adds one all-reduce per micro-batch to its blocks' 4 per block, the last stage one too, and a middle
+    stage (pp = 4) none."""
+    def calls(pp: int) -> tuple:
+        sc = _scenario("training.global_batch_size=16", "training.seq_len=1024", "parallel.tp=2",
+                       f"parallel.pp={pp}", "training.activation_checkpointing=none")
+        ctx = context_for(sc)
+        out: dict[int, int] = {}
+        for t in build_step_graph(ctx).collectives():
+            if t.kind == "tp":
+                out[t.device] = out.get(t.device, 0) + t.count
+        return out, sc.model.n_layers // pp, ctx.n_micro
+
+    two, per_stage, g = calls(2)
+    assert two == {0: (4 * per_stage + 1) * g, 1: (4 * per_stage + 1) * g}
+    four, per_stage, g = calls(4)
+    assert four == {0: (4 * per_stage + 1) * g, 1: 4 * per_stage * g, 2: 4 * per_stage * g, 3: (4 * per_stage + 1) * g}
