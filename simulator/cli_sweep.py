@@ -133,9 +133,13 @@ def _sweep(path: Path, grid_specs, out, workers, backend, address, resume, objec
     if top is not None:
         from simulator.interop.pipeline import export_point
 
-        written = export_point(load_raw(path), path.parent, all_points[int(top["point"])], export_best, overrides)
-        Console(stderr=True).print(f"best point exported: {', '.join(str(p) for p in written)}", highlight=False,
-                                   soft_wrap=True)
+        written, notes = export_point(load_raw(path), path.parent, all_points[int(top["point"])], export_best,
+                                      overrides)
+        err = Console(stderr=True)
+        err.print(f"best point exported: {', '.join(str(p) for p in written)}", highlight=False, soft_wrap=True)
+        for name, lines in notes.items():  # as `dtsim export` prints them
+            for line in lines:
+                err.print(f"[yellow]note:[/] not expressed in {name}: {escape(line)}", highlight=False, soft_wrap=True)
 
 
 def _check_grid_values(base_raw: dict, base_dir: Path, grid: dict, overrides: list[str]) -> None:

@@ -38,8 +38,8 @@ def export_yaml(s: Scenario) -> Exported:
             "fsdp_activation_checkpointing": tr.activation_checkpointing != "none",
             "fsdp_version": par.fsdp_version,
         }
-        if tr.activation_checkpointing == "selective":
-            notes.append("selective recomputation: Accelerate's switch checkpoints whole blocks (full)")
+        if tr.activation_checkpointing in ("selective", "selective_op"):
+            notes.append(f"{tr.activation_checkpointing} recomputation: Accelerate's switch checkpoints whole blocks (full)")
         if not par.fsdp_no_sync and s.grad_accum_steps > 1:
             notes.append("gradients reduced every micro-batch (parallel.fsdp_no_sync false): pass "
                          "GradientAccumulationPlugin(sync_each_batch=True), Accelerate's default skips the sync")
@@ -58,8 +58,8 @@ def export_yaml(s: Scenario) -> Exported:
         config["distributed_type"] = "MULTI_GPU"
         if par.distributed_optimizer:
             notes.append("parallel.distributed_optimizer: not an Accelerate DDP option")
-    if par.tp > 1 or par.pp > 1 or par.cp > 1:
-        notes.append(f"tp={par.tp}, pp={par.pp}, cp={par.cp}: not set through this file")
+    if par.tp > 1 or par.pp > 1 or par.cp > 1 or par.ep > 1:
+        notes.append(f"tp={par.tp}, pp={par.pp}, cp={par.cp}, ep={par.ep}: not set through this file")
     config.update(mixed_precision=mixed, num_machines=-(-s.n_gpus // per_node), num_processes=s.n_gpus,
                   machine_rank=0, main_training_function="main")
     head = [f"# Accelerate config for {s.name} (written by dtsim export): micro-batch {tr.micro_batch_size} per GPU, "

@@ -79,8 +79,8 @@ def export_config(s: Scenario) -> Exported:
     if par.framework == "deepspeed" and par.communication_data_type:
         config["communication_data_type"] = par.communication_data_type
     config["zero_optimization"] = zero
-    if par.tp > 1 or par.pp > 1 or par.cp > 1:
-        notes.append(f"tp={par.tp}, pp={par.pp}, cp={par.cp}: model parallelism is set in the training script "
+    if par.tp > 1 or par.pp > 1 or par.cp > 1 or par.ep > 1:
+        notes.append(f"tp={par.tp}, pp={par.pp}, cp={par.cp}, ep={par.ep}: model parallelism is set in the training script "
                      "(Megatron-DeepSpeed flags), not in ds_config")
     if tr.activation_checkpointing != "none":
         notes.append(f"activation checkpointing ({tr.activation_checkpointing}) is enabled in the model code "

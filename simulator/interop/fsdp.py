@@ -32,8 +32,9 @@ def export_block(s: Scenario) -> Exported:
     if param == "fp8":
         param = "bf16"
         notes.append("fp8: FSDP gathers bf16; FP8 GEMMs come from torchao/Transformer Engine")
-    if par.tp > 1 or par.pp > 1 or par.cp > 1:
-        notes.append(f"tp={par.tp}, pp={par.pp}, cp={par.cp}: apply with a DeviceMesh (torchtitan export) before FSDP")
+    if par.tp > 1 or par.pp > 1 or par.cp > 1 or par.ep > 1:
+        notes.append(f"tp={par.tp}, pp={par.pp}, cp={par.cp}, ep={par.ep}: apply with a DeviceMesh (torchtitan "
+                     "export) before FSDP")
     reshard2 = reshard if reshard is not None else strategy in ("full_shard", "hybrid_shard")
     sync = ("model.no_sync() on all but the last" if par.fsdp_no_sync else
             "gradients reduce-scattered after every micro-batch: no model.no_sync()")

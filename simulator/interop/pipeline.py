@@ -221,11 +221,14 @@ def export_scenario(scenario: Scenario, fmt: str) -> Exported:
     return exporter(fmt)(scenario)
 
 
-def write_exports(scenario: Scenario, folder: Path, raw: dict | None = None) -> list[Path]:
+def write_exports(scenario: Scenario, folder: Path, raw: dict | None = None) -> tuple[list[Path], dict[str, tuple]]:
     """Every export format for ``scenario`` into ``folder`` (plus ``scenario.yaml`` when ``raw`` is
-    given); each file is written whole, so a failure leaves no half file."""
+    given); each file is written whole, so a failure leaves no half file. Returns the paths and, per
+    file name, what its framework cannot express (a ds_config.json has no room for comments)."""
     out = []
-    files = {EXPORT_FILES[f]: export_scenario(scenario, f).text for f in EXPORT_FORMATS}
+    exported = {EXPORT_FILES[f]: export_scenario(scenario, f) for f in EXPORT_FORMATS}
+    files = {name: e.text for name, e in exported.items()}
+    notes = {name: e.notes for name, e in exported.items() if e.notes}
     if raw is not None:
         files["scenario.yaml"] = scenario_yaml(raw, [f"best point of a dtsim sweep: {scenario.name}"])
     folder.mkdir(exist_ok=True)  # its parent was checked before the sweep ran
@@ -235,11 +238,11 @@ def write_exports(scenario: Scenario, folder: Path, raw: dict | None = None) -> 
         tmp.write_text(body)
         tmp.replace(path)
         out.append(path)
-    return out
+    return out, notes
 
 
 def export_point(base_raw: dict, base_dir: Path, point: dict[str, Any], folder: Path,
-                 overrides: list[str] | None = None) -> list[Path]:
+                 overrides: list[str] | None = None) -> tuple[list[Path], dict[str, tuple]]:
     """``dtsim sweep --export-best``: the sweep point ``point`` (dotted path → value) of ``base_raw``
     (with ``overrides``, the sweep's ``--set``) as a scenario file and every framework config, in
     ``folder``. The scenario file keeps catalog and topology names where the overrides allow."""

@@ -128,7 +128,8 @@ def import_toml(text: str) -> Imported:
     ac = ac_section.get("mode", "none")
     if ac not in ("none", "selective", "full"):
         raise InputError(f"activation_checkpoint.mode {ac!r} must be none, selective or full", FIELD)
-    option = str(ac_section.get("selective_ac_option", ""))
+    # torchtitan's default option is "2" (job_config.py ActivationCheckpoint: every 2nd block)
+    option = str(ac_section.get("selective_ac_option", "2"))
     if ac == "selective" and option == "op":
         ac = "selective_op"  # torchtitan's op-level policy (simulator.workload.op_sac)
     elif ac == "selective" and option.isdigit():

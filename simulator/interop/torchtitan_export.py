@@ -112,6 +112,9 @@ def export_toml(s: Scenario) -> Exported:
             notes.append(f"parallel.virtual_stages {par.virtual_stages}: torchtitan's Interleaved1F1B default "
                          "is 2 stages per rank; set pipeline_parallel_layers_per_stage")
     parallelism["context_parallel_degree"] = par.cp
+    if par.ep > 1:
+        notes.append(f"parallel.ep={par.ep}: torchtitan's expert_parallel_degree not written (MoE flavors are not "
+                     "mapped by this export)")
     if par.offload_optimizer != "none" or par.offload_param != "none":
         notes.append("offload: not exported (torchtitan's enable_cpu_offload offloads everything)")
     sections["training"] = training
@@ -125,6 +128,12 @@ def export_toml(s: Scenario) -> Exported:
             notes.append(f"training.recompute_layers {tr.recompute_layers}: torchtitan checkpoints every k-th block; "
                          f"every {k}-th gives {per_stage // k} of {per_stage}")
         sections["activation_checkpoint"] = {"mode": "selective", "selective_ac_option": str(k)}
+    elif tr.activation_checkpointing == "selective":
+        # Megatron's attention-core recomputation has no torchtitan policy (its "selective" is per-layer
+        # or op-level); with FlashAttention it keeps what no recomputation keeps, less the log-sum-exp
+        notes.append("training.activation_checkpointing selective (attention core): no torchtitan policy; "
+                     "written as none")
+        sections["activation_checkpoint"] = {"mode": "none"}
     else:
         sections["activation_checkpoint"] = {"mode": tr.activation_checkpointing}
     if tr.kernels.compile:

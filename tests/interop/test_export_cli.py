@@ -38,6 +38,9 @@ def test_sweep_export_best_writes_every_format(tmp_path):
     s = load_scenario(tmp_path / "scenario.yaml")
     assert s.parallel.zero_stage == best["parallel.zero_stage"] and s.training.global_batch_size == 64
     assert json.loads((tmp_path / "ds_config.json").read_text())["zero_optimization"]["stage"] == s.parallel.zero_stage
+    # what a format cannot express is printed as `dtsim export` prints it (a ds_config.json has no comments):
+    # the DeepSpeed ZeRO scenario has no Megatron equivalent of its sharding
+    assert "not expressed in megatron_args.txt" in " ".join(r.stderr.split())
 
 
 def test_sweep_export_best_creates_its_folder_in_an_existing_parent(tmp_path):

@@ -93,6 +93,9 @@ def test_torchtitan_per_layer_option_checkpoints_every_kth_block():
     every = torchtitan.import_toml('[activation_checkpoint]\nmode = "selective"\nselective_ac_option = "1"\n')
     assert every.get("training.activation_checkpointing") == "full"
     assert every.get("training.recompute_layers") is None
+    # no option: torchtitan's default "2" (job_config.py), not Megatron's attention-core policy
+    default = torchtitan.import_toml('[model]\nname = "llama3"\nflavor = "8B"\n[activation_checkpoint]\nmode = "selective"\n')
+    assert (default.get("training.activation_checkpointing"), default.get("training.recompute_layers")) == ("full", 16)
 
 
 def _llama_full(new_scenario, shapes, **kwargs):
