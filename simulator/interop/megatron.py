@@ -26,7 +26,7 @@ read when the command line includes them.
 from __future__ import annotations
 
 from simulator.errors import InputError
-from simulator.interop import megatron_graphs, megatron_moe
+from simulator.interop import megatron_graphs, megatron_mla, megatron_moe
 from simulator.interop.common import Imported, as_float, as_int, set_recompute_layers
 from simulator.interop.megatron_flags import read_flags, value_of
 
@@ -46,6 +46,7 @@ def import_args(text: str) -> Imported:
         return None if value is None else as_int(value, f"--{name}")
 
     _model(flags, integer, out)
+    megatron_mla.import_mla(flags, integer, out)
     megatron_moe.import_moe(flags, integer, out)
     megatron_graphs.import_graphs(flags, out)
     _training(flags, integer, out)

@@ -7,6 +7,7 @@ from simulator.config.scenario import UNFUSED_ATTENTION, Scenario
 from simulator.hardware import attention
 from simulator.interop.common import Exported
 from simulator.interop.megatron_graphs import export_graphs
+from simulator.interop.megatron_mla import export_mla
 from simulator.interop.megatron_moe import export_moe
 
 
@@ -20,6 +21,7 @@ def export_args(s: Scenario) -> Exported:
     ]
     if m.kv_heads != m.n_heads:
         lines += ["--group-query-attention", f"--num-query-groups {m.kv_heads}"]
+    lines += export_mla(m)
     if m.head_dim is not None and m.head_dim * m.n_heads != m.hidden_size:
         lines.append(f"--kv-channels {m.head_dim}")
     if m.mlp == "swiglu":

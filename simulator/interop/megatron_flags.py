@@ -8,7 +8,7 @@ import difflib
 import shlex
 
 from simulator.errors import InputError
-from simulator.interop import megatron_graphs, megatron_moe
+from simulator.interop import megatron_graphs, megatron_mla, megatron_moe
 from simulator.interop.common import Imported
 
 FIELD = "megatron"
@@ -23,7 +23,7 @@ VALUE_FLAGS = (
     "num-layers-per-virtual-pipeline-stage", "virtual-pipeline-model-parallel-size", "pipeline-model-parallel-layout",
     "fp8-format", "window-size", "window-attn-skip-freq", "recompute-modules",
     "attention-backend", "nnodes", "nproc-per-node",
-) + megatron_moe.VALUE_FLAGS + megatron_graphs.VALUE_FLAGS
+) + megatron_moe.VALUE_FLAGS + megatron_graphs.VALUE_FLAGS + megatron_mla.VALUE_FLAGS
 #: Switches dtsim reads.
 BOOL_FLAGS = (
     "group-query-attention", "swiglu", "disable-bias-linear", "add-bias-linear", "qk-layernorm",
@@ -31,7 +31,7 @@ BOOL_FLAGS = (
     "recompute-activations", "sequence-parallel", "use-distributed-optimizer", "tp-comm-overlap",
     "use-flash-attn", "overlap-grad-reduce", "overlap-param-gather", "fp8-param-gather", "grad-reduce-in-bf16",
     "no-position-embedding",
-) + megatron_moe.BOOL_FLAGS + megatron_graphs.BOOL_FLAGS
+) + megatron_moe.BOOL_FLAGS + megatron_graphs.BOOL_FLAGS + megatron_mla.BOOL_FLAGS
 #: Flags taking a list of values (argparse ``nargs="*"``): every word up to the next flag.
 LIST_FLAGS = ("recompute-modules",) + megatron_graphs.LIST_FLAGS
 _NO_STEP_EFFECT = "optimizer, learning-rate or initialisation hyper-parameter: no effect on step time"

@@ -637,3 +637,18 @@ def test_fsdp_mixed_precision_given_as_a_variable():
                               overrides=["training.seq_len=4096", "training.micro_batch_size=1",
                                          "training.global_batch_size=8"])
     assert (s.parallel.param_dtype, s.parallel.reduce_dtype) == ("bf16", "fp32")
+
+
+def test_megatron_mla_flags_with_megatrons_defaults():
+    """--multi-latent-attention with only --q-lora-rank and --kv-lora-rank given takes Megatron-LM's defaults
+    for the head dims (qk 128, rotary 64, v 128); the shape flags without the switch are refused."""
+    from simulator.interop import megatron
+
+    base = "--num-layers 2 --hidden-size 512 --num-attention-heads 8 --seq-length 128 --micro-batch-size 1 "
+    out = megatron.import_args(base + "--multi-latent-attention --q-lora-rank 256 --kv-lora-rank 128")
+    assert [out.get(f"model.{k}") for k in ("attention", "q_lora_rank", "kv_lora_rank", "qk_nope_head_dim",
+                                            "qk_rope_head_dim", "v_head_dim")] == ["mla", 256, 128, 128, 64, 128]
+    lite = megatron.import_args(base + "--multi-latent-attention")
+    assert lite.get("model.q_lora_rank") is None and lite.get("model.kv_lora_rank") == 32
+    with pytest.raises(InputError, match="without --multi-latent-attention"):
+        megatron.import_args(base + "--kv-lora-rank 128")

@@ -44,6 +44,9 @@ def test_megatron_round_trip(path):
     text = export_scenario(s, "megatron").text
     back, _, _ = import_scenario("megatron", text=text, base_raw=_cluster(path), base_dir=path.parent)
     _same(s, back, [f"model.{k}" for k in MODEL_KEYS] + [f"training.{k}" for k in BATCH_KEYS])
+    # MLA (DeepSeek-V3): --multi-latent-attention and its five shapes (a bug bash found them dropped)
+    _same(s, back, [f"model.{k}" for k in ("attention", "q_lora_rank", "kv_lora_rank", "qk_nope_head_dim",
+                                           "qk_rope_head_dim", "v_head_dim")])
     # Megatron has no op-level policy: torchtitan's selective_op leaves as its selective granularity
     ac = s.training.activation_checkpointing
     assert back.training.activation_checkpointing == ("selective" if ac == "selective_op" else ac)
