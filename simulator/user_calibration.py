@@ -121,9 +121,11 @@ def load_cases(path: str | Path) -> list[Case]:
         if bundled and not calibration.fits_on(row["parallelism"], scenario):  # the bundled fit's runs only
             continue
         label = str(row.get("id") or f"{scenario.name}#{i}")
-        # The fold a row is held out with: its publication (the bundled suite's source_key), else its
-        # split (train / test; rows alternate by default).
-        split = row.get("source_key") or row.get("split") or ("train" if len(cases) % 2 == 0 else "test")
+        # The fold a row is held out with: its publication (a bundled row's as benchmarks/calibrate.py
+        # reads it from its source, so the folds are the same), else its split (train / test; rows
+        # alternate by default).
+        split = (calibration.publication(row["source"]) if bundled and row.get("source") else None) \
+            or row.get("source_key") or row.get("split") or ("train" if len(cases) % 2 == 0 else "test")
         if "source_key" not in row and split not in ("train", "test"):
             raise InputError(f"split must be train or test, got {split!r}", f"{where}.split")
         cases.append(Case(label, resolved, _measured(row, scenario, path.parent, where),

@@ -175,9 +175,14 @@ _REPO = re.compile(r"\b([A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+)\s+(?:docs/|scripts/|REA
 
 
 def source_key(run: Run) -> str:
-    """The publication a run comes from: its arXiv id, else the GitHub repository its table is in,
-    else the source text up to the first comma or parenthesis."""
-    text = run.source.strip("'\" ")
+    """The publication ``run`` comes from (:func:`publication` of its source)."""
+    return publication(run.source)
+
+
+def publication(source: str) -> str:
+    """The publication a source text names: its arXiv id, else the GitHub repository its table is in,
+    else the text up to the first comma or parenthesis."""
+    text = source.strip("'\" ")
     m = _ARXIV.search(text)
     if m:
         return f"arXiv:{m.group(1)}"
