@@ -4,7 +4,7 @@ Read keys (DeepSpeed 0.16.5 names; formulas.md §4.2): ``zero_optimization.*`` (
 overlap_comm, contiguous_gradients, use_multi_rank_bucket_allreduce, stage3_* prefetch/live/
 persistence, offload_optimizer/offload_param ``device``, ZeRO++ switches),
 ``train_micro_batch_size_per_gpu``, ``gradient_accumulation_steps``, ``train_batch_size``,
-``bf16``/``fp16`` ``enabled``, ``communication_data_type``. Every other key is listed in one
+``bf16``/``fp16`` ``enabled``, ``communication_data_type``, ``gradient_clipping`` (0, the default, is off). Every other key is listed in one
 warning, never silently ignored. DeepSpeed's ``train_batch_size = micro × accumulation × dp``.
 """
 
@@ -40,7 +40,7 @@ _ZERO_NO_EFFECT = {"reduce_scatter", "allgather_partitions", "round_robin_gradie
 _DTYPES = {"fp16": "fp16", "float16": "fp16", "half": "fp16", "bf16": "bf16", "bfloat16": "bf16",
            "fp32": "fp32", "float32": "fp32", "float": "fp32"}
 _TOP_READ = {"zero_optimization", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps",
-             "train_batch_size", "bf16", "fp16", "communication_data_type"}
+             "train_batch_size", "bf16", "fp16", "communication_data_type", "gradient_clipping"}
 
 
 def _read(path: Path, field: str) -> dict:
@@ -117,6 +117,15 @@ def apply_deepspeed_config(raw_scenario: dict, ds_json_path: str | Path, field: 
             raise InputError(f"communication_data_type {value!r} is not one of {sorted(set(_DTYPES))}", field)
         par["communication_data_type"] = _DTYPES[value]
 
+    # DeepSpeed clips by global norm only when gradient_clipping > 0 (default 0.0: engine.py
+    # ``if self.gradient_clipping() > 0.0``), so a config without it does not clip
+    clip = ds.get("gradient_clipping", 0.0)
+    if clip == "auto":
+        auto.append("gradient_clipping")
+    elif isinstance(clip, bool) or not isinstance(clip, int | float):
+        raise InputError(f"gradient_clipping {clip!r} must be a number (0 turns clipping off)", field)
+    else:
+        tr["grad_clipping"] = clip > 0
     micro = ds.get("train_micro_batch_size_per_gpu")
     accum = ds.get("gradient_accumulation_steps")
     total = ds.get("train_batch_size")

@@ -71,6 +71,8 @@ def export_config(s: Scenario) -> Exported:
         "train_micro_batch_size_per_gpu": tr.micro_batch_size,
         "gradient_accumulation_steps": s.grad_accum_steps,
     }
+    if tr.grad_clipping:  # DeepSpeed's default 0.0 does not clip
+        config["gradient_clipping"] = 1.0
     if tr.precision in ("bf16", "fp16"):
         config[tr.precision] = {"enabled": True}
     elif tr.precision == "fp8":

@@ -147,6 +147,9 @@ def _window(flags: dict, integer, out: Imported) -> None:
 
 
 def _training(flags: dict, integer, out: Imported) -> None:
+    clip = value_of(flags, "clip-grad")  # Megatron clips when clip_grad > 0 (default 1.0)
+    if clip is not None:
+        out.set("training.grad_clipping", as_float(clip, "--clip-grad") > 0)
     seq = integer("seq-length")
     if seq is not None:
         out.set("training.seq_len", seq)

@@ -58,6 +58,8 @@ def export_args(s: Scenario) -> Exported:
     elif tr.precision in ("bf16", "fp16"):
         lines.append(f"--{tr.precision}")
     lines += export_graphs(tr.kernels)
+    if not tr.grad_clipping:  # Megatron's default --clip-grad 1.0 clips
+        lines.append("--clip-grad 0")
     if tr.activation_checkpointing == "full" and tr.recompute_layers is not None:
         lines += ["--recompute-granularity full", "--recompute-method block",
                   f"--recompute-num-layers {tr.recompute_layers}"]

@@ -22,7 +22,7 @@ VALUE_FLAGS = (
     "train-samples", "tensor-model-parallel-size", "pipeline-model-parallel-size", "context-parallel-size",
     "num-layers-per-virtual-pipeline-stage", "virtual-pipeline-model-parallel-size", "pipeline-model-parallel-layout",
     "fp8-format", "window-size", "window-attn-skip-freq", "recompute-modules",
-    "attention-backend", "nnodes", "nproc-per-node",
+    "attention-backend", "nnodes", "nproc-per-node", "clip-grad",
 ) + megatron_moe.VALUE_FLAGS + megatron_graphs.VALUE_FLAGS + megatron_mla.VALUE_FLAGS
 #: Switches dtsim reads.
 BOOL_FLAGS = (
@@ -43,7 +43,7 @@ _PROCESS = "process setup: no effect on the simulated step"
 IGNORED = (
     megatron_moe.IGNORED,
     (("lr", "min-lr", "lr-", "weight-decay", "start-weight-decay", "end-weight-decay", "adam-", "sgd-",
-      "clip-grad", "init-method-", "seed", "loss-scale", "initial-loss-scale", "min-loss-scale",
+      "init-method-", "seed", "loss-scale", "initial-loss-scale", "min-loss-scale",
       "loss-scale-window", "hysteresis", "optimizer", "override-opt-param-scheduler",
       "use-checkpoint-opt-param-scheduler", "rampup-batch-size", "decoupled-lr", "decoupled-min-lr"),
      _NO_STEP_EFFECT),

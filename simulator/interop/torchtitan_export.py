@@ -112,6 +112,8 @@ def export_toml(s: Scenario) -> Exported:
             notes.append(f"parallel.virtual_stages {par.virtual_stages}: torchtitan's Interleaved1F1B default "
                          "is 2 stages per rank; set pipeline_parallel_layers_per_stage")
     parallelism["context_parallel_degree"] = par.cp
+    if not tr.grad_clipping:
+        notes.append("training.grad_clipping false: torchtitan clips by global norm every step (max_norm)")
     if par.ep > 1:
         notes.append(f"parallel.ep={par.ep}: torchtitan's expert_parallel_degree not written (MoE flavors are not "
                      "mapped by this export)")

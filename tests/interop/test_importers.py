@@ -52,7 +52,8 @@ def test_megatron_import_hand_checked(tmp_path):
     # torchrun --nnodes 2 on 8-GPU nodes: 16 GPUs, dp = 16 / 2 = 8, 128 / (1 x 8) = 16 micro-batches.
     assert (s.n_gpus, s.dp, s.grad_accum_steps) == (16, 8, 16)
     ignored = [k for k, _ in imported.ignored]
-    assert {"--lr", "--clip-grad", "--data-path", "--save", "--eval-iters"} <= set(ignored)
+    assert {"--lr", "--data-path", "--save", "--eval-iters"} <= set(ignored)
+    assert tr.grad_clipping  # --clip-grad 1.0
     assert "--lr" in text and text.startswith("# scenario imported")
 
 
@@ -339,7 +340,7 @@ def test_deepspeed_import_on_model_and_topology(tmp_path):
     ds = tmp_path / "ds_config.json"
     ds.write_text(json.dumps({
         "train_batch_size": 512, "train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 16,
-        "bf16": {"enabled": True}, "gradient_clipping": 1.0,
+        "bf16": {"enabled": True}, "gradient_clipping": 1.0, "steps_per_print": 10,
         "zero_optimization": {"stage": 2, "reduce_bucket_size": 2e8, "overlap_comm": True,
                               "offload_optimizer": {"device": "cpu"}},
     }))
@@ -349,7 +350,8 @@ def test_deepspeed_import_on_model_and_topology(tmp_path):
     assert (p.framework, p.zero_stage, p.reduce_bucket_size, p.overlap_comm, p.offload_optimizer) == \
         ("deepspeed", 2, 2e8, True, "cpu")
     assert (s.training.global_batch_size, s.training.micro_batch_size, s.grad_accum_steps) == (512, 4, 16)
-    assert "gradient_clipping" in text and "deepspeed_config" not in text
+    assert s.training.grad_clipping  # gradient_clipping 1.0 is read
+    assert "steps_per_print" in text and "deepspeed_config" not in text  # an unmodelled key is listed
 
 
 # Accelerate config as `accelerate config` writes it for FSDP (integer strategy 1 = FULL_SHARD and the
@@ -652,3 +654,25 @@ def test_megatron_mla_flags_with_megatrons_defaults():
     assert lite.get("model.q_lora_rank") is None and lite.get("model.kv_lora_rank") == 32
     with pytest.raises(InputError, match="without --multi-latent-attention"):
         megatron.import_args(base + "--kv-lora-rank 128")
+
+
+def test_gradient_clipping_read_and_written(tmp_path):
+    """Megatron clips when --clip-grad > 0 (default 1.0), DeepSpeed when gradient_clipping > 0 (default 0:
+    off); both directions (a bug bash found them ignored, though training.grad_clipping prices the norm)."""
+    from simulator.config.deepspeed_import import apply_deepspeed_config
+    from simulator.interop import megatron
+    from simulator.interop.pipeline import export_scenario
+
+    base = "--num-layers 2 --hidden-size 512 --num-attention-heads 8 --seq-length 128 --micro-batch-size 1 "
+    assert megatron.import_args(base + "--clip-grad 0").get("training.grad_clipping") is False
+    assert megatron.import_args(base + "--clip-grad 1.0").get("training.grad_clipping") is True
+    s = load_scenario(ROOT / "scenarios" / "olmo-2-7b-dgx-h100-zero3.yaml", ["training.grad_clipping=false"])
+    assert "--clip-grad 0" in export_scenario(s, "megatron").text.split("\n")
+    assert "gradient_clipping" not in json.loads(export_scenario(s, "deepspeed").text)
+    clipped = load_scenario(ROOT / "scenarios" / "olmo-2-7b-dgx-h100-zero3.yaml")
+    assert json.loads(export_scenario(clipped, "deepspeed").text)["gradient_clipping"] == 1.0
+    for ds, want in (({"gradient_clipping": 1.0}, True), ({}, False), ({"gradient_clipping": 0}, False)):
+        path = tmp_path / "ds.json"
+        path.write_text(json.dumps(ds))
+        raw, _ = apply_deepspeed_config({"training": {}, "parallel": {}}, path)
+        assert raw["training"]["grad_clipping"] is want

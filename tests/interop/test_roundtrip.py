@@ -119,7 +119,7 @@ def test_torchtitan_round_trip(path):
 #: options", "FP16 training options", "Communication options", "ZeRO Optimizations for FP16 Training",
 #: ZeRO++ in https://www.deepspeed.ai/tutorials/zeropp/).
 DS_TOP = {"train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps", "bf16", "fp16",
-          "communication_data_type", "zero_optimization"}
+          "communication_data_type", "zero_optimization", "gradient_clipping"}  # + "Gradient Clipping"
 DS_ZERO = {"stage", "allgather_partitions", "allgather_bucket_size", "overlap_comm", "reduce_scatter",
            "reduce_bucket_size", "contiguous_gradients", "offload_param", "offload_optimizer",
            "stage3_max_live_parameters", "stage3_max_reuse_distance", "stage3_prefetch_bucket_size",
