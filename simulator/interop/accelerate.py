@@ -62,8 +62,9 @@ def export_yaml(s: Scenario) -> Exported:
         notes.append(f"tp={par.tp}, pp={par.pp}, cp={par.cp}, ep={par.ep}: not set through this file")
     config.update(mixed_precision=mixed, num_machines=-(-s.n_gpus // per_node), num_processes=s.n_gpus,
                   machine_rank=0, main_training_function="main")
-    head = [f"# Accelerate config for {s.name} (written by dtsim export): micro-batch {tr.micro_batch_size} per GPU, "
-            f"{s.grad_accum_steps} accumulation steps, seq_len {tr.seq_len}"]
+    head = [f"# Accelerate config for {s.name} (written by dtsim export): micro-batch {tr.micro_batch_size} x "
+            f"{s.dp} data-parallel ranks x {s.grad_accum_steps} accumulation steps = global batch "
+            f"{tr.global_batch_size}, seq_len {tr.seq_len}"]
     head += [f"# not expressed: {n}" for n in notes]
     body = yaml.safe_dump(config, sort_keys=False, default_flow_style=False)
     return Exported("\n".join(head) + "\n" + body, tuple(notes))

@@ -40,7 +40,8 @@ def export_block(s: Scenario) -> Exported:
             "gradients reduce-scattered after every micro-batch: no model.no_sync()")
     lines = [
         f"# PyTorch FSDP settings for {s.name} (written by dtsim export): {s.n_gpus} GPUs, micro-batch "
-        f"{tr.micro_batch_size} per GPU, {s.grad_accum_steps} accumulation steps ({sync}), global batch {tr.global_batch_size} x {tr.seq_len} tokens, activation checkpointing "
+        f"{tr.micro_batch_size} x {s.dp} data-parallel ranks x {s.grad_accum_steps} accumulation steps ({sync}) "
+        f"= global batch {tr.global_batch_size} x {tr.seq_len} tokens, activation checkpointing "
         f"{tr.activation_checkpointing}",
         *[f"# not expressed: {n}" for n in notes],
         "import torch",
