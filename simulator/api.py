@@ -202,6 +202,11 @@ def _warnings(scenario: Scenario, efficiency: Efficiency | None, mesh: Any = Non
         out.append(f"parallel.ep={mesh.ep} x etp={mesh.etp} exceeds the {mesh.gpus_per_node} GPUs of a node: the MoE "
                    "token all-to-alls cross the inter-node network (dtsim run --show-placement; "
                    "parallel.moe_dispatcher: deepep sends each token once per node)")
+    small = _small_buckets(scenario)
+    if small:
+        out.append(f"{small} holds under {SMALL_BUCKET_BYTES / 2**20:g} MiB: every reduction of it is latency-bound "
+                   "(NCCL's per-call cost dominates), and the step slows with the number of calls; the frameworks' "
+                   "defaults are 25 MB (DDP) and 5e8 elements (DeepSpeed)")
     chassis = scenario.cluster.topology
     built_for = gpus().get(chassis.gpu)  # None: a topology written for a GPU outside the catalog
     if built_for is not None and built_for.vendor != gpu.vendor:
@@ -212,6 +217,22 @@ def _warnings(scenario: Scenario, efficiency: Efficiency | None, mesh: Any = Non
         out.append(f"compute efficiencies for {gpu.name} ({gpu.arch}) are uncalibrated defaults "
                    f"(validated architectures: {', '.join(calibrated_archs())}); treat step times as estimates")
     return tuple(out)
+
+
+#: A gradient bucket below this many bytes makes every reduction latency-bound: NCCL's per-call latency
+#: (tens of µs, docs/network.md) is at least the time 1 MiB takes on a 25 GB/s NIC (42 µs) and many times
+#: its time on NVLink (2.3 µs at 450 GB/s).
+SMALL_BUCKET_BYTES = 2**20
+
+
+def _small_buckets(scenario: Scenario) -> str:
+    """The bucket setting (with its value) whose buckets hold fewer than ``SMALL_BUCKET_BYTES``, or ''."""
+    par = scenario.parallel
+    if par.framework == "deepspeed" and par.effective_zero_stage >= 1 and par.reduce_bucket_size * 2 < SMALL_BUCKET_BYTES:
+        return f"parallel.reduce_bucket_size {par.reduce_bucket_size:g} (elements, 16-bit)"
+    if par.framework == "ddp" and not par.distributed_optimizer and par.bucket_cap_mb * 2**20 < SMALL_BUCKET_BYTES:
+        return f"parallel.bucket_cap_mb {par.bucket_cap_mb:g}"
+    return ""
 
 
 def _nodes(scenario: Scenario) -> int:

@@ -276,3 +276,16 @@ def test_a_gpu_of_another_vendor_in_a_chassis_warns():
     assert any("mi300x (amd) in dgx-h100" in w and "h100-sxm (nvidia)" in w for w in amd.warnings)
     h800 = simulate(load_scenario("scenarios/olmo-2-7b-8xh100.yaml", [*fast, "cluster.gpu=h800"]))
     assert not any("chassis" in w for w in h800.warnings)
+
+
+def test_tiny_gradient_buckets_warn():
+    """A bucket under 1 MiB (a bug bash's reduce_bucket_size 1 gave an 11-day step without a word) warns,
+    naming the key; the defaults do not."""
+    from simulator.api import simulate
+    from simulator.config.loader import load_scenario
+
+    fast = ["training.global_batch_size=16", "training.total_tokens=null"]
+    tiny = simulate(load_scenario("scenarios/olmo-2-7b-dgx-h100-zero3.yaml", [*fast, "parallel.reduce_bucket_size=1000"]))
+    assert any("parallel.reduce_bucket_size 1000" in w and "latency-bound" in w for w in tiny.warnings)
+    plain = simulate(load_scenario("scenarios/olmo-2-7b-dgx-h100-zero3.yaml", fast))
+    assert not any("latency-bound" in w for w in plain.warnings)
