@@ -202,20 +202,29 @@ def test_selective_recompute_with_flash_attention_reruns_the_core():
     """Megatron-Core checkpoints the core attention whatever kernel runs it (``_checkpointed_attention_forward``
     around Transformer Engine's fused and flash kernels too), so with FlashAttention selective recomputation
     still re-runs one causal forward of the core: 4·s·q_dim FLOPs per token and block, half of them
-    under the causal mask; Llama 3 8B (32 blocks, q_dim 4,096) at 8,192 tokens: 2·32·8,192·4,096 per token."""
+    under the causal mask; Llama 3 8B (32 blocks, q_dim 4,096) at 8,192 tokens: 2·32·8,192·4,096 per token.
+    Other frameworks have no such policy with a fused core (legacy Megatron-LM and Megatron-DeepSpeed skip
+    the checkpoint with flash): nothing re-runs."""
     from simulator.api import simulate
-    from simulator.config.loader import load_scenario
+    from simulator.config.loader import scenario_from_dict
     from simulator.workload import flops
 
-    path = "scenarios/llama-3-8b-fsdp-8xdgx-h100.yaml"
-    sel, none = (load_scenario(path, [f"training.activation_checkpointing={mode}", "training.attention_flops=causal"])
-                 for mode in ("selective", "none"))
+    def scenario(mode: str, framework: str = "ddp"):
+        return scenario_from_dict({
+            "model": "llama-3-8b", "cluster": {"topology": "dgx-h100", "nodes": 1},
+            "training": {"seq_len": 8192, "micro_batch_size": 1, "global_batch_size": 8,
+                         "activation_checkpointing": mode, "attention_flops": "causal"},
+            "parallel": {"framework": framework}})
+
+    sel, none = scenario("selective"), scenario("none")
     hw_sel, hw_none = (flops.for_scenario(s, executed=True) for s in (sel, none))
     assert (hw_sel.hardware_flops - hw_none.hardware_flops) / hw_sel.tokens == pytest.approx(2 * 32 * 8192 * 4096)
     assert hw_sel.model_flops == hw_none.model_flops
     with_core, without = simulate(sel), simulate(none)
     assert with_core.hfu > with_core.mfu == pytest.approx(without.mfu * without.step_time_s / with_core.step_time_s)
     assert with_core.step_time_s > without.step_time_s
+    fsdp = flops.for_scenario(scenario("selective", "fsdp"), executed=True)
+    assert fsdp.hardware_flops == flops.for_scenario(scenario("none", "fsdp"), executed=True).hardware_flops
 
 
 def test_bf16_at_zero_stage_0_reports_the_bf16_optimizer():

@@ -8,7 +8,7 @@ and onto Hugging Face config keys (``simulator.catalog.hf``).
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import Field, NonNegativeInt, PositiveFloat, PositiveInt, model_validator
 
@@ -60,21 +60,14 @@ class MoEConfig(Frozen):
     #: pace of the grouped GEMM and of the all-to-all; >= 1 (1 = perfectly balanced).
     imbalance: float = Field(DEFAULT_IMBALANCE, ge=1.0)
 
-    @model_validator(mode="before")
-    @classmethod
-    def _default_imbalance(cls, data: Any) -> Any:
-        """Without ``imbalance`` given, ``DEFAULT_IMBALANCE`` capped at ``n_experts / top_k``: with 7 or 8
-        of 8 experts per token no expert can get 1.25x the mean (``_check``), so the default is the cap."""
-        if isinstance(data, dict) and "imbalance" not in data:
-            n, k = data.get("n_experts"), data.get("top_k")
-            if isinstance(n, int) and isinstance(k, int) and 0 < k <= n:
-                data = {**data, "imbalance": min(DEFAULT_IMBALANCE, n / k)}
-        return data
-
     @model_validator(mode="after")
     def _check(self) -> MoEConfig:
         if self.top_k > self.n_experts:
             raise ValueError(f"model.moe.top_k ({self.top_k}) exceeds n_experts ({self.n_experts})")
+        if "imbalance" not in self.model_fields_set and self.imbalance > self.n_experts / self.top_k:
+            # the default is capped where no expert can get that much (7 or 8 of 8 experts per token); set
+            # in place, so it stays a default (not written back by exclude_unset dumps)
+            object.__setattr__(self, "imbalance", self.n_experts / self.top_k)
         if self.imbalance > self.n_experts / self.top_k:
             # a token reaches an expert at most once: the busiest expert gets at most all T tokens, the
             # mean is T·top_k/n_experts

@@ -147,7 +147,7 @@ class Costing:
         key = (task.op, task.group, tuple(map(_size, parts)), task.host_s, task.nbytes)
         hit = self._parts_cache.get(key)
         if hit is None:
-            total, times, args, wire, on_link, bus_bytes = 0.0, [], {}, 0.0, 0.0, 0.0
+            total, times, args, wire, on_link, bus_GB = 0.0, [], {}, 0.0, 0.0, 0.0
             for _, nbytes in parts:
                 one = self._collective(CollectiveTask(task.id, "", task.kind, task.op, task.group, nbytes))
                 t = one.duration_s + task.host_s
@@ -158,9 +158,9 @@ class Costing:
                 # the parts' bus bytes (busbw x time) over their time on the link
                 wire += args.get("bytes_on_wire_per_rank", 0.0)
                 on_link += one.duration_s
-                bus_bytes += args.get("busbw_GBps", 0.0) * one.duration_s
+                bus_GB += args.get("busbw_GBps", 0.0) * one.duration_s
             whole = {"bytes": task.nbytes, "bytes_on_wire_per_rank": wire,
-                     "busbw_GBps": bus_bytes / on_link if on_link else 0.0}
+                     "busbw_GBps": bus_GB / on_link if on_link else 0.0}
             hit = self._parts_cache[key] = (total, times, {**args, **whole})
         total, times, base = hit
         args = base.copy()

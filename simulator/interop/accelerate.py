@@ -79,14 +79,14 @@ _IGNORED_TOP = {"compute_environment", "machine_rank", "main_training_function",
 _IGNORED_FSDP = {"fsdp_auto_wrap_policy", "fsdp_state_dict_type", "fsdp_use_orig_params",
                  "fsdp_cpu_ram_efficient_loading", "fsdp_sync_module_states", "fsdp_transformer_layer_cls_to_wrap",
                  "fsdp_min_num_params"}
-_IGNORED_DS = {"zero3_init_flag", "zero3_save_16bit_model", "gradient_clipping", "deepspeed_multinode_launcher"}
+_IGNORED_DS = {"zero3_init_flag", "zero3_save_16bit_model", "deepspeed_multinode_launcher"}
 
 
 def import_yaml(text: str):
     """Accelerate config YAML → scenario fragment (the batch and model come from elsewhere)."""
     from simulator.config.yamlio import parse_yaml
     from simulator.errors import InputError
-    from simulator.interop.common import Imported, as_int
+    from simulator.interop.common import Imported, as_float, as_int
 
     field = "accelerate"
     doc = parse_yaml(text, "the Accelerate config", field)  # one line for malformed YAML or a key given twice
@@ -150,6 +150,8 @@ def import_yaml(text: str):
                 out.ignore(f"deepspeed_config.{key}", "no effect on the simulated step")
             elif key == "zero_stage":
                 out.set("parallel.zero_stage", as_int(value, f"{field} deepspeed_config.zero_stage"))
+            elif key == "gradient_clipping":  # DeepSpeed clips when > 0 (its default 0.0 does not)
+                out.set("training.grad_clipping", as_float(value, f"{field} deepspeed_config.gradient_clipping") > 0)
             elif key == "gradient_accumulation_steps":
                 out.accumulation = as_int(value, f"{field} deepspeed_config.gradient_accumulation_steps")
             elif key in ("offload_optimizer_device", "offload_param_device"):

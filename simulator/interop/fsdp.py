@@ -36,7 +36,8 @@ def export_block(s: Scenario) -> Exported:
         notes.append(f"tp={par.tp}, pp={par.pp}, cp={par.cp}, ep={par.ep}: apply with a DeviceMesh (torchtitan "
                      "export) before FSDP")
     reshard2 = reshard if reshard is not None else strategy in ("full_shard", "hybrid_shard")
-    sync = ("model.no_sync() on all but the last" if par.fsdp_no_sync else
+    sync = ("gradients reduce-scattered once, in the last micro-batch (pipeline)" if par.pp > 1 else
+            "model.no_sync() on all but the last" if par.fsdp_no_sync else
             "gradients reduce-scattered after every micro-batch: no model.no_sync()")
     lines = [
         f"# PyTorch FSDP settings for {s.name} (written by dtsim export): {s.n_gpus} GPUs, micro-batch "

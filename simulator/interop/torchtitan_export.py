@@ -74,7 +74,7 @@ def export_toml(s: Scenario) -> Exported:
         notes.append(f"training.precision {tr.precision}: torchtitan trains in bfloat16 or float32")
     training["mixed_precision_param"] = "float32" if tr.precision in ("fp32", "tf32") else "bfloat16"
     parallelism: dict[str, Any] = {}
-    if par.framework == "fsdp" and par.fsdp_no_sync and s.grad_accum_steps > 1:
+    if par.framework == "fsdp" and par.fsdp_no_sync and s.grad_accum_steps > 1 and par.pp == 1:
         notes.append("parallel.fsdp_no_sync: torchtitan reduce-scatters after every micro-batch")
     if par.framework == "ddp":
         parallelism.update(data_parallel_replicate_degree=dp, data_parallel_shard_degree=1)

@@ -256,7 +256,7 @@ def attach(work: Any, scenario: Any, pb: int) -> Any:
         return dataclasses.replace(work, **changes)
     from simulator.workload import recompute as wrecompute
 
-    ops = moe_ops.moe_block_ops(model, b, s, tp, pb, tr.kernels, wrecompute.attention_mode(tr), ep, etp,
+    ops = moe_ops.moe_block_ops(model, b, s, tp, pb, tr.kernels, wrecompute.attention_mode(tr, par.framework), ep, etp,
                                 modules=wrecompute.modules(tr),
                                 fp8=tr.active_fp8_recipe,
                                 streams=moe_ops.expert_streams(par.framework),

@@ -74,7 +74,10 @@ class ExpertGradHooks(WrappedHooks):
     def grads_ready(self, b, g, key, task):
         self.inner.grads_ready(b, g, key, task)
         work, ctx = self.ctx.work, self.ctx
-        every_micro_batch = work.moe is not None and work.moe.gather_bytes > 0  # ZeRO-3 / FSDP
+        # ZeRO-3 / FSDP reduce every micro-batch, unless FSDP syncs only the last one (fsdp_no_sync, or a
+        # pipeline: FSDPHooks.sync_last_only), as it does for the dense units
+        every_micro_batch = (work.moe is not None and work.moe.gather_bytes > 0
+                             and not getattr(self.inner, "sync_last_only", False))
         if (g != ctx.n_micro - 1 and not every_micro_batch) or not is_moe(work, key) or ctx.mesh.size("edp") <= 1:
             return
         mw: MoEWork = work.moe

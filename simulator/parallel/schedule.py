@@ -193,7 +193,8 @@ def _edge_tp(b: GraphBuilder, work: StepWork, unit: Unit, phase: str, name: str,
     if work.tp_allreduce_bytes <= 0 or not present:
         return
     for op in EDGE_TP[(unit, phase)][bool(work.sequence_parallel)]:
-        b.collective(f"tp {op} {name}", "tp", op, "tp", work.tp_allreduce_bytes, stream=COMPUTE, deps=(after,),
+        label = "allreduce" if op == "all_reduce" else op  # as _tp labels them
+        b.collective(f"tp {label} {name}", "tp", op, "tp", work.tp_allreduce_bytes, stream=COMPUTE, deps=(after,),
                      micro_batch=g)
 
 

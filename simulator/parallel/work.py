@@ -132,7 +132,7 @@ def from_scenario(scenario: Any, persistence_threshold: float = 1e5) -> StepWork
     b, s, tp = tr.micro_batch_size, tr.seq_len // cp, par.tp
     pb = DTYPE_BYTES["bf16" if tr.precision == "fp8" else tr.precision]
     fp8 = tr.active_fp8_recipe
-    mode = wrecompute.attention_mode(tr)  # selective without core_attn stores the attention core
+    mode = wrecompute.attention_mode(tr, par.framework)  # selective without core_attn stores the core
     sp = bool(getattr(par, "sequence_parallel", False))
     if model.moe is not None or model.is_mla:  # MLA attention in the dense blocks
         from simulator.workload import moe_ops

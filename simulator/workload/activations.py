@@ -151,7 +151,8 @@ def layer_activation_bytes(
     lin = 1 if fp8_inputs else p  # bytes per element of a saved linear-layer input
     replicated = sbh * (2 * p + 2 * mask + (0 if gathered_inputs else 2 * lin))
     gathered = 2 * lin * sbh if gathered_inputs else 0.0  # kept whole on every rank
-    out = out_proj_input_bytes(p, lin, flash_attention)  # the attention output as stored
+    # the attention output as stored (a checkpointed fused core keeps no 16-bit copy of its output)
+    out = out_proj_input_bytes(p, lin, flash_attention and recompute != "selective")
     qkv_out = s * b * (p * (model.q_dim + 2 * model.kv_dim) + out * model.q_dim)
     if model.qk_norm:
         qkv_out += p * s * b * (model.q_dim + model.kv_dim)
@@ -259,7 +260,7 @@ def stage_activations(scenario: Scenario) -> list[ActivationBytes]:
     common = dict(flash_attention=tr.kernels.flash_attention, precision_bytes=pb, dropout=dropout,
                   sequence_parallel=sp, fp8_inputs=linear_input_bytes(scenario, pb) == 1,
                   gathered_inputs=sp and par.framework == "fsdp")  # DTensor TP (torchtitan)
-    per_layer = layer_activation_bytes(m, b, s, t, recompute=recompute.attention_mode(tr), **common)
+    per_layer = layer_activation_bytes(m, b, s, t, recompute=recompute.attention_mode(tr, par.framework), **common)
     if m.moe is not None or m.is_mla:  # routed tokens / MLA tensors instead of the dense ones
         from simulator.workload import moe_memory
 

@@ -243,7 +243,7 @@ def for_scenario(scenario: Scenario, executed: bool = False) -> StepFlops:
     kernel too (Megatron-Core checkpoints whatever core attention runs: ``workload.ops.layer_ops``)."""
     t = scenario.training
     flash = t.kernels.flash_attention
-    recompute = recompute_mod.attention_mode(t)
+    recompute = recompute_mod.attention_mode(t, scenario.parallel.framework)
     return step(
         scenario.model,
         t.micro_batch_size,

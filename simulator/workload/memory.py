@@ -151,6 +151,15 @@ def _shard_degree(scenario: Scenario) -> int:
     return degree
 
 
+def _stage_experts(scenario: Scenario, blocks: int) -> float:
+    """Routed-expert parameters on a GPU of a stage with ``blocks`` blocks (0 for a dense model): the most
+    loaded GPU's, ``_local_params`` with minus without experts, in proportion to the blocks."""
+    if scenario.model.moe is None:
+        return 0.0
+    most = math.ceil(scenario.model.n_layers / scenario.parallel.pp)
+    return (_local_params(scenario) - _local_params(scenario, experts=False)) * blocks / most
+
+
 def model_states(scenario: Scenario, psi: float | None = None) -> ModelStateBytes:
     """Model states of a GPU holding ``psi`` parameters (default: the most-loaded stage's,
     ``params.local(model, tp, pp)``).
@@ -239,10 +248,11 @@ def buffers(scenario: Scenario, psi: float | None = None, blocks: int | None = N
       ``reduce_dtype``, until the last micro-batch's reduce-scatter (FSDP2
       ``set_requires_gradient_sync(False)``; ``unsharded_accumulated_grad``): the whole stage's
       parameters and gradients unsharded.
-    * FSDP with ``parallel.fsdp_no_sync`` and gradient accumulation: the whole stage's gradients
-      unsharded in ``reduce_dtype`` between micro-batches (FSDP2 ``to_accumulated_grad_if_needed``
-      upcasts the accumulated gradient to ``reduce_dtype``; FSDP1 taken alike, U), parameters resharded
-      as without it.
+    * FSDP with ``parallel.fsdp_no_sync`` and gradient accumulation: the whole stage's gradients, its
+      local experts' included, unsharded between micro-batches, in ``reduce_dtype`` under FSDP2
+      (``to_accumulated_grad_if_needed`` upcasts the accumulated gradient) and in ``param_dtype`` under
+      FSDP1 (``_post_backward_hook`` returns before its cast to the reduce dtype when not syncing);
+      parameters resharded as without it.
     * Megatron's distributed optimizer: gradients live in the contiguous fp32 ``main_grad`` buffer
       counted in the model states (reduce-scattered in place), so no bucket copy.
     * ``parallel.fp8_param_gather`` (FSDP): a gathered block's linear weights are FP8, 1 byte each
@@ -296,21 +306,23 @@ def buffers(scenario: Scenario, psi: float | None = None, blocks: int | None = N
         # parallel.fp8_param_gather: a block's linear weights arrive, and stay unsharded, in FP8
         saved = (mp - 1) * max(0.0, unit - sum(params.block_vectors(m))) if par.fp8_param_gather else 0.0
         strategy = par.sharding_strategy
-        # parallel.fsdp_no_sync: the whole unsharded gradient accumulates between micro-batches
+        # parallel.fsdp_no_sync: the whole unsharded gradient accumulates between micro-batches, the
+        # stage's experts' too, in param_dtype under FSDP1 and reduce_dtype under FSDP2 (docstring)
         no_sync = par.fsdp_no_sync and scenario.grad_accum_steps > 1 and strategy != "no_shard"
+        held = (mp if par.fsdp_version == 1 else rd) * (psi + _stage_experts(scenario, blocks)) if no_sync else 0.0
         if par.pp > 1 and strategy != "no_shard":
             gathered = mp * psi - blocks * saved
             comm = rd * psi
         elif strategy in ("full_shard", "hybrid_shard"):
             units = 2 if par.backward_prefetch == "backward_pre" else 1
             gathered = mp * (root + units * unit) - units * saved
-            comm = rd * (psi if no_sync else unit)
+            comm = held or rd * unit
         elif strategy == "shard_grad_op" or mp < 4:
             # no_shard under a 16-bit param_dtype: every rank holds the whole fp32 model (a model state);
             # FSDP casts it to a 16-bit copy in the forward (_mp_shard, the low-precision "shard" of
             # NO_SHARD) that lives until the post-backward, the same as shard_grad_op's gathered model
             gathered = mp * psi - blocks * saved
-            comm = rd * (psi if no_sync else unit)
+            comm = held or rd * unit
     return BufferBytes(comm, gathered, scenario.memory.nccl_buffers_bytes, optimizer_step=step)
 
 

@@ -63,7 +63,8 @@ def mla_block_extra(scenario: Any, pb: int) -> float:
     a, qr, kvr = m.n_heads, m.q_lora_rank or 0, m.kv_lora_rank
     dqk, dv = m.qk_nope_head_dim + m.qk_rope_head_dim, m.v_head_dim
     lin = linear_input_bytes(scenario, pb)
-    out = out_proj_input_bytes(pb, lin, tr.kernels.flash_attention)  # the attention output as stored
+    core_kept = recompute.attention_mode(tr, par.framework) != "selective"  # a checkpointed core keeps no copy
+    out = out_proj_input_bytes(pb, lin, tr.kernels.flash_attention and core_kept)  # the attention output as stored
     qkv = 0 if "mla_up_proj" in recompute.modules(tr) else 2 * a * dqk + a * dv
     mla = pb * (qr + kvr + m.qk_rope_head_dim) + lin * (qr + kvr) + (pb * qkv + out * a * dv) / tp
     return sb * (mla - (pb * (m.q_dim + 2 * m.kv_dim) + out * m.q_dim) / tp)

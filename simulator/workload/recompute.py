@@ -48,12 +48,20 @@ def modules(training: Any) -> frozenset[str]:
     return frozenset(DEFAULT_MODULES if given is None else given)
 
 
-def attention_mode(training: Any) -> str:
+def attention_mode(training: Any, framework: str = "ddp") -> str:
     """The recomputation mode of a block's dense part: ``activation_checkpointing``, except that
     selective recomputation without ``core_attn`` among its modules keeps the attention core like no
-    recomputation (what the FLOP counts, the dense activations and the dense ops read)."""
+    recomputation (what the FLOP counts, the dense activations and the dense ops read), and so does it
+    with FlashAttention outside Megatron (``framework`` other than ``ddp``): Megatron-Core checkpoints
+    whatever core attention runs (``Attention._checkpointed_attention_forward``), legacy Megatron-LM and
+    Megatron-DeepSpeed skip the checkpoint with flash (``ParallelAttention``: ``if not
+    self.use_flash_attn: if self.checkpoint_core_attention``), and torchtitan has no such policy."""
     mode = training.activation_checkpointing
-    return "none" if mode == "selective" and "core_attn" not in modules(training) else mode
+    if mode == "selective" and "core_attn" not in modules(training):
+        return "none"
+    if mode == "selective" and framework != "ddp" and training.kernels.flash_attention:
+        return "none"
+    return mode
 
 
 def chunk_layers(scenario: Any) -> list[int]:

@@ -200,3 +200,14 @@ def test_ddp_no_sync_on_fsdp_names_fsdp_no_sync():
     assert "set parallel.fsdp_no_sync" in _error(fsdp, ["parallel.no_sync=true"])
     ddp = {**BASE, "parallel": {"framework": "ddp"}}
     assert "set parallel.no_sync" in _error(ddp, ["parallel.fsdp_no_sync=true"])
+
+
+def test_moe_capped_default_imbalance_stays_a_default():
+    """The capped default is not written back as if the user set it (a review found a reloaded top_k 8
+    scenario kept imbalance 1.0 after top_k went back to 2)."""
+    from simulator.config.moe import MoEConfig
+
+    capped = MoEConfig(n_experts=8, top_k=8, expert_ffn_hidden_size=64)
+    assert capped.imbalance == 1.0 and "imbalance" not in capped.model_fields_set
+    again = MoEConfig(**{**capped.model_dump(exclude_unset=True), "top_k": 2})
+    assert again.imbalance == 1.25

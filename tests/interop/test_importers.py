@@ -676,3 +676,9 @@ def test_gradient_clipping_read_and_written(tmp_path):
         path.write_text(json.dumps(ds))
         raw, _ = apply_deepspeed_config({"training": {}, "parallel": {}}, path)
         assert raw["training"]["grad_clipping"] is want
+    from simulator.interop import accelerate
+
+    for value, want in (("1.0", True), ("0.0", False)):
+        doc = ("distributed_type: DEEPSPEED\nmixed_precision: bf16\ndeepspeed_config:\n  zero_stage: 2\n"
+               f"  gradient_clipping: {value}\n")
+        assert accelerate.import_yaml(doc).get("training.grad_clipping") is want

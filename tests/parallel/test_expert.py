@@ -250,3 +250,18 @@ def test_moe_block_tp_collectives_are_the_attention_ones():
     tasks = build_step_graph(ctx).tasks
     calls = sum(t.count for t in tasks if isinstance(t, CollectiveTask) and t.kind == "tp")
     assert calls == 20 * ctx.n_micro
+
+
+def test_fsdp_no_sync_reduces_expert_gradients_once_too():
+    """Under FSDP every micro-batch reduces the experts' gradients over expert-DP, as the dense units'; with
+    fsdp_no_sync only the last micro-batch does, for both (a review found the experts still reduced per
+    micro-batch). 2 nodes, ep 8: edp 2; 2 micro-batches per step."""
+    from simulator.parallel.build import build_step_graph
+
+    def expert_reductions(no_sync: bool) -> set:
+        sc = _scenario(ep=8, sets=["parallel.framework=fsdp", f"parallel.fsdp_no_sync={str(no_sync).lower()}"])
+        graph = build_step_graph(context_for(sc))
+        return {t.micro_batch for t in graph.collectives() if t.name.startswith("expert grad")}
+
+    assert expert_reductions(False) == {0, 1}
+    assert expert_reductions(True) == {1}

@@ -10,12 +10,12 @@ from simulator.parallel.work import from_scenario
 from simulator.workload import params
 
 
-def _scenario(**training):
+def _scenario(framework="fsdp", **training):
     return scenario_from_dict({
         "model": "llama-3-8b",
         "cluster": {"topology": "dgx-h100", "nodes": 1},
         "training": {"seq_len": 2048, "micro_batch_size": 1, "global_batch_size": 16, **training},
-        "parallel": {"framework": "fsdp"},
+        "parallel": {"framework": framework},
     })
 
 
@@ -26,13 +26,18 @@ def test_total_params_match_the_workload_count():
     assert work.layer_persistent == 2 * 4096  # two RMSNorm weights per block stay replicated
 
 
-@pytest.mark.parametrize(("mode", "recompute_len"), [("none", 0), ("selective", 1), ("full", None)])
+@pytest.mark.parametrize(("mode", "recompute_len"), [("none", 0), ("selective", 0), ("full", None)])
 def test_recompute_ops(mode, recompute_len):
     # full: every forward op again (early stop off; with it see tests/workload/test_recompute_layers.py);
-    # selective: the one FlashAttention kernel, which Megatron-Core's core-attention checkpoint re-runs
+    # selective under FSDP with FlashAttention: nothing (no framework but Megatron-Core checkpoints a
+    # fused core; recompute.attention_mode); under Megatron (ddp) the one FlashAttention kernel re-runs
     work = from_scenario(_scenario(activation_checkpointing=mode, kernels={"checkpoint_early_stop": False}))
     expected = len(work.layer_fwd) if recompute_len is None else recompute_len
     assert len(work.layer_recompute) == expected
+    if mode == "selective":
+        megatron = from_scenario(_scenario(activation_checkpointing=mode, kernels={"checkpoint_early_stop": False},
+                                           framework="ddp"))
+        assert [op.name for op in megatron.layer_recompute] == ["recompute.attention"]
     assert not any(op.name.startswith("recompute.") for op in work.layer_bwd)
 
 

@@ -281,15 +281,18 @@ def test_fsdp_no_shard_keeps_the_whole_16_bit_copy():
 
 
 def test_fsdp_no_sync_holds_the_whole_unsharded_gradient():
-    """With fsdp_no_sync the gradients accumulate unsharded between micro-batches, in reduce_dtype (FSDP2
-    to_accumulated_grad_if_needed): Llama 3 8B (8,030,261,248 parameters, a block 218,112,000) with fp32
-    reduction holds 4 B x all of them instead of one block's unsharded gradient; one micro-batch per step
-    has nothing to accumulate."""
+    """With fsdp_no_sync the gradients accumulate unsharded between micro-batches: Llama 3 8B (8,030,261,248
+    parameters) holds all of them instead of one block's (218,112,000) unsharded fp32 gradient, in
+    reduce_dtype fp32 under FSDP2 (to_accumulated_grad_if_needed) and in param_dtype bf16 under FSDP1
+    (_post_backward_hook returns before its cast); one micro-batch per step has nothing to accumulate."""
     from simulator.config.loader import load_scenario
     from simulator.workload import memory
 
-    path = "scenarios/llama-3-8b-fsdp-8xdgx-h100.yaml"  # 4 micro-batches per step, reduce_dtype fp32
-    plain, no_sync = (memory.buffers(load_scenario(path, [f"parallel.fsdp_no_sync={v}"])) for v in ("false", "true"))
-    assert no_sync.communication - plain.communication == 4 * (8_030_261_248 - 218_112_000)
+    path = "scenarios/llama-3-8b-fsdp-8xdgx-h100.yaml"  # 4 micro-batches per step, bf16 params, fp32 reduce
+    for version, held in ((2, 4), (1, 2)):
+        sets = [f"parallel.fsdp_version={version}"]
+        plain, no_sync = (memory.buffers(load_scenario(path, [*sets, f"parallel.fsdp_no_sync={v}"]))
+                          for v in ("false", "true"))
+        assert no_sync.communication - plain.communication == held * 8_030_261_248 - 4 * 218_112_000
     one = load_scenario(path, ["parallel.fsdp_no_sync=true", "training.global_batch_size=64"])
-    assert memory.buffers(one).communication == plain.communication
+    assert memory.buffers(one).communication == memory.buffers(load_scenario(path)).communication
