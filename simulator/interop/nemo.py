@@ -62,10 +62,10 @@ _MODEL_IGNORED = {
                      "nsys_profile", "gc_interval", "dist_ckpt_format", "dist_ckpt_load_on_device",
                      "dist_ckpt_parallel_save", "restore_from_path", "hf_model_id"), _OUTSIDE),
 }
-_TRAINER_READ = {"devices", "num_nodes", "precision", "max_steps", "accumulate_grad_batches"}
+_TRAINER_READ = {"devices", "num_nodes", "precision", "max_steps", "accumulate_grad_batches", "gradient_clip_val"}
 _TRAINER_IGNORED = {"accelerator", "logger", "enable_checkpointing", "use_distributed_sampler", "max_epochs",
                     "max_time", "log_every_n_steps", "val_check_interval", "limit_val_batches", "limit_test_batches",
-                    "gradient_clip_val", "benchmark", "enable_model_summary", "strategy", "callbacks",
+                    "benchmark", "enable_model_summary", "strategy", "callbacks",
                     "num_sanity_val_steps"}
 _TOP_IGNORED = {"name", "restore_from_path", "exp_manager", "defaults", "hydra", "run", "cluster", "env_vars"}
 
@@ -160,6 +160,9 @@ def _shape(m: dict, out: Imported) -> None:
 
 
 def _training(trainer: dict, m: dict, out: Imported) -> None:
+    if "gradient_clip_val" in trainer:  # MegatronGPTModel clips by global norm when it is > 0 (null or 0: off)
+        clip = trainer["gradient_clip_val"]
+        out.set("training.grad_clipping", clip is not None and as_float(clip, "trainer.gradient_clip_val") > 0)
     seq = _get_int(m, "encoder_seq_length", "model")
     if seq is not None:
         out.set("training.seq_len", seq)

@@ -334,6 +334,11 @@ def test_nemo_import_hand_checked(tmp_path):
     assert {"model.init_method_std", "model.tokenizer", "exp_manager"} <= {k for k, _ in imported.ignored}
     with pytest.raises(InputError, match="unknown key model.num_layer"):
         import_scenario("nemo", text=NEMO.replace("num_layers:", "num_layer:"), topology="dgx-a100")
+    # trainer.gradient_clip_val: MegatronGPTModel clips by global norm when > 0 (1.0 here), not at 0
+    assert s.training.grad_clipping
+    off, _, _ = import_scenario("nemo", text=NEMO.replace("gradient_clip_val: 1.0", "gradient_clip_val: 0.0"),
+                                topology="dgx-a100", overrides=["model.vocab_size=50304"])
+    assert not off.training.grad_clipping
 
 
 def test_deepspeed_import_on_model_and_topology(tmp_path):
