@@ -216,6 +216,10 @@ def _warnings(scenario: Scenario, efficiency: Efficiency | None, mesh: Any = Non
     if efficiency is None and not is_calibrated(gpu):
         out.append(f"compute efficiencies for {gpu.name} ({gpu.arch}) are uncalibrated defaults "
                    f"(validated architectures: {', '.join(calibrated_archs())}); treat step times as estimates")
+    elif efficiency is None and "GeForce" in gpu.form_factor:
+        out.append(f"compute efficiencies for {gpu.name} are the {gpu.arch} fit on data-center parts (no GeForce "
+                   "run in the validation suite; its clocks, power limit and memory differ): treat step times as "
+                   "estimates")
     return tuple(out)
 
 

@@ -298,3 +298,17 @@ def test_tiny_gradient_buckets_warn():
     assert any("parallel.reduce_bucket_size 1000" in w and "latency-bound" in w for w in tiny.warnings)
     plain = simulate(load_scenario("scenarios/olmo-2-7b-dgx-h100-zero3.yaml", fast))
     assert not any("latency-bound" in w for w in plain.warnings)
+
+
+def test_a_geforce_part_of_a_calibrated_architecture_warns():
+    """An RTX 3090 is Ampere, whose fit comes from A100 runs: the step is an estimate and says so (a bug
+    bash found it silent, while the Ada parts warned as uncalibrated)."""
+    from simulator.api import simulate
+    from simulator.config.loader import scenario_from_dict
+
+    report = simulate(scenario_from_dict({
+        "model": {"n_layers": 2, "hidden_size": 256, "n_heads": 4, "ffn_hidden_size": 1024, "vocab_size": 1000},
+        "cluster": {"topology": "pcie-rtx4090x8", "nodes": 1, "gpu": "rtx-3090"},
+        "training": {"seq_len": 512, "micro_batch_size": 1, "global_batch_size": 8, "precision": "fp16"},
+        "parallel": {"framework": "ddp"}}))
+    assert any("rtx-3090" in w and "data-center" in w for w in report.warnings)
