@@ -7,7 +7,7 @@ import json
 import math
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import typer
@@ -32,6 +32,13 @@ class _PipeConsole(Console):
 
 stdout = _PipeConsole()
 stderr = Console(stderr=True)
+
+
+def note_not_expressed(target: str, notes: Iterable[str]) -> None:
+    """What an export to ``target`` cannot express, one ``note:`` line each on stderr (``dtsim export``,
+    ``dtsim sweep --export-best``)."""
+    for note in notes:
+        stderr.print(f"[yellow]note:[/] not expressed in {target}: {escape(note)}", highlight=False, soft_wrap=True)
 
 
 def fail(message: str) -> typer.Exit:

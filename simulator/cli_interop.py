@@ -11,7 +11,7 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
-from simulator.cli_common import handle_errors, stderr
+from simulator.cli_common import handle_errors, note_not_expressed, stderr
 from simulator.cli_output import check_output
 
 OutOption = Annotated[Path | None, typer.Option("--out", help="write here instead of stdout")]
@@ -146,6 +146,5 @@ def _export(path: Path, to: str, out: Path | None, overrides: list[str]) -> None
     check_output(out, "--out", inputs=(resolve_scenario_path(path),))
     exporter(to)  # an unknown --to fails before the scenario is read
     result = export_scenario(load_scenario(path, overrides), to)
-    for note in result.notes:
-        stderr.print(f"[yellow]note:[/] not expressed in {to}: {escape(note)}", highlight=False, soft_wrap=True)
+    note_not_expressed(to, result.notes)
     _write(result.text, out)

@@ -16,7 +16,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
-from simulator.cli_common import handle_errors, print_json, stdout
+from simulator.cli_common import handle_errors, note_not_expressed, print_json, stdout
 from simulator.cli_output import check_output
 from simulator.config.loader import load_raw, prepare_raw, resolve_scenario_path, scenario_from_dict
 from simulator.config.scenario import Scenario
@@ -135,11 +135,10 @@ def _sweep(path: Path, grid_specs, out, workers, backend, address, resume, objec
 
         written, notes = export_point(load_raw(path), path.parent, all_points[int(top["point"])], export_best,
                                       overrides)
-        err = Console(stderr=True)
-        err.print(f"best point exported: {', '.join(str(p) for p in written)}", highlight=False, soft_wrap=True)
-        for name, lines in notes.items():  # as `dtsim export` prints them
-            for line in lines:
-                err.print(f"[yellow]note:[/] not expressed in {name}: {escape(line)}", highlight=False, soft_wrap=True)
+        Console(stderr=True).print(f"best point exported: {', '.join(str(p) for p in written)}", highlight=False,
+                                   soft_wrap=True)
+        for name, lines in notes.items():
+            note_not_expressed(name, lines)
 
 
 def _check_grid_values(base_raw: dict, base_dir: Path, grid: dict, overrides: list[str]) -> None:

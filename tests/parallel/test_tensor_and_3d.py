@@ -46,7 +46,7 @@ def test_tp_pp_one_is_exactly_data_parallel():
 def test_tp_all_reduce_bytes_per_layer_by_hand():
     # t = 4, b = 1, s = 1024, h = hidden, bf16: each of the 4 all-reduces of a block (2 forward,
     # 2 backward) moves 2·(t−1)/t·b·s·h·2 B per rank (formulas.md §6), and so do the embedding's forward
-    # all-reduce and the output layer's backward one, once per micro-batch (schedule.EDGE_TP).
+    # all-reduce and the output layer's backward one, once per micro-batch (tp_plain.EDGE_TP).
     sc = _scenario("training.global_batch_size=16", "training.seq_len=1024", "training.micro_batch_size=1",
                    "parallel.tp=4", "training.activation_checkpointing=none")
     ctx = context_for(sc)
@@ -233,7 +233,7 @@ def test_p2p_crosses_the_real_links_of_each_boundary():
 
 def test_embedding_and_output_layer_tp_collectives_on_their_stages():
     """Megatron's vocab-parallel embedding all-reduces its partial lookups in the forward and the output
-    layer all-reduces its input gradient in the backward (schedule.EDGE_TP): with pp = 2 the first stage
+    layer all-reduces its input gradient in the backward (tp_plain.EDGE_TP): with pp = 2 the first stage
     adds one all-reduce per micro-batch to its blocks' 4 per block, the last stage one too, and a middle
     stage (pp = 4) none."""
     def calls(pp: int) -> tuple:
