@@ -1,8 +1,9 @@
 """Compute model: time of one op (and of a list of ops) on one GPU, by roofline, per kernel.
 
-* GEMM: ``t = max(F / (P · e_mamf · s(m,n,k)), B / (BW · e_hbm))`` with ``P`` the dense peak of the
-  math mode, ``e_mamf`` the max-achievable-matmul fraction (hardware.md §4, [S1]) and the shape
-  factor ``s`` from tile and wave quantisation on the GPU's SMs (``simulator.hardware.kernels``); a
+* GEMM: ``t = max(F / (P · e_mamf · s(m,n,k)), B / (BW · e_hbm)) + n · t_gemm`` with ``P`` the dense peak of the
+  math mode, ``e_mamf`` the max-achievable-matmul fraction (hardware.md §4, [S1]), the shape
+  factor ``s`` from tile and wave quantisation on the GPU's SMs and ``t_gemm`` the measured fixed time
+  each of its ``n`` GEMM kernels adds (``simulator.hardware.kernels``: 2.88 µs on H200); a
   grouped GEMM issued as one kernel per GEMM on several streams (Transformer Engine's ``GroupedLinear``)
   adds ``batch × TE_GROUPED_GEMM_FIXED_S`` (measured, ``simulator.hardware.kernels``).
 * Attention (fused kernel): ``t = max(F / (P16 · f · c · a(s)), B / (BW · e_hbm))`` with ``f`` the
@@ -12,7 +13,7 @@
   (``attention_factor``); the unfused path arrives as GEMM plus memory-bound ops from the workload
   and needs no special case.
 * Memory-bound ops (norms, activations, softmax, optimizer): ``t = B / (BW · e_hbm)``.
-* Every op of ``n`` kernels takes at least ``n`` GPU launch floors, and a list of ops (one compute
+* Every other op of ``n`` kernels takes at least ``n`` GPU launch floors, and a list of ops (one compute
   task) takes ``max(Σ GPU time, Σ host dispatch)`` (``simulator.hardware.kernels``).
 
 Units: FLOP, bytes, seconds. fp8 training runs the linear-layer GEMMs (``Op.linear``) at the fp8
@@ -28,7 +29,10 @@ accumulation and the two backward GEMMs precisely: Transformer Engine ``_2X_ACC_
 torchao float8 ``gemm_config_output = Float8GemmConfig(use_fast_accum=True)`` and precise
 ``grad_input`` / ``grad_weight`` (``torchao/float8/config.py``). Fast accumulation speeds an FP8 GEMM
 up "1.1x to 1.2x" (pytorch/ao issue #2377, H100 benchmark; the only figure found in text, U): the
-forward FP8 linear GEMMs run ``FP8_FAST_ACCUM_SPEEDUP`` (the midpoint, 1.15) faster on Hopper. Blackwell
+forward FP8 linear GEMMs run ``FP8_FAST_ACCUM_SPEEDUP`` (the midpoint, 1.15) faster on Hopper. With
+cuBLAS 13.0 (torch 2.11) fast accumulation gains nothing on an H200: precise over fast time 0.99 on
+average over 16 linear shapes of hidden 4,096 and 8,192 (``benchmarks/gpu_kernels.py`` ``fast_accum``,
+``benchmarks/results``); the 1.15 is kept for the cuBLAS 12 of the validated FP8 runs. Blackwell
 has no such mode (cuBLASLt fast accumulation is Hopper-only; MXFP8 accumulates in FP32).
 
 FP8 on Blackwell. Its FP8 GEMMs take any operand layout, so Transformer Engine keeps no transposed copy
@@ -147,7 +151,8 @@ class RooflineComputeModel:
                     peak *= self.fast_accum  # forward FP8 GEMMs accumulate fast on Hopper (module docstring)
             batch, streams = getattr(op, "batch", 1), getattr(op, "streams", 0)
             rate = peak * self.eff.gemm_fraction * self.shape_factor(getattr(op, "shape", None), batch, streams)
-            return max(op.flops / rate, mem_t, floor) + grouped_gemm_fixed_s(batch, streams)
+            fixed = self.launches(op) * self.launch.gemm_fixed_s + grouped_gemm_fixed_s(batch, streams)
+            return max(op.flops / rate, mem_t) + fixed  # the fixed time includes the launch floor
         if op.kind == "attention":
             back = 1 if getattr(op, "backward", False) else 0
             rate = self.attn_rate[back]

@@ -22,8 +22,22 @@ Sources for the constants (``LaunchCosts``):
 * torch.compile (Inductor) calls its kernels from generated wrapper code, skipping the Python op,
   pybind11, autograd and ATen dispatcher layers: what remains is the driver launch, 1–3 µs (same
   table); we take its upper end, 3 µs.
-* GPU floor: a kernel occupies the GPU at least for its launch, 1–3 µs (same table; driver enqueue and
-  block dispatch); we take 2 µs.
+* GPU floor: a kernel occupies the GPU at least for its launch. Measured (``benchmarks/gpu_kernels.py``
+  ``launch``, one H200, torch 2.11 + CUDA 13.0, 4 December 2026; ``benchmarks/results/h200_kernels_*``):
+  a one-block element-wise kernel issued 400 times back to back, the host held off by a sleep kernel
+  queued first, takes 1.80, 1.55 and 1.80 µs of GPU time each in three runs; we take their mean, 1.72 µs
+  (0.85–0.92 µs inside a CUDA graph). The same runs put the host's eager dispatch at 6.3–7.5 µs per
+  op without autograd, 8.1–11.6 µs with it and 15–20.5 µs for a small ``F.linear`` with autograd, the
+  range the 10 µs above sits in.
+* GEMM fixed cost (``gemm_fixed_s``): a cuBLAS GEMM adds a fixed time to its work (launch, prologue:
+  operand descriptors and the first k-tiles in flight before the tensor cores start; epilogue: the
+  last tiles written), not hidden by its own work. Measured the same way: a 64×64×64 GEMM back to back
+  takes 2.96, 2.74 and 2.95 µs (mean 2.88), and back-to-back GEMMs of 128³ to 4,096³ and of the TP-8
+  linear shapes of hidden 1,024–4,096 at 1,024–4,096 tokens (``stream_gemm``, 26 shapes, two runs) fit
+  ``t = 2.88 µs + F / (P·mamf·s(m,n,k))`` to 7-8 % mean |log error| (bias within ±1.5 %), against 29 % for
+  ``max(floor, F / (P·mamf·s))``; single event-timed GEMMs from cold L2 (``gemm``, 294 shapes,
+  hidden 1,024–8,192, tokens 1,024–16,384, TP 1 and 8, the three layouts) 12 % against 19 %.
+  Taken for every architecture (U outside Hopper: a launch and pipeline fill of the same order).
 
 GEMM shape efficiency (``gemm_shape_factor``): cuBLAS/CUTLASS tile the ``m × n`` output in
 ``Tm × Tn`` tiles, one thread block per tile per SM; with ``T`` tiles on ``S`` SMs the GEMM runs
@@ -31,8 +45,10 @@ GEMM shape efficiency (``gemm_shape_factor``): cuBLAS/CUTLASS tile the ``m × n`
 the idle SMs of the last wave; NVIDIA "Matrix Multiplication Background User's Guide", §"Tile
 Quantization" and §"Wave Quantization", docs.nvidia.com/deeplearning/performance/dl-performance-
 matrix-multiplication). The library picks the tile that fits the shape best among its candidates:
-128×128 on A100 (CUTLASS/cuBLAS default Ampere tile), 128×256 and 128×128 on Hopper (CUTLASS 3
-warp-specialised default tiles), the same per SM on Blackwell: its ``tcgen05`` MMA computes a
+128×128 on A100 (CUTLASS/cuBLAS default Ampere tile), 128×256, 128×128 and 128×64 on Hopper (CUTLASS 3
+warp-specialised tiles; the 128×64 one is what cuBLAS's heuristics pick for GEMMs too small to fill the
+132 SMs with larger tiles: without it the back-to-back measurements above come out 15 % too slow on
+average, with it −0.3 %), 128×256 and 128×128 per SM on Blackwell: its ``tcgen05`` MMA computes a
 256×N tile across a pair of SMs (``cta_group::2``, N up to 256), 128 rows on each (CUTLASS
 ``examples/70_blackwell_gemm/70_blackwell_fp16_gemm.cu``: ``MmaTileShape_MNK = Shape<_256,_128,_64>``,
 "could be across 2 SMs"), so each SM owns a 128×128 or 128×256 share of the output. Along ``k`` each
@@ -73,7 +89,7 @@ SM_COUNT: dict[str, int] = {
 #: Output tile candidates (Tm, Tn) per architecture (see module docstring).
 TILES: dict[str, tuple[tuple[int, int], ...]] = {
     "ampere": ((128, 128),),
-    "hopper": ((128, 256), (128, 128)),
+    "hopper": ((128, 256), (128, 128), (128, 64)),
     "blackwell": ((128, 256), (128, 128)),
 }
 DEFAULT_TILES: tuple[tuple[int, int], ...] = ((128, 128),)
@@ -102,14 +118,19 @@ def grouped_gemm_fixed_s(batch: int, streams: int) -> float:
 
 @dataclass(frozen=True)
 class LaunchCosts:
-    """Per-kernel CPU dispatch (``host_s``) and GPU floor (``gpu_floor_s``), seconds."""
+    """Per-kernel CPU dispatch (``host_s``), GPU floor (``gpu_floor_s``) and the fixed GPU time a GEMM
+    kernel adds to its work (``gemm_fixed_s``), seconds (module docstring)."""
 
     host_s: float
     gpu_floor_s: float
+    gemm_fixed_s: float = 0.0
 
 
-EAGER = LaunchCosts(host_s=10e-6, gpu_floor_s=2e-6)
-COMPILED = LaunchCosts(host_s=3e-6, gpu_floor_s=2e-6)
+#: Measured GPU floor of a kernel and fixed cost of a cuBLAS GEMM (module docstring), the same whether
+#: the host dispatches eagerly or from compiled code (Inductor calls cuBLAS for its matmuls).
+GPU_FLOOR_S, GEMM_FIXED_S = 1.72e-6, 2.88e-6
+EAGER = LaunchCosts(host_s=10e-6, gpu_floor_s=GPU_FLOOR_S, gemm_fixed_s=GEMM_FIXED_S)
+COMPILED = LaunchCosts(host_s=3e-6, gpu_floor_s=GPU_FLOOR_S, gemm_fixed_s=GEMM_FIXED_S)
 #: No launch costs (the pure roofline; unit tests of other layers).
 NONE = LaunchCosts(host_s=0.0, gpu_floor_s=0.0)
 

@@ -189,7 +189,7 @@ GROUP_CAUSES: tuple[tuple[str, str], ...] = (
      "miles PR #1917, TE 2.17: get_fused_attn_backend returned No_Backend for GPT-OSS on its CI image; verl issue "
      "#5224 puts fused learnable softmax at cuDNN >= 9.18, NeMo-RL issue #1685 at 9.13.1); with all 36 blocks "
      "unfused (training.kernels.attention eager) dtsim gives these rows -49..+43%, so the 18 window blocks alone "
-     "would land near -29..+67%: which blocks NVIDIA's containers ran fused is not published. Modelled since (about "
+     "would land near -29..+67%: which blocks NVIDIA's containers ran fused is not published; and an unfused path that softmaxes over an explicit sink column costs more than dtsim's unfused pricing (fused scale-mask-softmax): measured on an H200, Hugging Face's eager GPT-OSS attention takes 17.8 ms forward and 21.3 backward per 4,096-token layer, against dtsim's unfused 2.3 and 4.5 (benchmarks/gpu_kernels.py sinks). Modelled since (about "
      "3% slower): Megatron-Bridge's fusion "
      "check (src/megatron/bridge/utils/fusions.py validate_rope_fusion_compatibility) turns RoPE fusion off for "
      "any position embedding but plain rope, GPT-OSS's YaRN included, so Megatron-Core applies it in eager "
@@ -205,11 +205,13 @@ GROUP_CAUSES: tuple[tuple[str, str], ...] = (
      "rows of the same models on B200 (Qwen3-30B-A3B 214 vs 614 at micro-batch 1 vs 4, GPT-OSS 223 vs 373, "
      "DeepSeek-V3 557 vs 725 TFLOP/s/GPU); dtsim models one software state: too fast"),
     ("*qwen3*", "MoE in FP8: the experts' grouped GEMMs are priced at the dense FP8 GEMM rate (Transformer "
-     "Engine's GroupedLinear under fp8_autocast) with tile and wave quantisation only; the efficiency of the grouped "
-     "FP8 kernels it runs is not measured here. Megatron-Bridge's HybridEP / DeepEP dispatchers are simulated as "
+     "Engine's GroupedLinear under fp8_autocast) with tile and wave quantisation and the fixed time per GEMM, which "
+     "FP8 pays no more than BF16 (measured on an H200: one FP8 GEMM per expert on four streams, 2.5-3.2 us each; "
+     "benchmarks/gpu_kernels.py); the efficiency of Transformer Engine's FP8 quantize kernels for the experts is "
+     "not measured here. Megatron-Bridge's HybridEP / DeepEP dispatchers are simulated as "
      "the alltoall dispatcher (issue 15); the recipes' CUDA graphs take their scopes' host time off"),
     ("*deepseekv3*", "MoE in FP8 (experts and MLA projections at the dense FP8 GEMM rate, the grouped kernels' "
-     "efficiency not measured); the recipe's MTP module (model.mtp_layers 1), pipeline layout, recomputed MLA up "
+     "fixed time per GEMM measured on an H200, Transformer Engine's FP8 quantize kernels not); the recipe's MTP module (model.mtp_layers 1), pipeline layout, recomputed MLA up "
      "projections (recompute_modules [mla_up_proj]), 16-bit gradient buffer, CUDA-graphed router and preprocessing "
      "(GB200/GB300) and Megatron-Core's host time per MoE block (its plain-PyTorch lower bound) are simulated, "
      "HybridEP / DeepEP dispatch as the alltoall dispatcher; on DGX-B200 (pipeline 16, EP 8, micro-batch 1) what "
@@ -271,7 +273,7 @@ GROUP_CAUSES: tuple[tuple[str, str], ...] = (
      "its neighbours' progress"),
     ("vtrain-single-h2048-*", "vTrain hidden 2,048 at micro-batch 1-2: the grid's host floor per layer and "
      "micro-batch varies between 2.8 and 3.5 ms across layouts of equal host work (TP 4 micro-batch 2: 2.8 ms; TP 4 "
-     "micro-batch 1: 3.0 ms; TP 1: 3.3-4.0 ms); the one host scale fitted on their mean (1.56) leaves the "
+     "micro-batch 1: 3.0 ms; TP 1: 3.3-4.0 ms); the one host scale fitted on their mean (1.55) leaves the "
      "low-floor rows too slow"),
     ("vtrain-multi-h8192-*", "vTrain 39.1B on 512 GPUs: its TP 2 layouts run 1.5-1.9x slower than its TP 4 and "
      "TP 8 layouts at the same micro-batch (21.9-26.2 s against 13.9-15.0 s), which dtsim predicts alike; not "

@@ -190,7 +190,9 @@ def test_grouped_gemm_efficiency_is_the_gemm_shape_factor_per_expert():
     # 128-row tiles (576/640 = 90% full); with 128x128 tiles the 5 x 16 x 8 = 640 tiles take
     # ceil(640 / 132) = 5 waves of 132 slots (660): wave quantisation 640/660; the 128x256 tiles do
     # worse (320 tiles in 3 waves of 132: 9,437,184 / (396 x 32,768) = 0.727). So the grouped GEMM runs
-    # at 0.9 x 640/660 x k/(k + k_half) of the large-GEMM rate: no separate grouped-GEMM constant.
+    # at 0.9 x 640/660 x k/(k + k_half) of the large-GEMM rate, plus one GEMM kernel's measured fixed time
+    # (2.88 µs, simulator.hardware.kernels): no separate grouped-GEMM constant. (The 128x64 Hopper tile
+    # gives the same: 1,280 tiles in 10 waves, 1,280/1,320.)
     from simulator.hardware.compute import RooflineComputeModel
     from simulator.hardware.efficiency import for_gpu
     from simulator.workload.ops import gemm
@@ -201,7 +203,7 @@ def test_grouped_gemm_efficiency_is_the_gemm_shape_factor_per_expert():
     op = gemm("experts_up", 576, 2048, 2048, 2, batch=8)
     k_fill = 2048 / (2048 + eff.gemm_half_dim)
     expected_rate = gpu.peak_flops("bf16") * eff.gemm_fraction * 0.9 * 640 / 660 * k_fill
-    assert op.flops / model.op_time(op) == pytest.approx(expected_rate, rel=1e-9)
+    assert model.op_time(op) == pytest.approx(op.flops / expected_rate + 2.88e-6, rel=1e-9)
 
 
 def test_megatron_issues_the_experts_on_transformer_engines_four_streams():

@@ -1,0 +1,107 @@
+"""The kernel-level constants against kernels measured on a real GPU.
+
+The measurements are ``benchmarks/gpu_kernels.py``'s output on one H200 (torch 2.11, CUDA 13.0, cuDNN
+9.19, 4 December 2026), stored under ``benchmarks/results/``: the expectations here are those timings,
+not the model's output.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from simulator.catalog import get_gpu
+from simulator.hardware import attention, kernels
+
+RESULTS = Path(__file__).resolve().parents[2] / "benchmarks" / "results"
+RUN_A = json.loads((RESULTS / "h200_kernels_2026-12-04.json").read_text())
+RUN_B = json.loads((RESULTS / "h200_kernels_2026-12-04_run2.json").read_text())
+#: the third run: every section, with the script as committed
+RUN_C = json.loads((RESULTS / "h200_kernels_2026-12-04_run3.json").read_text())
+H200 = get_gpu("h200")
+#: the large-GEMM rate of a microbenchmark: datasheet peak times the catalogued MAMF fraction (no
+#: in-step sustained share: nothing else runs beside these GEMMs)
+RATE = H200.peak_flops("bf16") * H200.mamf_fraction
+
+
+def _model_s(m: int, n: int, k: int, tiles=kernels.TILES["hopper"], fixed: float = kernels.GEMM_FIXED_S) -> float:
+    factor = kernels.gemm_shape_factor(m, n, k, 1, kernels.sm_count("h200"), tiles, 128)
+    return 2 * m * n * k / (RATE * factor) + fixed
+
+
+def _mean_abs_log(pairs) -> tuple[float, float]:
+    logs = [math.log(p / t) for p, t in pairs]
+    return sum(map(abs, logs)) / len(logs), sum(logs) / len(logs)
+
+
+def test_the_runs_are_an_h200():
+    for run in (RUN_A, RUN_B, RUN_C):
+        assert run["device"]["name"] == "NVIDIA H200" and run["device"]["sms"] == kernels.sm_count("h200")
+
+
+@pytest.mark.parametrize("run", [RUN_B, RUN_C], ids=["run2", "run3"])
+def test_back_to_back_gemms_are_their_work_plus_a_fixed_time(run):
+    # 26 shapes issued 64 times back to back on one stream, as a training step issues them
+    rows = run["stream_gemm"]["rows"]
+    assert len(rows) == 26
+    mean, bias = _mean_abs_log((_model_s(r["m"], r["n"], r["k"]), r["s_per_gemm"]) for r in rows)
+    assert mean < 0.09 and abs(bias) < 0.03
+    # the model before the measurement (max(2 µs floor, work), tiles 128x256 and 128x128 only) was far off
+    old = [(max(2e-6, _model_s(r["m"], r["n"], r["k"], ((128, 256), (128, 128)), 0.0)), r["s_per_gemm"])
+           for r in rows]
+    assert _mean_abs_log(old)[0] > 0.25
+
+
+def test_the_fixed_time_is_the_measured_cost_of_an_empty_gemm():
+    floors = [run["launch"]["mm_64"]["gpu_floor_s"] for run in (RUN_A, RUN_B, RUN_C)]
+    assert kernels.GEMM_FIXED_S == pytest.approx(sum(floors) / 3, rel=0.005)
+    tiny = [run["launch"]["add_16"]["gpu_floor_s"] for run in (RUN_A, RUN_B, RUN_C)]
+    assert kernels.GPU_FLOOR_S == pytest.approx(sum(tiny) / 3, rel=0.005)
+
+
+def test_single_gemms_from_cold_l2_within_fifteen_percent_on_average():
+    # 96 linear layers x 3 layouts (hidden 1,024-8,192, tokens 1,024-16,384, TP 1 and 8), L2 flushed
+    pairs = []
+    for r in RUN_A["gemm"]["linears"]:
+        t, n_in, n_out = r["tokens"], r["n_in"], r["n_out"]
+        for kind, (m, n, k) in {"fwd": (t, n_out, n_in), "dgrad": (t, n_in, n_out), "wgrad": (n_in, n_out, t)}.items():
+            pairs.append((_model_s(m, n, k), r[f"{kind}_s"]))
+    assert len(pairs) == 288
+    assert _mean_abs_log(pairs)[0] < 0.15
+
+
+def test_catalogued_h200_mamf_matches_the_measured_large_gemm():
+    # 8,192^3 BF16 on random data: 802.6 TFLOP/s; best of an 18-shape sweep: 799.8
+    measured = max(RUN_A["ceilings"]["gemm_8192_bf16_TFLOPs"], RUN_A["mamf"]["bf16"]["TFLOPs"]) * 1e12
+    assert RATE == pytest.approx(measured, rel=0.02)
+
+
+def test_published_hopper_attention_rates_hold_on_the_h200():
+    # FRACTIONS["hopper"] come from the FlashAttention-3 paper's H100 figures (16k tokens, head dim 128,
+    # no mask); the H200 has the same SMs and clocks. PyTorch SDPA's flash backend is FlashAttention-2.
+    peak = H200.peak_flops("bf16") / 1e12
+    rows = {(r["impl"], r["head_dim"], r["causal"], r["seq"]): r for r in RUN_A["attention"]["rows"]}
+    for impl in ("fa2", "cudnn"):
+        fwd, bwd = attention.FRACTIONS["hopper"][impl]
+        row = rows[(impl, 128, False, 16384)]
+        assert row["fwd_TFLOPs"] == pytest.approx(fwd * peak, rel=0.10)
+        assert row["bwd_TFLOPs"] == pytest.approx(bwd * peak, rel=0.10)
+        # and the head-dim-64 share of each kernel (HEAD_DIM_64) within 0.1
+        r64 = rows[(impl, 64, False, 16384)]
+        assert r64["fwd_TFLOPs"] / row["fwd_TFLOPs"] == pytest.approx(attention.HEAD_DIM_64[impl][0], abs=0.1)
+        assert r64["bwd_TFLOPs"] / row["bwd_TFLOPs"] == pytest.approx(attention.HEAD_DIM_64[impl][1], abs=0.1)
+
+
+def test_fp8_gemms_on_separate_streams_cost_no_more_fixed_time_than_bf16_ones():
+    # Transformer Engine's GroupedLinear path (one GEMM per expert, 4 streams), replayed from a CUDA graph:
+    # the fixed time per GEMM is the slope over G at equal work (32,768 x n x 2,048 split G ways). FP8
+    # pays no more than BF16, so TE_GROUPED_GEMM_FIXED_S (measured in BF16) serves FP8 too.
+    for run, n in ((RUN_A, 768), (RUN_A, 1536), (RUN_C, 768), (RUN_C, 1536)):
+        rows = {r["groups"]: r for r in run["grouped"]["rows"] if r["n"] == n}
+        slope = {p: (rows[64][f"{p}_multistream_graph_s"] - rows[4][f"{p}_multistream_graph_s"]) / 60
+                 for p in ("bf16", "fp8")}
+        assert slope["fp8"] < 1.2 * slope["bf16"]
+        assert 1e-6 < slope["bf16"] < 2 * kernels.TE_GROUPED_GEMM_FIXED_S
