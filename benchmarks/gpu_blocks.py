@@ -9,7 +9,10 @@ complex rotary, ``repeat_kv`` by expand, SwiGLU), plus a 1,024-wide GPT block at
 kernels are smaller than their dispatch. Each is stacked ``layers`` deep; the forward and the backward of
 the stack are timed with CUDA events (median of repeats after warm-up), so host-bound blocks show their
 host time as GPU idle between kernels. Needs PyTorch with CUDA: ``python benchmarks/gpu_blocks.py OUT``
-writes ``OUT/gpu_blocks.json``; about half a minute on one H200.
+writes ``OUT/gpu_blocks.json``; about half a minute on one H200. ``python benchmarks/gpu_blocks.py OUT
+SECONDS`` runs the Llama block back to back for that long instead and writes each iteration's time, SM
+clock and board power (``OUT/gpu_blocks_sustained.json``) and prints their summary; ``python
+benchmarks/gpu_blocks.py --summary FILE`` prints it again from a stored run (PyTorch needed, no GPU).
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 
 import torch
 import torch.nn.functional as F
@@ -118,16 +122,66 @@ def time_block(make, b: int, s: int, layers: int, reps: int = 10) -> dict:
             "bwd_s_per_block": bwd[len(bwd) // 2]}
 
 
+def sustained(name: str, seconds: float) -> dict:
+    """One block stack run forward and backward back to back for ``seconds``: the time of each iteration
+    with the SM clock and board power read after it (NVML), so a training-like load's slowdown under the
+    power cap shows as the iterations' time against the first ones'."""
+    import pynvml
+
+    pynvml.nvmlInit()
+    handle = pynvml.nvmlDeviceGetHandleByIndex(0)
+    make, b, s, layers = BLOCKS[name]
+    torch.manual_seed(0)
+    stack = nn.Sequential(*[make() for _ in range(layers)]).to(DEV, BF16)
+    d = stack[0].wo.in_features if isinstance(stack[0], LlamaBlock) else stack[0].norm_1.normalized_shape[0]
+    x = torch.randn(b, s, d, device=DEV, dtype=BF16, requires_grad=True)
+    rows, start = [], time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        e0.record()
+        stack(x).backward(torch.ones(b, s, d, device=DEV, dtype=BF16))
+        e1.record()
+        e1.synchronize()
+        rows.append((round(time.perf_counter() - start, 3), e0.elapsed_time(e1) * 1e-3,
+                     pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_SM),
+                     pynvml.nvmlDeviceGetPowerUsage(handle) / 1000))
+        x.grad = None
+        stack.zero_grad(set_to_none=True)
+    summary(rows)
+    return {"block": name, "layers": layers, "columns": ["t_s", "iteration_s", "sm_clock_MHz", "power_W"],
+            "rows": rows}
+
+
+def summary(rows: list) -> None:
+    """Median iteration time, SM clock and power of the first ten iterations and of the last quarter."""
+    def med(values):
+        values = sorted(values)
+        return values[len(values) // 2]
+
+    for label, part in (("first 10", rows[:10]), ("last quarter", rows[3 * len(rows) // 4:])):
+        print(f"{label}: {len(part)} iterations, {med(r[1] for r in part) * 1e3:.2f} ms, "
+              f"{med(r[2] for r in part)} MHz, {med(r[3] for r in part):.0f} W")
+
+
 def main() -> None:
     out = sys.argv[1] if len(sys.argv) > 1 else "."
     os.makedirs(out, exist_ok=True)
     results = {"device": torch.cuda.get_device_name(0), "torch": torch.__version__}
-    for name, (make, b, s, layers) in BLOCKS.items():
-        results[name] = time_block(make, b, s, layers)
-        print(name, results[name], flush=True)
-    with open(os.path.join(out, "gpu_blocks.json"), "w") as f:
+    if len(sys.argv) > 2:  # gpu_blocks.py OUT SECONDS: the sustained run of the Llama 3 8B block
+        results["sustained"] = sustained("llama3-8b", float(sys.argv[2]))
+        name = "gpu_blocks_sustained.json"
+    else:
+        for block, (make, b, s, layers) in BLOCKS.items():
+            results[block] = time_block(make, b, s, layers)
+            print(block, results[block], flush=True)
+        name = "gpu_blocks.json"
+    with open(os.path.join(out, name), "w") as f:
         json.dump(results, f, indent=1)
 
 
 if __name__ == "__main__":
-    main()
+    if len(sys.argv) > 2 and sys.argv[1] == "--summary":  # the summary of a stored sustained run
+        with open(sys.argv[2]) as f:
+            summary(json.load(f)["sustained"]["rows"])
+    else:
+        main()
