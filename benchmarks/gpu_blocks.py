@@ -135,6 +135,9 @@ def sustained(name: str, seconds: float) -> dict:
     stack = nn.Sequential(*[make() for _ in range(layers)]).to(DEV, BF16)
     d = stack[0].wo.in_features if isinstance(stack[0], LlamaBlock) else stack[0].norm_1.normalized_shape[0]
     x = torch.randn(b, s, d, device=DEV, dtype=BF16, requires_grad=True)
+    stack(x).backward(torch.ones(b, s, d, device=DEV, dtype=BF16))  # warm-up: library and kernel setup
+    x.grad = None
+    stack.zero_grad(set_to_none=True)
     rows, start = [], time.perf_counter()
     while time.perf_counter() - start < seconds:
         e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
