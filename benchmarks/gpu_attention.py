@@ -11,9 +11,24 @@ import torch.nn.functional as F
 from gpu_common import BF16, DEV, rand, section, timed
 
 
+def _sdpa_row(impl: str, backend, b: int, heads: int, s: int, hd: int, causal: bool) -> dict:
+    """Forward and backward TFLOP/s of SDPA pinned to ``backend`` (FLOPs as the FlashAttention benchmarks
+    count them: forward ``4·b·h·s²·d``, halved when causal; backward 2.5x)."""
+    from torch.nn.attention import sdpa_kernel
+    q, k, v = (rand(b, heads, s, hd).requires_grad_() for _ in range(3))
+    flop = 4 * b * heads * s * s * hd / (2 if causal else 1)
+    with sdpa_kernel([backend]):
+        fwd = timed(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal), reps=10)
+        o = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+        go = rand(*o.shape)
+        bwd = timed(lambda: torch.autograd.grad(o, (q, k, v), go, retain_graph=True), reps=10)
+    return {"impl": impl, "head_dim": hd, "causal": causal, "seq": s, "batch": b, "heads": heads,
+            "fwd_TFLOPs": flop / fwd / 1e12, "bwd_TFLOPs": 2.5 * flop / bwd / 1e12}
+
+
 @section("attention")
 def attention():
-    from torch.nn.attention import SDPBackend, sdpa_kernel
+    from torch.nn.attention import SDPBackend
     rows = []
     backends = {"fa2": SDPBackend.FLASH_ATTENTION, "cudnn": SDPBackend.CUDNN_ATTENTION,
                 "efficient": SDPBackend.EFFICIENT_ATTENTION}
@@ -21,23 +36,11 @@ def attention():
         for hd in (64, 128):
             for causal in (False, True):
                 for s in (2048, 8192, 16384):
-                    heads = 2048 // hd
-                    b = max(1, 32768 // s)
-                    q, k, v = (rand(b, heads, s, hd).requires_grad_() for _ in range(3))
-                    flop = 4 * b * heads * s * s * hd / (2 if causal else 1)
                     try:
-                        with sdpa_kernel([backend]):
-                            fwd = timed(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal), reps=10)
-                            o = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
-                            go = rand(*o.shape)
-                            bwd = timed(lambda: torch.autograd.grad(o, (q, k, v), go, retain_graph=True), reps=10)
-                        rows.append({"impl": impl, "head_dim": hd, "causal": causal, "seq": s, "batch": b,
-                                     "heads": heads, "fwd_TFLOPs": flop / fwd / 1e12,
-                                     "bwd_TFLOPs": 2.5 * flop / bwd / 1e12})
-                    except Exception as e:  # noqa: BLE001
+                        rows.append(_sdpa_row(impl, backend, max(1, 32768 // s), 2048 // hd, s, hd, causal))
+                    except Exception as e:  # noqa: BLE001 - a backend that refuses a shape is a row, not a failure
                         rows.append({"impl": impl, "head_dim": hd, "causal": causal, "seq": s, "error": repr(e)[:300]})
     return {"rows": rows}
-
 
 
 @section("host")
@@ -46,26 +49,28 @@ def host():
     import host_dispatch as hd
     out = {}
     torch.manual_seed(0)
-    torch.set_num_threads(1)
-    for name, (make, shape) in hd.BLOCKS.items():
-        out[name] = {"cpu": hd.host_time(make, shape)}
-    out["cpu_hook_per_param_s"] = hd.hook_time_per_param()
-    torch.set_default_device(DEV)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # as host_dispatch.py measures the CPU-only figures
     try:
+        for name, (make, shape) in hd.BLOCKS.items():
+            out[name] = {"cpu": hd.host_time(make, shape)}
+        out["cpu_hook_per_param_s"] = hd.hook_time_per_param()
+        torch.set_default_device(DEV)
         for name, (make, shape) in hd.BLOCKS.items():
             out[name]["cuda"] = hd.host_time(make, shape)
             torch.cuda.synchronize()
         out["cuda_hook_per_param_s"] = hd.hook_time_per_param()
     finally:
         torch.set_default_device("cpu")
+        torch.set_num_threads(threads)
     return out
-
 
 
 @section("sinks")
 def sinks():
     """GPT-OSS attention (64 query / 8 KV heads of 64, learnable sinks), 4,096 tokens, batch 1: HF's
-    eager path (repeat_kv, scores, sink column, softmax, drop it, ·V) against SDPA flash without sinks."""
+    eager path (repeat_kv, scores, sink column, softmax, drop it, ·V; HF also subtracts the row maximum
+    in a pass of its own, left out here, so this is a lower bound) against SDPA flash without sinks."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
     b, s, hq, hkv, d = 1, 4096, 64, 8, 64
     q = rand(b, hq, s, d).requires_grad_()
@@ -99,24 +104,9 @@ def sinks():
     return out
 
 
-
 @section("attention_short")
 def attention_short():
-    from torch.nn.attention import SDPBackend, sdpa_kernel
-    rows = []
-    for impl, backend in (("fa2", SDPBackend.FLASH_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTENTION)):
-        for causal in (False, True):
-            for s in (512, 1024, 2048, 4096):
-                hd, heads, b = 128, 16, 65536 // s
-                q, k, v = (rand(b, heads, s, hd).requires_grad_() for _ in range(3))
-                flop = 4 * b * heads * s * s * hd / (2 if causal else 1)
-                with sdpa_kernel([backend]):
-                    fwd = timed(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal), reps=10)
-                    o = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
-                    go = rand(*o.shape)
-                    bwd = timed(lambda: torch.autograd.grad(o, (q, k, v), go, retain_graph=True), reps=10)
-                rows.append({"impl": impl, "head_dim": hd, "causal": causal, "seq": s, "batch": b, "heads": heads,
-                             "fwd_TFLOPs": flop / fwd / 1e12, "bwd_TFLOPs": 2.5 * flop / bwd / 1e12})
-    return {"rows": rows}
-
-
+    from torch.nn.attention import SDPBackend
+    return {"rows": [_sdpa_row(impl, backend, 65536 // s, 16, s, 128, causal)
+                     for impl, backend in (("fa2", SDPBackend.FLASH_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTENTION))
+                     for causal in (False, True) for s in (512, 1024, 2048, 4096)]}

@@ -6,7 +6,10 @@ time against (its GEMMs, attention, norms, activations and launches together, wh
 Blocks (``BLOCKS``): llm-foundry's MPT (LayerNorm, fused Wqkv, GELU MLP; MPT-760m with biases, MPT-7B
 without) and torchtitan's Llama 3 8B block in eager mode (RMSNorm as torch code, separate wq/wk/wv,
 complex rotary, ``repeat_kv`` by expand, SwiGLU), plus a 1,024-wide GPT block at micro-batch 1 whose
-kernels are smaller than their dispatch. Each is stacked ``layers`` deep; the forward and the backward of
+kernels are smaller than their dispatch. SDPA is pinned to its flash backend (FlashAttention-2): left to
+choose, torch 2.11 with cuDNN >= 9.15 prefers cuDNN on Hopper. The stored run of 4 December 2026
+(``benchmarks/results/h200_blocks_2026-12-04.json``) predates the pin, so which of the two it ran is not
+recorded. Each is stacked ``layers`` deep; the forward and the backward of
 the stack are timed with CUDA events (median of repeats after warm-up), so host-bound blocks show their
 host time as GPU idle between kernels. Needs PyTorch with CUDA: ``python benchmarks/gpu_blocks.py OUT``
 writes ``OUT/gpu_blocks.json``; about half a minute on one H200. ``python benchmarks/gpu_blocks.py OUT
@@ -96,11 +99,16 @@ BLOCKS = {
 }
 
 
-def time_block(make, b: int, s: int, layers: int, reps: int = 10) -> dict:
+def build(make, b: int, s: int, layers: int) -> tuple[nn.Module, torch.Tensor]:
+    """``layers`` blocks in bf16 on the GPU and an input of ``b × s`` tokens that requires its gradient."""
     torch.manual_seed(0)
     stack = nn.Sequential(*[make() for _ in range(layers)]).to(DEV, BF16)
     d = stack[0].wo.in_features if isinstance(stack[0], LlamaBlock) else stack[0].norm_1.normalized_shape[0]
-    x = torch.randn(b, s, d, device=DEV, dtype=BF16, requires_grad=True)
+    return stack, torch.randn(b, s, d, device=DEV, dtype=BF16, requires_grad=True)
+
+
+def time_block(make, b: int, s: int, layers: int, reps: int = 10) -> dict:
+    stack, x = build(make, b, s, layers)
     fwd, bwd = [], []
     for i in range(reps + 3):
         e = [torch.cuda.Event(enable_timing=True) for _ in range(3)]
@@ -130,19 +138,15 @@ def sustained(name: str, seconds: float) -> dict:
 
     pynvml.nvmlInit()
     handle = pynvml.nvmlDeviceGetHandleByIndex(0)
-    make, b, s, layers = BLOCKS[name]
-    torch.manual_seed(0)
-    stack = nn.Sequential(*[make() for _ in range(layers)]).to(DEV, BF16)
-    d = stack[0].wo.in_features if isinstance(stack[0], LlamaBlock) else stack[0].norm_1.normalized_shape[0]
-    x = torch.randn(b, s, d, device=DEV, dtype=BF16, requires_grad=True)
-    stack(x).backward(torch.ones(b, s, d, device=DEV, dtype=BF16))  # warm-up: library and kernel setup
+    stack, x = build(*BLOCKS[name])
+    stack(x).backward(torch.ones_like(x))  # warm-up: library and kernel setup
     x.grad = None
     stack.zero_grad(set_to_none=True)
     rows, start = [], time.perf_counter()
     while time.perf_counter() - start < seconds:
         e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         e0.record()
-        stack(x).backward(torch.ones(b, s, d, device=DEV, dtype=BF16))
+        stack(x).backward(torch.ones_like(x))
         e1.record()
         e1.synchronize()
         rows.append((round(time.perf_counter() - start, 3), e0.elapsed_time(e1) * 1e-3,
@@ -151,7 +155,7 @@ def sustained(name: str, seconds: float) -> dict:
         x.grad = None
         stack.zero_grad(set_to_none=True)
     summary(rows)
-    return {"block": name, "layers": layers, "columns": ["t_s", "iteration_s", "sm_clock_MHz", "power_W"],
+    return {"block": name, "layers": len(stack), "columns": ["t_s", "iteration_s", "sm_clock_MHz", "power_W"],
             "rows": rows}
 
 
@@ -169,17 +173,26 @@ def summary(rows: list) -> None:
 def main() -> None:
     out = sys.argv[1] if len(sys.argv) > 1 else "."
     os.makedirs(out, exist_ok=True)
-    results = {"device": torch.cuda.get_device_name(0), "torch": torch.__version__}
-    if len(sys.argv) > 2:  # gpu_blocks.py OUT SECONDS: the sustained run of the Llama 3 8B block
-        results["sustained"] = sustained("llama3-8b", float(sys.argv[2]))
-        name = "gpu_blocks_sustained.json"
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    results = {"device": torch.cuda.get_device_name(0), "torch": torch.__version__, "sdpa_backend": "flash"}
+    with sdpa_kernel([SDPBackend.FLASH_ATTENTION]):
+        results.update(run_all(sys.argv[2:]))
+    name = "gpu_blocks_sustained.json" if "sustained" in results else "gpu_blocks.json"
+    with open(os.path.join(out, name), "w") as f:
+        json.dump(results, f, indent=1)
+
+
+def run_all(argv: list) -> dict:
+    """The sustained run (``argv``: its seconds) or every block of ``BLOCKS``."""
+    results = {}
+    if argv:  # gpu_blocks.py OUT SECONDS: the sustained run of the Llama 3 8B block
+        results["sustained"] = sustained("llama3-8b", float(argv[0]))
     else:
         for block, (make, b, s, layers) in BLOCKS.items():
             results[block] = time_block(make, b, s, layers)
             print(block, results[block], flush=True)
-        name = "gpu_blocks.json"
-    with open(os.path.join(out, name), "w") as f:
-        json.dump(results, f, indent=1)
+    return results
 
 
 if __name__ == "__main__":

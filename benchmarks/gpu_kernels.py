@@ -1,6 +1,7 @@
 """Kernel microbenchmarks on one NVIDIA GPU: the measurements behind dtsim's kernel-level constants.
 
-Measures, with PyTorch on the GPU (CUDA events, medians; never on zeros):
+Measures, with PyTorch on the GPU (CUDA events; medians, but the minimum of repeats for ``launch`` and
+``stream_gemm``; never on zeros):
 
 * ``ceilings``: a large BF16 GEMM (8,192³) and a device-to-device copy (bytes read + written);
 * ``mamf``: the maximum achievable matmul rate, BF16 and FP8 (``torch._scaled_mm``, per-tensor scales),
@@ -10,9 +11,10 @@ Measures, with PyTorch on the GPU (CUDA events, medians; never on zeros):
   per op, without and with autograd recording;
 * ``gemm``: BF16 transformer GEMMs in their three layouts (forward ``x·Wᵀ``, input gradient ``g·W``,
   weight gradient ``gᵀ·x``) over hidden sizes, token counts and tensor-parallel splits, against which
-  ``simulator.hardware.kernels.gemm_shape_factor`` is checked (``benchmarks/gpu_kernels_check.py``);
-* ``fp8``: the same forward GEMMs in FP8 (per-tensor and row-wise scales) and the amax + cast kernels
-  a per-tensor recipe adds per operand;
+  ``simulator.hardware.kernels.gemm_shape_factor`` is checked (``tests/hardware/test_kernels_measured.py``);
+* ``fp8``: the same forward GEMMs in FP8 (per-tensor and row-wise scales), and an eager per-tensor cast
+  of the input (``to_fp8``: amax, scale and cast as about seven unfused PyTorch kernels through float32,
+  an upper bound on a recipe's fused cast, not its cost);
 * ``attention``: PyTorch SDPA's flash (FlashAttention-2), cuDNN and memory-efficient backends, head
   dims 64 and 128, causal or not, forward and backward, FLOPs counted as the FlashAttention
   benchmarks do (forward ``4·b·h·s²·d``, halved when causal; backward 2.5x);
@@ -20,9 +22,10 @@ Measures, with PyTorch on the GPU (CUDA events, medians; never on zeros):
   and as ``G`` separate cuBLAS GEMMs round-robin over 4 streams (Transformer Engine's GroupedLinear
   path), BF16 and FP8; the slope over ``G`` is the fixed cost per GEMM;
 * ``host``: ``benchmarks/host_dispatch.py``'s eager blocks timed on CPU tensors and on tiny CUDA
-  tensors: the ratio is the host dispatch scale of this machine (``efficiency.yaml`` ``host``).
-* ``sinks``: GPT-OSS attention with learnable sinks as Hugging Face's eager path runs it, against SDPA's
-  flash kernel without sinks;
+  tensors: CUDA time over the CPU-only figures of ``simulator/workload/host.py`` is this host's
+  ``host_dispatch_scale`` (``efficiency.yaml``); over the same machine's CPU run, the CUDA share alone;
+* ``sinks``: GPT-OSS attention with learnable sinks as Hugging Face's eager path runs it (without its
+  explicit row-max subtraction, so a lower bound), against SDPA's flash kernel without sinks;
 * ``stream_gemm``: GEMMs back to back on one stream (as a training step issues them) behind a sleep
   kernel: GPU seconds per GEMM, the data the fixed GEMM time is fitted on;
 * ``fast_accum``: FP8 forward GEMMs with and without Hopper's fast accumulation;
@@ -31,9 +34,10 @@ Measures, with PyTorch on the GPU (CUDA events, medians; never on zeros):
 Needs PyTorch with CUDA (not a dtsim dependency). ``python benchmarks/gpu_kernels.py OUT_DIR`` writes
 ``OUT_DIR/gpu_kernels.json`` (``python benchmarks/gpu_kernels.py OUT_DIR SECTION...`` runs only those
 sections) after every section (a section that fails records its error and the
-rest still run) and prints a summary; about 1.5 minutes on one H200. Its two runs of 4 December 2026 are
+rest still run) and prints a summary; about 1.5 minutes on one H200. Its three runs of 4 December 2026 are
 ``benchmarks/results/h200_kernels_2026-12-04*.json`` (the second: ``device launch stream_gemm fast_accum
-attention_short host``), which ``tests/hardware/test_kernels_measured.py`` checks the model against.
+attention_short host``; the third: every section), which ``tests/hardware/test_kernels_measured.py``
+checks the model against.
 """
 
 # ruff: noqa: B023  (every lambda is timed inside the loop iteration that binds its variables)
@@ -126,7 +130,7 @@ def launch():
                 op()
         return timed(captured(ops), reps=10, flush=False) / n
 
-    def host(op, k: int = 2000) -> float:
+    def dispatch(op, k: int = 2000) -> float:
         best = math.inf
         for _ in range(5):
             torch.cuda.synchronize()
@@ -141,11 +145,11 @@ def launch():
     ops = {"add_16": lambda: x.add_(1.0), "mm_64": lambda: torch.mm(sm, sm),
            "add_4M": (lambda y: (lambda: y.add_(1.0)))(torch.zeros(1 << 22, device=DEV, dtype=BF16))}
     for name, op in ops.items():
-        out[name] = {"gpu_floor_s": gpu_floor(op), "graph_floor_s": graph_floor(op), "host_s": host(op)}
+        out[name] = {"gpu_floor_s": gpu_floor(op), "graph_floor_s": graph_floor(op), "host_s": dispatch(op)}
     w = torch.randn(16, device=DEV, requires_grad=True)
-    out["mul_autograd_host_s"] = host(lambda: x * w)
+    out["mul_autograd_host_s"] = dispatch(lambda: x * w)
     leaf = rand(64, 64).requires_grad_()
-    out["linear_autograd_host_s"] = host(lambda: F.linear(sm, leaf))
+    out["linear_autograd_host_s"] = dispatch(lambda: F.linear(sm, leaf))
     return out
 
 

@@ -138,7 +138,8 @@ class RooflineComputeModel:
 
     def op_time(self, op: Any) -> float:
         """GPU seconds for one op with attributes ``kind``, ``flops``, ``bytes``, (GEMM) ``shape`` and
-        (optionally) ``launches``: the roofline time, at least one launch floor per kernel."""
+        (optionally) ``launches``: the roofline time, at least one launch floor per kernel; a GEMM's
+        roofline time plus the fixed time of each of its kernels (``LaunchCosts.gemm_fixed_s``)."""
         mem_t = (op.bytes - (getattr(op, "transpose_bytes", 0.0) if self.non_tn_fp8 else 0.0)) / self.hbm_Bps
         floor = self.launches(op) * self.launch.gpu_floor_s
         if op.kind == "gemm":

@@ -4,7 +4,8 @@ Launch model. The CPU issues kernels asynchronously onto the compute stream; the
 order. Within one compute task (a block's forward, its backward, the optimizer step) the CPU runs
 ahead of the GPU, so the task takes
 
-    T = max( Σ_kernels max(gpu_floor_s, roofline time),  Σ_kernels host_s )
+    T = max( Σ_kernels t_gpu,  Σ_kernels host_s ),  t_gpu = max(gpu_floor_s, roofline time), or for a GEMM
+                                                     roofline time + gemm_fixed_s
 
 — GPU-bound when kernels are large (the host's dispatch hides behind them), host-bound when they are
 smaller than their dispatch cost (small models, small micro-batches, high tensor parallelism). An
@@ -26,17 +27,19 @@ Sources for the constants (``LaunchCosts``):
   ``launch``, one H200, torch 2.11 + CUDA 13.0, 4 December 2026; ``benchmarks/results/h200_kernels_*``):
   a one-block element-wise kernel issued 400 times back to back, the host held off by a sleep kernel
   queued first, takes 1.80, 1.55 and 1.80 µs of GPU time each in three runs; we take their mean, 1.72 µs
-  (0.85–0.92 µs inside a CUDA graph). The same runs put the host's eager dispatch at 6.3–7.5 µs per
-  op without autograd, 8.1–11.6 µs with it and 15–20.5 µs for a small ``F.linear`` with autograd, the
-  range the 10 µs above sits in.
+  (0.85–0.92 µs inside a CUDA graph). The same runs put the host's eager dispatch at 6.3–7.8 µs per
+  element-wise op without autograd, 7.8–11.6 µs with it and 14.3–20.5 µs for a small ``F.linear`` with
+  autograd, the range the 10 µs above sits in.
 * GEMM fixed cost (``gemm_fixed_s``): a cuBLAS GEMM adds a fixed time to its work (launch, prologue:
   operand descriptors and the first k-tiles in flight before the tensor cores start; epilogue: the
   last tiles written), not hidden by its own work. Measured the same way: a 64×64×64 GEMM back to back
   takes 2.96, 2.74 and 2.95 µs (mean 2.88), and back-to-back GEMMs of 128³ to 4,096³ and of the TP-8
-  linear shapes of hidden 1,024–4,096 at 1,024–4,096 tokens (``stream_gemm``, 26 shapes, two runs) fit
-  ``t = 2.88 µs + F / (P·mamf·s(m,n,k))`` to 7-8 % mean |log error| (bias within ±1.5 %), against 29 % for
-  ``max(floor, F / (P·mamf·s))``; single event-timed GEMMs from cold L2 (``gemm``, 294 shapes,
-  hidden 1,024–8,192, tokens 1,024–16,384, TP 1 and 8, the three layouts) 12 % against 19 %.
+  linear shapes of hidden 1,024–4,096 at 1,024–4,096 tokens (``stream_gemm``, 26 shapes) fit
+  ``t = 2.88 µs + F / (P·mamf·s(m,n,k))`` to 7.6 % and 7.2 % mean |log error| in two runs (bias +1.4 %
+  and −0.7 %; 2.85 µs zeroes it over both), against 29 % for ``max(floor, F / (P·mamf·s))``; single
+  event-timed GEMMs from cold L2 (``gemm``, 288 GEMMs: hidden 1,024–8,192, tokens 1,024–16,384, TP 1 and 8,
+  the three layouts) 11.3 % against 18.4 %. The 64³ GEMM itself then comes out 18 % high (3.40 µs at
+  the microbenchmark rate): the shape factor still prices its padded tile's short main loop.
   Taken for every architecture (U outside Hopper: a launch and pipeline fill of the same order).
 
 GEMM shape efficiency (``gemm_shape_factor``): cuBLAS/CUTLASS tile the ``m × n`` output in
@@ -47,8 +50,8 @@ Quantization" and §"Wave Quantization", docs.nvidia.com/deeplearning/performanc
 matrix-multiplication). The library picks the tile that fits the shape best among its candidates:
 128×128 on A100 (CUTLASS/cuBLAS default Ampere tile), 128×256, 128×128 and 128×64 on Hopper (CUTLASS 3
 warp-specialised tiles; the 128×64 one is what cuBLAS's heuristics pick for GEMMs too small to fill the
-132 SMs with larger tiles: without it the back-to-back measurements above come out 15 % too slow on
-average, with it −0.3 %), 128×256 and 128×128 per SM on Blackwell: its ``tcgen05`` MMA computes a
+132 SMs with larger tiles: without it the back-to-back measurements above come out 14–16 % too slow on
+average, with it +0.4 %), 128×256 and 128×128 per SM on Blackwell: its ``tcgen05`` MMA computes a
 256×N tile across a pair of SMs (``cta_group::2``, N up to 256), 128 rows on each (CUTLASS
 ``examples/70_blackwell_gemm/70_blackwell_fp16_gemm.cu``: ``MmaTileShape_MNK = Shape<_256,_128,_64>``,
 "could be across 2 SMs"), so each SM owns a 128×128 or 128×256 share of the output. Along ``k`` each

@@ -206,7 +206,7 @@ GROUP_CAUSES: tuple[tuple[str, str], ...] = (
      "DeepSeek-V3 557 vs 725 TFLOP/s/GPU); dtsim models one software state: too fast"),
     ("*qwen3*", "MoE in FP8: the experts' grouped GEMMs are priced at the dense FP8 GEMM rate (Transformer "
      "Engine's GroupedLinear under fp8_autocast) with tile and wave quantisation and the fixed time per GEMM, which "
-     "FP8 pays no more than BF16 (measured on an H200: one FP8 GEMM per expert on four streams, 2.5-3.2 us each; "
+     "FP8 pays no more than BF16 (measured on an H200: one FP8 GEMM per expert on four streams, 2.5-3.4 us each; "
      "benchmarks/gpu_kernels.py); the efficiency of Transformer Engine's FP8 quantize kernels for the experts is "
      "not measured here. Megatron-Bridge's HybridEP / DeepEP dispatchers are simulated as "
      "the alltoall dispatcher (issue 15); the recipes' CUDA graphs take their scopes' host time off"),

@@ -31,7 +31,8 @@ class Op:
     batch: int = 1
     recompute: bool = False
     #: Kernels this op launches (eager PyTorch splits one op into several; the compute model charges
-    #: each launch a GPU floor and a host dispatch cost, ``simulator.hardware.kernels``).
+    #: each launch a host dispatch cost and a GPU floor, or for a GEMM a fixed GPU time on top of its
+    #: work, ``simulator.hardware.kernels``).
     launches: int = 1
     #: A linear-layer GEMM (QKV, output projection, MLP): the GEMMs FP8 recipes run in FP8; attention
     #: and the logits GEMM stay 16-bit (``fp8_gemm`` in the compute model).
