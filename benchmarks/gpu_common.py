@@ -86,6 +86,23 @@ def to_fp8(x):
     return (x.float() * scale).to(FP8), (1.0 / scale).reshape(())
 
 
+def queued(op_at, n: int, repeats: int, sleep_cycles: int) -> float:
+    """GPU seconds per op of ``op_at(0) ... op_at(n - 1)`` issued back to back behind a sleep kernel of
+    ``sleep_cycles`` (the host queues them all while the GPU sleeps, so the GPU never waits for it):
+    the minimum over ``repeats``, from CUDA events around the ops."""
+    best = float("inf")
+    for _ in range(repeats):
+        torch.cuda._sleep(sleep_cycles)
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for i in range(n):
+            op_at(i)
+        end.record()
+        end.synchronize()
+        best = min(best, start.elapsed_time(end) * 1e-3 / n)
+    return best
+
+
 def captured(fn):
     """``fn`` captured in a CUDA graph (after one warm-up run on a side stream, as capture requires); returns
     the graph's ``replay``: its kernels without the host's launch gaps."""

@@ -54,7 +54,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from gpu_attention import attention, attention_short, host, sinks  # noqa: E402
-from gpu_common import BF16, DEV, OUT, RESULTS, captured, rand, reps_for, section, timed, to_fp8  # noqa: E402
+from gpu_common import BF16, DEV, OUT, RESULTS, captured, queued, rand, reps_for, section, timed, to_fp8  # noqa: E402
 
 
 @section("device")
@@ -112,17 +112,7 @@ def launch():
         for _ in range(50):
             op()
         torch.cuda.synchronize()
-        best = math.inf
-        for _ in range(5):
-            torch.cuda._sleep(50_000_000)  # ~25 ms of GPU cycles: the host queues all n ops meanwhile
-            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            a.record()
-            for _ in range(n):
-                op()
-            b.record()
-            b.synchronize()
-            best = min(best, a.elapsed_time(b) * 1e-3 / n)
-        return best
+        return queued(lambda _: op(), n, repeats=5, sleep_cycles=50_000_000)  # ~25 ms asleep
 
     def graph_floor(op) -> float:
         def ops():
@@ -278,17 +268,7 @@ def stream_gemm():
         for a, b in sets:
             F.linear(a, b)
         torch.cuda.synchronize()
-        best = math.inf
-        for _ in range(3):
-            torch.cuda._sleep(20_000_000)
-            e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            e0.record()
-            for i in range(n):
-                a, b = sets[i % 8]
-                F.linear(a, b)
-            e1.record()
-            e1.synchronize()
-            best = min(best, e0.elapsed_time(e1) * 1e-3 / n)
+        best = queued(lambda i: F.linear(*sets[i % 8]), n, repeats=3, sleep_cycles=20_000_000)
         rows.append({"m": m, "n": nn, "k": k, "flop": 2 * m * nn * k, "s_per_gemm": best})
     return {"rows": rows, "n": n}
 

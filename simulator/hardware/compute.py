@@ -141,7 +141,6 @@ class RooflineComputeModel:
         (optionally) ``launches``: the roofline time, at least one launch floor per kernel; a GEMM's
         roofline time plus the fixed time of each of its kernels (``LaunchCosts.gemm_fixed_s``)."""
         mem_t = (op.bytes - (getattr(op, "transpose_bytes", 0.0) if self.non_tn_fp8 else 0.0)) / self.hbm_Bps
-        floor = self.launches(op) * self.launch.gpu_floor_s
         if op.kind == "gemm":
             # fp8 recipes run only the linear layers in FP8; the rest stays 16-bit
             fp8_linear = self.fp8 and getattr(op, "linear", False)
@@ -154,6 +153,7 @@ class RooflineComputeModel:
             rate = peak * self.eff.gemm_fraction * self.shape_factor(getattr(op, "shape", None), batch, streams)
             fixed = self.launches(op) * self.launch.gemm_fixed_s + grouped_gemm_fixed_s(batch, streams)
             return max(op.flops / rate, mem_t) + fixed  # the fixed time includes the launch floor
+        floor = self.launches(op) * self.launch.gpu_floor_s
         if op.kind == "attention":
             back = 1 if getattr(op, "backward", False) else 0
             rate = self.attn_rate[back]
