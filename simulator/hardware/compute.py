@@ -60,6 +60,7 @@ from simulator.hardware.kernels import (
     LaunchCosts,
     gemm_shape_factor,
     grouped_gemm_fixed_s,
+    k_half,
     sm_count,
 )
 
@@ -115,15 +116,21 @@ class RooflineComputeModel:
         #: sliding-window kernels' half-rate band width (forward, backward): measured per architecture,
         #: else the main-loop fill's constant (a band of ``w`` keys as a causal loop over ``2w``)
         self.band_half = attention.band_half(gpu.arch) or (efficiency.gemm_half_dim,) * 2
+        #: the GEMM main-loop fill's half-rate depth of the 16-bit GEMMs and of the linear layers' (FP8 under
+        #: an FP8 recipe: ``kernels.k_half``)
+        self.k_half = k_half(efficiency.gemm_half_dim, gpu, attn_dtype)
+        self.k_half_linear = k_half(efficiency.gemm_half_dim, gpu, dtype)
 
-    def shape_factor(self, shape: tuple[int, ...] | None, batch: int = 1, streams: int = 0) -> float:
+    def shape_factor(self, shape: tuple[int, ...] | None, batch: int = 1, streams: int = 0,
+                     k_half: float | None = None) -> float:
         """Tile/wave quantisation × main-loop fill of a GEMM ``(m, n, k)`` (``batch`` of them, as one
-        grouped kernel or on ``streams`` streams); 1 when the shape is unknown."""
+        grouped kernel or on ``streams`` streams) with the fill's half-rate depth ``k_half`` (default: the
+        16-bit GEMMs'); 1 when the shape is unknown."""
         if not shape:
             return 1.0
         m, n, k = shape
-        return gemm_shape_factor(int(m), int(n), int(k), batch, self.sms, self.tiles, self.eff.gemm_half_dim,
-                                 streams)
+        return gemm_shape_factor(int(m), int(n), int(k), batch, self.sms, self.tiles,
+                                 self.k_half if k_half is None else k_half, streams)
 
     def attention_factor(self, kv_len: int) -> float:
         """Main-loop fill of a causal FlashAttention kernel: each query tile loops over ``kv_len / 2``
@@ -150,7 +157,8 @@ class RooflineComputeModel:
                 if not getattr(op, "backward", False):
                     peak *= self.fast_accum  # forward FP8 GEMMs accumulate fast on Hopper (module docstring)
             batch, streams = getattr(op, "batch", 1), getattr(op, "streams", 0)
-            rate = peak * self.eff.gemm_fraction * self.shape_factor(getattr(op, "shape", None), batch, streams)
+            kh = self.k_half_linear if fp8_linear else self.k_half
+            rate = peak * self.eff.gemm_fraction * self.shape_factor(getattr(op, "shape", None), batch, streams, kh)
             fixed = self.launches(op) * self.launch.gemm_fixed_s + grouped_gemm_fixed_s(batch, streams)
             return max(op.flops / rate, mem_t) + fixed  # the fixed time includes the launch floor
         floor = self.launches(op) * self.launch.gpu_floor_s

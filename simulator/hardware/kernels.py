@@ -55,7 +55,8 @@ average, with it +0.4 %), 128×256 and 128×128 per SM on Blackwell: its ``tcgen
 256×N tile across a pair of SMs (``cta_group::2``, N up to 256), 128 rows on each (CUTLASS
 ``examples/70_blackwell_gemm/70_blackwell_fp16_gemm.cu``: ``MmaTileShape_MNK = Shape<_256,_128,_64>``,
 "could be across 2 SMs"), so each SM owns a 128×128 or 128×256 share of the output. Along ``k`` each
-tile pays a fixed main-loop fill and epilogue, modelled as ``k / (k + gemm_half_dim)``
+tile pays a fixed main-loop fill and epilogue, modelled as ``k / (k + k½)``, ``k½`` = ``gemm_half_dim`` for
+16-bit GEMMs and twice that for FP8 ones, whose main loop runs twice as fast (``k_half``)
 (``efficiency.yaml``).
 """
 
@@ -175,6 +176,23 @@ def wave_efficiency(m: int, n: int, batch: int, sms: int | None, tiles: tuple[tu
             slots = _slots(per_gemm * batch, sms)
         best = max(best, m * n * batch / (slots * tm * tn))
     return best
+
+
+def k_half(gemm_half_dim: float, gpu, dtype: str) -> float:
+    """The main-loop fill's half-rate depth ``k½`` of a GEMM in math mode ``dtype`` on ``gpu``:
+    ``gemm_half_dim × P(dtype) / P16`` with ``P`` the GPU's dense peaks (``P16`` its 16-bit one).
+
+    A tile's prologue and epilogue take a fixed time, worth more ``k`` steps the faster the tensor cores
+    run the main loop, so an FP8 GEMM's fill costs twice the ``k`` of a 16-bit GEMM's on the same tiles.
+    Measured on an H200 (``benchmarks/gpu_kernels.py`` ``fp8``, two runs, 48 linear GEMMs of hidden
+    2,048-8,192 at 4,096 and 16,384 tokens): the FP8 over BF16 speed-up grows with the depth ``k``, 1.64
+    at 2,048, 1.77 at 4,096 and 8,192, 1.84-1.88 at 16,384-32,768, where one ``k½`` for both would keep
+    it flat; with ``k½`` 128 for BF16 (``stream_gemm``'s best fit) the FP8 ``k½`` that fits the speed-ups
+    best is 320, and 256 (this rule) fits them to 4.1 % mean |log error| against 4.9 % at 128
+    (``tests/hardware/test_kernels_measured.py``). A slower math mode's fill costs fewer ``k`` steps by the
+    same rule (FP32 or TF32 GEMMs: not measured)."""
+    p16 = gpu.peak_flops("bf16" if gpu.peak_tflops.bf16 else "fp16")
+    return gemm_half_dim * gpu.peak_flops(dtype) / p16
 
 
 def gemm_shape_factor(m: int, n: int, k: int, batch: int, sms: int | None,
