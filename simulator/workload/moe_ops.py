@@ -32,7 +32,7 @@ over this rank's experts), ``shared`` (shared experts, which need no dispatch) a
   separate parameter. Megatron-Core's ``TEGroupedMLP`` issues them through Transformer Engine's
   ``GroupedLinear``, whose default path is one cuBLAS GEMM per expert, expert ``i`` on compute stream
   ``i mod 4`` (TE ``multi_stream_cublas_gemm``; its CUTLASS grouped GEMM is opt-in,
-  ``NVTE_USE_CUTLASS_GROUPED_GEMM``, Hopper BF16 only): at most four experts' tiles share a wave
+  ``NVTE_USE_CUTLASS_GROUPED_GEMM``, Hopper BF16 only): at most four experts' GEMMs in flight
   (``Op.streams``, ``expert_streams``); torchtitan's ``torch._grouped_mm`` is one kernel over all;
 * expert tensor parallelism splits each expert's width over ``etp`` ranks, which all process the
   tokens of their ETP group: after the all-to-all each rank all-gathers its ETP peers' received tokens

@@ -62,8 +62,8 @@ class Op:
     window_share: float = 0.0
     #: How the ``batch`` GEMMs of a grouped GEMM run: 0 = one grouped kernel, all their tiles in one
     #: pool of waves; ``c`` = one kernel per GEMM on ``c`` streams (Transformer Engine's
-    #: ``GroupedLinear``: ``simulator.hardware.kernels.TE_GROUPED_STREAMS``), so at most ``c`` GEMMs'
-    #: tiles share a wave (``simulator.hardware.kernels.wave_efficiency``), and each GEMM adds a measured
+    #: ``GroupedLinear``: ``simulator.hardware.kernels.TE_GROUPED_STREAMS``), so at most ``c`` GEMMs are in
+    #: flight (``simulator.hardware.kernels.wave_efficiency``), and each GEMM adds a measured
     #: fixed cost (``simulator.hardware.kernels.TE_GROUPED_GEMM_FIXED_S``).
     streams: int = 0
     #: Of ``bytes`` and ``launches``: what an FP8 cast spends on the transposed FP8 copy that per-tensor

@@ -40,16 +40,19 @@ def test_blackwell_waves_over_its_sms():
     assert kernels.wave_efficiency(2048, 1536, 16, 148, bw) == pytest.approx(3072 / 3108)
 
 
-def test_gemms_on_four_streams_share_waves_four_at_a_time():
-    # Transformer Engine's grouped GEMM: one kernel per GEMM on 4 streams. 16 GEMMs of 2048x1536 on
-    # 148 SMs: 4 rounds of 4 concurrent GEMMs. 128x256: 4·96 = 384 tiles in 3 waves (444 slots) per
-    # round, 0.865; 128x128: 4·192 = 768 tiles in 6 waves (888 slots), the same 0.865
+def test_gemms_on_four_streams_fill_the_waves_with_at_most_four_in_flight():
+    # Transformer Engine's grouped GEMM: one kernel per GEMM on 4 unsynchronised streams. 16 GEMMs of
+    # 2048x1536 on 148 SMs: 4 in flight hold 4·96 = 384 tiles of 128x256 (4·192 of 128x128), more than the
+    # SMs, so the tiles pool as in one grouped kernel: 3,072 of 128x128 in 21 waves (3,108 slots)
     bw = kernels.TILES["blackwell"]
     assert kernels.TE_GROUPED_STREAMS == 4
-    assert kernels.wave_efficiency(2048, 1536, 16, 148, bw, streams=4) == pytest.approx(384 / 444)
-    # 6 GEMMs, one round of 4 and one of 2. 128x256: 384 tiles in 444 slots + 192 in 296 (2 waves):
-    # 576/740 = 0.778; 128x128: 768 in 888 + 384 in 444 (3 waves): 1,152/1,332 = 0.865, the better
-    assert kernels.wave_efficiency(2048, 1536, 6, 148, bw, streams=4) == pytest.approx(1152 / 1332)
+    assert kernels.wave_efficiency(2048, 1536, 16, 148, bw, streams=4) == pytest.approx(3072 / 3108)
+    assert kernels.wave_efficiency(2048, 1536, 16, 148, bw, streams=4) == kernels.wave_efficiency(
+        2048, 1536, 16, 148, bw)
+    # 16 GEMMs of 256x256: 4 in flight hold 4·2 tiles of 128x256 or 4·4 of 128x128: 16 of 148 SMs busy,
+    # 16/148 = 0.108, where one grouped kernel would run all 64 tiles in one wave (64/148 = 0.432)
+    assert kernels.wave_efficiency(256, 256, 16, 148, bw, streams=4) == pytest.approx(16 / 148)
+    assert kernels.wave_efficiency(256, 256, 16, 148, bw) == pytest.approx(64 / 148)
     # no more GEMMs than streams: all run at once, as one grouped kernel would
     assert kernels.wave_efficiency(2048, 1536, 4, 148, bw, streams=4) == kernels.wave_efficiency(
         2048, 1536, 4, 148, bw)
