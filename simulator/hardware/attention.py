@@ -151,6 +151,16 @@ def sm_speedup(impl: str, sm: int | None) -> tuple[float, float]:
     return SM_CUDNN_SPEEDUP.get(sm or 0, (1.0, 1.0)) if impl == "cudnn" else (1.0, 1.0)
 
 
+#: A fused attention backward's main-loop fill over its forward's: ``k½`` of ``a(s)`` is ``gemm_half_dim``
+#: forward and ``BACKWARD_FILL`` times that backward (``RooflineComputeModel.attention_factor``). Each
+#: backward tile loads K and V, loops over the query tiles and writes dK and dV (FlashAttention-2's
+#: backward; dQ accumulated on the side), more fixed work per tile than the forward's load Q / write O.
+#: Measured on an H200 (``benchmarks/gpu_kernels.py`` ``attention_short``, two runs, causal, head dim
+#: 128, 512-4,096 tokens, FlashAttention-2 and cuDNN, each against the same GPU's 16k rate): over the
+#: 16 rows the backward fits best at ``k½`` 384-448 (3.8 % / 3.6 % mean |log error|; 28 % at the
+#: forward's 128), the forward at 192 (3.7 %; 6.6 % at 128); FlashAttention-2's causal backward at 512
+#: tokens runs 121 TFLOP/s, 0.40 of its 16k rate (``tests/hardware/test_kernels_measured.py``).
+BACKWARD_FILL = 3.0
 #: Architectures FlashAttention-3 runs on (wgmma and TMA: Hopper only).
 FA3_ARCHS = ("hopper",)
 #: FlashAttention (1.x) relative to FlashAttention-2 on the same GPU, ``(head dim 64, head dim 128)``:

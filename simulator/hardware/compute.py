@@ -132,16 +132,17 @@ class RooflineComputeModel:
         return gemm_shape_factor(int(m), int(n), int(k), batch, self.sms, self.tiles,
                                  self.k_half if k_half is None else k_half, streams)
 
-    def attention_factor(self, kv_len: int) -> float:
+    def attention_factor(self, kv_len: int, backward: bool = False) -> float:
         """Main-loop fill of a causal FlashAttention kernel: each query tile loops over ``kv_len / 2``
         keys on average and pays a fixed prologue/epilogue (load Q, write O and the LSE), the same
-        per-tile fill as a GEMM's ``k / (k + gemm_half_dim)``; 1 when the length is unknown. So the
-        published long-sequence rate (``simulator.hardware.attention``) applies at long sequences, and short ones run slower
+        per-tile fill as a GEMM's ``k / (k + gemm_half_dim)``, and ``attention.BACKWARD_FILL`` times that
+        ``k½`` in the backward (measured); 1 when the length is unknown. So the published long-sequence
+        rate (``simulator.hardware.attention``) applies at long sequences, and short ones run slower
         (FlashAttention-2 benchmarks: throughput grows with sequence length)."""
         if not kv_len:
             return 1.0
         keys = kv_len / 2
-        return keys / (keys + self.eff.gemm_half_dim)
+        return keys / (keys + self.eff.gemm_half_dim * (attention.BACKWARD_FILL if backward else 1.0))
 
     def op_time(self, op: Any) -> float:
         """GPU seconds for one op with attributes ``kind``, ``flops``, ``bytes``, (GEMM) ``shape`` and
@@ -166,7 +167,7 @@ class RooflineComputeModel:
             back = 1 if getattr(op, "backward", False) else 0
             rate = self.attn_rate[back]
             windowed = getattr(op, "window_share", 0.0)
-            t = op.flops * (1 - windowed) / (rate * self.attention_factor(getattr(op, "k", 0)))
+            t = op.flops * (1 - windowed) / (rate * self.attention_factor(getattr(op, "k", 0), bool(back)))
             if windowed:  # the sliding-window blocks' share runs at the band rate (attention.BAND_128)
                 t += op.flops * windowed / (rate * op.window / (op.window + self.band_half[back]))
             return max(t, mem_t, floor)

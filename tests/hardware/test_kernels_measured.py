@@ -133,6 +133,33 @@ def test_gemms_on_four_streams_against_their_graph_replays():
     assert 0.15 < worst[(32, 768)] < 0.25
 
 
+def test_attention_backward_pays_a_longer_main_loop_fill_than_its_forward():
+    # causal FlashAttention-2 and cuDNN, head dim 128, 512-4,096 tokens (two runs), against the same GPU's
+    # 16k rate (no mask, runs 1 and 3): the model's fill a(s) = (s/2) / (s/2 + k½), normalised so that
+    # the 16k rate carries its own fill
+    long = {}
+    for run in (RUN_A, RUN_C):
+        for r in run["attention"]["rows"]:
+            if r["head_dim"] == 128 and not r["causal"] and r["seq"] == 16384:
+                long.setdefault(r["impl"], []).append((r["fwd_TFLOPs"], r["bwd_TFLOPs"]))
+    rows = [r for run in (RUN_B, RUN_C) for r in run["attention_short"]["rows"] if r["causal"]]
+    assert len(rows) == 16
+
+    def error(direction, k_half):
+        pairs = []
+        for r in rows:
+            rate = sum(x[direction] for x in long[r["impl"]]) / len(long[r["impl"]])
+            keys = r["seq"] / 2
+            model = rate / (8192 / (8192 + k_half)) * keys / (keys + k_half)
+            pairs.append((model, r["bwd_TFLOPs" if direction else "fwd_TFLOPs"]))
+        return _mean_abs_log(pairs)[0]
+
+    # FlashAttention-2's causal backward at 512 tokens: 121 TFLOP/s in run 3, 0.40 of its 16k rate
+    assert error(1, 128) > 0.25  # the forward's k½ leaves the short backward far too fast
+    assert error(1, 128 * attention.BACKWARD_FILL) < 0.045
+    assert error(0, 128) < 0.07
+
+
 def test_published_hopper_attention_rates_hold_on_the_h200():
     # FRACTIONS["hopper"] come from the FlashAttention-3 paper's H100 figures (16k tokens, head dim 128,
     # no mask); the H200 has the same SMs and clocks. PyTorch SDPA's flash backend is FlashAttention-2.
