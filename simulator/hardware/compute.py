@@ -121,16 +121,14 @@ class RooflineComputeModel:
         self.k_half = k_half(efficiency.gemm_half_dim, gpu, attn_dtype)
         self.k_half_linear = k_half(efficiency.gemm_half_dim, gpu, dtype)
 
-    def shape_factor(self, shape: tuple[int, ...] | None, batch: int = 1, streams: int = 0,
-                     k_half: float | None = None) -> float:
+    def shape_factor(self, shape: tuple[int, ...] | None, k_half: float, batch: int = 1, streams: int = 0) -> float:
         """Tile/wave quantisation × main-loop fill of a GEMM ``(m, n, k)`` (``batch`` of them, as one
-        grouped kernel or on ``streams`` streams) with the fill's half-rate depth ``k_half`` (default: the
-        16-bit GEMMs'); 1 when the shape is unknown."""
+        grouped kernel or on ``streams`` streams) with the fill's half-rate depth ``k_half``; 1 when the
+        shape is unknown."""
         if not shape:
             return 1.0
         m, n, k = shape
-        return gemm_shape_factor(int(m), int(n), int(k), batch, self.sms, self.tiles,
-                                 self.k_half if k_half is None else k_half, streams)
+        return gemm_shape_factor(int(m), int(n), int(k), batch, self.sms, self.tiles, k_half, streams)
 
     def attention_factor(self, kv_len: int, backward: bool = False) -> float:
         """Main-loop fill of a causal FlashAttention kernel: each query tile loops over ``kv_len / 2``
@@ -159,7 +157,7 @@ class RooflineComputeModel:
                     peak *= self.fast_accum  # forward FP8 GEMMs accumulate fast on Hopper (module docstring)
             batch, streams = getattr(op, "batch", 1), getattr(op, "streams", 0)
             kh = self.k_half_linear if fp8_linear else self.k_half
-            rate = peak * self.eff.gemm_fraction * self.shape_factor(getattr(op, "shape", None), batch, streams, kh)
+            rate = peak * self.eff.gemm_fraction * self.shape_factor(getattr(op, "shape", None), kh, batch, streams)
             fixed = self.launches(op) * self.launch.gemm_fixed_s + grouped_gemm_fixed_s(batch, streams)
             return max(op.flops / rate, mem_t) + fixed  # the fixed time includes the launch floor
         floor = self.launches(op) * self.launch.gpu_floor_s
