@@ -78,8 +78,8 @@ CAUSES: dict[str, str] = {
 GROUP_CAUSES: tuple[tuple[str, str], ...] = (
     ("mbridge2509-b200-deepseekv3-*", "25.09 container on DGX-B200: the same model and layout (pipeline 16, EP 8, "
      "micro-batch 1) ran 1.23-1.29x faster in 26.02.01 (2,790 against 2,265 FP8-CS / 2,159 MXFP8 tokens/s/GPU; 26.02.01's "
-     "global batch of 4,096 against 2,048 shortens the pipeline bubble by about 5%), and dtsim is +17% from that row. "
-     "25.09 ran token drop where 25.11 (2,139, +43%) force-balanced a dropless schedule, at the same throughput: what "
+     "global batch of 4,096 against 2,048 shortens the pipeline bubble by about 5%), and dtsim is +18% from that row. "
+     "25.09 ran token drop where 25.11 (2,139, +45%) force-balanced a dropless schedule, at the same throughput: what "
      "made the 25.09-25.11 DGX-B200 MoE rows slow is not the dropless schedule (Megatron-Bridge issue #1998's "
      "explanation for Qwen3-30B) and is not identified: too fast"),
     ("mbridge2602-b200-qwen3-30b*", "26.02 container on DGX-B200, the preset before Megatron-Bridge PR #2499: the "
@@ -93,8 +93,8 @@ GROUP_CAUSES: tuple[tuple[str, str], ...] = (
      "graphed router), not Transformer Engine's module overhead nor what else made the preset twice as slow: "
      "too fast"),
     ("mbridge2602-b200-qwen3-235b*", "DGX-B200 MoE at EP 8 (16 local experts per GPU), too fast like the 25.09 "
-     "token-drop rows of the model on DGX-B200 (+9%, +14%) while its GB200 rows at EP 64 (2 local experts) are within "
-     "3%: the missing time grows with the local experts on DGX-B200 (docs/accuracy-history.md item 18), beyond the "
+     "token-drop rows of the model on DGX-B200 (+7%, +12%) while its GB200 rows at EP 64 (2 local experts) are within "
+     "4%: the missing time grows with the local experts on DGX-B200 (docs/accuracy-history.md item 18), beyond the "
      "multi-stream grouped GEMM's fixed cost per GEMM, which is modelled (3 points here, item 22); not identified"),
     ("nemo2502-b200-*", "NeMo 25.02, NVIDIA's first DGX-B200 table: the same layouts ran faster in its later tables "
      "(Llama 3 8B 26,006 -> 29,994 in Megatron-Bridge 25.09 -> 30,624 in 25.11 tokens/s/GPU; Llama 3.1 405B 625 -> 664 "
@@ -135,7 +135,7 @@ GROUP_CAUSES: tuple[tuple[str, str], ...] = (
     ("mbridge2511-b200-gpt-oss*", "25.11 container on DGX-B200, on top of GPT-OSS's own gap: the same preset "
      "(micro-batch 4, EP 8, recompute [layernorm, moe_act]) ran at 223 TFLOP/s/GPU in 25.11 and 373 in 26.02.01 "
      "(1.67x), where dtsim gives the two 1.16x apart (global batch 512 against 1,280: the optimizer step and "
-     "the experts' post-step all-gather amortised over fewer micro-batches); the 26.02.01 row is +40% (GPT-OSS: "
+     "the experts' post-step all-gather amortised over fewer micro-batches); the 26.02.01 row is +39% (GPT-OSS: "
      "not identified, mbridge260201-b200-gpt-oss-120b-64gpu-bf16), and the 25.11 DGX-B200 MoE rows are "
      "1.3-2.9x below 26.02's (Qwen3-30B-A3B 214 vs 614, DeepSeek-V3 557 vs 725): dtsim models one software "
      "state: too fast"),
@@ -163,14 +163,14 @@ GROUP_CAUSES: tuple[tuple[str, str], ...] = (
      "share); at the measured rates (times that share) the 26.02 GB200 step grows 2% (69 ms of 3.3 s), as now "
      "simulated. "
      "The measured steps are corroborated: Megatron-Bridge's GB200 model-verification card gives 4,995.63 ms per "
-     "step (16,398 tokens/s/GPU) for the EP-64 micro-batch-4 preset, dtsim 3.46 s. Where the missing time is, "
+     "step (16,398 tokens/s/GPU) for the EP-64 micro-batch-4 preset, dtsim 3.44 s. Where the missing time is, "
      "narrowed: in the same container (26.06) the GB300 MXFP8 recipe, which captures the whole iteration in one "
      "CUDA graph, dispatches with NCCL EP and keeps the experts' token counts on the device (perf_recipes/gpt_oss: "
      "cuda_graph_impl full_iteration, moe_use_grouped_tensor, whose comment says the legacy grouped MLP path "
      "\"syncs tokens_per_expert to the host every layer, which serializes the CPU behind the GPU\"), runs "
      "2,481.14 ms per step, 33,017 tokens/s/GPU (EP 16, micro-batch 4, global batch 1,280; card PR #5717), and "
      "dtsim gives that layout (training.kernels.cuda_graphs [full_iteration], moe_a2a_overlap as the recipe "
-     "sets) 30,814, 7% too slow, without the FP8 attention and cuDNN fused grouped MLP the recipe also runs. So "
+     "sets) 30,590, 7% too slow, without the FP8 attention and cuDNN fused grouped MLP the recipe also runs. So "
      "the GEMM and attention work dtsim prices for GPT-OSS is not too small: the eager presets' gap lies in what "
      "that recipe removes. Host dispatch alone would need 4-6x dtsim's host time per block (Grace "
      "cluster.topology.host.dispatch_scale 12 instead of 2.75 brings the 26.02.01 GB200 step to 5.0 s, 17 the "
