@@ -172,12 +172,13 @@ def wave_efficiency(m: int, n: int, batch: int, sms: int | None, tiles: tuple[tu
     best = 0.0
     for tm, tn in tiles:
         per_gemm = math.ceil(m / tm) * math.ceil(n / tn)
+        padding = m * n / (per_gemm * tm * tn)
         if sms is None:
-            best = max(best, m * n / (per_gemm * tm * tn))
+            best = max(best, padding)
             continue
-        eff = m * n * batch / (_slots(per_gemm * batch, sms) * tm * tn)
+        eff = padding * per_gemm * batch / _slots(per_gemm * batch, sms)
         if streams:
-            eff = min(eff, min(1.0, min(streams, batch) * per_gemm / sms) * m * n / (per_gemm * tm * tn))
+            eff = min(eff, min(1.0, min(streams, batch) * per_gemm / sms) * padding)
         best = max(best, eff)
     return best
 
@@ -192,8 +193,8 @@ def k_half(gemm_half_dim: float, gpu, dtype: str) -> float:
     2,048-8,192 at 4,096 and 16,384 tokens): the FP8 over BF16 speed-up grows with the depth ``k``, 1.64
     at 2,048, 1.77 at 4,096 and 8,192, 1.84-1.88 at 16,384-32,768, where one ``k½`` for both would keep
     it flat; with ``k½`` 128 for BF16 (``stream_gemm``'s best fit) the FP8 ``k½`` that fits the speed-ups
-    best is 320, and 256 (this rule) fits them to 4.1 % mean |log error| against 4.9 % at 128
-    (``tests/hardware/test_kernels_measured.py``). A slower math mode's fill costs fewer ``k`` steps by the
+    best is 320, and 256 (this rule) fits them to 4.1 % mean |log error| against 4.9 % at 128 with the
+    rates fitted, 4.2 % against 5.9 % at the catalogued MAMF rates (``tests/hardware/test_kernels_measured.py``). A slower math mode's fill costs fewer ``k`` steps by the
     same rule (FP32 or TF32 GEMMs: not measured)."""
     p16 = gpu.peak_flops("bf16" if gpu.peak_tflops.bf16 else "fp16")
     return gemm_half_dim * gpu.peak_flops(dtype) / p16

@@ -273,7 +273,7 @@ GROUP_CAUSES: tuple[tuple[str, str], ...] = (
      "its neighbours' progress"),
     ("vtrain-single-h2048-*", "vTrain hidden 2,048 at micro-batch 1-2: the grid's host floor per layer and "
      "micro-batch varies between 2.8 and 3.5 ms across layouts of equal host work (TP 4 micro-batch 2: 2.8 ms; TP 4 "
-     "micro-batch 1: 3.0 ms; TP 1: 3.3-4.0 ms); the one host scale fitted on their mean (1.55) leaves the "
+     "micro-batch 1: 3.0 ms; TP 1: 3.3-4.0 ms); the one host scale fitted on their mean (1.56) leaves the "
      "low-floor rows too slow"),
     ("vtrain-multi-h8192-*", "vTrain 39.1B on 512 GPUs: its TP 2 layouts run 1.5-1.9x slower than its TP 4 and "
      "TP 8 layouts at the same micro-batch (21.9-26.2 s against 13.9-15.0 s), which dtsim predicts alike; not "

@@ -37,7 +37,7 @@ sources) and the CUDA caching allocator where the CPU run pays a tiny CPU kernel
 version differ from the benchmark's (the torch available on the development machine now, 2.14.1,
 prints 25-40 % less for the same blocks: 415-428 / 493-528 µs Megatron, three runs; docs/compute.md).
 So the table is a lower bound: the compute model multiplies it by the host layer's
-``host_dispatch_scale`` (``RooflineComputeModel.host_time``), 1.55 on the A100 platform, fitted on
+``host_dispatch_scale`` (``RooflineComputeModel.host_time``), 1.56 on the A100 platform, fitted on
 vTrain's host-bound Megatron-DeepSpeed steps (``simulator.validation.host_calibration``), 1 elsewhere.
 
 Which block applies: compiled blocks (``kernels.compile``: Inductor's wrapper calls its kernels
