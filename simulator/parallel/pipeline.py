@@ -12,7 +12,9 @@ Between virtual stages a micro-batch's activations (forward) and their gradients
 as one ``send_recv`` of ``b·s·h/t`` elements per rank (formulas.md §6; Megatron's scatter/gather
 optimisation sends each TP rank's ``1/t`` slice, SC'21 §4.1) on the sender's p2p stream, over the
 real links of that boundary (mesh group ``pp_next:s``); the receiver's pass waits for it. The
-bubble comes out of the dependencies.
+bubble comes out of the dependencies. Megatron's and DeepSpeed's non-interleaved schedules also
+make the sender wait for its own transfer (``blocking_sends``): the stage computes again only once
+its send has completed.
 
 Data parallelism composes per stage (each stage's DP group reduces its own gradients, ``Ψ/(t·p)``
 per rank); with ``v > 1`` every model chunk reduces and steps its own parameters. DeepSpeed's
@@ -94,6 +96,22 @@ class _AfterSend(Hooks):
         self.pending.clear()
 
 
+def blocking_sends(ctx: BuildContext) -> bool:
+    """Whether a stage's next pass waits for its own p2p send to complete.
+
+    Megatron's non-interleaved 1F1B issues each send together with the next receive and waits for
+    both before computing on (``pipeline_parallel/schedules.py``
+    ``forward_backward_pipelining_without_interleaving``: ``send_forward_recv_backward`` and the other
+    ``p2p_communication`` calls run ``_communicate`` with ``wait_on_reqs=True``), and Megatron-LM forces
+    ``overlap_p2p_comm`` off without interleaving (``training/arguments.py``: "non-interleaved schedule
+    does not support overlapping p2p communication"); DeepSpeed's ``PipelineEngine`` sends with a
+    synchronous ``p2p.send``. The interleaved schedule overlaps its sends by default
+    (``overlap_p2p_comm``), and torch.distributed.pipelining (torchtitan, framework fsdp) waits for a
+    send only before its next send.
+    """
+    return ctx.parallel.framework in ("ddp", "deepspeed") and ctx.parallel.pipeline_schedule != "interleaved"
+
+
 def build(ctx: BuildContext, make_hooks: Callable[[BuildContext], Hooks],
           finish: Callable[[GraphBuilder, BuildContext, Hooks], dict]) -> StepGraph:
     """All stages' tasks in one graph; GPU stage ``s`` is device ``s``."""
@@ -114,6 +132,8 @@ def build(ctx: BuildContext, make_hooks: Callable[[BuildContext], Hooks],
     b = GraphBuilder()
     combine = a2a_overlap(ctx.work)
     relax = False  # a round without progress lets a forward go alone instead of waiting for its pair
+    blocking = blocking_sends(ctx)
+    own_send: list[int | None] = [None] * pp  # each GPU stage's last send, when sends block
 
     def source(phase: str, j: int, g: int) -> tuple[bool, tuple]:
         """(ready, tasks to wait for) of virtual stage ``j``'s ``phase`` of micro-batch ``g``."""
@@ -133,6 +153,8 @@ def build(ctx: BuildContext, make_hooks: Callable[[BuildContext], Hooks],
             task = b.collective(f"send {label} v{j}->v{dst} mb{g}", "pp", "send_recv",
                                 f"pp_next:{boundary}", act, stream=P2P, deps=(last,), micro_batch=g)
         sent[(phase, j, g)] = task
+        if blocking and task is not None:
+            own_send[j % pp] = task
         if isinstance(hooks[j], _AfterSend):
             hooks[j].flush(b)
 
@@ -146,6 +168,8 @@ def build(ctx: BuildContext, make_hooks: Callable[[BuildContext], Hooks],
                 ready, after = source(phase, j, g)
                 if not ready:
                     break
+                if own_send[s] is not None:
+                    after = (*after, own_send[s])
                 b.device = s
                 nxt = orders[s][pos[s] + 1] if pos[s] + 1 < len(orders[s]) else None
                 if combine and phase == "F" and nxt is not None and nxt[0] == "B":

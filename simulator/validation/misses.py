@@ -24,7 +24,8 @@ CAUSES: dict[str, str] = {
     "mtnlg-530b-2240gpu": "not identified: 126 TFLOP/s against 159 for Megatron-LM's own 530B run on the same "
     "2,240 DGX A100s (SC'21 Table 2, 1F1B, batch 2,240; its 12.1 % bubble against 14.2 % here explains 2 of the 26 "
     "points), which dtsim matches (+2.0 %). The pipeline engine's blocking sends (an 84 MB activation, 1/8 per TP "
-    "rank over HDR, then an NVLink all-gather: about 1 ms of a 180 ms micro-batch slot) are too small, and BLOOM-176B "
+    "rank over HDR, then an NVLink all-gather: about 1 ms of a 180 ms micro-batch slot) are modelled and too small "
+    "(+21.9 % -> +21.6 %), and BLOOM-176B "
     "on Megatron-DeepSpeed's pipeline engine is predicted within 1 % once its BF16_Optimizer is modelled: too fast",
     "mtnlg-530b-3360gpu": "as the 2,240-GPU run, not identified: too fast",
     "megatron-sc21-t2-zero3-175B-768gpu": "2021 DeepSpeed ZeRO-3 at 96 nodes: the list-based gather cost "
@@ -267,10 +268,11 @@ GROUP_CAUSES: tuple[tuple[str, str], ...] = (
      "costs (5 kernels and 37/41 bytes per score each way, 3 more host calls). The grid measures more: a layer "
      "and micro-batch takes 5.0-5.2 ms at micro-batch 1 against 4.0-4.3 ms at micro-batch 2 (twice the tokens, "
      "the fused kernel); the fallback's passes and calls explain about a quarter of that jump"),
-    ("vtrain-single-*-pp4-*", "vTrain PP 4: the grid's PP 4 runs are 5-7% too fast on average (PP 2: 0-2%); not "
-     "identified. A candidate dtsim does not model: Megatron's 1F1B calls torch.cuda.synchronize() after each "
-     "batch_isend_irecv (batch_p2p_sync, on by default without overlap_p2p_comm), which ties each stage's host to "
-     "its neighbours' progress"),
+    ("vtrain-single-*-pp4-*", "vTrain PP 4: the grid's PP 4 runs are 4-7% too fast on average (TP 1 +6.7%, TP 2 "
+     "+4.4%; PP 2: -0.1 to +1.2%); not identified. Modelled, and too small on one node: the non-interleaved 1F1B "
+     "waits for each send before computing on (pipeline.blocking_sends). Not a candidate: the "
+     "torch.cuda.synchronize() after each batch_isend_irecv (batch_p2p_sync), since dtsim already balances host "
+     "and GPU time per block"),
     ("vtrain-single-h2048-*", "vTrain hidden 2,048 at micro-batch 1-2: the grid's host floor per layer and "
      "micro-batch varies between 2.8 and 3.5 ms across layouts of equal host work (TP 4 micro-batch 2: 2.8 ms; TP 4 "
      "micro-batch 1: 3.0 ms; TP 1: 3.3-4.0 ms); the one host scale fitted on their mean (1.56) leaves the "

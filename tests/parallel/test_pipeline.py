@@ -13,7 +13,7 @@ from simulator.errors import InputError
 from simulator.parallel.build import build_step_graph
 from simulator.parallel.context import BuildContext
 from simulator.parallel.mesh import RankMesh
-from simulator.parallel.pipeline import one_f_one_b
+from simulator.parallel.pipeline import blocking_sends, one_f_one_b
 from simulator.parallel.pipeline_split import virtual_stage_layers as stage_layers
 from simulator.parallel.volume import bytes_per_rank
 from tests.parallel.fakes import AlphaBeta, SumCompute, work
@@ -34,18 +34,33 @@ def test_one_f_one_b_orders():
     assert stage_layers(10, 4) == [3, 3, 2, 2]
 
 
-def test_two_stage_step_by_hand():
+@pytest.mark.parametrize("framework", ["ddp", "deepspeed"])
+def test_two_stage_step_by_hand(framework):
     # One block per stage; forward 1 ms, backward 2 ms, Adam 0.5 ms; p2p t = α + S/B (send_recv).
+    # Megatron's and DeepSpeed's 1F1B wait for their own send before computing on (blocking_sends).
     tp2p = ALPHA + 1e6 / BW
-    # Stage 1: F0 [1+t, 2+t], B0 [2+t, 4+t] → grad sent [4+t, 4+2t]; F1 [4+t, 5+t], B1 [5+t, 7+t] →
-    # grad sent [7+t, 7+2t]. Stage 0: F0 [0,1], F1 [1,2], B0 [4+2t, 6+2t], B1 [7+2t, 9+2t], Adam.
-    ctx = _ctx(pp=2, n_micro=2, framework="ddp")
+    # Stage 0: F0 [0,1] → sent [1, 1+t]; F1 [1+t, 2+t] → sent [2+t, 2+2t].
+    # Stage 1: F0 [1+t, 2+t], B0 [2+t, 4+t] → grad sent [4+t, 4+2t]; F1 waits for that send:
+    # [4+2t, 5+2t], B1 [5+2t, 7+2t] → grad sent [7+2t, 7+3t].
+    # Stage 0: B0 [4+2t, 6+2t], B1 [7+3t, 9+3t], Adam → 9.5 + 3t (9.5 + 2t if sends did not block).
+    ctx = _ctx(pp=2, n_micro=2, framework=framework, **({"zero_stage": 1} if framework == "deepspeed" else {}))
     graph = build_step_graph(ctx)
     costing = Costing(SumCompute(), AlphaBeta(ALPHA, BW), ctx.mesh, pcie_Bps=1e10, cpu_adam_params_per_s=1e9)
     trace = simulate(graph, costing.costs(graph))
-    assert trace.end_s == pytest.approx(9.5e-3 + 2 * tp2p)
+    assert trace.end_s == pytest.approx(9.5e-3 + 3 * tp2p)
     stage1 = {s.name: s for s in trace.spans if s.device == 1}
-    assert stage1["bwd 0 mb1"].end_s == pytest.approx(7e-3 + tp2p)
+    assert stage1["fwd 0 mb1"].start_s == pytest.approx(4e-3 + 2 * tp2p)
+    assert stage1["bwd 0 mb1"].end_s == pytest.approx(7e-3 + 2 * tp2p)
+
+
+@pytest.mark.parametrize(("par", "blocks"), [
+    ({"framework": "ddp"}, True),  # Megatron forces overlap_p2p_comm off without interleaving
+    ({"framework": "deepspeed", "zero_stage": 1}, True),  # PipelineEngine's synchronous p2p.send
+    ({"framework": "ddp", "pipeline_schedule": "interleaved", "virtual_stages": 2}, False),  # overlap_p2p_comm
+    ({"framework": "ddp", "pipeline_schedule": "gpipe"}, True),
+])
+def test_which_schedules_block_on_their_sends(par, blocks):
+    assert blocking_sends(_ctx(pp=2, n_micro=4, n_layers=4, **par)) is blocks
 
 
 def test_p2p_volume_per_stage_and_dp_per_stage():
