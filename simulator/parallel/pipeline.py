@@ -12,9 +12,8 @@ Between virtual stages a micro-batch's activations (forward) and their gradients
 as one ``send_recv`` of ``b·s·h/t`` elements per rank (formulas.md §6; Megatron's scatter/gather
 optimisation sends each TP rank's ``1/t`` slice, SC'21 §4.1) on the sender's p2p stream, over the
 real links of that boundary (mesh group ``pp_next:s``); the receiver's pass waits for it. The
-bubble comes out of the dependencies. Megatron's and DeepSpeed's non-interleaved schedules also
-make the sender wait for its own transfer (``blocking_sends``): the stage computes again only once
-its send has completed.
+bubble comes out of the dependencies. In 1F1B the sender also waits for its own transfer
+(``blocking_sends``): the stage computes again only once its send has completed.
 
 Data parallelism composes per stage (each stage's DP group reduces its own gradients, ``Ψ/(t·p)``
 per rank); with ``v > 1`` every model chunk reduces and steps its own parameters. DeepSpeed's
@@ -97,7 +96,7 @@ class _AfterSend(Hooks):
 
 
 def blocking_sends(ctx: BuildContext) -> bool:
-    """Whether a stage's next pass waits for its own p2p send to complete.
+    """Whether a stage's next pass waits for its own p2p send to complete: in every framework's 1F1B.
 
     Megatron's non-interleaved 1F1B issues each send together with the next receive and waits for
     both before computing on (``pipeline_parallel/schedules.py``
@@ -105,11 +104,14 @@ def blocking_sends(ctx: BuildContext) -> bool:
     ``p2p_communication`` calls run ``_communicate`` with ``wait_on_reqs=True``), and Megatron-LM forces
     ``overlap_p2p_comm`` off without interleaving (``training/arguments.py``: "non-interleaved schedule
     does not support overlapping p2p communication"); DeepSpeed's ``PipelineEngine`` sends with a
-    synchronous ``p2p.send``. The interleaved schedule overlaps its sends by default
-    (``overlap_p2p_comm``), and torch.distributed.pipelining (torchtitan, framework fsdp) waits for a
-    send only before its next send.
+    synchronous ``p2p.send``; torch.distributed.pipelining's ``Schedule1F1B`` (torchtitan) fuses each
+    send with the next receive and waits for both before the next pass (``fwd_send_bwd_recv``,
+    ``bwd_send_fwd_recv``; only its warm-up forwards overlap one send). Megatron's interleaved schedule
+    overlaps its sends (``overlap_p2p_comm``, on by default with virtual stages), as do
+    torch.distributed.pipelining's runtime schedules (``ScheduleInterleaved1F1B``) and ``ScheduleGPipe``,
+    which waits for its forward sends once after the forwards.
     """
-    return ctx.parallel.framework in ("ddp", "deepspeed") and ctx.parallel.pipeline_schedule != "interleaved"
+    return ctx.parallel.pipeline_schedule == "1f1b"
 
 
 def build(ctx: BuildContext, make_hooks: Callable[[BuildContext], Hooks],

@@ -37,7 +37,7 @@ def test_one_f_one_b_orders():
 @pytest.mark.parametrize("framework", ["ddp", "deepspeed"])
 def test_two_stage_step_by_hand(framework):
     # One block per stage; forward 1 ms, backward 2 ms, Adam 0.5 ms; p2p t = α + S/B (send_recv).
-    # Megatron's and DeepSpeed's 1F1B wait for their own send before computing on (blocking_sends).
+    # 1F1B waits for its own send before computing on (blocking_sends).
     tp2p = ALPHA + 1e6 / BW
     # Stage 0: F0 [0,1] → sent [1, 1+t]; F1 [1+t, 2+t] → sent [2+t, 2+2t].
     # Stage 1: F0 [1+t, 2+t], B0 [2+t, 4+t] → grad sent [4+t, 4+2t]; F1 waits for that send:
@@ -57,7 +57,8 @@ def test_two_stage_step_by_hand(framework):
     ({"framework": "ddp"}, True),  # Megatron forces overlap_p2p_comm off without interleaving
     ({"framework": "deepspeed", "zero_stage": 1}, True),  # PipelineEngine's synchronous p2p.send
     ({"framework": "ddp", "pipeline_schedule": "interleaved", "virtual_stages": 2}, False),  # overlap_p2p_comm
-    ({"framework": "ddp", "pipeline_schedule": "gpipe"}, True),
+    ({"framework": "fsdp"}, True),  # torch.distributed.pipelining Schedule1F1B: fwd_send_bwd_recv waited
+    ({"framework": "ddp", "pipeline_schedule": "gpipe"}, False),  # ScheduleGPipe waits after the forwards
 ])
 def test_which_schedules_block_on_their_sends(par, blocks):
     assert blocking_sends(_ctx(pp=2, n_micro=4, n_layers=4, **par)) is blocks
