@@ -184,6 +184,28 @@ def prepare_raw(raw: Any, base_dir: Path | None = None, overrides: list[str] | N
     return apply_overrides(raw, rest)
 
 
+def apply_overrides_keeping_names(raw: dict, overrides: list[str] | None, base_dir: Path | None = None) -> dict:
+    """``prepare_raw``'s override order for a scenario that is written back out: a reference is resolved
+    (its catalog model or topology file written out as a mapping) only where a nested override edits it
+    (``model.moe.imbalance=1`` on ``model: deepseek-v3``); the others stay names."""
+    base_dir = base_dir or Path.cwd()
+    overrides = overrides or []
+    first = [o for o in overrides if o.partition("=")[0].strip() in _REFERENCE_KEYS]
+    rest = [o for o in overrides if o not in first]
+    raw = apply_overrides(copy.deepcopy(raw), first)
+    paths = [o.partition("=")[0].strip() for o in rest]
+    if "model" in raw and any(p.startswith("model.") for p in paths):
+        raw["model"] = _resolve_model(raw["model"], base_dir)
+    if "cluster" in raw and any(p.startswith("cluster.topology.") for p in paths):
+        raw["cluster"] = _resolve_cluster(raw["cluster"], base_dir)
+    return apply_overrides(raw, rest)
+
+
+def resolve_model(raw: Any, base_dir: Path | None = None) -> Any:
+    """A scenario's ``model`` value as a mapping (a catalog name or ``hf_config`` resolved)."""
+    return _resolve_model(raw, base_dir or Path.cwd())
+
+
 def scenario_from_dict(raw: Any, base_dir: Path | None = None, overrides: list[str] | None = None) -> Scenario:
     """Validate a raw scenario mapping (after applying overrides and resolving references)."""
     prepared = prepare_raw(raw, base_dir, overrides)

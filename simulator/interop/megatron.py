@@ -12,7 +12,9 @@ N-th layer full attention, ``is_layer_window_attention``: ``model.full_attention
 ``--untie-embeddings-and-output-weights`` (tied by default), ``--attention-dropout`` /
 ``--hidden-dropout`` (0.1 default), ``--vocab-size`` padded to a multiple of
 ``--make-vocab-size-divisible-by`` (128) × tp (``_vocab_size_with_padding``), ``--seq-length``,
-``--micro-batch-size``, ``--global-batch-size``, ``--bf16`` / ``--fp16``, ``--recompute-granularity``
+``--micro-batch-size``, ``--global-batch-size``, ``--bf16`` / ``--fp16``, ``--fp8-format`` with ``--fp8-recipe``
+(``delayed`` default, ``tensorwise`` = current scaling, ``mxfp8``; ``training.kernels.fp8_recipe``),
+``--recompute-granularity``
 (``full`` / ``selective``; ``--recompute-activations`` = selective), ``--recompute-modules`` (a list:
 ``core_attn``, ``layernorm``, ``moe_act``, ``mla_up_proj``; ``training.recompute_modules``), ``--tensor-model-parallel-size``,
 ``--pipeline-model-parallel-size``, ``--context-parallel-size``, ``--sequence-parallel``,
@@ -32,6 +34,10 @@ from simulator.interop.megatron_flags import read_flags, value_of
 
 FIELD = "megatron"
 
+#: Megatron-LM ``--fp8-recipe`` (default ``delayed``) → ``training.kernels.fp8_recipe``: ``tensorwise`` is
+#: Transformer Engine's per-tensor current scaling. ``blockwise`` (DeepSeek-style 128×128 blocks) is not
+#: simulated.
+FP8_RECIPES = {"delayed": "delayed", "tensorwise": "current", "mxfp8": "mxfp8"}
 #: Megatron-Core recompute modules dtsim models (``training.recompute_modules``).
 RECOMPUTE_MODULES = ("core_attn", "layernorm", "moe_act", "mla_up_proj")
 
@@ -168,6 +174,14 @@ def _training(flags: dict, integer, out: Imported) -> None:
     if value_of(flags, "fp8-format"):
         precision = "fp8"
     out.set("training.precision", precision)
+    recipe = value_of(flags, "fp8-recipe")
+    if recipe is not None:
+        if precision != "fp8":
+            raise InputError(f"--fp8-recipe {recipe} needs --fp8-format (FP8 training)", FIELD)
+        if recipe not in FP8_RECIPES:
+            raise InputError(f"--fp8-recipe {recipe!r}: dtsim simulates {', '.join(FP8_RECIPES)}; give one of them",
+                             FIELD)
+        out.set("training.kernels.fp8_recipe", FP8_RECIPES[recipe])
     granularity = value_of(flags, "recompute-granularity")
     if flags.get("recompute-activations"):
         if granularity not in (None, "selective"):

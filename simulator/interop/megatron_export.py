@@ -55,6 +55,12 @@ def export_args(s: Scenario) -> Exported:
               f"--global-batch-size {tr.global_batch_size}"]
     if tr.precision == "fp8":
         lines += ["--bf16", "--fp8-format hybrid"]
+        recipe = {"delayed": "delayed", "current": "tensorwise", "mxfp8": "mxfp8"}.get(tr.kernels.fp8_recipe)
+        if recipe is None:
+            notes.append(f"training.kernels.fp8_recipe {tr.kernels.fp8_recipe} is torchao float8: Megatron-LM "
+                         "has no such recipe (exported as delayed scaling)")
+        elif recipe != "delayed":
+            lines.append(f"--fp8-recipe {recipe}")
     elif tr.precision in ("bf16", "fp16"):
         lines.append(f"--{tr.precision}")
     lines += export_graphs(tr.kernels)

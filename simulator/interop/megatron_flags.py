@@ -22,7 +22,7 @@ VALUE_FLAGS = (
     "train-samples", "tensor-model-parallel-size", "pipeline-model-parallel-size", "context-parallel-size",
     "num-layers-per-virtual-pipeline-stage", "virtual-pipeline-model-parallel-size", "pipeline-model-parallel-layout",
     "fp8-format", "window-size", "window-attn-skip-freq", "recompute-modules",
-    "attention-backend", "nnodes", "nproc-per-node", "clip-grad",
+    "attention-backend", "nnodes", "nproc-per-node", "clip-grad", "fp8-recipe",
 ) + megatron_moe.VALUE_FLAGS + megatron_graphs.VALUE_FLAGS + megatron_mla.VALUE_FLAGS
 #: Switches dtsim reads.
 BOOL_FLAGS = (
@@ -61,11 +61,16 @@ IGNORED = (
       "accumulate-allreduce-grads-in-fp32", "transformer-impl", "use-mcore-models",
       "use-legacy-models", "cross-entropy-loss-fusion", "apply-layernorm-1p", "no-persist-layer-norm",
       "fp8-amax-", "fp8-margin", "fp8-interval", "fp8-wgrad", "bias-dropout-fusion", "squared-relu-fusion",
-      "manual-gc", "no-async-tensor-model-parallel-allreduce", "calculate-per-token-loss", "init-model-with-meta-device",
+      "manual-gc", "manual-gc-", "no-async-tensor-model-parallel-allreduce", "calculate-per-token-loss", "init-model-with-meta-device",
       "deterministic-mode", "check-for-nan-in-loss-and-grad", "no-check-for-nan-in-loss-and-grad", "bf16-",
       "align-grad-reduce", "align-param-gather", "ddp-bucket-size",
-      "ddp-average-in-collective", "tp-comm-", "defer-embedding-wgrad-compute"),
+      "ddp-average-in-collective", "tp-comm-", "defer-embedding-wgrad-compute", "cross-entropy-fusion-impl",
+      "enable-experimental", "te-rng-tracker", "mscale", "mscale-all-dim"),
      _NUMERICS),
+    (("use-precision-aware-optimizer", "main-grads-dtype", "main-params-dtype", "exp-avg-dtype",
+      "exp-avg-sq-dtype", "reuse-grad-buf-for-mxfp8-param-ag"),
+     "optimizer-state and buffer dtypes: same step time; memory is modelled with FP32 master weights and "
+     "moments and separate gradient and parameter-gather buffers (an overestimate with BF16 moments)"),
     (("distributed-backend", "distributed-timeout-minutes", "local-rank", "local_rank", "use-cpu-initialization",
       "empty-unused-memory-level", "node_rank", "node-rank", "master_addr", "master-addr", "master_port",
       "master-port", "rdzv-", "rdzv_"),

@@ -8,8 +8,9 @@ written by ``megatron_export.export_args``). Flag names and defaults: Megatron-L
   (one shared expert module of that width), ``--moe-layer-freq`` (an integer ``N``: blocks ``0, N, 2N, …``
   have experts; or a list expression such as ``([0]*3+[1]*58)``), ``--moe-expert-capacity-factor``
   (token dropping; ``model.moe.capacity_factor``), ``--moe-router-force-load-balancing`` (balanced
-  routing for benchmarks: ``model.moe.imbalance`` 1), ``--moe-router-padding-for-fp8``
-  (``model.moe.router_padding_for_fp8``: no Fp8Padding copies around the experts);
+  routing for benchmarks: ``model.moe.imbalance`` 1), ``--moe-router-padding-for-quantization`` (named
+  ``--moe-router-padding-for-fp8`` before Megatron-Core 0.14; ``model.moe.router_padding_for_fp8``: no
+  Fp8Padding copies around the experts);
 * ``--expert-model-parallel-size``, ``--expert-tensor-parallel-size``, ``--moe-token-dispatcher-type``
   (``alltoall``; ``flex`` with ``--moe-enable-deepep`` or ``--moe-flex-dispatcher-backend deepep`` /
   ``hybridep``: ``parallel.moe_dispatcher: deepep``; ``allgather`` is not simulated),
@@ -33,14 +34,17 @@ VALUE_FLAGS = (
     "moe-layer-freq", "moe-expert-capacity-factor", "expert-model-parallel-size", "expert-tensor-parallel-size",
     "moe-token-dispatcher-type", "moe-flex-dispatcher-backend", "mtp-num-layers",
 )
+#: The router's padding of each expert's tokens to the quantized GEMMs' row alignment, old and new name.
+ROUTER_PADDING_FLAGS = ("moe-router-padding-for-fp8", "moe-router-padding-for-quantization")
 BOOL_FLAGS = ("moe-router-force-load-balancing", "moe-enable-deepep", "overlap-moe-expert-parallel-comm",
-              "moe-shared-expert-overlap", "moe-router-padding-for-fp8")
+              "moe-shared-expert-overlap") + ROUTER_PADDING_FLAGS
 IGNORED = (("moe-grouped-gemm", "moe-permute-fusion", "moe-router-fusion", "moe-aux-loss-coeff", "moe-z-loss-coeff",
             "moe-router-load-balancing-type", "moe-router-score-function", "moe-router-dtype",
             "moe-router-pre-softmax", "moe-router-bias-update-rate", "moe-router-enable-expert-bias",
             "moe-router-topk-scaling-factor", "moe-router-num-groups", "moe-router-group-topk",
             "moe-token-drop-policy", "moe-pad-expert-input-to-capacity", "moe-input-jitter-eps",
-            "moe-per-layer-logging", "moe-use-legacy-grouped-gemm", "mtp-loss-scaling-factor"),
+            "moe-per-layer-logging", "moe-use-legacy-grouped-gemm", "mtp-loss-scaling-factor",
+            "moe-hybridep-num-sms", "moe-deepep-num-sms"),
            "MoE routing numerics or kernel choice: same FLOPs and bytes (load balance is model.moe.imbalance)")
 DEEPEP_BACKENDS = ("deepep", "hybridep")
 
@@ -114,7 +118,7 @@ def import_moe(flags: dict, integer, out: Imported) -> None:
         out.set("model.moe.capacity_factor", as_float(capacity, "--moe-expert-capacity-factor"))
     if flags.get("moe-router-force-load-balancing"):
         out.set("model.moe.imbalance", 1.0)
-    if flags.get("moe-router-padding-for-fp8"):
+    if any(flags.get(flag) for flag in ROUTER_PADDING_FLAGS):
         out.set("model.moe.router_padding_for_fp8", True)
     ep, etp = integer("expert-model-parallel-size"), integer("expert-tensor-parallel-size")
     for key, value in (("ep", ep), ("etp", etp)):

@@ -15,8 +15,12 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from simulator.config.loader import format_validation_error, prepare_raw
-from simulator.config.overrides import apply_overrides
+from simulator.config.loader import (
+    apply_overrides_keeping_names,
+    format_validation_error,
+    prepare_raw,
+    resolve_model,
+)
 from simulator.config.parallel import ParallelConfig
 from simulator.config.scenario import Scenario
 from simulator.errors import InputError
@@ -78,6 +82,33 @@ def _model_option(model: str) -> Any:
     return model
 
 
+#: ``model`` keys a training config sets for the run rather than for the architecture: they stay when
+#: ``--model`` gives the architecture (Megatron's forced load balancing, token dropping, router padding
+#: and MTP modules).
+RUN_SETTINGS = ("mtp_layers", "moe.imbalance", "moe.capacity_factor", "moe.router_padding_for_fp8")
+
+
+def _with_run_settings(model: Any, frag: dict, base_dir: Path) -> Any:
+    """``--model``'s architecture with the run settings the config gave (``RUN_SETTINGS``); the model is
+    written out as a mapping only when there are any."""
+    settings = {}
+    for key in RUN_SETTINGS:
+        section, _, leaf = key.rpartition(".")
+        where = frag.get(section) if section else frag
+        if isinstance(where, dict) and leaf in where:
+            settings[key] = where[leaf]
+    if not settings:
+        return model
+    out = resolve_model(model, base_dir)
+    for key, value in settings.items():
+        section, _, leaf = key.rpartition(".")
+        if section and not isinstance(out.get(section), dict):
+            raise InputError(f"the config sets model.{key} but --model {model} has no {section} section: it is "
+                             "not the model the config trains; give the right --model", "model")
+        (out[section] if section else out)[leaf] = value
+    return out
+
+
 def _topology_option(topology: str) -> str:
     path = Path(topology)
     return str(path.resolve()) if path.suffix in (".yaml", ".yml") and path.exists() else topology
@@ -121,11 +152,11 @@ def import_scenario(fmt: str, source: str | Path | None = None, *, text: str | N
         frag.pop("cluster", None)
         raw = merge(_without_what_the_config_decides(raw, frag), frag)
         if model:
-            raw["model"] = _model_option(model)
+            raw["model"] = _with_run_settings(_model_option(model), frag.get("model") or {}, base_dir)
     raw["name"] = name or raw.get("name") or (Path(source).stem if source is not None else f"{fmt}-import")
     if not raw.get("cluster"):
         raw.pop("cluster")
-    raw = apply_overrides(raw, overrides or [])
+    raw = apply_overrides_keeping_names(raw, overrides, base_dir)
     _require_cluster(raw, fmt)
     if "model" not in raw:
         raise InputError(f"{label} does not give the model shape; give --model NAME (dtsim catalog models) or "
@@ -251,9 +282,6 @@ def export_point(base_raw: dict, base_dir: Path, point: dict[str, Any], folder: 
 
     sets = [*(overrides or []), *assignments(point)]
     scenario = scenario_from_dict(base_raw, base_dir, sets)
-    try:
-        raw = apply_overrides(base_raw, sets)
-    except InputError:  # a nested override of a catalog name: write the resolved form
-        raw = prepare_raw(base_raw, base_dir, sets)
+    raw = apply_overrides_keeping_names(base_raw, sets, base_dir)
     raw.pop("sweep", None)
     return write_exports(scenario, folder, raw)

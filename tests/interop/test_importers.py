@@ -687,3 +687,53 @@ def test_gradient_clipping_read_and_written(tmp_path):
         doc = ("distributed_type: DEEPSPEED\nmixed_precision: bf16\ndeepspeed_config:\n  zero_stage: 2\n"
                f"  gradient_clipping: {value}\n")
         assert accelerate.import_yaml(doc).get("training.grad_clipping") is want
+
+
+@pytest.mark.parametrize(("recipe", "want"), [("delayed", "delayed"), ("tensorwise", "current"), ("mxfp8", "mxfp8")])
+def test_megatron_fp8_recipe_imports_and_round_trips(recipe, want):
+    """Megatron-LM's --fp8-recipe (arguments.py choices; tensorwise is Transformer Engine's per-tensor current
+    scaling) sets training.kernels.fp8_recipe, and the exporter writes it back (delayed is the default)."""
+    text = MEGATRON.replace("--bf16", f"--bf16 --fp8-format hybrid --fp8-recipe {recipe}")
+    s, _, _ = import_scenario("megatron", text=text, topology="dgx-b200")
+    assert (s.training.precision, s.training.kernels.fp8_recipe) == ("fp8", want)
+    exported = export_scenario(s, "megatron").text
+    assert (f"--fp8-recipe {recipe}" in exported) is (recipe != "delayed")
+    back, _, _ = import_scenario("megatron", text=exported, topology="dgx-b200")
+    assert back.training.kernels.fp8_recipe == want
+
+
+@pytest.mark.parametrize(("extra", "needle"), [
+    ("--fp8-format hybrid --fp8-recipe blockwise", "--fp8-recipe 'blockwise'"),  # not simulated
+    ("--fp8-recipe mxfp8", "needs --fp8-format"),
+])
+def test_megatron_fp8_recipe_refusals(extra, needle):
+    with pytest.raises(InputError, match=needle):
+        import_scenario("megatron", text=MEGATRON.replace("--bf16", f"--bf16 {extra}"), topology="dgx-b200")
+
+
+def test_megatron_router_padding_new_name_and_catalog_model_keeps_run_settings():
+    """Megatron-Core 0.14 renamed --moe-router-padding-for-fp8 to --moe-router-padding-for-quantization.
+    With --model naming a catalog entry, the architecture is the catalog's but what the flags set for the
+    run (forced load balancing, router padding, MTP modules) stays, and --set can edit the catalog
+    model's keys (the scenario then writes the model out)."""
+    text = QWEN3_MOE.replace("\n", " ") + " --moe-router-padding-for-quantization --moe-router-force-load-balancing"
+    s, written, _ = import_scenario("megatron", text=text, topology="dgx-h100", model="qwen3-30b-a3b")
+    assert (s.model.moe.router_padding_for_fp8, s.model.moe.imbalance, s.model.mtp_layers) == (True, 1.0, 1)
+    assert "router_padding_for_fp8: true" in written
+    s2, _, _ = import_scenario("megatron", text=QWEN3_MOE.replace("\n", " "), topology="dgx-h100",
+                               model="qwen3-30b-a3b", overrides=["model.moe.capacity_factor=1.0"])
+    assert s2.model.moe.capacity_factor == 1.0
+    plain, written_plain, _ = import_scenario("megatron", text=MEGATRON, topology="dgx-h100", model="llama-3-8b")
+    assert "model: llama-3-8b" in written_plain  # nothing to keep: the name stays
+
+
+def test_megatron_reproduce_guide_flags_are_known():
+    """The flags of NVIDIA's DeepSeek-V3 GB200 reproduce guide (Megatron-LM docs/discussions/
+    deepseek-v3-gb200-optimization) that change no simulated quantity are listed as ignored, not refused."""
+    flags = ("--cross-entropy-fusion-impl te --manual-gc --manual-gc-interval 10 --enable-experimental "
+             "--te-rng-tracker --mscale 1.0 --mscale-all-dim 1.0 --use-precision-aware-optimizer "
+             "--main-grads-dtype fp32 --main-params-dtype fp32 --exp-avg-dtype bf16 --exp-avg-sq-dtype bf16 "
+             "--reuse-grad-buf-for-mxfp8-param-ag")
+    _, _, imported = import_scenario("megatron", text=MEGATRON + " " + flags, topology="dgx-h100")
+    ignored = {k for k, _ in imported.ignored}
+    assert {"--manual-gc-interval", "--exp-avg-dtype", "--te-rng-tracker", "--mscale-all-dim"} <= ignored
