@@ -79,10 +79,16 @@ CAUSES: dict[str, str] = {
 GROUP_CAUSES: tuple[tuple[str, str], ...] = (
     ("mbridge2509-b200-deepseekv3-*", "25.09 container on DGX-B200: the same model and layout (pipeline 16, EP 8, "
      "micro-batch 1) ran 1.23-1.29x faster in 26.02.01 (2,790 against 2,265 FP8-CS / 2,159 MXFP8 tokens/s/GPU; 26.02.01's "
-     "global batch of 4,096 against 2,048 shortens the pipeline bubble by about 5%), and dtsim is +18% from that row. "
-     "25.09 ran token drop where 25.11 (2,139, +45%) force-balanced a dropless schedule, at the same throughput: what "
-     "made the 25.09-25.11 DGX-B200 MoE rows slow is not the dropless schedule (Megatron-Bridge issue #1998's "
-     "explanation for Qwen3-30B) and is not identified: too fast"),
+     "global batch of 4,096 against 2,048 shortens the pipeline bubble by about 5%), and dtsim is +17% from that row. "
+     "25.09 ran token drop where 25.11 (2,139, +43%) force-balanced a dropless schedule, at the same throughput, so "
+     "the dropless schedule (Megatron-Bridge issue #1998's explanation for Qwen3-30B) is not the cause. The cause is "
+     "the eager MoE layer's host time. The 25.09-25.11 presets ran without CUDA graphs, with the alltoall "
+     "dispatcher and the MLA up-projection recompute (Megatron-Bridge deepseek_llm_pretrain.py of that period). "
+     "NVIDIA's GB200 write-up of this model (Megatron-LM docs/discussions/deepseek-v3-gb200-optimization) measured "
+     "that eager state at 540 TFLOP/s/GPU, about these rows' 557-589, and credits host work with 239 of the 476 "
+     "TFLOP/s its later steps gained: graphs +8.6%, NUMA binding +10%, no up-projection recompute \"due to CPU "
+     "overhead\" +7.9%. dtsim, whose MoE host time is a plain-PyTorch lower bound (moe_host.py), gives that "
+     "eager GB200 state 981 and the graphs +1.7% (docs/moe.md): too fast"),
     ("mbridge2602-b200-qwen3-30b*", "26.02 container on DGX-B200, the preset before Megatron-Bridge PR #2499: the "
      "dropless alltoall schedule at micro-batch 1 that issue #1998 found \"2X slower\" in 25.11 (9,299 tokens/s/GPU "
      "there, the same configuration counted once here at 9,691; the 25.09 token-drop row of the layout 18,066); its "
@@ -204,7 +210,9 @@ GROUP_CAUSES: tuple[tuple[str, str], ...] = (
      "per block forward)"),
     ("mbridge2511-b200-*", "25.11 container on DGX-B200: its MoE rows are 1.3-2.9x below the 26.02 container's "
      "rows of the same models on B200 (Qwen3-30B-A3B 214 vs 614 at micro-batch 1 vs 4, GPT-OSS 223 vs 373, "
-     "DeepSeek-V3 557 vs 725 TFLOP/s/GPU); dtsim models one software state: too fast"),
+     "DeepSeek-V3 557 vs 725 TFLOP/s/GPU); dtsim models one software state. The presets ran eager (no CUDA "
+     "graphs): the eager MoE layer's host time, which NVIDIA's DeepSeek-V3 GB200 write-up measures and dtsim's "
+     "plain-PyTorch lower bound leaves out (the mbridge2509 DGX-B200 DeepSeek-V3 rows, docs/moe.md): too fast"),
     ("*qwen3*", "MoE in FP8: the experts' grouped GEMMs are priced at the dense FP8 GEMM rate (Transformer "
      "Engine's GroupedLinear under fp8_autocast) with tile and wave quantisation and the fixed time per GEMM, which "
      "FP8 pays no more than BF16 (measured on an H200: one FP8 GEMM per expert on four streams, 2.5-3.4 us each; "
