@@ -86,7 +86,7 @@ GROUP_CAUSES: tuple[tuple[str, str], ...] = (
      "dispatcher and the MLA up-projection recompute (Megatron-Bridge deepseek_llm_pretrain.py of that period). "
      "NVIDIA's GB200 write-up of this model (Megatron-LM docs/discussions/deepseek-v3-gb200-optimization) measured "
      "that eager state at 540 TFLOP/s/GPU, about these rows' 557-589, and credits host work with 239 of the 476 "
-     "TFLOP/s its later steps gained: graphs +8.6%, NUMA binding +10%, no up-projection recompute \"due to CPU "
+     "TFLOP/s between its baseline (494) and 970: graphs +8.6%, NUMA binding +10%, no up-projection recompute \"due to CPU "
      "overhead\" +7.9%. dtsim, whose MoE host time is a plain-PyTorch lower bound (moe_host.py), gives that "
      "eager GB200 state 981 and the graphs +1.7% (docs/moe.md): too fast"),
     ("mbridge2602-b200-qwen3-30b*", "26.02 container on DGX-B200, the preset before Megatron-Bridge PR #2499: the "
