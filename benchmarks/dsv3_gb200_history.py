@@ -7,12 +7,17 @@ script changes that row's dispatcher, CUDA graphs and MLA up-projection recomput
 and prints dtsim's TFLOP/s/GPU (the row's FLOP convention) beside the measured ones. The measured states
 also differ in kernels dtsim does not distinguish (the write-up's fusions, NUMA binding, DeepEP's MNNVL
 bandwidth), so the comparison shows how much each switch moves the step in dtsim, not a fit.
+``--dispatch-scale S ...`` repeats the states with Grace's host scale (``cluster.topology.host.dispatch_scale``,
+2.75 in the topology) set to each ``S``: how much more host time per MoE block the eager states imply;
+``--rows GLOB`` prints the signed error of those validation runs at each scale instead (any host).
 
-    python benchmarks/dsv3_gb200_history.py
+    python benchmarks/dsv3_gb200_history.py [--dispatch-scale 6 10]
+    python benchmarks/dsv3_gb200_history.py --rows 'mbridge*-b200-deepseek*' --dispatch-scale 1 3 4 5
 """
 
 from __future__ import annotations
 
+import argparse
 import copy
 import dataclasses
 
@@ -31,21 +36,53 @@ STATES = (
 )
 
 
+def tflops(run, dispatcher: str, graphs: list[str], modules: list[str], scale: float | None) -> float:
+    """dtsim's TFLOP/s/GPU (the row's FLOP convention) for ``run`` set to one state."""
+    sc = copy.deepcopy(run.scenario)
+    sc["parallel"]["moe_dispatcher"] = dispatcher
+    sc["training"]["recompute_modules"] = modules
+    kernels = sc["training"]["kernels"]
+    if graphs:
+        kernels["cuda_graphs"] = graphs
+    else:
+        kernels.pop("cuda_graphs", None)
+    sets = run.overrides + ((f"cluster.topology.host.dispatch_scale={scale}",) if scale is not None else ())
+    rep = simulate(scenario_for(dataclasses.replace(run, scenario=sc, overrides=sets)))
+    return run.flops_per_token * rep.tokens_per_step / (rep.step_time_s * rep.n_gpus) / 1e12
+
+
+def print_rows(pattern: str, scales: list[float]) -> None:
+    """Signed throughput error of the validation runs matching ``pattern`` with the host's dispatch scale
+    set to each of ``scales``."""
+    print("run  " + "  ".join(f"scale {s:g}" for s in scales))
+    for run in select(load_runs(), pattern):
+        if run.scenario is None:
+            continue
+        errors = []
+        for scale in scales:
+            sets = run.overrides + (f"cluster.topology.host.dispatch_scale={scale}",)
+            rep = simulate(scenario_for(dataclasses.replace(run, overrides=sets)))
+            errors.append(rep.tokens_per_s_per_gpu / run.measured_tokens_per_s_per_gpu - 1)
+        print(run.id + "  " + "  ".join(f"{e:+.0%}" for e in errors))
+
+
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--dispatch-scale", type=float, nargs="*", default=[], metavar="S",
+                        help="also print each state at these Grace host scales")
+    parser.add_argument("--rows", metavar="GLOB", help="validation runs to print at each host scale instead")
+    args = parser.parse_args()
+    scales = args.dispatch_scale
+    if args.rows:
+        print_rows(args.rows, scales)
+        return
     run = select(load_runs(), ROW)[0]
-    print(f"{'state':54} {'measured':>9} {'dtsim':>7}  TFLOP/s/GPU")
+    head = "".join(f" {'scale ' + format(s, 'g'):>10}" for s in scales)
+    print(f"{'state':54} {'measured':>9} {'dtsim':>7}{head}  TFLOP/s/GPU")
     for label, measured, dispatcher, graphs, modules in STATES:
-        sc = copy.deepcopy(run.scenario)
-        sc["parallel"]["moe_dispatcher"] = dispatcher
-        sc["training"]["recompute_modules"] = modules
-        kernels = sc["training"]["kernels"]
-        if graphs:
-            kernels["cuda_graphs"] = graphs
-        else:
-            kernels.pop("cuda_graphs", None)
-        rep = simulate(scenario_for(dataclasses.replace(run, scenario=sc)))
-        tflops = run.flops_per_token * rep.tokens_per_step / (rep.step_time_s * rep.n_gpus) / 1e12
-        print(f"{label:54} {measured:9.1f} {tflops:7.1f}")
+        cells = [tflops(run, dispatcher, graphs, modules, None)]
+        cells += [tflops(run, dispatcher, graphs, modules, s) for s in scales]
+        print(f"{label:54} {measured:9.1f} {cells[0]:7.1f}" + "".join(f" {c:10.1f}" for c in cells[1:]))
 
 
 if __name__ == "__main__":

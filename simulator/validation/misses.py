@@ -88,7 +88,9 @@ GROUP_CAUSES: tuple[tuple[str, str], ...] = (
      "that eager state at 540 TFLOP/s/GPU, about these rows' 557-589, and credits host work with 239 of the 476 "
      "TFLOP/s between its baseline (494) and 970: graphs +8.6%, NUMA binding +10%, no up-projection recompute \"due to CPU "
      "overhead\" +7.9%. dtsim, whose MoE host time is a plain-PyTorch lower bound (moe_host.py), gives that "
-     "eager GB200 state 981 and the graphs +1.7% (docs/moe.md): too fast"),
+     "eager GB200 state 981 and the graphs +1.7%. 3.6x that host time (Grace scale 10) gives it 508 "
+     "(docs/moe.md). 4-5x on these x86 hosts brings these rows to -6..+16% (python "
+     "benchmarks/dsv3_gb200_history.py --rows 'mbridge*-b200-deepseek*' --dispatch-scale 1 3 4 5): too fast"),
     ("mbridge2602-b200-qwen3-30b*", "26.02 container on DGX-B200, the preset before Megatron-Bridge PR #2499: the "
      "dropless alltoall schedule at micro-batch 1 that issue #1998 found \"2X slower\" in 25.11 (9,299 tokens/s/GPU "
      "there, the same configuration counted once here at 9,691; the 25.09 token-drop row of the layout 18,066); its "
@@ -181,7 +183,11 @@ GROUP_CAUSES: tuple[tuple[str, str], ...] = (
      "the GEMM and attention work dtsim prices for GPT-OSS is not too small: the eager presets' gap lies in what "
      "that recipe removes. Host dispatch alone would need 4-6x dtsim's host time per block (Grace "
      "cluster.topology.host.dispatch_scale 12 instead of 2.75 brings the 26.02.01 GB200 step to 5.0 s, 17 the "
-     "GB300 one to its measured 4.2 s): not a plausible dispatch speed, and the two disagree; the NCCL "
+     "GB300 one to its measured 4.2 s), and the two disagree. NVIDIA's eager DeepSeek-V3 GB200 state implies "
+     "3.6x (scale 10: 508 against the measured 540 TFLOP/s/GPU; docs/moe.md). But GPT-OSS's DGX-B200 row "
+     "moves only from +39% to +28% at 5x the x86 host time, where the DGX-B200 DeepSeek-V3 rows reach -19..-1% "
+     "(python benchmarks/dsv3_gb200_history.py --rows ...): at micro-batch 4 its blocks are GPU-bound, so "
+     "host time of that kind is not its cause. Remaining candidates: the NCCL "
      "all-to-all dispatcher's per-layer synchronisation across 64 ranks, and the BF16 kernels against the fused "
      "MXFP8 ones, remain. Untimed candidate: the "
      "learnable-sink backward. Its forward is fast (the benchmark above: 0.553 ms, 995 TFLOP/s, for one 8,192-token "
