@@ -737,3 +737,12 @@ def test_megatron_reproduce_guide_flags_are_known():
     _, _, imported = import_scenario("megatron", text=MEGATRON + " " + flags, topology="dgx-h100")
     ignored = {k for k, _ in imported.ignored}
     assert {"--manual-gc-interval", "--exp-avg-dtype", "--te-rng-tracker", "--mscale-all-dim"} <= ignored
+
+
+def test_import_set_edits_a_topology_file_and_keeps_other_names():
+    """--set cluster.topology.<key> on an imported scenario writes that topology out as a mapping (as a
+    nested edit of a catalog model writes the model out); the model stays a name."""
+    s, written, _ = import_scenario("megatron", text=MEGATRON, topology="dgx-h100", model="llama-3-8b",
+                                    overrides=["cluster.topology.nics.per_node=4"])
+    assert s.cluster.topology.nics.per_node == 4  # DGX H100: 8 compute NICs
+    assert "model: llama-3-8b" in written and "per_node: 4" in written and "topology: dgx-h100" not in written
