@@ -28,11 +28,11 @@ ROW = "megatronlm-dsv3-gb200-256gpu-mxfp8-hybridep"
 GRAPHS = ["attn", "moe_router", "moe_preprocess"]
 #: (write-up state, measured TFLOP/s/GPU, dispatcher, CUDA graph scopes, recompute modules)
 STATES = (
-    ("Router fusion (AlltoAll, eager, up_proj recompute)", 540.00, "alltoall", [], ["moe_act", "mla_up_proj"]),
-    ("Enable DeepEP", 566.07, "deepep", [], ["moe_act", "mla_up_proj"]),
-    ("Remove up_proj recompute", 610.71, "deepep", [], ["moe_act"]),
-    ("CUDA Graphs", 663.27, "deepep", GRAPHS, ["moe_act"]),
-    ("Fuse quantization to normalization (final, HybridEP)", 970.01, "deepep", GRAPHS, ["moe_act"]),
+    ("Router fusion (AlltoAll, eager, up_proj recompute)", 540.00, "alltoall", [], ["mlp", "mla_up_proj"]),
+    ("Enable DeepEP", 566.07, "deepep", [], ["mlp", "mla_up_proj"]),
+    ("Remove up_proj recompute", 610.71, "deepep", [], ["moe_act", "mlp"]),
+    ("CUDA Graphs", 663.27, "deepep", GRAPHS, ["moe_act", "mlp"]),
+    ("Fuse quantization to normalization (final, HybridEP)", 970.01, "deepep", GRAPHS, ["moe_act", "mlp"]),
 )
 
 

@@ -226,7 +226,7 @@ class TrainingConfig(Frozen):
     #: drops its output from the stored activations and re-runs it before the backward
     #: (``simulator.workload.recompute``); ``mla_up_proj`` the MLA up projections and their rotary
     #: embedding (Q, K and V are rebuilt from the stored compressed latents).
-    recompute_modules: tuple[Literal["core_attn", "layernorm", "moe_act", "mla_up_proj"], ...] | None = None
+    recompute_modules: tuple[Literal["core_attn", "layernorm", "moe_act", "mla_up_proj", "mlp"], ...] | None = None
     #: Activation offloading to host memory (Megatron-Core ``cpu_offloading`` with
     #: ``cpu_offloading_num_layers``, Transformer Engine's ``get_cpu_offload_context``): the first ``n``
     #: blocks copy what they saved for the backward to pinned host memory after their forward and back

@@ -16,7 +16,7 @@ N-th layer full attention, ``is_layer_window_attention``: ``model.full_attention
 (``delayed`` default, ``tensorwise`` = current scaling, ``mxfp8``; ``training.kernels.fp8_recipe``),
 ``--recompute-granularity``
 (``full`` / ``selective``; ``--recompute-activations`` = selective), ``--recompute-modules`` (a list:
-``core_attn``, ``layernorm``, ``moe_act``, ``mla_up_proj``; ``training.recompute_modules``), ``--tensor-model-parallel-size``,
+``core_attn``, ``layernorm``, ``moe_act``, ``mla_up_proj``, ``mlp``; ``training.recompute_modules``), ``--tensor-model-parallel-size``,
 ``--pipeline-model-parallel-size``, ``--context-parallel-size``, ``--sequence-parallel``,
 ``--num-layers-per-virtual-pipeline-stage``, ``--pipeline-model-parallel-layout`` (Megatron-Core's
 per-virtual-stage layout, ``parallel.pipeline_layout``), ``--use-distributed-optimizer``, ``--tp-comm-overlap``,
@@ -39,7 +39,7 @@ FIELD = "megatron"
 #: simulated.
 FP8_RECIPES = {"delayed": "delayed", "tensorwise": "current", "mxfp8": "mxfp8"}
 #: Megatron-Core recompute modules dtsim models (``training.recompute_modules``).
-RECOMPUTE_MODULES = ("core_attn", "layernorm", "moe_act", "mla_up_proj")
+RECOMPUTE_MODULES = ("core_attn", "layernorm", "moe_act", "mla_up_proj", "mlp")
 
 
 def import_args(text: str) -> Imported:

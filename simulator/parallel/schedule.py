@@ -205,8 +205,8 @@ def _backward_block(b: GraphBuilder, work: StepWork, unit: int, g: int, hooks: H
                 rid = context_parallel.forward_block(b, work, work.layer_recompute, "recompute", name, deps, g, unit)
             else:
                 rid = b.compute(name, "recompute", work.layer_recompute, deps=deps, micro_batch=g, layer=unit)
-            if full:
-                _tp(b, work, name, rid, g, unit)
+            if full or work.recompute_mlp:  # the whole block's collectives, or the MLP's
+                _tp(b, work, name, rid, g, unit, count=2 if full else 1)
             deps = []
         if full:
             deps = [*deps, *hooks.post_recompute(b, g, unit, rid)]

@@ -105,6 +105,9 @@ class StepWork:
     #: Full recomputation (the whole block forward, or all of it up to early stop) rather than a
     #: selective policy: it re-runs the block's TP collectives and DeepSpeed's parameter fetches.
     recompute_full: bool = False
+    #: Selective recomputation of the dense MLP (``mlp`` module): its recompute re-runs the MLP's TP
+    #: collectives, one of a block's two (``tp_plain.block_tp``).
+    recompute_mlp: bool = False
 
     def recomputes(self, block: int) -> bool:
         """Whether block ``block`` (index within its chunk) recomputes before its backward."""
@@ -143,7 +146,8 @@ def from_scenario(scenario: Any, persistence_threshold: float = 1e5) -> StepWork
     else:
         fwd = [scale_attention(op, cp, model, tr)
                for op in wops.layer_ops(model, b, s, tp, pb, tr.kernels, mode, fp8=fp8,
-                                        early_stop=wrecompute.early_stop(scenario), sequence_parallel=sp)]
+                                        early_stop=wrecompute.early_stop(scenario), sequence_parallel=sp,
+                                        mlp_recompute=wrecompute.mlp(tr))]
     bwd_all = wops.backward_ops(fwd)
     recompute = tuple(op for op in bwd_all if op.name.startswith("recompute."))
     bwd = tuple(op for op in bwd_all if not op.name.startswith("recompute."))
@@ -191,6 +195,7 @@ def from_scenario(scenario: Any, persistence_threshold: float = 1e5) -> StepWork
         layer_bwd_pieces=_split_backward(bwd, blk, layer_local),
         recompute_blocks=wrecompute.per_chunk(tr) or None,
         recompute_full=tr.activation_checkpointing == "full",
+        recompute_mlp=wrecompute.mlp(tr),
     )
     if model.moe is not None or model.is_mla:
         from simulator.parallel import expert

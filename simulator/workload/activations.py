@@ -108,6 +108,7 @@ def layer_activation_bytes(
     dropout: bool = False,
     fp8_inputs: bool = False,
     gathered_inputs: bool = False,
+    mlp_recompute: bool = False,
 ) -> float:
     """Bytes one transformer block keeps for the backward, one micro-batch (Korthikanti et al. 2022,
     "Reducing Activation Recomputation in Large Transformer Models", Sec. 4 and Table 2).
@@ -140,6 +141,10 @@ def layer_activation_bytes(
     are kept in FP8, 1 B instead of ``p``: the attention and MLP inputs (the norm outputs) and the
     MLP-down input (the activation output); the out projection's FP8 copy of the attention output comes
     on top of the 16-bit output a fused attention kernel keeps (``out_proj_input_bytes``).
+
+    ``mlp_recompute`` (Megatron-Core's ``mlp`` recompute module, ``recompute.modules``): the checkpointed
+    MLP keeps only its input, the pre-MLP norm's input, which the norm/dropout region counts already;
+    its norm output (the MLP input, ``lin·sbh``) and the tensor-parallel ``mlp`` tensors are not kept.
     """
     p, t, mask = precision_bytes, tp, (MASK_BYTES if dropout else 0)
     sbh = s * b * model.hidden_size
@@ -149,14 +154,15 @@ def layer_activation_bytes(
     if recompute == "selective_op":
         return op_sac_layer_bytes(model, b, s, t, sequence_parallel=sequence_parallel, precision_bytes=p)
     lin = 1 if fp8_inputs else p  # bytes per element of a saved linear-layer input
-    replicated = sbh * (2 * p + 2 * mask + (0 if gathered_inputs else 2 * lin))
-    gathered = 2 * lin * sbh if gathered_inputs else 0.0  # kept whole on every rank
+    inputs = 1 if mlp_recompute else 2  # the attention's and the MLP's norm outputs
+    replicated = sbh * (2 * p + 2 * mask + (0 if gathered_inputs else inputs * lin))
+    gathered = inputs * lin * sbh if gathered_inputs else 0.0  # kept whole on every rank
     # the attention output as stored (a checkpointed fused core keeps no 16-bit copy of its output)
     out = out_proj_input_bytes(p, lin, flash_attention and recompute != "selective")
     qkv_out = s * b * (p * (model.q_dim + 2 * model.kv_dim) + out * model.q_dim)
     if model.qk_norm:
         qkv_out += p * s * b * (model.q_dim + model.kv_dim)
-    mlp = s * b * model.ffn_hidden_size * (p * (model.mlp_matrices - 1) + lin)
+    mlp = 0.0 if mlp_recompute else s * b * model.ffn_hidden_size * (p * (model.mlp_matrices - 1) + lin)
     heads_s2b = model.n_heads * s * s * b
     if recompute == "selective":
         core = 0.0
@@ -260,7 +266,11 @@ def stage_activations(scenario: Scenario) -> list[ActivationBytes]:
     common = dict(flash_attention=tr.kernels.flash_attention, precision_bytes=pb, dropout=dropout,
                   sequence_parallel=sp, fp8_inputs=linear_input_bytes(scenario, pb) == 1,
                   gathered_inputs=sp and par.framework == "fsdp")  # DTensor TP (torchtitan)
-    per_layer = layer_activation_bytes(m, b, s, t, recompute=recompute.attention_mode(tr, par.framework), **common)
+    # the mlp module's saving is modelled for dense models; an MoE / MLA model's few dense blocks keep
+    # their MLP's tensors here (an overestimate)
+    dense_mlp = recompute.mlp(tr) and m.moe is None and not m.is_mla
+    per_layer = layer_activation_bytes(m, b, s, t, recompute=recompute.attention_mode(tr, par.framework),
+                                       mlp_recompute=dense_mlp, **common)
     if m.moe is not None or m.is_mla:  # routed tokens / MLA tensors instead of the dense ones
         from simulator.workload import moe_memory
 

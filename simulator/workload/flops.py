@@ -189,6 +189,7 @@ def step(
     attention_fraction: float = 1.0,
     recompute_fraction: float = 1.0,
     recompute_skipped: float = 0.0,
+    mlp_recompute_blocks: int = 0,
 ) -> StepFlops:
     """FLOPs of one optimizer step of ``n_micro`` micro-batches of ``b`` sequences of length ``s``.
 
@@ -199,6 +200,8 @@ def step(
     some blocks (``training.recompute_layers``) adds ``recompute_fraction`` of full recomputation's
     ``l·F_layer`` (``recompute.fraction``: the share of blocks that recompute); early stop leaves
     ``recompute_skipped`` FLOPs of each recomputed block out (``recompute.skipped_flops_per_block``).
+    Megatron-Core's ``mlp`` recompute module adds the MLP forward ``k_mlp·2·b·s·h·f`` of each of its
+    ``mlp_recompute_blocks`` dense blocks (``recompute.step_terms``).
     Non-causal, MHA, GELU-4h: ``model = 72·B·s·l·h²·(1 + s/6h + V/12lh)`` and full-recompute
     ``hardware = 96·B·s·l·h²·(1 + s/6h + V/16lh)`` with ``B = b·n_micro`` (Narayanan et al. SC'21
     Sec. 5.1 Eq. 3). Selective non-causal: ``72·B·s·l·h²·(1 + 2s/9h + V/12lh)`` (formulas.md §1.2).
@@ -214,6 +217,7 @@ def step(
         extra = sum(c * {"none": 0.0, "selective": f * lay.attention_core,
                          "full": recompute_fraction * (lay.dense + f * lay.attention_core - recompute_skipped)}[recompute]
                     for c, lay in groups)
+    extra += mlp_recompute_blocks * dense_layer_forward(model, b, s, causal).mlp
     if model.mtp_layers:  # MTP modules (workload.mtp): a block of the last kind, eh_proj, the head again
         last, h = groups[-1][1], model.hidden_size
         extra += 3 * model.mtp_layers * (last.dense + f * last.attention_core + logits_forward(model, b, s)

@@ -212,11 +212,13 @@ def dense_block_ops(model: ModelConfig, b: int, s: int, tp: int, pb: int, kernel
                     fp8: str | None = None, modules: frozenset[str] = frozenset(),
                     sequence_parallel: bool = False) -> list:
     """Forward ops of a dense block of an MoE / MLA model (MLA attention when the model has it);
-    ``modules`` as in ``moe_block_ops``."""
+    ``modules`` as in ``moe_block_ops``, ``mlp`` among them marking the dense MLP (``workload.ops.mark_mlp``)."""
     if not model.is_mla:
-        return wops.layer_ops(model, b, s, tp, pb, kernels, recompute, fp8=fp8, sequence_parallel=sequence_parallel)
+        return wops.layer_ops(model, b, s, tp, pb, kernels, recompute, fp8=fp8, sequence_parallel=sequence_parallel,
+                              mlp_recompute="mlp" in modules)
     att, mlp = _attention_part(model, b, s, tp, pb, kernels, recompute, fp8, modules, sequence_parallel)
-    return _mark(att + mlp, recompute)
+    ops = _mark(att + mlp, recompute)
+    return wops.mark_mlp(ops) if "mlp" in modules else ops
 
 
 def te_grouped_mlp(framework: str) -> bool:

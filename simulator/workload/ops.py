@@ -151,6 +151,15 @@ def _linear(name: str, m: int, n: int, k: int, pb: int, launches: int, fp8: str 
                      input_share), op]
 
 
+def mark_mlp(ops: list[Op]) -> list[Op]:
+    """The ops Megatron-Core's ``mlp`` recompute module re-runs (``recompute.modules``): the MLP's GEMMs,
+    their FP8 casts and the activation, and, with fused kernels, the post-attention add + norm op, whose
+    norm Transformer Engine's ``linear_fc1`` holds (``TELayerNormColumnParallelLinear``; its add is
+    re-run with it, as for the ``layernorm`` module)."""
+    return [replace(op, recompute=True) if op.name.startswith(("mlp_", "post_attn_add_norm")) else op
+            for op in ops]
+
+
 def megatron_eager_yarn(model: ModelConfig, kernels: Kernels) -> bool:
     """True when the block's rotary embedding is Megatron-Core's eager YaRN code (``MEGATRON_ROPE_*``): YaRN
     under fused (not compiled) kernels, where Megatron's fused RoPE would otherwise run; MLA blocks apply
@@ -170,6 +179,7 @@ def layer_ops(
     fp8: str | None = None,
     early_stop: bool = False,
     sequence_parallel: bool = False,
+    mlp_recompute: bool = False,
 ) -> list[Op]:
     """Forward kernels of ONE transformer block on one GPU, in execution order.
 
@@ -180,7 +190,8 @@ def layer_ops(
     Transformer Engine's fused and flash kernels included, in ``tensor_parallel.checkpoint``
     (``Attention.checkpoint_core_attention`` = selective granularity with ``core_attn`` among the
     recompute modules, ``_checkpointed_attention_forward``), so one more forward kernel of the core runs
-    before its backward, on top of the ``QKᵀ`` the FlashAttention backward recomputes itself.
+    before its backward, on top of the ``QKᵀ`` the FlashAttention backward recomputes itself;
+    ``mlp_recompute`` (the ``mlp`` module) marks the MLP's ops too (``mark_mlp``).
 
     Kernel styles: ``kernels.compile`` (torch.compile/Inductor) or ``fused_norm_residual`` (Megatron,
     Transformer Engine, Apex fused kernels) give one kernel per norm, rotary and activation; otherwise
@@ -257,6 +268,8 @@ def layer_ops(
         ops = [replace(op, recompute=True) if i < tail else op for i, op in enumerate(ops)]
     if recompute == "selective_op":
         ops = op_sac.mark(model, ops, pb)
+    if mlp_recompute:
+        ops = mark_mlp(ops)
     return ops
 
 

@@ -39,13 +39,22 @@ def modules(training: Any) -> frozenset[str]:
     ``core_attn`` checkpoints the attention core; ``layernorm`` the norms built as modules of their own,
     which with Transformer Engine is an MoE block's ``pre_mlp_layernorm`` (``TENorm``; the input norm and a
     dense MLP's norm are fused into ``TELayerNormColumnParallelLinear``, nothing separate to drop);
-    ``moe_act`` the experts' activation (``CheckpointWithoutOutput`` around ``activation_func``). A module
-    checkpointed this way stores no output: its output is rebuilt from its stored input just before the
-    backward needs it, one more forward of that module per micro-batch."""
+    ``moe_act`` the experts' activation (``CheckpointWithoutOutput`` around ``activation_func``); ``mlp``
+    a dense block's MLP (``TransformerLayer``: ``tensor_parallel.checkpoint(self.mlp, ...)`` when
+    ``recompute_mlp``), Transformer Engine's ``linear_fc1`` with its fused pre-MLP norm, the activation
+    and ``linear_fc2``, their tensor-parallel collectives included (an MoE block's experts are the
+    ``moe`` module, not simulated). A module checkpointed this way stores no output: its output is
+    rebuilt from its stored input just before the backward needs it, one more forward of that module
+    per micro-batch."""
     if training.activation_checkpointing != "selective":
         return frozenset()
     given = training.recompute_modules
     return frozenset(DEFAULT_MODULES if given is None else given)
+
+
+def mlp(training: Any) -> bool:
+    """Whether selective recomputation re-runs the dense blocks' MLP (``mlp`` among the modules)."""
+    return "mlp" in modules(training)
 
 
 def attention_mode(training: Any, framework: str = "ddp") -> str:
@@ -125,11 +134,22 @@ def skipped_flops_per_block(scenario: Any) -> float:
     return 2.0 * tr.micro_batch_size * tr.seq_len * m.ffn_hidden_size * m.hidden_size
 
 
+def mlp_blocks(scenario: Any) -> int:
+    """Blocks whose dense MLP the ``mlp`` module recomputes: every block of a dense model, the dense
+    blocks of an MoE model; 0 without the module."""
+    m = scenario.model
+    if not mlp(scenario.training):
+        return 0
+    return m.n_layers - (m.moe.n_moe_layers(m.n_layers) if m.moe is not None else 0)
+
+
 def step_terms(scenario: Any) -> dict[str, float]:
     """``flops.step``'s recompute arguments for the scenario: the share of blocks that recompute under
-    full checkpointing (:func:`fraction`) and the FLOPs early stop leaves out of each
-    (:func:`skipped_flops_per_block`)."""
-    return {"recompute_fraction": fraction(scenario), "recompute_skipped": skipped_flops_per_block(scenario)}
+    full checkpointing (:func:`fraction`), the FLOPs early stop leaves out of each
+    (:func:`skipped_flops_per_block`) and the blocks whose MLP the ``mlp`` module re-runs
+    (:func:`mlp_blocks`)."""
+    return {"recompute_fraction": fraction(scenario), "recompute_skipped": skipped_flops_per_block(scenario),
+            "mlp_recompute_blocks": mlp_blocks(scenario)}
 
 
 def check(scenario: Any) -> str | None:

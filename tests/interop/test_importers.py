@@ -131,7 +131,7 @@ def test_megatron_recompute_modules_list():
     ("--num-layers x --hidden-size 64 --num-attention-heads 4", "--num-layers: expected an integer"),
     ("--num-layers 2 --hidden-size 64 --num-attention-heads 4 --window-size 127,16", "causal sliding windows"),
     ("--num-layers 2 --hidden-size 64 --num-attention-heads 4 --recompute-granularity selective "
-     "--recompute-modules mlp", "--recompute-modules mlp: dtsim models core_attn, layernorm, moe_act, mla_up_proj"),
+     "--recompute-modules moe", "--recompute-modules moe: dtsim models core_attn, layernorm, moe_act, mla_up_proj, mlp"),
     ("--num-layers 2 --hidden-size 64 --num-attention-heads 4 --recompute-modules moe_act",
      "add --recompute-granularity selective"),
     ("--num-layers 2 --hidden-size 64 --num-attention-heads 4 --window-attn-skip-freq 2", "needs --window-size"),
