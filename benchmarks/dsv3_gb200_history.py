@@ -36,6 +36,12 @@ STATES = (
 )
 
 
+def _at_scale(run, scale: float | None, scenario: dict | None = None):
+    """``run`` (with ``scenario`` in place of its own) with the host's dispatch scale set to ``scale``."""
+    sets = run.overrides + ((f"cluster.topology.host.dispatch_scale={scale}",) if scale is not None else ())
+    return dataclasses.replace(run, scenario=scenario or run.scenario, overrides=sets)
+
+
 def tflops(run, dispatcher: str, graphs: list[str], modules: list[str], scale: float | None) -> float:
     """dtsim's TFLOP/s/GPU (the row's FLOP convention) for ``run`` set to one state."""
     sc = copy.deepcopy(run.scenario)
@@ -46,8 +52,7 @@ def tflops(run, dispatcher: str, graphs: list[str], modules: list[str], scale: f
         kernels["cuda_graphs"] = graphs
     else:
         kernels.pop("cuda_graphs", None)
-    sets = run.overrides + ((f"cluster.topology.host.dispatch_scale={scale}",) if scale is not None else ())
-    rep = simulate(scenario_for(dataclasses.replace(run, scenario=sc, overrides=sets)))
+    rep = simulate(scenario_for(_at_scale(run, scale, sc)))
     return run.flops_per_token * rep.tokens_per_step / (rep.step_time_s * rep.n_gpus) / 1e12
 
 
@@ -60,8 +65,7 @@ def print_rows(pattern: str, scales: list[float]) -> None:
             continue
         errors = []
         for scale in scales:
-            sets = run.overrides + (f"cluster.topology.host.dispatch_scale={scale}",)
-            rep = simulate(scenario_for(dataclasses.replace(run, overrides=sets)))
+            rep = simulate(scenario_for(_at_scale(run, scale)))
             errors.append(rep.tokens_per_s_per_gpu / run.measured_tokens_per_s_per_gpu - 1)
         print(run.id + "  " + "  ".join(f"{e:+.0%}" for e in errors))
 

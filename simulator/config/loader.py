@@ -166,37 +166,33 @@ def prepare_raw(raw: Any, base_dir: Path | None = None, overrides: list[str] | N
     """Apply overrides and resolve references; the result is ready for ``Scenario.model_validate``."""
     if not isinstance(raw, dict):
         raise InputError("a scenario must be a YAML mapping with model, cluster, training, ... sections")
-    base_dir = base_dir or Path.cwd()
-    # Overrides of a whole reference (model=..., cluster.topology=...) apply first; then references
-    # are resolved, so nested overrides (model.n_layers=2, cluster.topology.fabric.oversubscription=2)
-    # edit the resolved mapping even when the file names a catalog entry.
-    overrides = overrides or []
-    for o in overrides:
+    for o in overrides or []:
         if o.partition("=")[0].strip() == "cluster.topology.gpu":
             raise InputError("to change the GPU of a topology set cluster.gpu=NAME", "--set cluster.topology.gpu")
-    first = [o for o in overrides if o.partition("=")[0].strip() in _REFERENCE_KEYS]
-    rest = [o for o in overrides if o not in first]
-    raw = apply_overrides(copy.deepcopy(raw), first)
-    if "model" in raw:
-        raw["model"] = _resolve_model(raw["model"], base_dir)
-    if "cluster" in raw:
-        raw["cluster"] = _resolve_cluster(raw["cluster"], base_dir)
-    return apply_overrides(raw, rest)
+    return _override(raw, overrides, base_dir, resolve_all=True)
 
 
 def apply_overrides_keeping_names(raw: dict, overrides: list[str] | None, base_dir: Path | None = None) -> dict:
     """``prepare_raw``'s override order for a scenario that is written back out: a reference is resolved
     (its catalog model or topology file written out as a mapping) only where a nested override edits it
     (``model.moe.imbalance=1`` on ``model: deepseek-v3``); the others stay names."""
+    return _override(raw, overrides, base_dir, resolve_all=False)
+
+
+def _override(raw: dict, overrides: list[str] | None, base_dir: Path | None, resolve_all: bool) -> dict:
+    """Overrides of a whole reference (model=..., cluster.topology=...) apply first; then references are
+    resolved (all of them, or only those a nested override edits), so nested overrides
+    (model.n_layers=2, cluster.topology.fabric.oversubscription=2) edit the resolved mapping even when
+    the file names a catalog entry."""
     base_dir = base_dir or Path.cwd()
     overrides = overrides or []
     first = [o for o in overrides if o.partition("=")[0].strip() in _REFERENCE_KEYS]
     rest = [o for o in overrides if o not in first]
     raw = apply_overrides(copy.deepcopy(raw), first)
     paths = [o.partition("=")[0].strip() for o in rest]
-    if "model" in raw and any(p.startswith("model.") for p in paths):
+    if "model" in raw and (resolve_all or any(p.startswith("model.") for p in paths)):
         raw["model"] = _resolve_model(raw["model"], base_dir)
-    if "cluster" in raw and any(p.startswith("cluster.topology.") for p in paths):
+    if "cluster" in raw and (resolve_all or any(p.startswith("cluster.topology.") for p in paths)):
         raw["cluster"] = _resolve_cluster(raw["cluster"], base_dir)
     return apply_overrides(raw, rest)
 

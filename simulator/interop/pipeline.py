@@ -82,30 +82,25 @@ def _model_option(model: str) -> Any:
     return model
 
 
-#: ``model`` keys a training config sets for the run rather than for the architecture: they stay when
-#: ``--model`` gives the architecture (Megatron's forced load balancing, token dropping, router padding
-#: and MTP modules).
-RUN_SETTINGS = ("mtp_layers", "moe.imbalance", "moe.capacity_factor", "moe.router_padding_for_fp8")
+#: ``model`` keys a training config sets for the run rather than for the architecture, as (section,
+#: key): they stay when ``--model`` gives the architecture (Megatron's MTP modules, forced load
+#: balancing, token dropping and router padding).
+RUN_SETTINGS = (("", "mtp_layers"), ("moe", "imbalance"), ("moe", "capacity_factor"), ("moe", "router_padding_for_fp8"))
 
 
 def _with_run_settings(model: Any, frag: dict, base_dir: Path) -> Any:
     """``--model``'s architecture with the run settings the config gave (``RUN_SETTINGS``); the model is
     written out as a mapping only when there are any."""
-    settings = {}
-    for key in RUN_SETTINGS:
-        section, _, leaf = key.rpartition(".")
-        where = frag.get(section) if section else frag
-        if isinstance(where, dict) and leaf in where:
-            settings[key] = where[leaf]
-    if not settings:
+    given = [(section, key) for section, key in RUN_SETTINGS
+             if key in ((frag.get(section) or {}) if section else frag)]
+    if not given:
         return model
     out = resolve_model(model, base_dir)
-    for key, value in settings.items():
-        section, _, leaf = key.rpartition(".")
+    for section, key in given:
         if section and not isinstance(out.get(section), dict):
-            raise InputError(f"the config sets model.{key} but --model {model} has no {section} section: it is "
-                             "not the model the config trains; give the right --model", "model")
-        (out[section] if section else out)[leaf] = value
+            raise InputError(f"the config sets model.{section}.{key} but --model {model} has no {section} section: "
+                             "it is not the model the config trains; give the right --model", "model")
+        (out[section] if section else out)[key] = frag[section][key] if section else frag[key]
     return out
 
 

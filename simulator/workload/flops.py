@@ -217,7 +217,8 @@ def step(
         extra = sum(c * {"none": 0.0, "selective": f * lay.attention_core,
                          "full": recompute_fraction * (lay.dense + f * lay.attention_core - recompute_skipped)}[recompute]
                     for c, lay in groups)
-    extra += mlp_recompute_blocks * dense_layer_forward(model, b, s, causal).mlp
+    if mlp_recompute_blocks:
+        extra += mlp_recompute_blocks * dense_layer_forward(model, b, s, causal).mlp
     if model.mtp_layers:  # MTP modules (workload.mtp): a block of the last kind, eh_proj, the head again
         last, h = groups[-1][1], model.hidden_size
         extra += 3 * model.mtp_layers * (last.dense + f * last.attention_core + logits_forward(model, b, s)

@@ -746,3 +746,11 @@ def test_import_set_edits_a_topology_file_and_keeps_other_names():
                                     overrides=["cluster.topology.nics.per_node=4"])
     assert s.cluster.topology.nics.per_node == 4  # DGX H100: 8 compute NICs
     assert "model: llama-3-8b" in written and "per_node: 4" in written and "topology: dgx-h100" not in written
+
+
+def test_catalog_model_without_the_configs_experts_is_refused():
+    """A config that force-balances its experts on --model naming a dense catalog model is not the model
+    it trains: one message naming the field, no scenario."""
+    text = MEGATRON + " --num-experts 4 --moe-token-dispatcher-type alltoall --moe-router-force-load-balancing"
+    with pytest.raises(InputError, match="model.moe.imbalance but --model llama-3-8b has no moe section"):
+        import_scenario("megatron", text=text, topology="dgx-h100", model="llama-3-8b")
