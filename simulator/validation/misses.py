@@ -104,10 +104,13 @@ GROUP_CAUSES: tuple[tuple[str, str], ...] = (
      "bound (simulator/workload/moe_host.py: about 1.1 ms forward and 1.3 ms backward per block with the preset's "
      "graphed router), not Transformer Engine's module overhead nor what else made the preset twice as slow: "
      "too fast"),
-    ("mbridge2602-b200-qwen3-235b*", "DGX-B200 MoE at EP 8 (16 local experts per GPU), too fast like the 25.09 "
+    ("mbridge26*-b200-qwen3-235b*", "DGX-B200 MoE at EP 8 (16 local experts per GPU), too fast like the 25.09 "
      "token-drop rows of the model on DGX-B200 (+7%, +12%) while its GB200 rows at EP 64 (2 local experts) are within "
      "4%: the missing time grows with the local experts on DGX-B200 (docs/accuracy-history.md item 18), beyond the "
-     "multi-stream grouped GEMM's fixed cost per GEMM, which is modelled (3 points here, item 22); not identified"),
+     "multi-stream grouped GEMM's fixed cost per GEMM, which is modelled (3 points here, item 22). The layout measured "
+     "again in 26.04.01 (560 against 26.02's 563 TFLOP/s/GPU) runs DeepEP in its preset and its DGX-B300 sibling "
+     "(micro-batch 2, same layout, no CUDA graphs) comes out 17% too slow, so the B200 gap is not the layout's: "
+     "not identified"),
     ("nemo2502-b200-*", "NeMo 25.02, NVIDIA's first DGX-B200 table: the same layouts ran faster in its later tables "
      "(Llama 3 8B 26,006 -> 29,994 in Megatron-Bridge 25.09 -> 30,624 in 25.11 tokens/s/GPU; Llama 3.1 405B 625 -> 664 "
      "-> 661), and dtsim meets the 25.11 rows within 4% (mbridge2511-b200-llama3-8b-8gpu-fp8cs, "
@@ -227,12 +230,14 @@ GROUP_CAUSES: tuple[tuple[str, str], ...] = (
      "FP8 pays no more than BF16 (measured on an H200: one FP8 GEMM per expert on four streams, 2.5-3.4 us each; "
      "benchmarks/gpu_kernels.py); the efficiency of Transformer Engine's FP8 quantize kernels for the experts is "
      "not measured here. Megatron-Bridge's HybridEP / DeepEP dispatchers are simulated as "
-     "the alltoall dispatcher (issue 15); the recipes' CUDA graphs take their scopes' host time off"),
+     "the alltoall dispatcher where a row takes an earlier row's settings, and as DeepEP (parallel.moe_dispatcher "
+     "deepep) in the 26.04.01 rows whose presets were read (issue 15); the recipes' CUDA graphs take their scopes' "
+     "host time off"),
     ("*deepseekv3*", "MoE in FP8 (experts and MLA projections at the dense FP8 GEMM rate, the grouped kernels' "
      "fixed time per GEMM measured on an H200, Transformer Engine's FP8 quantize kernels not); the recipe's MTP module (model.mtp_layers 1), pipeline layout, recomputed MLA up "
      "projections (recompute_modules [mla_up_proj]), 16-bit gradient buffer, CUDA-graphed router and preprocessing "
      "(GB200/GB300) and Megatron-Core's host time per MoE block (its plain-PyTorch lower bound) are simulated, "
-     "HybridEP / DeepEP dispatch as the alltoall dispatcher; on DGX-B200 (pipeline 16, EP 8, micro-batch 1) what "
+     "HybridEP / DeepEP dispatch as the alltoall dispatcher (as DeepEP in the 26.04.01 rows whose presets were read); on DGX-B200 (pipeline 16, EP 8, micro-batch 1) what "
      "made the 25.11 MoE rows slow (Megatron-Bridge issue #1998 for Qwen3-30B) is not: too fast"),
     ("llmfoundry-*-h100-*-fp8", "FP8 on H100: modelled gain larger than llm-foundry's Transformer Engine runs "
      "show, even at the measured FP8 GEMM rate (70.9 % of peak vs 80.3 % BF16): small models and long sequences "
