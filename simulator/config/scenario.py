@@ -151,9 +151,12 @@ class KernelConfig(Frozen):
     #: replayed, so it costs the host no dispatch (``simulator.workload.host``): ``attn`` the attention
     #: half of every block, ``mlp`` a dense block's MLP half, ``moe_router`` an MoE block's router (with
     #: its pre-MLP norm), ``moe_preprocess`` its token dispatcher's preprocessing (``--cuda-graph-impl
-    #: transformer_engine``); ``full_iteration`` the whole forward and backward of every block
-    #: (``--cuda-graph-impl local --cuda-graph-scope full_iteration``). Empty: eager.
-    cuda_graphs: tuple[Literal["attn", "mlp", "moe_router", "moe_preprocess", "full_iteration"], ...] = ()
+    #: transformer_engine``), ``moe`` an MoE block's whole MLP slot: router, dispatch, experts, combine and
+    #: shared experts (``--cuda-graph-scope moe``; Megatron-Core captures it only with static shapes, a
+    #: capacity factor with padding, so it needs ``model.moe.capacity_factor``; Megatron-Core's local
+    #: per-layer graphs of such a block capture it too); ``full_iteration`` the whole forward and backward
+    #: of every block (``--cuda-graph-impl local --cuda-graph-scope full_iteration``). Empty: eager.
+    cuda_graphs: tuple[Literal["attn", "mlp", "moe_router", "moe_preprocess", "moe", "full_iteration"], ...] = ()
     #: FP8 scaling recipe when ``training.precision`` is fp8: Transformer Engine ``delayed`` or
     #: ``current`` scaling, torchao float8 ``tensorwise`` or ``rowwise``, Blackwell ``mxfp8``.
     fp8_recipe: Literal["delayed", "current", "tensorwise", "rowwise", "mxfp8"] = "delayed"
@@ -366,6 +369,10 @@ class Scenario(Frozen):
         problem = recompute.check(self)
         if problem:
             raise ValueError(problem)
+        if "moe" in t.kernels.cuda_graphs and (m.moe is None or m.moe.capacity_factor is None):
+            raise ValueError("training.kernels.cuda_graphs: moe captures an MoE block's whole MLP slot, which "
+                             "Megatron-Core graphs only with static shapes: set model.moe.capacity_factor (token "
+                             "drop with padding), or use moe_router and moe_preprocess for a dropless model")
         if p.fp8_param_gather and t.precision != "fp8":
             raise ValueError(f"parallel.fp8_param_gather needs training.precision: fp8 (got {t.precision!r}): only "
                              "FP8 linears have FP8 weights to gather; remove it or train in fp8")

@@ -4,12 +4,13 @@ written by ``megatron_export.export_args``). Flag names: Megatron-LM ``megatron/
 * ``--cuda-graph-impl`` ``none`` | ``local`` (Megatron-Core's own capture) | ``transformer_engine``
   (TE ``make_graphed_callables``); the older switches ``--enable-cuda-graph`` (local) and
   ``--external-cuda-graph`` (Transformer Engine) mean the same;
-* ``--cuda-graph-scope``, a list: ``attn``, ``mlp``, ``moe_router``, ``moe_preprocess`` (parts of every
-  block), ``full_iteration`` (the whole forward and backward, with ``local``), or ``full`` (every part
-  of the block: what an implementation without a scope captures).
+* ``--cuda-graph-scope``, a list: ``attn``, ``mlp``, ``moe_router``, ``moe_preprocess``, ``moe`` (parts of
+  every block; ``moe`` the whole MoE layer, which Megatron-Core captures only with static shapes, a
+  capacity factor with padding: the scenario refuses it for a dropless model), ``full_iteration`` (the
+  whole forward and backward, with ``local``), or ``full`` (every part of the block: what an
+  implementation without a scope captures).
 
-``moe`` (a whole MoE layer, which needs static shapes: a capacity factor with padding) and ``mamba``
-are refused: dtsim does not simulate them as captured.
+``mamba`` is refused: dtsim has no Mamba blocks.
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ BOOL_FLAGS = ("enable-cuda-graph", "external-cuda-graph")
 LIST_FLAGS = ("cuda-graph-scope",)
 #: Every block scope: ``full`` (or an implementation without ``--cuda-graph-scope``).
 BLOCK_SCOPES = ("attn", "mlp", "moe_router", "moe_preprocess")
+#: Scopes read one by one besides the block scopes.
+OTHER_SCOPES = ("moe", "full_iteration")
 IMPLS = ("none", "local", "transformer_engine")
 
 
@@ -42,12 +45,12 @@ def import_graphs(flags: dict, out) -> None:
     for word in words:
         if word == "full":
             scopes += [s for s in BLOCK_SCOPES if s not in scopes]
-        elif word in BLOCK_SCOPES or word == "full_iteration":
+        elif word in BLOCK_SCOPES or word in OTHER_SCOPES:
             scopes += [word] if word not in scopes else []
         else:
             raise InputError(f"--cuda-graph-scope {word}: dtsim simulates the scopes "
-                             f"{', '.join(BLOCK_SCOPES)}, full and full_iteration (a whole MoE layer needs a "
-                             "padded capacity factor; mamba has no blocks here): remove it", FIELD)
+                             f"{', '.join(BLOCK_SCOPES + OTHER_SCOPES)} and full (mamba has no blocks here): "
+                             "remove it", FIELD)
     if "full_iteration" in scopes and impl != "local":
         raise InputError("--cuda-graph-scope full_iteration needs --cuda-graph-impl local", FIELD)
     out.set("training.kernels.cuda_graphs", scopes)

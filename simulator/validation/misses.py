@@ -91,8 +91,9 @@ GROUP_CAUSES: tuple[tuple[str, str], ...] = (
      "eager GB200 state 984 and the graphs +1.7%. 3.6x that host time (Grace scale 10) gives it 510 "
      "(docs/moe.md). 4-5x on these x86 hosts brings these rows to -6..+16% (python "
      "benchmarks/dsv3_gb200_history.py --rows 'mbridge*-b200-deepseek*' --dispatch-scale 1 3 4 5). That factor is "
-     "DeepSeek-V3's: the 25.09 DGX-B200 Qwen3 token-drop rows fit at 1x (+3..+12%) and would fall to -13..-58% at "
-     "3-5x, and what DeepSeek-V3 adds (32 local experts, MLA with its up-projection recomputed) is not measured "
+     "DeepSeek-V3's: the 25.09 DGX-B200 Qwen3-235B token-drop rows, eager as these, fit at 1x (+7%, +12%) and would "
+     "fall to -10..-38% at 3-5x (their Qwen3-30B sibling's per-layer graphs capture its whole token-drop layer, "
+     "so the host scale does not move it), and what DeepSeek-V3 adds (32 local experts, MLA with its up-projection recomputed) is not measured "
      "apart: too fast"),
     ("mbridge2602-b200-qwen3-30b*", "26.02 container on DGX-B200, the preset before Megatron-Bridge PR #2499: the "
      "dropless alltoall schedule at micro-batch 1 that issue #1998 found \"2X slower\" in 25.11 (9,299 tokens/s/GPU "

@@ -89,7 +89,7 @@ def graphed(kernels: Any) -> frozenset[str]:
     block scope."""
     scopes = frozenset(getattr(kernels, "cuda_graphs", ()) or ())
     if "full_iteration" in scopes:
-        return frozenset({"attn", "mlp", "moe_router", "moe_preprocess", "full_iteration"})
+        return frozenset({"attn", "mlp", "moe_router", "moe_preprocess", "moe", "full_iteration"})
     return scopes
 
 

@@ -32,7 +32,9 @@ forward and 0.96 of its backward; the FP8 row is the difference of the FP8 and 1
 forward ``pre``, 0.53 is the router with the pre-MLP norm and 0.14 the dispatcher's preprocessing (the
 same at 1-32 experts): the shares that CUDA graphs of scope ``moe_router`` and ``moe_preprocess`` take
 off (``training.kernels.cuda_graphs``; the router's share off the backward ``pre`` too, the
-preprocessing has no backward). ``attn`` takes the attention half off, ``full_iteration`` everything.
+preprocessing has no backward). ``attn`` takes the attention half off, ``moe`` the whole MoE slot (router,
+dispatcher, experts and combine, with the shared experts and GPT-OSS's eager extras), ``full_iteration``
+everything.
 A block with shared experts adds the reference block's MLP half (1 − the attention half) for them.
 
 Where the host time goes: spread over the block's ops in proportion to their work, forward and backward,
@@ -94,10 +96,15 @@ def param_tensors(model: Any, local_experts: int) -> int:
     return whost.block_param_tensors(model) - 2 * per_linear + 1 + 2 * local_experts * per_linear + shared
 
 
+def _whole_slot(scopes: frozenset[str]) -> bool:
+    """Whether the CUDA graphs capture the block's whole MoE slot (``moe``, or ``full_iteration``)."""
+    return "moe" in scopes or "full_iteration" in scopes
+
+
 def _host(piece: str, way: int, local_experts: int, fp8: bool, scopes: frozenset[str]) -> float:
     """``piece``'s eager host time in reference-block units (module table), less what the CUDA-graph
     ``scopes`` capture (``host.graphed``)."""
-    if "full_iteration" in scopes:
+    if _whole_slot(scopes):
         return 0.0
     a, slope = PIECES[piece][way]
     if piece == "experts" and fp8:
@@ -123,8 +130,9 @@ def _extras(model: Any, kernels: Any, way: int, local_experts: int, scopes: froz
     what the CUDA-graph ``scopes`` capture."""
     if "full_iteration" in scopes:
         return {}
+    slot = not _whole_slot(scopes)  # the clamp and the bias loop are the experts' code
     present = {"yarn_rope": wops.megatron_eager_yarn(model, kernels) and "attn" not in scopes,
-               "geglu_clamp": bool(model.swiglu_limit), "expert_bias": bool(model.linear_bias)}
+               "geglu_clamp": bool(model.swiglu_limit) and slot, "expert_bias": bool(model.linear_bias) and slot}
     return {k: EXTRAS[k][way][0] + EXTRAS[k][way][1] * local_experts for k, on in present.items() if on}
 
 
@@ -147,9 +155,9 @@ def forward(ops: Any, model: Any, kernels: Any, local_experts: int, fp8: bool) -
     extras = _extras(model, kernels, 0, local_experts, scopes)
     seconds = (whost.ATTENTION_HALF[0] * ("attn" not in scopes) + sum(extras.values())
                + sum(_host(p, 0, local_experts, fp8, scopes) for p in PIECES))
-    if ops.shared and "full_iteration" not in scopes:
+    if ops.shared and not _whole_slot(scopes):
         seconds += 1 - whost.ATTENTION_HALF[0]
-    if not ops.sync_at or "full_iteration" in scopes:
+    if not ops.sync_at or _whole_slot(scopes):
         pre, experts, shared, post = _spread((ops.pre, ops.experts, ops.shared, ops.post), seconds * ref)
         return replace(ops, pre=pre, experts=experts, shared=shared, post=post)
     # the router and the preprocessing come before the dispatcher's synchronisation, graphed or not
@@ -173,7 +181,7 @@ def backward(bwd: tuple, model: Any, kernels: Any, framework: str, local_experts
     total = (whost.ATTENTION_HALF[1] * ("attn" not in scopes)
              + sum(_extras(model, kernels, 1, local_experts, scopes).values())
              + sum(_host(p, 1, local_experts, fp8, scopes) for p in PIECES)) * ref
-    if bwd[2] and "full_iteration" not in scopes:
+    if bwd[2] and not _whole_slot(scopes):
         total += (1 - whost.ATTENTION_HALF[1]) * ref
     if framework in whost.HOOKED_FRAMEWORKS:
         total += whost.GRAD_HOOK_S * param_tensors(model, local_experts)

@@ -530,6 +530,7 @@ def test_megatron_moe_bad_capacity_factor_names_the_flag():
     # NVIDIA's MoE presets (Megatron-Bridge scripts/performance): TE graphs of the router and preprocessing
     ("--cuda-graph-impl transformer_engine --cuda-graph-scope moe_router moe_preprocess", ["moe_router", "moe_preprocess"]),
     ("--cuda-graph-impl local --cuda-graph-scope full_iteration", ["full_iteration"]),
+    ("--cuda-graph-impl transformer_engine --cuda-graph-scope attn moe", ["attn", "moe"]),
     # an implementation without a scope captures the whole block (Megatron's default scope, "full")
     ("--cuda-graph-impl transformer_engine", ["attn", "mlp", "moe_router", "moe_preprocess"]),
     ("--external-cuda-graph --cuda-graph-scope attn", ["attn"]),
@@ -541,7 +542,7 @@ def test_megatron_cuda_graph_flags(flags, want):
 
 
 @pytest.mark.parametrize(("flags", "match"), [
-    ("--cuda-graph-impl transformer_engine --cuda-graph-scope moe", "padded capacity factor"),
+    ("--cuda-graph-impl transformer_engine --cuda-graph-scope mamba", "remove it"),
     ("--cuda-graph-impl transformer_engine --cuda-graph-scope full_iteration", "needs --cuda-graph-impl local"),
     ("--cuda-graph-scope attn", "needs --cuda-graph-impl"),
     ("--cuda-graph-impl cudnn", "give one of"),
