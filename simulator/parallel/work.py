@@ -137,6 +137,7 @@ def from_scenario(scenario: Any, persistence_threshold: float = 1e5) -> StepWork
     fp8 = tr.active_fp8_recipe
     mode = wrecompute.attention_mode(tr, par.framework)  # selective without core_attn stores the core
     sp = bool(getattr(par, "sequence_parallel", False))
+    recompute_mlp = wrecompute.mlp(tr)  # Megatron-Core's mlp recompute module
     if model.moe is not None or model.is_mla:  # MLA attention in the dense blocks
         from simulator.workload import moe_ops
 
@@ -147,7 +148,7 @@ def from_scenario(scenario: Any, persistence_threshold: float = 1e5) -> StepWork
         fwd = [scale_attention(op, cp, model, tr)
                for op in wops.layer_ops(model, b, s, tp, pb, tr.kernels, mode, fp8=fp8,
                                         early_stop=wrecompute.early_stop(scenario), sequence_parallel=sp,
-                                        mlp_recompute=wrecompute.mlp(tr))]
+                                        mlp_recompute=recompute_mlp)]
     bwd_all = wops.backward_ops(fwd)
     recompute = tuple(op for op in bwd_all if op.name.startswith("recompute."))
     bwd = tuple(op for op in bwd_all if not op.name.startswith("recompute."))
@@ -195,7 +196,7 @@ def from_scenario(scenario: Any, persistence_threshold: float = 1e5) -> StepWork
         layer_bwd_pieces=_split_backward(bwd, blk, layer_local),
         recompute_blocks=wrecompute.per_chunk(tr) or None,
         recompute_full=tr.activation_checkpointing == "full",
-        recompute_mlp=wrecompute.mlp(tr),
+        recompute_mlp=recompute_mlp,
     )
     if model.moe is not None or model.is_mla:
         from simulator.parallel import expert

@@ -96,15 +96,10 @@ def param_tensors(model: Any, local_experts: int) -> int:
     return whost.block_param_tensors(model) - 2 * per_linear + 1 + 2 * local_experts * per_linear + shared
 
 
-def _whole_slot(scopes: frozenset[str]) -> bool:
-    """Whether the CUDA graphs capture the block's whole MoE slot (``moe``, or ``full_iteration``)."""
-    return "moe" in scopes or "full_iteration" in scopes
-
-
 def _host(piece: str, way: int, local_experts: int, fp8: bool, scopes: frozenset[str]) -> float:
     """``piece``'s eager host time in reference-block units (module table), less what the CUDA-graph
-    ``scopes`` capture (``host.graphed``)."""
-    if _whole_slot(scopes):
+    ``scopes`` capture (``host.graphed``, where ``full_iteration`` includes ``moe``)."""
+    if "moe" in scopes:  # the whole MoE slot replays as graphs
         return 0.0
     a, slope = PIECES[piece][way]
     if piece == "experts" and fp8:
@@ -127,10 +122,9 @@ def _spread(pieces: tuple, seconds: float) -> tuple:
 
 def _extras(model: Any, kernels: Any, way: int, local_experts: int, scopes: frozenset[str]) -> dict[str, float]:
     """The ``EXTRAS`` of this block's code in reference-block units (``way`` 0 forward, 1 backward), less
-    what the CUDA-graph ``scopes`` capture."""
-    if "full_iteration" in scopes:
-        return {}
-    slot = not _whole_slot(scopes)  # the clamp and the bias loop are the experts' code
+    what the CUDA-graph ``scopes`` capture (the clamp and the bias loop are the experts' code, the RoPE
+    the attention's)."""
+    slot = "moe" not in scopes
     present = {"yarn_rope": wops.megatron_eager_yarn(model, kernels) and "attn" not in scopes,
                "geglu_clamp": bool(model.swiglu_limit) and slot, "expert_bias": bool(model.linear_bias) and slot}
     return {k: EXTRAS[k][way][0] + EXTRAS[k][way][1] * local_experts for k, on in present.items() if on}
@@ -155,9 +149,9 @@ def forward(ops: Any, model: Any, kernels: Any, local_experts: int, fp8: bool) -
     extras = _extras(model, kernels, 0, local_experts, scopes)
     seconds = (whost.ATTENTION_HALF[0] * ("attn" not in scopes) + sum(extras.values())
                + sum(_host(p, 0, local_experts, fp8, scopes) for p in PIECES))
-    if ops.shared and not _whole_slot(scopes):
+    if ops.shared and "moe" not in scopes:
         seconds += 1 - whost.ATTENTION_HALF[0]
-    if not ops.sync_at or _whole_slot(scopes):
+    if not ops.sync_at or "moe" in scopes:
         pre, experts, shared, post = _spread((ops.pre, ops.experts, ops.shared, ops.post), seconds * ref)
         return replace(ops, pre=pre, experts=experts, shared=shared, post=post)
     # the router and the preprocessing come before the dispatcher's synchronisation, graphed or not
@@ -181,7 +175,7 @@ def backward(bwd: tuple, model: Any, kernels: Any, framework: str, local_experts
     total = (whost.ATTENTION_HALF[1] * ("attn" not in scopes)
              + sum(_extras(model, kernels, 1, local_experts, scopes).values())
              + sum(_host(p, 1, local_experts, fp8, scopes) for p in PIECES)) * ref
-    if bwd[2] and not _whole_slot(scopes):
+    if bwd[2] and "moe" not in scopes:
         total += (1 - whost.ATTENTION_HALF[1]) * ref
     if framework in whost.HOOKED_FRAMEWORKS:
         total += whost.GRAD_HOOK_S * param_tensors(model, local_experts)
