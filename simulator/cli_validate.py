@@ -155,7 +155,9 @@ def _validate(only: str | None, kind: str | None, json_out: bool, max_mape: floa
     if readme is not None:
         # The README sits at the root; the scatter plot is written beside the markdown report.
         image = (png.as_posix() if png else "docs/validation.png")
-        readme.write_text(splice(readme.read_text(), markdown(rows, summary, command, image=image, level=2)))
+        runs_at = f"[{md.as_posix()}]({md.as_posix()})" if md else "the report `--markdown` writes"
+        section = markdown(rows, summary, command, image=image, level=2, runs_at=runs_at)
+        readme.write_text(splice(readme.read_text(), section))
     return _exit_code(summary["simulated"] == 0,
                       f"no run was simulated ({summary['skipped']} of {summary['runs']} skipped)", "MAPE",
                       summary["mape"], max_mape)

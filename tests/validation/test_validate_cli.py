@@ -123,6 +123,15 @@ def test_readme_section_is_regenerated_between_markers(tmp_path):
     text = readme.read_text()
     assert "stale" not in text and text.startswith("intro\n") and text.endswith("tail\n")
     assert "megatron-sc21-t1-1.7B" in text and "## dtsim validation report" in text
+    # the README keeps the summary and the misses; the per-run and skipped tables are the report's
+    assert "### Summary" in text and "### Runs\n" not in text and "### Skipped" not in text
+    assert "the report `--markdown` writes" in text
+    readme.write_text("<!-- validation:start -->\n<!-- validation:end -->\n")
+    report = tmp_path / "report.md"
+    both = ["validate", "--only", "megatron-sc21-t1-1.7B", "--markdown", str(report), "--readme", str(readme)]
+    assert CliRunner().invoke(app, both).exit_code == 0
+    assert f"[{report.as_posix()}]({report.as_posix()})" in readme.read_text()  # the README links the report
+    assert "## Runs\n" in report.read_text()
     no_markers = tmp_path / "other.md"
     no_markers.write_text("nothing\n")
     bad = CliRunner().invoke(app, ["validate", "--only", "megatron-sc21-t1-1.7B", "--readme", str(no_markers)])
@@ -141,3 +150,20 @@ def test_every_stored_fold_is_reported_with_its_held_out_runs(pure_dp):
         assert f["runs"] == len(errors) and f["mape"] == pytest.approx(sum(errors) / len(errors))
     text = markdown(pure_dp["rows"], summary, "dtsim validate")
     assert "Leave-one-source-out folds" in text and "| hopper | mosaicml/llm-foundry |" in text
+
+
+def test_a_cause_shared_by_several_runs_is_printed_once():
+    """A cause named by a glob (several runs) stands once below its table, the rows by its number."""
+    from simulator.validation.render import markdown, shared_texts
+
+    assert shared_texts(["a", "b", "a", "c", "b"]) == {"a": 1, "b": 2}
+    long_cause = "GPT-OSS: not identified | " + "x" * 500
+    summary = {"pure_dp": {"mape": 0.1, "n": 1}, "held_out_pure_dp": {"mape": 0.1, "n": 1, "max_abs_error": 0.1},
+               "mape": 0.3, "simulated": 3, "skipped": 0, "runs": 3, "by_gpu": {}, "by_framework": {},
+               "by_parallelism": {}, "by_model_size": {}, "by_precision": {}, "skipped_runs": [],
+               "misses": [{"id": "r1", "error": 0.4, "cause": long_cause}, {"id": "r2", "error": 0.2, "cause": "own"},
+                          {"id": "r3", "error": -0.3, "cause": long_cause}]}
+    text = markdown([], summary, "dtsim validate")
+    assert text.count("x" * 500) == 1 and "GPT-OSS: not identified | " in text  # once, outside the table
+    assert "| r1 | +40.0% | shared cause 1 (below) |" in text and "| r3 | -30.0% | shared cause 1 (below) |" in text
+    assert "| r2 | +20.0% | own |" in text and "**Shared cause 1.** GPT-OSS" in text
