@@ -99,7 +99,8 @@ class ParallelConfig(Frozen):
     overlap_comm: bool | None = Field(None, description="None = DeepSpeed default: True for stage 3, else False")
     contiguous_gradients: bool = True
     use_multi_rank_bucket_allreduce: bool = True
-    #: Elements gathered ahead of use; 0 (or less than the smallest module) means no prefetch.
+    #: Elements gathered ahead of use; 0 means no prefetch (any positive bucket gathers at least the next
+    #: parameter ahead: DeepSpeed tests the queued numel before adding one).
     stage3_prefetch_bucket_size: NonNegativeFloat = 5e7
     #: Host time DeepSpeed spends per sub-module fetch (partitioned-parameter bookkeeping, hooks,
     #: post-gather copies), seconds. 0 by default (not measured for current releases); DeepSpeed

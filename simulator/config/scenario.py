@@ -125,9 +125,11 @@ class ClusterConfig(Frozen):
 #: and GPU architecture; ``fa1`` FlashAttention 1.x / the Triton FlashAttention of 2023 stacks; ``fa2``
 #: FlashAttention-2 (also PyTorch SDPA's flash backend); ``fa3`` FlashAttention-3 (Hopper); ``cudnn``
 #: cuDNN fused attention (Transformer Engine's default on Hopper and Blackwell); ``sdpa_math`` and
-#: ``eager`` unfused attention (score matrix in HBM).
-AttentionImpl = Literal["auto", "fa1", "fa2", "fa3", "cudnn", "sdpa_math", "eager"]
-UNFUSED_ATTENTION = ("sdpa_math", "eager")
+#: ``eager`` unfused attention (score matrix in HBM) around Megatron's fused scale-mask-softmax;
+#: ``hf_eager`` Hugging Face transformers' eager attention (``attn_implementation="eager"``: scale,
+#: mask add, fp32 softmax and cast as separate PyTorch ops; ``simulator.workload.attention_core``).
+AttentionImpl = Literal["auto", "fa1", "fa2", "fa3", "cudnn", "sdpa_math", "eager", "hf_eager"]
+UNFUSED_ATTENTION = ("sdpa_math", "eager", "hf_eager")
 #: Architectures with block-scaled MX FP8 tensor-core GEMMs (``fp8_recipe: mxfp8``): NVIDIA Blackwell
 #: (sm_100/sm_103, 32-element E8M0 scale blocks) and AMD CDNA4 (MI350/MI355X, the OCP MX formats).
 MXFP8_ARCHS = ("blackwell", "cdna4")
@@ -139,7 +141,7 @@ class KernelConfig(Frozen):
     """Kernel-level choices that change how many memory-bound passes a step makes."""
 
     flash_attention: bool = True
-    #: Which attention kernel runs (``AttentionImpl``); ``sdpa_math``/``eager`` imply
+    #: Which attention kernel runs (``AttentionImpl``); ``sdpa_math``/``eager``/``hf_eager`` imply
     #: ``flash_attention: false``.
     attention: AttentionImpl = "auto"
     fused_norm_residual: bool = True
@@ -196,7 +198,7 @@ class KernelConfig(Frozen):
             return {**data, "flash_attention": False}
         if impl != "auto" and flash is False:
             raise ValueError(f"training.kernels.attention {impl} is a fused (flash) kernel but "
-                             "training.kernels.flash_attention is false; use attention: eager or sdpa_math")
+                             "training.kernels.flash_attention is false; use attention: eager, hf_eager or sdpa_math")
         return data
 
     @model_validator(mode="after")

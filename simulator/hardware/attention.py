@@ -21,8 +21,10 @@ Implementations (``training.kernels.attention``):
 * ``fa3``: FlashAttention-3 (Hopper only: wgmma, TMA, warp specialisation).
 * ``cudnn``: cuDNN fused attention, Transformer Engine's ``DotProductAttention`` backend on Hopper and
   Blackwell (Megatron-LM/Megatron-Core with TE, NeMo, Megatron-Bridge).
-* ``sdpa_math``, ``eager``: unfused attention: ``QKᵀ`` and ``·V`` batched GEMMs with the ``s × s`` score
-  matrix written to and read from HBM by the softmax (``simulator.workload.ops``); no fused-kernel rate.
+* ``sdpa_math``, ``eager``, ``hf_eager``: unfused attention: ``QKᵀ`` and ``·V`` batched GEMMs with the
+  ``s × s`` score matrix written to and read from HBM by the softmax (``simulator.workload.attention_core``:
+  Megatron's fused scale-mask-softmax for the first two, Hugging Face's chain of PyTorch ops for
+  ``hf_eager``); no fused-kernel rate.
 
 ``auto`` (the default) picks what each stack runs out of the box: unfused when
 ``flash_attention: false``; ``cudnn`` for framework ``ddp`` (dtsim's Megatron-LM / NeMo model) on Hopper
@@ -223,7 +225,7 @@ def fractions(impl: str, arch: str, fallback: float) -> tuple[float, float]:
     if impl == "fa3" and arch not in FA3_ARCHS:
         choices = ", ".join(["fa1", *table] if table else ["fa1", "fa2", "cudnn"])
         raise InputError(f"fa3 has no published rate on {arch} GPUs: FlashAttention-3 runs on Hopper only "
-                         f"(choose one of {choices}, sdpa_math or eager)", FIELD)
+                         f"(choose one of {choices}, sdpa_math, eager or hf_eager)", FIELD)
     base = _rated(impl)
     scale = fa1_of_fa2(arch, 128) if impl == "fa1" else 1.0
     if base not in table:

@@ -37,8 +37,10 @@ gathers with ``all_gather_into_tensor`` (one call per parameter group) when it i
 
 Prefetch (stage 3): a block's gathers may start once the block ``depth + 1`` places earlier has
 run, with ``depth = max(1, ⌊stage3_prefetch_bucket_size / block⌋)`` limited by
-``stage3_max_live_parameters`` (``simulator.parallel.prefetch``); a bucket smaller than the
-smallest module (0 included) prefetches nothing. Each block is fetched module by module
+``stage3_max_live_parameters`` (``simulator.parallel.prefetch``). Any bucket above 0 prefetches:
+DeepSpeed's ``PartitionedParameterCoordinator.fetch_sub_module`` pops parameters from its trace queue
+``while numel_prefetching < max_params_to_prefetch``, testing before it adds, so at least the next
+parameter is gathered ahead however small the bucket; 0 switches prefetch off. Each block is fetched module by module
 (``StepWork.layer_module_params``: 7 all-gathers for an HF Llama block, 4 for a Megatron GPT block),
 each call paying its collective latency and ``stage3_fetch_overhead_s`` of host time.
 """
@@ -176,13 +178,12 @@ class Zero3Hooks(Hooks):
 
     @staticmethod
     def _depth(p, work) -> int:
-        """Units gathered ahead: ``stage3_prefetch_bucket_size`` / unit size (at least one unit when
-        prefetching at all), and at most what ``stage3_max_live_parameters`` leaves besides the unit
+        """Units gathered ahead: ``stage3_prefetch_bucket_size`` / unit size (at least one unit when the
+        bucket is above 0, module docstring), and at most what ``stage3_max_live_parameters`` leaves besides the unit
         in use."""
         unit = max(work.layer_params, 1.0)
-        smallest = min(work.layer_module_params, default=unit)
-        if p.stage3_prefetch_bucket_size < smallest:
-            return 0  # DeepSpeed prefetches whole modules: a bucket below one module fetches nothing ahead
+        if p.stage3_prefetch_bucket_size <= 0:
+            return 0
         depth = max(1, math.floor(p.stage3_prefetch_bucket_size / unit))
         live = max(0, math.floor(p.stage3_max_live_parameters / unit) - 1)
         return min(depth, live)

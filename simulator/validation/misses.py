@@ -314,6 +314,23 @@ GROUP_CAUSES: tuple[tuple[str, str], ...] = (
      "identified (the source states neither the NICs per node nor the A100 memory size). Its TP 4 / PP 8 layout "
      "at micro-batch 2 (16.1 s) runs slower than TP 4 at PP 4 and PP 16 (13.9, 14.5 s), which dtsim does not "
      "give either: not identified"),
+    ("flagperf-a800-llama3-8b-*", "FlagPerf's Megatron-Core Llama 3 8B on one DGX A800 (the README's 'A100'): its seven "
+     "layouts run 3-17% faster than dtsim gives them, TP 1 the most (PP 2 x DP 4 -16.5%, PP 4 x DP 2 -15.0%) and TP 8 "
+     "the least (-3.4%), where the same case's H100 rows (TP 2 on 8 and 16 GPUs, BF16 and FP8) are within 3% and "
+     "torchtitan's A100 Llama 3 8B runs at the same 8,192 tokens within 2%. The PP 2 x DP 4 baseline's 3,698.7 "
+     "tokens/s/GPU is about 198 TFLOP/s of executed work per GPU over the step (64% of the A800's dense BF16 peak; "
+     "FlagPerf's 6N MFU 56.9%), against the 228 TFLOP/s dtsim's Ampere fit gives large GEMMs (0.84 of MAMF) and 0.54 of "
+     "FlashAttention-2's benchmark for the attention, both fitted on other publications; FlagPerf times one iteration "
+     "(the last logged 'elapsed time per iteration'); not identified"),
+    ("flagperf-h800-baichuan2-13b-*", "FlagPerf's Baichuan2-13B under DeepSpeed ZeRO-1 on 2 x 8 H800: the two rows "
+     "give 7.92 s per step at 8 accumulation steps and 48.4 s at 64, i.e. 0.72 s per 2,048-token micro-batch and 2.1 s "
+     "per step beside them; dtsim gives 0.64 s and 0.25 s. Modelled (+76% / +41% -> +48% / +18%): the remote code's "
+     "eager attention (training.kernels.attention hf_eager: scale, ALiBi mask add, clamp and softmax as separate "
+     "kernels, 20 bytes per score element each way against the fused scale-mask-softmax's 4 and 6). Per step: not "
+     "identified. DeepSpeed 0.11 takes its BF16_Optimizer at stage 1 only with grad_accum_dtype fp32 (engine.py "
+     "_do_optimizer_sanity_check), which the ds_config does not set; the 27.8 GB bf16 gradient all-reduce and the "
+     "parameter all-gather take 0.38 s on the links in dtsim, 0.83 s at 100 Gb/s per NIC without NVLink SHARP. The "
+     "run's script and model config are not stored (the stored config.json is a 4-layer debug copy): too fast"),
     ("vtrain-multi-h3072-*", "vTrain 3.6B on 64 GPUs: the measured step grows 1.7x from TP 1 to TP 4 and 2.4x to TP 8 "
      "(3.7, 6.2 and 8.9 s at micro-batch 2), beyond the tensor-parallel all-reduces and host time dtsim gives it; "
      "not identified. It is micro-batch 2's: the same TP 4 and TP 8 layouts take 4.8 and 5.6 s at micro-batch 4 "

@@ -103,6 +103,7 @@ def layer_activation_bytes(
     *,
     sequence_parallel: bool = False,
     flash_attention: bool = True,
+    hf_eager: bool = False,
     recompute: Recompute = "none",
     precision_bytes: int = 2,
     dropout: bool = False,
@@ -122,7 +123,8 @@ def layer_activation_bytes(
       MHA + GELU-4h (SwiGLU stores gate and up: ``3f`` instead of ``2f``); QK-norm adds its
       inputs ``p·sb·(a·d_h + g_kv·d_h)`` (RoPE needs no input for its backward, only sin/cos);
     * attention core (÷t), unfused: softmax output ``p·a·s²b``, dropout mask ``a·s²b`` and output
-      ``p·a·s²b`` → ``5·a·s²·b``; FlashAttention stores none of it, only the fp32 log-sum-exp
+      ``p·a·s²b`` → ``5·a·s²·b`` (``hf_eager``, Hugging Face's eager chain, and Megatron's PyTorch
+      fallback: the fp32 softmax output and its 16-bit copy); FlashAttention stores none of it, only the fp32 log-sum-exp
       ``4·a·s·b`` (dropout is regenerated from the RNG state); selective recomputation drops it, the
       log-sum-exp too (Megatron-Core checkpoints the fused core as well and keeps only its inputs, Q, K
       and V, which the QKV region already counts).
@@ -168,9 +170,10 @@ def layer_activation_bytes(
         core = 0.0
     elif flash_attention:
         core = SOFTMAX_STAT_BYTES * model.n_heads * s * b
-    elif fused_softmax_available(b, model.n_heads // t, s):
+    elif fused_softmax_available(b, model.n_heads // t, s) and not hf_eager:
         core = heads_s2b * (p + (mask + p if dropout else 0))
-    else:  # Megatron's PyTorch softmax fallback keeps its fp32 output, the next op its 16-bit copy
+    else:  # Megatron's PyTorch softmax fallback and Hugging Face's eager chain keep the softmax's fp32
+        # output, the next op its 16-bit copy
         core = heads_s2b * (SOFTMAX_FALLBACK_SAVED_BYTES + (mask + p if dropout else p))
     return replicated / region_div + gathered + (qkv_out + mlp + core) / t
 
@@ -263,7 +266,8 @@ def stage_activations(scenario: Scenario) -> list[ActivationBytes]:
     pb = 2 if is_16bit(scenario) else 4
     dropout = m.dropout > 0
     sp = par.sequence_parallel and t > 1
-    common = dict(flash_attention=tr.kernels.flash_attention, precision_bytes=pb, dropout=dropout,
+    common = dict(flash_attention=tr.kernels.flash_attention, hf_eager=tr.kernels.attention == "hf_eager",
+                  precision_bytes=pb, dropout=dropout,
                   sequence_parallel=sp, fp8_inputs=linear_input_bytes(scenario, pb) == 1,
                   gathered_inputs=sp and par.framework == "fsdp")  # DTensor TP (torchtitan)
     # the mlp module's saving is modelled for dense models; an MoE / MLA model's few dense blocks keep

@@ -1,6 +1,7 @@
 """The attention core of a transformer block on one TP rank: the fused (FlashAttention-style) kernel, or
 the unfused path of two batched GEMMs around a softmax (Megatron's fused scale-mask-softmax or its fp32
-PyTorch fallback), its dropout and the context copy back to the token-major layout.
+PyTorch fallback, or Hugging Face's eager chain), its dropout and the context copy back to the
+token-major layout.
 
 ``workload.ops.layer_ops`` places these ops in a block; ``workload.activations`` asks
 ``fused_softmax_available`` what the fallback saves.
@@ -43,15 +44,39 @@ SOFTMAX_FALLBACK_FWD_BYTES, SOFTMAX_FALLBACK_BWD_BYTES, SOFTMAX_FALLBACK_LAUNCHE
 SOFTMAX_FALLBACK_EXTRA_CALLS = 3
 
 
+# --- Hugging Face transformers' eager attention (``attn_implementation="eager"``) --------------------
+# ``eager_attention_forward`` (Llama and the models written after it; transformers 4.34's
+# ``LlamaAttention.forward`` the same): ``matmul(q, kᵀ) * scaling`` (or ``/ sqrt(d)``), ``+ causal_mask``
+# (a ``[b, 1, s, s]`` tensor broadcast over the heads, its reads cached), ``softmax(dtype=float32)``,
+# ``.to(q.dtype)``, ``dropout`` (p = 0 returns its input: ATen ``_dropout``), ``matmul(·, v)``. Per score
+# element beyond the two GEMMs, forward: scale ``2p``, mask add ``2p``, softmax ``p + 4`` (fp32 out),
+# cast ``4 + p`` → ``6p + 8`` bytes in four kernels; backward (autograd): cast ``p + 4``, softmax
+# ``4 + 4 + p`` (its saved fp32 output and fp32 gradient in, the 16-bit input's dtype out), scale ``2p``;
+# the add passes its gradient through → ``4p + 12`` in three kernels. Megatron's fused kernel moves ``2p``
+# forward and ``3p`` backward in one each. Baichuan's remote code (ALiBi: a per-head ``[heads, s, s]``
+# mask, then ``torch.max`` against the dtype's minimum, softmax in the 16-bit dtype) moves ``9p`` forward
+# and ``8p`` backward at ``p = 2``: within two bytes of the chain, priced the same.
+HF_EAGER_FWD_BYTES = lambda p: 6 * p + 8  # noqa: E731 - bytes per score element, ``p`` = 16-bit bytes
+HF_EAGER_BWD_BYTES = lambda p: 4 * p + 12  # noqa: E731
+HF_EAGER_LAUNCHES, HF_EAGER_BWD_LAUNCHES = 4, 3
+#: Host calls of the chain beyond the reference blocks' ``masked_fill`` + ``softmax`` (``workload.host``):
+#: the scale and the cast.
+HF_EAGER_EXTRA_CALLS = 2
+
+
 def fused_softmax_available(b: int, heads: int, s: int) -> bool:
     """Whether Megatron's fused scale-mask-softmax kernel takes ``b`` sequences of ``heads`` heads (on
     this TP rank) at sequence length ``s`` (self-attention, ``sq = sk = s``); the comment block above."""
     return 16 < s <= SOFTMAX_FUSED_MAX_SK and s % 4 == 0 and (b * heads) % 4 == 0
 
 
-def _softmax(scores_el: float, pb: int, fused: bool) -> Op:
-    """The softmax of the unfused core: the fused kernel (read and write the scores) or the fp32
-    PyTorch fallback chain (comment block above)."""
+def _softmax(scores_el: float, pb: int, fused: bool, hf_eager: bool = False) -> Op:
+    """The softmax of the unfused core: the fused kernel (read and write the scores), the fp32
+    PyTorch fallback chain or Hugging Face's eager chain (comment blocks above)."""
+    if hf_eager:
+        return Op("attn_softmax_hf_eager", "memory", SOFTMAX_FLOPS * scores_el, scores_el * HF_EAGER_FWD_BYTES(pb),
+                  launches=HF_EAGER_LAUNCHES, bwd_launches=HF_EAGER_BWD_LAUNCHES,
+                  bwd_bytes=scores_el * HF_EAGER_BWD_BYTES(pb), extra_host_calls=HF_EAGER_EXTRA_CALLS)
     if fused:
         return memory_op("attn_softmax", scores_el, 2, pb, SOFTMAX_FLOPS)
     return Op("attn_softmax_fp32_fallback", "memory", SOFTMAX_FLOPS * scores_el,
@@ -60,8 +85,10 @@ def _softmax(scores_el: float, pb: int, fused: bool) -> Op:
               extra_host_calls=SOFTMAX_FALLBACK_EXTRA_CALLS)
 
 
-def attention_core_ops(model: ModelConfig, b: int, s: int, tp: int, pb: int, flash: bool) -> list[Op]:
-    """The attention core of one block on one TP rank (``a/t`` query heads, ``g_kv/t`` KV heads)."""
+def attention_core_ops(model: ModelConfig, b: int, s: int, tp: int, pb: int, flash: bool,
+                       hf_eager: bool = False) -> list[Op]:
+    """The attention core of one block on one TP rank (``a/t`` query heads, ``g_kv/t`` KV heads);
+    ``hf_eager``: the unfused core as Hugging Face's eager attention runs it."""
     heads = model.n_heads // tp
     d = model.d_head
     q_el = b * s * model.q_dim / tp
@@ -76,7 +103,7 @@ def attention_core_ops(model: ModelConfig, b: int, s: int, tp: int, pb: int, fla
     # its dropout, and the context copy back to the token-major layout (module constants above).
     scores_el = b * heads * s * s
     ops = [gemm("attn_scores", s, s, d, pb, batch=b * heads),
-           _softmax(scores_el, pb, fused_softmax_available(b, heads, s))]
+           _softmax(scores_el, pb, fused_softmax_available(b, heads, s), hf_eager)]
     if model.dropout > 0:
         drop = scores_el * (2 * pb + DROPOUT_MASK_BYTES)
         ops.append(Op("attn_dropout", "memory", scores_el, drop, bwd_bytes=drop))

@@ -241,7 +241,7 @@ def layer_ops(
         else:
             ops.append(replace(memory_op("rotary", qk_el, EAGER_ROPE_PASSES, pb, _ROPE_FLOPS),
                                launches=2 * EAGER_ROPE_LAUNCHES_PER_TENSOR))
-    core = attention_core_ops(model, b, s, t, pb, kernels.flash_attention)
+    core = attention_core_ops(model, b, s, t, pb, kernels.flash_attention, kernels.attention == "hf_eager")
     if recompute == "selective":
         core = [replace(op, recompute=True) for op in core]
     ops += core

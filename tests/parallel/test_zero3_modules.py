@@ -59,10 +59,12 @@ def test_gpt_style_block_fuses_qkv():
     assert len(_parts(g, "allgather fwd 3 mb0")) == 4
 
 
-@pytest.mark.parametrize(("bucket", "depth"), [(0, 0), (1, 0), (16_777_215, 0), (16_777_216, 1), (5e7, 1),
-                                                 (5e8, 2)])
-def test_prefetch_bucket_below_one_module_prefetches_nothing(bucket, depth):
-    # modules of 16.8M (q) .. 45.1M (gate) elements; a block is 202.4M: 5e8 // 202.4M = 2 blocks ahead.
+@pytest.mark.parametrize(("bucket", "depth"), [(0, 0), (1, 1), (1e7, 1), (16_777_216, 1), (5e7, 1), (5e8, 2)])
+def test_any_prefetch_bucket_fetches_ahead(bucket, depth):
+    # DeepSpeed's fetch_sub_module pops parameters while the numel already queued is below the bucket, so
+    # any bucket above 0 prefetches at least the next one, even a 1e7 bucket before a 16.8M q_proj (FlagPerf's
+    # Llama 2 7B ds_config); 0 prefetches nothing. Modules of 16.8M (q) .. 45.1M (gate) elements; a block is
+    # 202.4M: 5e8 // 202.4M = 2 blocks ahead.
     work = SimpleNamespace(layer_params=4 * 4096 * 4096 + 3 * 4096 * 11008,
                            layer_module_params=(4096 * 4096,) * 4 + (4096 * 11008,) * 3)
     p = SimpleNamespace(stage3_prefetch_bucket_size=bucket, stage3_max_live_parameters=1e9)

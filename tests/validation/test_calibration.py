@@ -82,6 +82,9 @@ def test_source_key_names_the_publication():
     assert cal.source_key(run("Narayanan et al., SC21 (arXiv:2104.04473)")) == "arXiv:2104.04473"
     assert cal.source_key(run("'pytorch/torchtitan docs/performance.md (2024 version)'")) == "pytorch/torchtitan"
     assert cal.source_key(run("mosaicml/llm-foundry scripts/train/benchmarking/README.md")) == "mosaicml/llm-foundry"
+    # FlagPerf's cases are one publication, whatever the case's README
+    for case in ("llama2_7b-deepspeed", "chatglm3_6b-deepspeed"):
+        assert cal.source_key(run(f"FlagOpen/FlagPerf training/nvidia/{case}/README.md (@x)")) == "FlagOpen/FlagPerf"
     assert cal.source_key(run("BigScience tr11-176B-ml training README (github.com/x)")) == \
         "BigScience tr11-176B-ml training README"
 

@@ -71,6 +71,7 @@ class _Kernels:
     flash_attention = True
     fused_norm_residual = False
     compile = True
+    attention = "auto"
 
 
 @pytest.mark.parametrize(("kind", "per_logit"), [("fused", 2 + 4), ("eager", 3 * 4), ("compiled", 2 * 2),

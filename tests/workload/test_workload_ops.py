@@ -194,6 +194,36 @@ def test_softmax_fallback_is_the_fp32_torch_chain():
     assert "attn_softmax" in {op.name for op in ops.layer_ops(m, 2, s, tp, pb, UNFUSED)}
 
 
+def test_hf_eager_attention_is_the_transformers_chain():
+    # Hugging Face eager_attention_forward on a 40-head, 2,048-token block in bf16 (Baichuan2-13B's shape),
+    # micro-batch 1, TP 1: per score element, forward *scale 2+2, +mask 2+2, softmax(float32) 2+4,
+    # .to(bf16) 4+2 = 20 bytes in 4 kernels; backward .to 2+4, softmax 4+4+2, *scale 2+2 = 20 in 3
+    from simulator.catalog import get_model
+
+    m = get_model("baichuan2-13b")
+    el = 40 * 2048 * 2048
+    fwd = ops.layer_ops(m, 1, 2048, 1, 2, KernelConfig(attention="hf_eager"))
+    by_name = {op.name: op for op in fwd}
+    assert "attn_softmax" not in by_name and "attn_softmax_fp32_fallback" not in by_name
+    chain = by_name["attn_softmax_hf_eager"]
+    assert chain.bytes == el * 20 and chain.launches == 4
+    bwd = {op.name: op for op in ops.backward_ops(fwd)}["attn_softmax_hf_eager.bwd"]
+    assert bwd.bytes == el * 20 and bwd.launches == 3
+    # Megatron's fused scale-mask-softmax on the same scores: 2+2 forward
+    assert {op.name: op for op in ops.layer_ops(m, 1, 2048, 1, 2, UNFUSED)}["attn_softmax"].bytes == el * 4
+
+
+def test_hf_eager_attention_keeps_the_fp32_softmax_output():
+    # the core keeps softmax's fp32 output (4 B) and its bf16 copy (2 B) per score, not the fused 2 B
+    from simulator.catalog import get_model
+    from simulator.workload.activations import layer_activation_bytes
+
+    m = get_model("baichuan2-13b")
+    fused = layer_activation_bytes(m, 1, 2048, flash_attention=False)
+    chain = layer_activation_bytes(m, 1, 2048, flash_attention=False, hf_eager=True)
+    assert chain - fused == 40 * 2048 * 2048 * (4 + 2 - 2)
+
+
 def test_backward_flops(llama3_8b):
     fwd = ops.layer_ops(llama3_8b, 1, 4096, 2, 2, FLASH)
     bwd = ops.backward_ops(fwd)
