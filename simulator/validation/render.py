@@ -5,6 +5,7 @@ All figures come from ``summary.row`` / ``summary.summarize``; nothing here comp
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -80,10 +81,8 @@ def shared_texts(texts: Sequence[str]) -> dict[str, int]:
     """Texts that stand for more than one row (a cause named by a glob, a skip reason), numbered from 1 in
     order of first use: the writers print each once, below its table, and the rows by number. Some causes
     run to pages and apply to nine runs; printed per row they made most of the report."""
-    seen: dict[str, int] = {}
-    for t in texts:
-        seen[t] = seen.get(t, 0) + 1
-    return {t: i for i, t in enumerate((t for t in seen if seen[t] > 1), start=1)}
+    counts = Counter(texts)  # insertion-ordered: first use first
+    return {t: i for i, t in enumerate((t for t, n in counts.items() if n > 1), start=1)}
 
 
 def _ref(text: str, shared: dict[str, int], word: str) -> str:
