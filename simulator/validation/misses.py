@@ -321,7 +321,10 @@ GROUP_CAUSES: tuple[tuple[str, str], ...] = (
      "tokens/s/GPU is about 198 TFLOP/s of executed work per GPU over the step (64% of the A800's dense BF16 peak; "
      "FlagPerf's 6N MFU 56.9%), against the 228 TFLOP/s dtsim's Ampere fit gives large GEMMs (0.84 of MAMF) and 0.54 of "
      "FlashAttention-2's benchmark for the attention, both fitted on other publications; FlagPerf times one iteration "
-     "(the last logged 'elapsed time per iteration'); not identified"),
+     "(the last logged 'elapsed time per iteration'); not identified. Where dtsim's time goes: the attention core "
+     "(118 / 98 TFLOP/s forward / backward at 8,192 tokens) takes 31% of a block's time for 15% of its FLOPs; at "
+     "0.85 of the benchmark instead of 0.53 the PP 2 x DP 4 row would be about 6% too slow, but the Ampere runs that identify that "
+     "share (torchtitan's and llm-foundry's FSDP runs at 8k-32k tokens, FlashAttention-2 as here) want 0.53"),
     ("flagperf-h800-baichuan2-13b-*", "FlagPerf's Baichuan2-13B under DeepSpeed ZeRO-1 on 2 x 8 H800: the two rows "
      "give 7.92 s per step at 8 accumulation steps and 48.4 s at 64, i.e. 0.72 s per 2,048-token micro-batch and 2.1 s "
      "per step beside them; dtsim gives 0.64 s and 0.25 s. Modelled (+76% / +41% -> +48% / +18%): the remote code's "

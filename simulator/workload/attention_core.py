@@ -55,7 +55,7 @@ SOFTMAX_FALLBACK_EXTRA_CALLS = 3
 # the add passes its gradient through → ``4p + 12`` in three kernels. Megatron's fused kernel moves ``2p``
 # forward and ``3p`` backward in one each. Baichuan's remote code (ALiBi: a per-head ``[heads, s, s]``
 # mask, then ``torch.max`` against the dtype's minimum, softmax in the 16-bit dtype) moves ``9p`` forward
-# and ``8p`` backward at ``p = 2``: within two bytes of the chain, priced the same.
+# and ``8p`` backward, 18 and 16 bytes at ``p = 2`` against the chain's 20 and 20: priced the same.
 HF_EAGER_FWD_BYTES = lambda p: 6 * p + 8  # noqa: E731 - bytes per score element, ``p`` = 16-bit bytes
 HF_EAGER_BWD_BYTES = lambda p: 4 * p + 12  # noqa: E731
 HF_EAGER_LAUNCHES, HF_EAGER_BWD_LAUNCHES = 4, 3
