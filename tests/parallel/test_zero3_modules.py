@@ -1,5 +1,5 @@
 """ZeRO-3 fetch granularity as DeepSpeed issues it: one all-gather per ``nn.Linear`` sub-module in
-trace order, module lists from the architecture, and the prefetch bucket below one module."""
+trace order, module lists from the architecture, and a prefetch bucket below one module (which still prefetches)."""
 
 from __future__ import annotations
 
