@@ -327,7 +327,7 @@ GROUP_CAUSES: tuple[tuple[str, str], ...] = (
      "share (torchtitan's and llm-foundry's FSDP runs at 8k-32k tokens, FlashAttention-2 as here) want 0.53"),
     ("flagperf-h800-baichuan2-13b-*", "FlagPerf's Baichuan2-13B under DeepSpeed ZeRO-1 on 2 x 8 H800: the two rows "
      "give 7.92 s per step at 8 accumulation steps and 48.4 s at 64, i.e. 0.72 s per 2,048-token micro-batch and 2.1 s "
-     "per step beside them; dtsim gives 0.64 s and 0.25 s. Modelled (+76% / +41% -> +48% / +18%): the remote code's "
+     "per step beside them; dtsim gives 0.64 s and 0.24 s. Modelled (+76% / +41% -> +48% / +18%): the remote code's "
      "eager attention (training.kernels.attention hf_eager: scale, ALiBi mask add, clamp and softmax as separate "
      "kernels, 20 bytes per score element each way against the fused scale-mask-softmax's 4 and 6). Per step: not "
      "identified. DeepSpeed 0.11 takes its BF16_Optimizer at stage 1 only with grad_accum_dtype fp32 (engine.py "
