@@ -77,12 +77,18 @@ def _print_items(console: Console, items: Sequence[tuple[str, str]], word: str) 
         console.print(f"  {word} {i}: {text}", highlight=False, soft_wrap=True, markup=False)
 
 
+#: A text shorter than this stays in its rows ("no named cause" reads better there than as a footnote).
+SHARED_MIN_CHARS = 100
+
+
 def shared_texts(texts: Sequence[str]) -> dict[str, int]:
-    """Texts that stand for more than one row (a cause named by a glob, a skip reason), numbered from 1 in
-    order of first use: the writers print each once, below its table, and the rows by number. Some causes
-    run to pages and apply to nine runs; printed per row they made most of the report."""
+    """Texts that stand for more than one row (a cause named by a glob, a skip reason) and run longer than
+    ``SHARED_MIN_CHARS``, numbered from 1 in order of first use: the writers print each once, below its
+    table, and the rows by number. Some causes run to pages and apply to nine runs; printed per row they
+    made most of the report."""
     counts = Counter(texts)  # insertion-ordered: first use first
-    return {t: i for i, t in enumerate((t for t, n in counts.items() if n > 1), start=1)}
+    shared = (t for t, n in counts.items() if n > 1 and len(t) >= SHARED_MIN_CHARS)
+    return {t: i for i, t in enumerate(shared, start=1)}
 
 
 def _ref(text: str, shared: dict[str, int], word: str) -> str:
