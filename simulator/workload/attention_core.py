@@ -56,8 +56,8 @@ SOFTMAX_FALLBACK_EXTRA_CALLS = 3
 # forward and ``3p`` backward in one each. Baichuan's remote code (ALiBi: a per-head ``[heads, s, s]``
 # mask, then ``torch.max`` against the dtype's minimum, softmax in the 16-bit dtype) moves ``9p`` forward
 # and ``8p`` backward, 18 and 16 bytes at ``p = 2`` against the chain's 20 and 20: priced the same.
-HF_EAGER_FWD_BYTES = lambda p: 6 * p + 8  # noqa: E731 - bytes per score element, ``p`` = 16-bit bytes
-HF_EAGER_BWD_BYTES = lambda p: 4 * p + 12  # noqa: E731
+#: The chain's fp32 bytes per score element, forward and backward; its 16-bit passes add ``6p`` and ``4p``.
+HF_EAGER_FWD_BYTES, HF_EAGER_BWD_BYTES = 8, 12
 HF_EAGER_LAUNCHES, HF_EAGER_BWD_LAUNCHES = 4, 3
 #: Host calls of the chain beyond the reference blocks' ``masked_fill`` + ``softmax`` (``workload.host``):
 #: the scale and the cast.
@@ -74,9 +74,9 @@ def _softmax(scores_el: float, pb: int, fused: bool, hf_eager: bool = False) -> 
     """The softmax of the unfused core: the fused kernel (read and write the scores), the fp32
     PyTorch fallback chain or Hugging Face's eager chain (comment blocks above)."""
     if hf_eager:
-        return Op("attn_softmax_hf_eager", "memory", SOFTMAX_FLOPS * scores_el, scores_el * HF_EAGER_FWD_BYTES(pb),
+        return Op("attn_softmax_hf_eager", "memory", SOFTMAX_FLOPS * scores_el, scores_el * (HF_EAGER_FWD_BYTES + 6 * pb),
                   launches=HF_EAGER_LAUNCHES, bwd_launches=HF_EAGER_BWD_LAUNCHES,
-                  bwd_bytes=scores_el * HF_EAGER_BWD_BYTES(pb), extra_host_calls=HF_EAGER_EXTRA_CALLS)
+                  bwd_bytes=scores_el * (HF_EAGER_BWD_BYTES + 4 * pb), extra_host_calls=HF_EAGER_EXTRA_CALLS)
     if fused:
         return memory_op("attn_softmax", scores_el, 2, pb, SOFTMAX_FLOPS)
     return Op("attn_softmax_fp32_fallback", "memory", SOFTMAX_FLOPS * scores_el,
