@@ -171,7 +171,7 @@ def on_bound(params: dict[str, float], arch: str) -> list[str]:
 
 
 _ARXIV = re.compile(r"arXiv:\s*(\d{4}\.\d{4,5})", re.I)
-_REPO = re.compile(r"\b([A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+)\s+(?:docs/|scripts/|README|src/|training/)")
+_REPO = re.compile(r"\b([A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+)\s+(?:docs/|scripts/|README|src/|training/|tests/)")
 
 
 def source_key(run: Run) -> str:
