@@ -128,8 +128,19 @@ class ParallelConfig(Frozen):
     onebit_adam: bool = False
     deepspeed_config: str | None = None
     # --- PyTorch DDP (torch/nn/parallel/distributed.py) ---
+    #: PyTorch DDP's gradient buckets (``bucket_cap_mb``, a first bucket of ``first_bucket_mb``). Not
+    #: Megatron-Core's: with the distributed optimizer see ``ddp_bucket_size``.
     bucket_cap_mb: PositiveFloat = 25.0
     first_bucket_mb: PositiveFloat = 1.0
+    #: Megatron-Core DDP's gradient bucket, in elements (``DistributedDataParallelConfig.bucket_size``,
+    #: Megatron-LM ``--ddp-bucket-size``). Setting it, or the distributed optimizer, makes the data-parallel
+    #: engine Megatron-Core's: unset, its default ``max(4·10⁷, 10⁶·dp·cp)`` elements ("larger DP sizes
+    #: need larger buckets to ensure collectives do not become latency-bound"), no small first bucket,
+    #: and one bucket per model chunk after the first under the interleaved schedule (Megatron-LM
+    #: ``get_model``: ``disable_bucketing=(model_chunk_idx > 0)``); without ``overlap_grad_reduce`` one
+    #: bucket in all. PyTorch DDP (no distributed optimizer, no ``ddp_bucket_size``) keeps
+    #: ``bucket_cap_mb``.
+    ddp_bucket_size: PositiveInt | None = None
     no_sync: bool = True
     #: gradient_as_bucket_view=True makes gradients views into the buckets (saves one gradient copy).
     gradient_as_bucket_view: bool = False
@@ -194,6 +205,7 @@ class ParallelConfig(Frozen):
     _DDP_ONLY: ClassVar[tuple[str, ...]] = (
         "bucket_cap_mb",
         "first_bucket_mb",
+        "ddp_bucket_size",
         "no_sync",
         "gradient_as_bucket_view",
         "comm_hook",
@@ -309,6 +321,16 @@ class ParallelConfig(Frozen):
         if self.comm_hook in ("fp16", "bf16"):
             return 2
         return self.grad_buffer_bytes(precision)
+
+    @property
+    def megatron_ddp(self) -> bool:
+        """Whether the ddp engine is Megatron-Core's (its distributed optimizer or bucket size named)."""
+        return self.framework == "ddp" and (self.distributed_optimizer or self.ddp_bucket_size is not None)
+
+    def megatron_bucket_elements(self, dp_cp: int) -> int:
+        """Megatron-Core DDP's gradient bucket in elements: ``ddp_bucket_size``, else its default
+        ``max(4·10⁷, 10⁶·dp_cp)`` (megatron/core/distributed/distributed_data_parallel.py)."""
+        return self.ddp_bucket_size or max(40_000_000, 1_000_000 * dp_cp)
 
     def grad_buffer_bytes(self, precision: str) -> int:
         """Bytes per gradient the ddp engine stores: 2 with ``grad_reduce_in_fp32`` False in 16-bit

@@ -263,6 +263,8 @@ def _parallel(flags: dict, integer, out: Imported) -> None:
     if chunks is not None and chunks > 1:
         out.set("parallel.virtual_stages", chunks)
     out.set("parallel.overlap_grad_reduce", bool(flags.get("overlap-grad-reduce")))
+    if integer("ddp-bucket-size") is not None:
+        out.set("parallel.ddp_bucket_size", integer("ddp-bucket-size"))
     if flags.get("overlap-param-gather") and not flags.get("use-distributed-optimizer"):
         raise InputError("--overlap-param-gather needs --use-distributed-optimizer", FIELD)
     if flags.get("overlap-param-gather"):

@@ -100,6 +100,8 @@ def export_args(s: Scenario) -> Exported:
         lines.append("--tp-comm-overlap")
     if par.overlap_grad_reduce:
         lines.append("--overlap-grad-reduce")
+    if par.ddp_bucket_size is not None:
+        lines.append(f"--ddp-bucket-size {par.ddp_bucket_size}")
     stage = par.effective_zero_stage
     if par.framework == "ddp" and par.distributed_optimizer or par.framework != "ddp" and stage >= 1:
         lines.append("--use-distributed-optimizer")

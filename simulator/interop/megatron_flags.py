@@ -22,7 +22,7 @@ VALUE_FLAGS = (
     "train-samples", "tensor-model-parallel-size", "pipeline-model-parallel-size", "context-parallel-size",
     "num-layers-per-virtual-pipeline-stage", "virtual-pipeline-model-parallel-size", "pipeline-model-parallel-layout",
     "fp8-format", "window-size", "window-attn-skip-freq", "recompute-modules",
-    "attention-backend", "nnodes", "nproc-per-node", "clip-grad", "fp8-recipe",
+    "attention-backend", "nnodes", "nproc-per-node", "clip-grad", "fp8-recipe", "ddp-bucket-size",
 ) + megatron_moe.VALUE_FLAGS + megatron_graphs.VALUE_FLAGS + megatron_mla.VALUE_FLAGS
 #: Switches dtsim reads.
 BOOL_FLAGS = (
@@ -63,7 +63,7 @@ IGNORED = (
       "fp8-amax-", "fp8-margin", "fp8-interval", "fp8-wgrad", "bias-dropout-fusion", "squared-relu-fusion",
       "manual-gc", "manual-gc-", "no-async-tensor-model-parallel-allreduce", "calculate-per-token-loss", "init-model-with-meta-device",
       "deterministic-mode", "check-for-nan-in-loss-and-grad", "no-check-for-nan-in-loss-and-grad", "bf16-",
-      "align-grad-reduce", "align-param-gather", "ddp-bucket-size",
+      "align-grad-reduce", "align-param-gather",
       "ddp-average-in-collective", "tp-comm-", "defer-embedding-wgrad-compute", "cross-entropy-fusion-impl",
       "enable-experimental", "te-rng-tracker", "mscale", "mscale-all-dim"),
      _NUMERICS),

@@ -28,6 +28,9 @@ class BuildContext:
     parallel: Any
     n_micro: int
     precision: str
+    #: The model chunk this context builds (interleaved pipeline: virtual stage ``j`` is chunk ``j // pp``
+    #: of its GPU stage); Megatron-Core buckets only chunk 0's gradients (``ddp.DDPHooks``).
+    model_chunk: int = 0
 
     @property
     def param_bytes(self) -> int:

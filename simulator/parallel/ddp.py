@@ -2,7 +2,13 @@
 
 * Buckets in gradient-ready order (per block: the MLP's weights, then the attention's and the
   norms'), the first ``first_bucket_mb`` MiB, the rest ``bucket_cap_mb`` MiB; a bucket is all-reduced as soon as its last gradient is ready, and buckets are launched
-  strictly in order on the process group's NCCL stream (task order on one stream).
+  strictly in order on the process group's NCCL stream (task order on one stream). Megatron-Core's
+  DDP (``ParallelConfig.megatron_ddp``: the distributed optimizer) sizes its buckets in elements,
+  ``max(4·10⁷, 10⁶·dp·cp)`` unless ``ddp_bucket_size`` is set (megatron/core/distributed/
+  distributed_data_parallel.py: "larger DP sizes need larger buckets to ensure collectives do not
+  become latency-bound"), with no small first bucket, and buckets only the first model chunk of an
+  interleaved pipeline stage: the others reduce as one bucket each (Megatron-LM ``get_model``:
+  ``disable_bucketing=(model_chunk_idx > 0)``).
 * Gradients have the parameter dtype: fp32 under AMP (4 B), or 16-bit with an fp16/bf16
   compression comm hook.
 * ``no_sync`` over the first G−1 micro-batches: only the last backward all-reduces, so a step moves
@@ -44,7 +50,14 @@ class DDPHooks(Hooks):
         self.ctx = ctx
         self.grad_bytes = p.ddp_grad_bytes(ctx.precision)
         ready = ready_order(work)
-        buckets = plan_buckets(ready, p.bucket_cap_mb * MiB / self.grad_bytes, p.first_bucket_mb * MiB / self.grad_bytes)
+        if p.megatron_ddp:  # no small first bucket; chunks after the first are one bucket each
+            cap = p.megatron_bucket_elements(ctx.size("dp"))
+            if ctx.model_chunk > 0:
+                cap = max(cap, sum(n for _, n in ready))
+            buckets = plan_buckets(ready, cap)
+        else:
+            buckets = plan_buckets(ready, p.bucket_cap_mb * MiB / self.grad_bytes,
+                                   p.first_bucket_mb * MiB / self.grad_bytes)
         self.by_unit: dict = {}
         for bk in buckets:
             self.by_unit.setdefault(bk.ready_unit, []).append(bk)

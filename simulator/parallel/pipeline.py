@@ -123,7 +123,7 @@ def build(ctx: BuildContext, make_hooks: Callable[[BuildContext], Hooks],
     n_virtual = pp * v
     mtp = ctx.work.mtp_layers
     layers = pipeline_split.virtual_stage_layers(ctx.work.n_layers - mtp, pp, v, ctx.parallel, mtp)
-    ctxs = [dataclasses.replace(ctx, work=stage_work(ctx.work, j, layers)) for j in range(n_virtual)]
+    ctxs = [dataclasses.replace(ctx, work=stage_work(ctx.work, j, layers), model_chunk=j // pp) for j in range(n_virtual)]
     hooks = [make_hooks(c) for c in ctxs]
     if ctx.parallel.framework == "deepspeed":
         hooks = [_AfterSend(h, m - 1) for h in hooks]

@@ -1,6 +1,7 @@
 """Bucket-size tuning: the bucket sizes that minimise simulated step time for the scenario's framework.
 
-Keys per framework (their defaults from formulas.md §4): DDP ``bucket_cap_mb`` (25 MiB); DeepSpeed
+Keys per framework (their defaults from formulas.md §4): DDP ``bucket_cap_mb`` (25 MiB), Megatron-Core's
+DDP (the distributed optimizer) ``ddp_bucket_size`` (``max(4e7, 1e6·dp·cp)`` elements); DeepSpeed
 stages 0–2 ``reduce_bucket_size`` (5e8 elements); stage 3
 ``reduce_bucket_size`` and ``stage3_prefetch_bucket_size`` (5e7). FSDP communicates one all-gather and
 one reduce-scatter per wrapped unit and has no bucket size.
@@ -23,6 +24,7 @@ from simulator.errors import InputError
 #: key → (low, high) of the searched range, in the key's own unit.
 RANGES: dict[str, tuple[float, float]] = {
     "bucket_cap_mb": (1.0, 1024.0),
+    "ddp_bucket_size": (1e6, 2e9),
     "reduce_bucket_size": (1e6, 2e9),
     "stage3_prefetch_bucket_size": (1e6, 2e9),
 }
@@ -30,6 +32,8 @@ RANGES: dict[str, tuple[float, float]] = {
 
 def bucket_keys(scenario: Scenario) -> list[str]:
     p = scenario.parallel
+    if p.megatron_ddp:
+        return ["ddp_bucket_size"]
     if p.framework == "ddp":
         return ["bucket_cap_mb"]
     if p.framework == "fsdp":
@@ -43,6 +47,14 @@ def bucket_keys(scenario: Scenario) -> list[str]:
     # allgather_bucket_size matters only without all_gather_into_tensor (formulas.md §4.2), which
     # every current PyTorch has, so stages 0–2 tune the reduction bucket alone.
     return ["reduce_bucket_size"]
+
+
+def _current(scenario: Scenario, key: str) -> float:
+    """The scenario's value of ``key``, Megatron-Core's default bucket where ``ddp_bucket_size`` is unset."""
+    p = scenario.parallel
+    if key == "ddp_bucket_size":
+        return p.megatron_bucket_elements(scenario.n_gpus // (p.tp * p.pp))
+    return getattr(p, key)
 
 
 def _log_grid(lo: float, hi: float, n: int) -> list[float]:
@@ -70,7 +82,7 @@ def tune(scenario: Scenario, step_time: Callable[[dict[str, float]], float | Non
     """``step_time(settings)`` simulates the scenario with ``parallel.<key> = value`` overrides and
     returns the step time, or None when the point does not fit in memory."""
     keys = bucket_keys(scenario)
-    default = {k: float(getattr(scenario.parallel, k)) for k in keys}
+    default = {k: float(_current(scenario, k)) for k in keys}
     tried: list[tuple[dict[str, float], float | None]] = []
     cache: dict[tuple, float | None] = {}
 

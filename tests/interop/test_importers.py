@@ -90,6 +90,13 @@ def test_megatron_grad_reduce_in_bf16_round_trips():
     assert "--grad-reduce-in-bf16" in export_scenario(s, "megatron").text
 
 
+def test_megatron_ddp_bucket_size_round_trips():
+    text = MEGATRON.replace("--overlap-param-gather", "--overlap-param-gather --ddp-bucket-size 80000000")
+    s, _, _ = import_scenario("megatron", text=text, topology="dgx-h100")
+    assert s.parallel.ddp_bucket_size == 80_000_000
+    assert "--ddp-bucket-size 80000000" in export_scenario(s, "megatron").text
+
+
 def test_megatron_virtual_pipeline_from_layers_per_chunk():
     imp = import_args("--num-layers 32 --hidden-size 1024 --num-attention-heads 16 "
                       "--pipeline-model-parallel-size 4 --num-layers-per-virtual-pipeline-stage 2")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from simulator.parallel.build import build_step_graph
@@ -37,6 +39,39 @@ def test_ddp_buckets_launch_in_ready_order_on_one_stream():
     assert layers == sorted(layers, reverse=True)  # gradient-ready order: last block first
     first = comm[0]
     assert first.nbytes == pytest.approx(1 * MiB) and first.count == 1
+
+
+@pytest.mark.parametrize(("dp", "bucket"), [(8, 40e6), (64, 64e6), (256, 256e6)])
+def test_megatron_ddp_buckets_are_max_40m_or_1m_per_rank(dp, bucket):
+    """Megatron-Core's DDP default bucket (distributed_data_parallel.py): max(4e7, 1e6 x dp) elements,
+    no small first bucket. 10 blocks of 50M parameters = 500M elements: at dp 8 that is 12 buckets of
+    40M and a last one of 20M; at dp 256, one of 256M and a last one of 244M."""
+    w = work(n_layers=10, layer_params=50e6)
+    graph = build_step_graph(ctx(dp, 1, w=w, framework="ddp", distributed_optimizer=True))
+    sizes = [s for t in graph.collectives() if t.kind == "grad_reduce" for s in [t.nbytes / 4] * t.count]
+    assert sizes[0] == pytest.approx(bucket)
+    assert sum(sizes) == pytest.approx(500e6)
+    assert len(sizes) == -(-500e6 // bucket)  # ceil: every bucket full but the last
+
+
+def test_megatron_ddp_bucket_size_set_and_pytorch_ddp_unchanged():
+    w = work(n_layers=10, layer_params=50e6)
+    graph = build_step_graph(ctx(8, 1, w=w, framework="ddp", distributed_optimizer=True, ddp_bucket_size=100_000_000))
+    assert max(t.nbytes for t in graph.collectives() if t.kind == "grad_reduce") == pytest.approx(100e6 * 4)
+    # PyTorch DDP (no distributed optimizer): a first bucket of 1 MiB, then 25 MiB buckets
+    torch_ddp = [t for t in build_step_graph(ctx(8, 1, w=w, framework="ddp")).collectives()]
+    assert torch_ddp[0].nbytes == pytest.approx(1 * MiB) and torch_ddp[1].nbytes == pytest.approx(25 * MiB)
+
+
+def test_megatron_ddp_buckets_only_the_first_model_chunk():
+    """Megatron-LM get_model: disable_bucketing=(model_chunk_idx > 0): a later chunk of an interleaved
+    stage reduces its gradients in one bucket, whatever its size."""
+    w = work(n_layers=10, layer_params=50e6)
+    first = ctx(8, 1, w=w, framework="ddp", distributed_optimizer=True)
+    later = dataclasses.replace(first, model_chunk=1)
+    assert len([t for t in build_step_graph(first).collectives() if t.kind == "grad_reduce"]) > 1
+    (one,) = [t for t in build_step_graph(later).collectives() if t.kind == "grad_reduce"]
+    assert one.nbytes == pytest.approx(500e6 * 4) and one.count == 1
 
 
 def test_ddp_no_sync_reduces_only_in_the_last_micro_batch():

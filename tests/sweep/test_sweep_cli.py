@@ -144,6 +144,17 @@ def test_tune_cli(small_scenario):
     assert fsdp.exit_code == 2 and "no bucket size" in fsdp.output
 
 
+def test_tune_megatron_ddp_bucket(small_scenario):
+    """Megatron-Core's DDP (the distributed optimizer) tunes its own bucket, in elements, from its default
+    max(4e7, 1e6 x dp) (dp 8 in the small scenario: 4e7)."""
+    result = runner.invoke(app, ["tune", "buckets", str(small_scenario), "--json", "--set", "parallel.framework=ddp",
+                                 "--set", "parallel.zero_stage=0", "--set", "parallel.distributed_optimizer=true"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert data["default"] == {"parallel.ddp_bucket_size": 4e7}
+    assert data["best_step_time_s"] <= data["default_step_time_s"]
+
+
 def test_values_valid_only_together_become_rows(small_scenario, tmp_path):
     # global batch 24 is no multiple of micro-batch 2 × dp 8 — but it is with micro-batch 1... no:
     # 24 = 3 × 8, so (1, 24) and (1, 32), (2, 32) are valid and (2, 24) is an invalid row.
