@@ -77,6 +77,12 @@ CAUSES: dict[str, str] = {
 #: Causes shared by groups of corpus runs (``runs_corpus.yaml``; docs/validation-corpus.md), by id
 #: glob, first match wins; ``CAUSES`` takes precedence.
 GROUP_CAUSES: tuple[tuple[str, str], ...] = (
+    ("together-b200-grok1-314b-256gpu-fp8", "run-to-run spread on Together's cluster: a later 256-GPU FP8 run of the same recipe "
+     "logged 1,464 TFLOP/s/GPU (2026-05-02, worklog/2026-05-02_256gpu_benchmark_report.md; dtsim +3.6% from it) "
+     "against this report's 1,219, and its 512-GPU FP8 row (1,454) and both BF16 rows are within 5%: too fast"),
+    ("dgxc2505-h100-grok1-314b-512gpu-bf16", "the recipe's tensor-parallel communication overlap is not modelled with an "
+     "MoE model: simulated without it, 0.55 s of sequence-parallel collectives sit exposed in a 19.6 s step; the rest is "
+     "Hopper's GEMM share on NVIDIA's tuned stacks (" + _HOPPER_GEMM + "); its FP8 sibling is -1.7%: too slow"),
     ("together-b200-llama3-70b-592gpu-*", "Together AI's cluster at 74 nodes: the same Megatron-FSDP preset is within "
      "1% at 64 and 128 GPUs, then loses 6% at 256, 14% at 512 and 17% at 592 against dtsim's 1-3%; the repository "
      "measures its fabric's all-pairs SendRecv falling from 44 GB/s per GPU at 4 nodes to 14.5 GB/s at 16-32 nodes "

@@ -42,6 +42,18 @@ def test_mixtral_8x22b_by_hand():
     assert round(c.total / 1e9) == 141 and round(c.active / 1e9) == 39  # Mistral: 141B / 39B
 
 
+def test_grok1_by_hand():
+    """xai-org/grok-1 run.py: 64 layers, emb 6144, 48 query and 8 KV heads of 128, 8 experts of ffn_size
+    int(8 x 6144) x 2 // 3 = 32768 (three matrices each, gated), top-2, vocabulary 128 x 1024."""
+    h, f, L, V, E, k = 6144, 32768, 64, 131072, 8, 2
+    attn = h * 6144 + 2 * h * 1024 + 6144 * h
+    per_other = attn + E * h + 2 * h  # + router + 2 RMSNorms
+    c = _count("grok-1")
+    assert c.total == 2 * V * h + h + L * (per_other + E * 3 * h * f) == 316_489_340_928
+    assert c.active == 2 * V * h + h + L * (per_other + k * 3 * h * f)
+    assert round(c.total / 1e9) == 316  # xAI's "314B" (its 314.9B without the embeddings)
+
+
 @pytest.mark.parametrize(
     ("name", "h", "L", "heads", "kv", "fe", "card_total", "card_active"),
     [("qwen3-30b-a3b", 2048, 48, 32, 4, 768, 30.5, 3.3), ("qwen3-235b-a22b", 4096, 94, 64, 4, 1536, 235, 22)],
