@@ -25,6 +25,10 @@ CAUSES: tuple[tuple[str, str], ...] = (
     ("mbridge2511-gb*-llama3-70b-64gpu-fp8cs", _OFFLOAD),
     ("mbridge260201-gb*-llama3-70b-64gpu-fp8", _OFFLOAD),
     ("mbridge2509-gb200-llama3-70b-64gpu-fp8cs", _OFFLOAD),
+    ("together-b200-llama3-70b-*", "Megatron-FSDP Llama 3 70B at 8,192 tokens with the preset's 5 blocks' activations "
+     "offloaded to host memory (the scaling report: CPU Offloading Layers 5), which these rows run without "
+     "(training.activation_offload_layers, as NVIDIA's GB200 rows of the preset); the report's measured peak: 157.6-164.4 GB "
+     "allocated, 162.6-171.9 GB reserved of the 178 GB, and micro-batch 2 ran out of memory (171 GB allocated)"),
     ("mbridge*-llama3*", "Megatron-Bridge Llama 3 presets at micro-batch 1-2 and 8,192 tokens: the table prints "
      "no recomputation or activation-offloading setting, so none is simulated"),
     ("dgxc2409-*", "NVIDIA's DGX Cloud NeMo 24.09 Llama 3.1 recipes at micro-batch 1 and 8,192 tokens: the recipe sets "

@@ -44,14 +44,14 @@ def test_mixtral_8x22b_by_hand():
 
 def test_grok1_by_hand():
     """xai-org/grok-1 run.py: 64 layers, emb 6144, 48 query and 8 KV heads of 128, 8 experts of ffn_size
-    int(8 x 6144) x 2 // 3 = 32768 (three matrices each, gated), top-2, vocabulary 128 x 1024."""
+    int(8 x 6144) x 2 // 3 = 32768 (three matrices each, gated), top-2, vocabulary 128 x 1024, tied."""
     h, f, L, V, E, k = 6144, 32768, 64, 131072, 8, 2
     attn = h * 6144 + 2 * h * 1024 + 6144 * h
     per_other = attn + E * h + 2 * h  # + router + 2 RMSNorms
-    c = _count("grok-1")
-    assert c.total == 2 * V * h + h + L * (per_other + E * 3 * h * f) == 316_489_340_928
-    assert c.active == 2 * V * h + h + L * (per_other + k * 3 * h * f)
-    assert round(c.total / 1e9) == 316  # xAI's "314B" (its 314.9B without the embeddings)
+    c = _count("grok-1")  # one embedding: the output layer decodes with it (model.py InOutEmbed)
+    assert c.total == V * h + h + L * (per_other + E * 3 * h * f) == 315_684_034_560
+    assert c.active == V * h + h + L * (per_other + k * 3 * h * f)
+    assert round((c.total - V * h) / 1e9) == 315  # xAI's "314B": 314.88e9 without the embedding
 
 
 @pytest.mark.parametrize(
