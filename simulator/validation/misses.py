@@ -80,6 +80,9 @@ GROUP_CAUSES: tuple[tuple[str, str], ...] = (
     ("together-b200-grok1-314b-256gpu-fp8", "run-to-run spread on Together's cluster: a later 256-GPU FP8 run of the same recipe "
      "logged 1,464 TFLOP/s/GPU (2026-05-02, worklog/2026-05-02_256gpu_benchmark_report.md; dtsim +3.6% from it) "
      "against this report's 1,219, and its 512-GPU FP8 row (1,454) and both BF16 rows are within 5%: too fast"),
+    ("dgxc2502-h100-grok1-314b-*-fp8", "NeMo 1.0 (nemo:24.12) FP8: the same printed H100 layout ran 16.90 s per step at "
+     "512 GPUs in this README and 13.43 s in the 25.05.04 README (NeMo 2.0, 25.04: dgxc2505-h100-grok1-314b-512gpu-fp8, "
+     "-1.7% here), where dtsim gives the two software states one time: too fast"),
     ("dgxc2505-h100-grok1-314b-512gpu-bf16", "the recipe's tensor-parallel communication overlap is not modelled with an "
      "MoE model: simulated without it, 0.55 s of sequence-parallel collectives sit exposed in a 19.6 s step; the rest is "
      "Hopper's GEMM share on NVIDIA's tuned stacks (" + _HOPPER_GEMM + "); its FP8 sibling is -1.7%: too slow"),
