@@ -234,8 +234,10 @@ def _small_buckets(scenario: Scenario) -> str:
     par = scenario.parallel
     if par.framework == "deepspeed" and par.effective_zero_stage >= 1 and par.reduce_bucket_size * 2 < SMALL_BUCKET_BYTES:
         return f"parallel.reduce_bucket_size {par.reduce_bucket_size:g} (elements, 16-bit)"
-    if par.framework == "ddp" and not par.distributed_optimizer and par.bucket_cap_mb * 2**20 < SMALL_BUCKET_BYTES:
+    if par.framework == "ddp" and not par.megatron_ddp and par.bucket_cap_mb * 2**20 < SMALL_BUCKET_BYTES:
         return f"parallel.bucket_cap_mb {par.bucket_cap_mb:g}"
+    if par.ddp_bucket_size is not None and par.ddp_bucket_size * 2 < SMALL_BUCKET_BYTES:
+        return f"parallel.ddp_bucket_size {par.ddp_bucket_size} (elements, 16-bit)"
     return ""
 
 

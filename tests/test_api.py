@@ -298,6 +298,12 @@ def test_tiny_gradient_buckets_warn():
     assert any("parallel.reduce_bucket_size 1000" in w and "latency-bound" in w for w in tiny.warnings)
     plain = simulate(load_scenario("scenarios/olmo-2-7b-dgx-h100-zero3.yaml", fast))
     assert not any("latency-bound" in w for w in plain.warnings)
+    # Megatron-Core's DDP bucket is in elements: 1,000 of them (2 kB in 16 bits) warn, its default does not
+    moe = ["training.global_batch_size=32", "training.total_tokens=null"]
+    tiny = simulate(load_scenario("scenarios/mixtral-8x7b-ep8-16xh100.yaml", [*moe, "parallel.ddp_bucket_size=1000"]))
+    assert any("parallel.ddp_bucket_size 1000" in w for w in tiny.warnings)
+    plain = simulate(load_scenario("scenarios/mixtral-8x7b-ep8-16xh100.yaml", moe))
+    assert not any("latency-bound" in w for w in plain.warnings)
 
 
 def test_a_geforce_part_of_a_calibrated_architecture_warns():
