@@ -107,8 +107,8 @@ GROUP_CAUSES: tuple[tuple[str, str], ...] = (
      "this cluster (dsv3_671b_fp8mx_512gpu_nsys_bottleneck.md: 54% bubble on stage 0, send/receive 54% / 27% / 33% of "
      "stages 0 / 7 / 15's GPU time, \"compute per stage is not uniform\"), where the schedule's bubble is 15 / 256 "
      "micro-batches; the same preset on NVIDIA's DGX-B200 at 256 GPUs and global batch 4,096 ran 732 TFLOP/s/GPU "
-     "(mbridge2604-b200-deepseekv3-256gpu-mxfp8, +16%); the CUDA-graph and recomputation steps of the ablation move "
-     "dtsim as they move the measurement (+0.0% and +0.7% against +4.4% and +2.1%): too fast"),
+     "(mbridge2604-b200-deepseekv3-256gpu-mxfp8, +16%); the ablation's CUDA graphs and dropped recomputation move "
+     "dtsim +0.0% and +0.7% where they move the measurement +4.4% and +2.1%: too fast"),
     ("together-b200-qwen3-30b-a3b-*", "the 26.02 preset before Megatron-Bridge PR #2499 (micro-batch 1, dropless "
      "alltoall dispatcher) that NVIDIA's own 26.02 row of the layout runs at 223 TFLOP/s/GPU (+85% here, "
      "mbridge2602-b200-qwen3-30b-a3b-8gpu-mxfp8; issue #1998: \"2X slower\"), here 147-153 on one Kubernetes node "
