@@ -53,7 +53,7 @@ def _current(scenario: Scenario, key: str) -> float:
     """The scenario's value of ``key``, Megatron-Core's default bucket where ``ddp_bucket_size`` is unset."""
     p = scenario.parallel
     if key == "ddp_bucket_size":
-        return p.megatron_bucket_elements(scenario.n_gpus // (p.tp * p.pp))
+        return p.megatron_bucket_elements(scenario.dp * p.cp)  # Megatron-Core's DDP group is dp x cp
     return getattr(p, key)
 
 
