@@ -34,9 +34,14 @@ destination node (to the GPU with the same index there, over its own rail) and i
 NVLink to its experts. With ``top_k`` experts drawn uniformly over the ``N`` nodes a given node is
 hit with probability ``p = 1 − (1 − 1/N)^top_k``, so the network hop is an all-to-all over the
 ``ep_inter`` group (one GPU per node) of ``N·p·T·h`` bytes-per-element and the NVLink hop an
-all-to-all over ``ep_intra`` (the group's GPUs in one node) of ``T·top_k·h``. The two hops are
-issued one after the other (DeepEP pipelines them in chunks, so this is an upper bound); the
-combine mirrors them. Node-limited routing (at most M nodes per token) is not modelled.
+all-to-all over ``ep_intra`` (the group's GPUs in one node) of ``T·top_k·h``. The hops run side by
+side, each on its own stream (``EP_COMM`` the network, ``EP_NVL_COMM`` NVLink), and what follows
+waits for both: DeepEP's internode kernels pipeline them in chunks, the RDMA senders putting one
+chunk on the network while the NVLink forwarders pass on the chunks already arrived (DeepEP README,
+"normal kernels"; the RDMA and NVLink channels run in separate warps), as HybridEP does (Megatron-Core
+``moe_flex_dispatcher_backend: hybridep``), so a dispatch takes the slower hop's time, not the sum;
+the pipeline's fill (one chunk) is left out. The combine mirrors them. Node-limited routing (at
+most M nodes per token) is not modelled.
 
 """
 
@@ -50,8 +55,11 @@ from simulator.parallel import context_parallel
 from simulator.parallel.ir import GraphBuilder
 from simulator.units import DTYPE_BYTES
 
-#: Stream of the token dispatch / combine all-to-alls (their own NCCL communicator).
+#: Stream of the token dispatch / combine all-to-alls (their own NCCL communicator), and of DeepEP's
+#: network hop.
 EP_COMM = "comm_ep"
+#: Stream of DeepEP's NVLink hop, beside the network hop (module docstring).
+EP_NVL_COMM = "comm_ep_nvl"
 #: Stream of the ZeRO-3 / FSDP all-gathers of expert weights over the expert-DP group.
 EDP_COMM = "comm_edp"
 
@@ -113,39 +121,38 @@ def is_moe(work: Any, unit: Any) -> bool:
     return moe is not None and isinstance(unit, int) and moe.layers[unit]
 
 
-def _a2a(b: GraphBuilder, name: str, nbytes: float, dep: int | None, g: int, layer: int, etp: int,
-         gather: bool, inter: float = 0.0) -> int | None:
-    """One all-to-all over EP, or DeepEP's two hops (network then NVLink for a dispatch, the reverse
-    for a combine), plus the ETP all-gather after a dispatch or reduce-scatter before a combine;
-    returns the last task."""
-    deps = (dep,) if dep is not None else ()
+def _a2a(b: GraphBuilder, name: str, nbytes: float, deps: tuple, g: int, layer: int, etp: int,
+         gather: bool, inter: float = 0.0) -> tuple:
+    """One all-to-all over EP, or DeepEP's two hops side by side (module docstring), plus the ETP
+    all-gather after a dispatch or reduce-scatter before a combine; returns the tasks that what
+    follows waits for."""
     if etp > 1 and not gather:
         rs = b.collective(f"etp reduce_scatter {name}", "ep", "reduce_scatter", "etp", nbytes * etp,
                           stream=EP_COMM, deps=deps, micro_batch=g, layer=layer)
         deps = (rs,) if rs is not None else deps
     if inter > 0:
-        hops = [("ep_inter", nbytes * inter), ("ep_intra", nbytes)]
-        for group, size in (hops if gather else hops[::-1]):
-            tid = b.collective(f"ep all_to_all {name} ({group})", "ep", "all_to_all", group, size,
-                               stream=EP_COMM, deps=deps, micro_batch=g, layer=layer)
-            deps = (tid,) if tid is not None else deps
+        hops = (("ep_inter", nbytes * inter, EP_COMM), ("ep_intra", nbytes, EP_NVL_COMM))
+        done = tuple(b.collective(f"ep all_to_all {name} ({group})", "ep", "all_to_all", group, size,
+                                  stream=stream, deps=deps, micro_batch=g, layer=layer)
+                     for group, size, stream in hops)
     else:
-        tid = b.collective(f"ep all_to_all {name}", "ep", "all_to_all", "ep", nbytes, stream=EP_COMM, deps=deps,
-                           micro_batch=g, layer=layer)
+        done = (b.collective(f"ep all_to_all {name}", "ep", "all_to_all", "ep", nbytes, stream=EP_COMM, deps=deps,
+                             micro_batch=g, layer=layer),)
+    done = tuple(t for t in done if t is not None) or deps
     if etp > 1 and gather:
-        tid = b.collective(f"etp all_gather {name}", "ep", "all_gather", "etp", nbytes * etp,
-                           stream=EP_COMM, deps=(tid,) if tid is not None else (), micro_batch=g, layer=layer)
-    return tid
+        done = (b.collective(f"etp all_gather {name}", "ep", "all_gather", "etp", nbytes * etp,
+                             stream=EP_COMM, deps=done, micro_batch=g, layer=layer),)
+    return done
 
 
-def _forward_experts(b: GraphBuilder, mw: MoEWork, kind: str, name: str, dep: int | None, g: int,
+def _forward_experts(b: GraphBuilder, mw: MoEWork, kind: str, name: str, deps: tuple, g: int,
                      layer: int) -> int:
     """The forward experts as one compute task, or two split at the host synchronisation
     (``MoEWork.experts_sync``); returns the last."""
     cut = mw.experts_sync
     if not cut:
-        return b.compute(f"{name} experts", kind, mw.experts, deps=(dep,), micro_batch=g, layer=layer)
-    first = b.compute(f"{name} experts", kind, mw.experts[:cut], deps=(dep,), micro_batch=g, layer=layer)
+        return b.compute(f"{name} experts", kind, mw.experts, deps=deps, micro_batch=g, layer=layer)
+    first = b.compute(f"{name} experts", kind, mw.experts[:cut], deps=deps, micro_batch=g, layer=layer)
     return b.compute(f"{name} experts (after sync)", kind, mw.experts[cut:], deps=(first,), micro_batch=g,
                      layer=layer)
 
@@ -157,14 +164,14 @@ def forward_block(b: GraphBuilder, work: Any, kind: str, name: str, deps, g: int
         pre = context_parallel.forward_block(b, work, mw.pre, kind, f"{name} attn+router", deps, g, layer)
     else:
         pre = b.compute(f"{name} attn+router", kind, mw.pre, deps=deps, micro_batch=g, layer=layer)
-    d = _a2a(b, f"dispatch {name}", mw.dispatch_bytes, pre, g, layer, mw.etp, gather=True, inter=mw.inter_fraction)
+    d = _a2a(b, f"dispatch {name}", mw.dispatch_bytes, (pre,), g, layer, mw.etp, gather=True, inter=mw.inter_fraction)
     if mw.shared and mw.shared_overlap:
         b.compute(f"{name} shared experts", kind, mw.shared, deps=(pre,), micro_batch=g, layer=layer)
     ex = _forward_experts(b, mw, kind, name, d, g, layer)
     if mw.shared and not mw.shared_overlap:
         b.compute(f"{name} shared experts", kind, mw.shared, deps=(ex,), micro_batch=g, layer=layer)
-    c = _a2a(b, f"combine {name}", mw.combine_bytes, ex, g, layer, mw.etp, gather=False, inter=mw.inter_fraction)
-    return b.compute(f"{name} unpermute", kind, mw.post, deps=(c,), micro_batch=g, layer=layer)
+    c = _a2a(b, f"combine {name}", mw.combine_bytes, (ex,), g, layer, mw.etp, gather=False, inter=mw.inter_fraction)
+    return b.compute(f"{name} unpermute", kind, mw.post, deps=c, micro_batch=g, layer=layer)
 
 
 def backward_block(b: GraphBuilder, work: Any, name: str, deps, g: int, layer: int) -> int:
@@ -173,17 +180,17 @@ def backward_block(b: GraphBuilder, work: Any, name: str, deps, g: int, layer: i
     if mw.recompute:
         deps = [forward_block(b, work, "recompute", f"recompute {layer} mb{g}", deps, g, layer)]
     post = b.compute(f"{name} unpermute", "backward", mw.bwd_post, deps=deps, micro_batch=g, layer=layer)
-    c = _a2a(b, f"combine-bwd {name}", mw.grad_bytes, post, g, layer, mw.etp, gather=True, inter=mw.inter_fraction)
+    c = _a2a(b, f"combine-bwd {name}", mw.grad_bytes, (post,), g, layer, mw.etp, gather=True, inter=mw.inter_fraction)
     if mw.bwd_shared and mw.shared_overlap:
         b.compute(f"{name} shared experts", "backward", mw.bwd_shared, deps=(post,), micro_batch=g, layer=layer)
-    ex = b.compute(f"{name} experts", "backward", mw.bwd_experts, deps=(c,), micro_batch=g, layer=layer)
+    ex = b.compute(f"{name} experts", "backward", mw.bwd_experts, deps=c, micro_batch=g, layer=layer)
     if mw.bwd_shared and not mw.shared_overlap:
         b.compute(f"{name} shared experts", "backward", mw.bwd_shared, deps=(ex,), micro_batch=g, layer=layer)
-    d = _a2a(b, f"dispatch-bwd {name}", mw.grad_bytes, ex, g, layer, mw.etp, gather=False,
+    d = _a2a(b, f"dispatch-bwd {name}", mw.grad_bytes, (ex,), g, layer, mw.etp, gather=False,
              inter=mw.inter_fraction)
     if work.cp_kv_bytes > 0:
-        return context_parallel.backward_piece(b, work, mw.bwd_pre, f"{name} attn+router", [d], g, layer)
-    return b.compute(f"{name} attn+router", "backward", mw.bwd_pre, deps=(d,), micro_batch=g, layer=layer)
+        return context_parallel.backward_piece(b, work, mw.bwd_pre, f"{name} attn+router", list(d), g, layer)
+    return b.compute(f"{name} attn+router", "backward", mw.bwd_pre, deps=d, micro_batch=g, layer=layer)
 
 
 def combined_block(b: GraphBuilder, fwork: Any, gf: int, f_unit: int, f_deps, bwork: Any, gb: int, b_unit: int,
@@ -204,27 +211,27 @@ def combined_block(b: GraphBuilder, fwork: Any, gf: int, f_unit: int, f_deps, bw
     fm, bm = fwork.moe, bwork.moe
     fname, bname = f"fwd {f_unit} mb{gf}", f"bwd {b_unit} mb{gb}"
     b_post = b.compute(f"{bname} unpermute", "backward", bm.bwd_post, deps=b_deps, micro_batch=gb, layer=b_unit)
-    b_comb = _a2a(b, f"combine-bwd {bname}", bm.grad_bytes, b_post, gb, b_unit, bm.etp, gather=True,
+    b_comb = _a2a(b, f"combine-bwd {bname}", bm.grad_bytes, (b_post,), gb, b_unit, bm.etp, gather=True,
                   inter=bm.inter_fraction)
     f_pre = b.compute(f"{fname} attn+router", "forward", fm.pre, deps=f_deps, micro_batch=gf, layer=f_unit)
-    f_disp = _a2a(b, f"dispatch {fname}", fm.dispatch_bytes, f_pre, gf, f_unit, fm.etp, gather=True,
+    f_disp = _a2a(b, f"dispatch {fname}", fm.dispatch_bytes, (f_pre,), gf, f_unit, fm.etp, gather=True,
                   inter=fm.inter_fraction)
     if fm.shared and fm.shared_overlap:
         b.compute(f"{fname} shared experts", "forward", fm.shared, deps=(f_pre,), micro_batch=gf, layer=f_unit)
     if bm.bwd_shared and bm.shared_overlap:
         b.compute(f"{bname} shared experts", "backward", bm.bwd_shared, deps=(b_post,), micro_batch=gb, layer=b_unit)
-    b_ex = b.compute(f"{bname} experts", "backward", bm.bwd_experts, deps=(b_comb,), micro_batch=gb, layer=b_unit)
+    b_ex = b.compute(f"{bname} experts", "backward", bm.bwd_experts, deps=b_comb, micro_batch=gb, layer=b_unit)
     if bm.bwd_shared and not bm.shared_overlap:
         b.compute(f"{bname} shared experts", "backward", bm.bwd_shared, deps=(b_ex,), micro_batch=gb, layer=b_unit)
-    b_disp = _a2a(b, f"dispatch-bwd {bname}", bm.grad_bytes, b_ex, gb, b_unit, bm.etp, gather=False,
+    b_disp = _a2a(b, f"dispatch-bwd {bname}", bm.grad_bytes, (b_ex,), gb, b_unit, bm.etp, gather=False,
                   inter=bm.inter_fraction)
     f_ex = _forward_experts(b, fm, "forward", fname, f_disp, gf, f_unit)
     if fm.shared and not fm.shared_overlap:
         b.compute(f"{fname} shared experts", "forward", fm.shared, deps=(f_ex,), micro_batch=gf, layer=f_unit)
-    f_comb = _a2a(b, f"combine {fname}", fm.combine_bytes, f_ex, gf, f_unit, fm.etp, gather=False,
+    f_comb = _a2a(b, f"combine {fname}", fm.combine_bytes, (f_ex,), gf, f_unit, fm.etp, gather=False,
                   inter=fm.inter_fraction)
-    b_pre = b.compute(f"{bname} attn+router", "backward", bm.bwd_pre, deps=(b_disp,), micro_batch=gb, layer=b_unit)
-    f_post = b.compute(f"{fname} unpermute", "forward", fm.post, deps=(f_comb,), micro_batch=gf, layer=f_unit)
+    b_pre = b.compute(f"{bname} attn+router", "backward", bm.bwd_pre, deps=b_disp, micro_batch=gb, layer=b_unit)
+    f_post = b.compute(f"{fname} unpermute", "forward", fm.post, deps=f_comb, micro_batch=gf, layer=f_unit)
     return f_post, b_pre
 
 

@@ -147,9 +147,29 @@ def test_deepep_two_hop_groups_and_bytes():
     full = 1024 * 2 * 1024 * 2 * 1.25  # T·top_k·h·bytes·imbalance
     p_hit = 1 - (1 - 1 / 2) ** 2  # a node gets at least one of a token's 2 experts: 3/4
     assert {t.group: t.nbytes for t in a2a} == {"ep_intra": full, "ep_inter": pytest.approx(2 * p_hit * full / 2)}
-    # dispatch: network hop first, then NVLink
-    first = next(t for t in a2a if "dispatch fwd 0 mb0" in t.name)
-    assert first.group == "ep_inter"
+    # a dispatch's two hops run side by side (DeepEP pipelines them in chunks): same predecessor,
+    # one stream each, and the experts wait for both
+    hops = [t for t in a2a if "dispatch fwd 0 mb0" in t.name]
+    assert {t.group for t in hops} == {"ep_inter", "ep_intra"}
+    assert hops[0].deps == hops[1].deps and hops[0].stream != hops[1].stream
+    experts = next(t for t in graph.tasks if t.name.endswith("fwd 0 mb0 experts"))
+    assert set(experts.deps) == {t.id for t in hops}
+
+
+def test_deepep_hops_take_the_slower_hops_time():
+    """Side by side, a dispatch costs the slower hop, not the sum: in the timeline both hops start
+    when the router ends, and the experts start when the later of them ends."""
+    rep = simulate(_scenario(nodes=2, ep=16, top_k=8, sets=["parallel.moe_dispatcher=deepep"]))
+    spans = {sp.name: sp for sp in rep.trace}
+    router = spans["fwd 0 mb0 attn+router"]
+    inter = spans["ep all_to_all dispatch fwd 0 mb0 (ep_inter)"]
+    intra = spans["ep all_to_all dispatch fwd 0 mb0 (ep_intra)"]
+    experts = spans["fwd 0 mb0 experts"]
+    assert (inter.stream, intra.stream) == ("comm_ep", "comm_ep_nvl")
+    assert inter.start_s == intra.start_s == router.end_s
+    assert experts.start_s == pytest.approx(max(inter.end_s, intra.end_s))
+    sequential = (inter.end_s - inter.start_s) + (intra.end_s - intra.start_s)
+    assert experts.start_s - router.end_s < sequential
 
 
 def test_deepep_pays_off_with_many_experts_per_token():
