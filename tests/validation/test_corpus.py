@@ -64,7 +64,8 @@ def test_a_configuration_measured_again_in_a_later_release_counts_once():
     after release; each configuration counts once, at its latest measurement (docs/validation-corpus.md).
     Two simulated runs of one series with the same printed configuration must come from one publication
     (two settings dtsim cannot tell apart, e.g. torchao's MXFP8 scale rounding), never from two releases. CUDA-graph
-    scopes and recomputed modules are part of a configuration (Together's ablations measure them side by side)."""
+    scopes, recomputed modules, the MoE dispatcher and EP overlap are part of a configuration (Together's and
+    Megatron-Bridge's ablations measure them side by side)."""
     seen: dict[tuple, Run] = {}
     for r in load_runs():
         if not r.expressible:
@@ -76,7 +77,8 @@ def test_a_configuration_measured_again_in_a_later_release_counts_once():
                recipe, tr.get("micro_batch_size"), tr.get("global_batch_size"), tr.get("activation_checkpointing"),
                *(pa.get(k, 1) for k in ("tp", "pp", "cp", "ep")), pa.get("virtual_stages"), pa.get("framework"),
                bool(pa.get("tp_comm_overlap")), bool((tr.get("kernels") or {}).get("compile")), tuple(sorted(r.overrides)),
-               tuple((tr.get("kernels") or {}).get("cuda_graphs") or ()), tuple(tr.get("recompute_modules") or ()))
+               tuple((tr.get("kernels") or {}).get("cuda_graphs") or ()), tuple(tr.get("recompute_modules") or ()),
+               pa.get("moe_dispatcher"), bool(pa.get("moe_a2a_overlap")))
         if key in seen:
             assert seen[key].source == r.source, (r.id, seen[key].id)
         seen[key] = r
