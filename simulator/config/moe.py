@@ -123,5 +123,3 @@ def check_layout(model, parallel, n_gpus: int, gpus_per_node: int) -> None:
     if parallel.tp > 1 and not parallel.sequence_parallel:
         raise ValueError("an MoE model with parallel.tp > 1 needs parallel.sequence_parallel: true "
                          "(Megatron-Core requires it)")
-    if parallel.tp_comm_overlap:
-        raise ValueError("parallel.tp_comm_overlap with an MoE model is not modelled yet; set it to false")

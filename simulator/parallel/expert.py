@@ -51,7 +51,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from simulator.parallel import context_parallel
+from simulator.parallel import context_parallel, tp_overlap
 from simulator.parallel.ir import GraphBuilder
 from simulator.units import DTYPE_BYTES
 
@@ -157,14 +157,41 @@ def _forward_experts(b: GraphBuilder, mw: MoEWork, kind: str, name: str, deps: t
                      layer=layer)
 
 
+def tp_placed(work: Any, phase: str) -> bool:
+    """Whether the MoE block places its attention's tensor-parallel collectives itself in ``phase``
+    ("fwd" or "bwd"), beside the GEMMs that produce or consume them, instead of leaving them to
+    ``tp_plain.block_tp`` on the compute stream: under ``parallel.tp_comm_overlap`` (Transformer Engine
+    userbuffers, ``tp_overlap.sp_forward_block`` / ``sp_backward_piece``, both passes), and in the
+    backward under Megatron's default asynchronous TP backward (``tp_overlap.async_backward_piece``),
+    as for a dense block. The MoE block's attention is a dense block's (the same Transformer Engine
+    linear modules); only its MLP slot differs."""
+    mw: MoEWork = work.moe
+    if work.tp_allreduce_bytes <= 0 or not work.sequence_parallel:
+        return False
+    recognised = tp_overlap.sp_recognised(mw.pre) if phase == "fwd" else tp_overlap.sp_recognised(mw.bwd_pre, ".dgrad")
+    if not recognised:  # MLA's projections and unnamed test ops keep the plain plan
+        return False
+    return work.tp_comm_overlap or (phase == "bwd" and work.tp_async_backward)
+
+
+def _attention_forward(b: GraphBuilder, work: Any, kind: str, name: str, deps, g: int, layer: int) -> tuple:
+    """The block's attention and router piece; returns the tasks the dispatch waits for."""
+    mw: MoEWork = work.moe
+    if tp_placed(work, "fwd"):  # the SP collectives beside qkv and out_proj (and the K/V ring under CP)
+        last, pending = tp_overlap.sp_forward_block(b, work, mw.pre, kind, f"{name} attn+router", list(deps), g,
+                                                    layer)
+        return (last, *pending)
+    if work.cp_kv_bytes > 0:  # context parallel: the K/V ring beside the attention core
+        return (context_parallel.forward_block(b, work, mw.pre, kind, f"{name} attn+router", deps, g, layer),)
+    return (b.compute(f"{name} attn+router", kind, mw.pre, deps=deps, micro_batch=g, layer=layer),)
+
+
 def forward_block(b: GraphBuilder, work: Any, kind: str, name: str, deps, g: int, layer: int) -> int:
     """Forward (or full recompute) of one MoE block: pre → dispatch → experts → combine → post."""
     mw: MoEWork = work.moe
-    if work.cp_kv_bytes > 0:  # context parallel: the K/V ring beside the attention core
-        pre = context_parallel.forward_block(b, work, mw.pre, kind, f"{name} attn+router", deps, g, layer)
-    else:
-        pre = b.compute(f"{name} attn+router", kind, mw.pre, deps=deps, micro_batch=g, layer=layer)
-    d = _a2a(b, f"dispatch {name}", mw.dispatch_bytes, (pre,), g, layer, mw.etp, gather=True, inter=mw.inter_fraction)
+    ready = _attention_forward(b, work, kind, name, deps, g, layer)
+    pre = ready[0]
+    d = _a2a(b, f"dispatch {name}", mw.dispatch_bytes, ready, g, layer, mw.etp, gather=True, inter=mw.inter_fraction)
     if mw.shared and mw.shared_overlap:
         b.compute(f"{name} shared experts", kind, mw.shared, deps=(pre,), micro_batch=g, layer=layer)
     ex = _forward_experts(b, mw, kind, name, d, g, layer)
@@ -174,8 +201,9 @@ def forward_block(b: GraphBuilder, work: Any, kind: str, name: str, deps, g: int
     return b.compute(f"{name} unpermute", kind, mw.post, deps=c, micro_batch=g, layer=layer)
 
 
-def backward_block(b: GraphBuilder, work: Any, name: str, deps, g: int, layer: int) -> int:
-    """Backward of one MoE block (mirror of the forward; gradients travel in the training dtype)."""
+def backward_block(b: GraphBuilder, work: Any, name: str, deps, g: int, layer: int) -> tuple[int, list]:
+    """Backward of one MoE block (mirror of the forward; gradients travel in the training dtype).
+    Returns the last compute task and the collectives the next unit must wait for."""
     mw: MoEWork = work.moe
     if mw.recompute:
         deps = [forward_block(b, work, "recompute", f"recompute {layer} mb{g}", deps, g, layer)]
@@ -188,9 +216,12 @@ def backward_block(b: GraphBuilder, work: Any, name: str, deps, g: int, layer: i
         b.compute(f"{name} shared experts", "backward", mw.bwd_shared, deps=(ex,), micro_batch=g, layer=layer)
     d = _a2a(b, f"dispatch-bwd {name}", mw.grad_bytes, (ex,), g, layer, mw.etp, gather=False,
              inter=mw.inter_fraction)
+    if tp_placed(work, "bwd"):
+        piece = tp_overlap.sp_backward_piece if work.tp_comm_overlap else tp_overlap.async_backward_piece
+        return piece(b, work, mw.bwd_pre, f"{name} attn+router", list(d), g, layer)
     if work.cp_kv_bytes > 0:
-        return context_parallel.backward_piece(b, work, mw.bwd_pre, f"{name} attn+router", list(d), g, layer)
-    return b.compute(f"{name} attn+router", "backward", mw.bwd_pre, deps=d, micro_batch=g, layer=layer)
+        return context_parallel.backward_piece(b, work, mw.bwd_pre, f"{name} attn+router", list(d), g, layer), []
+    return b.compute(f"{name} attn+router", "backward", mw.bwd_pre, deps=d, micro_batch=g, layer=layer), []
 
 
 def combined_block(b: GraphBuilder, fwork: Any, gf: int, f_unit: int, f_deps, bwork: Any, gb: int, b_unit: int,

@@ -158,7 +158,8 @@ def forward_unit(b: GraphBuilder, work: StepWork, g: int, unit: Unit, deps: list
     pending: list[int] = []
     if expert.is_moe(work, unit):  # MoE block: dispatch / combine around the experts
         tid = expert.forward_block(b, work, "forward", name, deps, g, layer)
-        _tp(b, work, name, tid, g, layer, count=1)
+        if not expert.tp_placed(work, "fwd"):
+            _tp(b, work, name, tid, g, layer, count=1)
     elif isinstance(unit, int) and _overlapped(work):
         tid, pending = tp_overlap.forward_block(b, work, work.layer_fwd, "forward", name, deps, g, layer)
     elif isinstance(unit, int) and work.cp_kv_bytes > 0:
@@ -189,11 +190,14 @@ def _backward_block(b: GraphBuilder, work: StepWork, unit: int, g: int, hooks: H
     """Recompute (full checkpointing) and the backward pieces of one block; returns the last compute
     task and the overlapped TP collectives the next unit must wait for."""
     if expert.is_moe(work, unit):
-        tid = expert.backward_block(b, work, f"bwd {unit} mb{g}", deps, g, unit)
+        tid, pending = expert.backward_block(b, work, f"bwd {unit} mb{g}", deps, g, unit)
         hooks.grads_ready(b, g, unit, tid)
-        # the attention's TP collectives, once more when full recomputation re-runs the forward
-        _tp(b, work, f"bwd {unit} mb{g}", tid, g, unit, count=2 if work.moe.recompute else 1)
-        return tid, []
+        # the attention's TP collectives the block did not place beside its GEMMs (expert.tp_placed):
+        # the backward's, and the recomputed forward's under full recomputation
+        count = (not expert.tp_placed(work, "bwd")) + (work.moe.recompute and not expert.tp_placed(work, "fwd"))
+        if count:
+            _tp(b, work, f"bwd {unit} mb{g}", tid, g, unit, count=count)
+        return tid, pending
     overlap = _overlapped(work)
     name = f"recompute {unit} mb{g}"
     if work.recomputes(unit):

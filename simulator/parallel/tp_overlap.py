@@ -50,7 +50,7 @@ FORWARD_PRODUCERS = ("out_proj", "mlp_down")
 #: Column-parallel GEMMs: their input is all-gathered over the sequence (SP), their data gradient
 #: reduce-scattered.
 COLUMN_PARALLEL = ("qkv", "mlp_up")
-_SCALED = ("flops", "bytes", "seconds")
+_SCALED = ("flops", "bytes", "seconds", "host_s")
 #: Transformer Engine userbuffers defaults (``initialize_ub``): SMs of the comm kernels per method,
 #: and the pipelined reduce-scatter's splits.
 RING_EXCHANGE_SMS = 1
@@ -61,9 +61,12 @@ PIPELINE_SPLITS = 4
 
 def fraction(op: Any, f: float) -> Any:
     """``op`` doing the fraction ``f`` of its work: FLOPs, bytes (and a fake's seconds) scale; a
-    GEMM's ``m`` (rows, the dimension chunked) shrinks, so chunk efficiency is the compute model's."""
+    GEMM's ``m`` (rows, the dimension chunked) shrinks, so chunk efficiency is the compute model's.
+    Its measured host time (``Op.host_s``, the eager module's Python share) splits with it: Transformer
+    Engine issues the chunks of one module call from its C++ overlap loop (``split_overlap_rs`` /
+    ``split_overlap_ag``), so the module's Python runs once, not once per chunk."""
     names = {fl.name for fl in dataclasses.fields(op)}
-    changes = {n: getattr(op, n) * f for n in _SCALED if n in names}
+    changes = {n: getattr(op, n) * f for n in _SCALED if n in names and getattr(op, n) is not None}
     if "m" in names and getattr(op, "m", 0):
         changes["m"] = max(1, round(op.m * f))
     return dataclasses.replace(op, **changes)
@@ -164,9 +167,11 @@ def standard_block(work: Any) -> bool:
     return any(_is(op, ("qkv",)) for op in work.layer_fwd) and sp_recognised(work.layer_fwd)
 
 
-def sp_recognised(ops: tuple) -> bool:
-    """True when the block's GEMMs carry the names the SP plan pairs collectives with."""
-    return any(_is(op, COLUMN_PARALLEL) for op in ops) and any(_is(op, FORWARD_PRODUCERS) for op in ops)
+def sp_recognised(ops: tuple, suffix: str = "") -> bool:
+    """True when the block's GEMMs carry the names the SP plan pairs collectives with (``suffix``
+    ".dgrad" for a backward piece's data-gradient GEMMs)."""
+    return (any(_is(op, COLUMN_PARALLEL, suffix) for op in ops)
+            and any(_is(op, FORWARD_PRODUCERS, suffix) for op in ops))
 
 
 class _Stream:

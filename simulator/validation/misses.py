@@ -36,9 +36,8 @@ CAUSES: dict[str, str] = {
     "nemo2407-llama3-8b-8gpu-fp8": "FP8 on H100 with Transformer Engine: cast/amax costs and FP8 GEMM "
     "efficiency (issue 12 item 2)",
     "mbridge2511-gb300-qwen3-235b-a22b-64gpu-mxfp8": "TP 2 with the recipe's tp_comm_overlap=True "
-    "(Megatron-Bridge qwen3_llm_pretrain.py): dtsim does not model TP overlap with an MoE model, so the "
-    "attention's sequence-parallel all-gathers / reduce-scatters (2.4 s of a 16.0 s step) sit exposed on "
-    "the compute stream, and the 4.7 s of EP all-to-alls are all exposed; and at TP 2 and micro-batch 1 on Grace "
+    "(Megatron-Bridge qwen3_llm_pretrain.py), simulated (0.06 s of the attention's sequence-parallel collectives "
+    "left exposed in a 16.8 s step); the 5.0 s of EP all-to-alls are all exposed; and at TP 2 and micro-batch 1 on Grace "
     "(host.dispatch_scale 2.75) the MoE block's host time (1.8 ms forward with the recipe's graphed router and "
     "preprocessing, against 0.8 ms of GPU work) binds, -7% -> -26%: either the attention was graphed too (its "
     "26.02 GB200 sibling graphs attn) or Transformer Engine's CPU micro-optimisations of late 2025 "
@@ -83,8 +82,8 @@ GROUP_CAUSES: tuple[tuple[str, str], ...] = (
     ("dgxc2502-h100-grok1-314b-*-fp8", "NeMo 1.0 (nemo:24.12) FP8: the same printed H100 layout ran 16.90 s per step at "
      "512 GPUs in this README and 13.43 s in the 25.05.04 README (NeMo 2.0, 25.04: dgxc2505-h100-grok1-314b-512gpu-fp8, "
      "-1.7% here), where dtsim gives the two software states one time: too fast"),
-    ("dgxc2505-h100-grok1-314b-512gpu-bf16", "the recipe's tensor-parallel communication overlap is not modelled with an "
-     "MoE model: simulated without it, 0.55 s of sequence-parallel collectives sit exposed in a 19.6 s step; the rest is "
+    ("dgxc2505-h100-grok1-314b-512gpu-bf16", "the recipe's tensor-parallel communication overlap is simulated (0.08 s of "
+     "sequence-parallel collectives left exposed in a 19.3 s step, 0.55 s before it was modelled with MoE); the rest is "
      "Hopper's GEMM share on NVIDIA's tuned stacks (" + _HOPPER_GEMM + "); its FP8 sibling is -1.7%: too slow"),
     ("together-b200-llama3-70b-592gpu-*", "Together AI's cluster at 74 nodes: the same Megatron-FSDP preset is within "
      "1% at 64 and 128 GPUs, then loses 6% at 256, 14% at 512 and 17% at 592 against dtsim's 1-3%; the repository "

@@ -259,17 +259,19 @@ def test_cross_node_ep_is_warned():
 def test_moe_block_tp_collectives_are_the_attention_ones():
     # Megatron-Core's alltoall dispatcher takes the sequence-parallel tokens as they are and talks over
     # the expert-TP group (etp = 1 here: none), so an MoE block has only its attention's TP collectives:
-    # one reduce-scatter and one all-gather of b·s·h per pass (a dense block has two of each).
-    # 4 MoE blocks x 2 passes x (1 RS + 1 AG) = 16 TP collective calls per micro-batch, plus the
-    # embedding's reduce-scatter (its backward all-gather) and the output layer's all-gather (its
-    # backward reduce-scatter): 20.
+    # forward one reduce-scatter and one all-gather of b·s·h (a dense block has two of each); backward,
+    # under Megatron's default asynchronous TP backward (as for a dense block), out_proj's output-gradient
+    # all-gather, qkv's input all-gathered again for its weight gradient (sequence parallelism keeps only
+    # the local shard) and qkv's data-gradient reduce-scatter. 4 MoE blocks x (2 + 3) = 20 TP collective
+    # calls per micro-batch, plus the embedding's reduce-scatter (its backward all-gather) and the output
+    # layer's all-gather (its backward reduce-scatter): 24.
     sc = _scenario(nodes=2, ep=8, sets=["parallel.tp=2", "parallel.sequence_parallel=true"])
     from simulator.parallel.build import build_step_graph
 
     ctx = context_for(sc)
     tasks = build_step_graph(ctx).tasks
     calls = sum(t.count for t in tasks if isinstance(t, CollectiveTask) and t.kind == "tp")
-    assert calls == 20 * ctx.n_micro
+    assert calls == 24 * ctx.n_micro
 
 
 def test_fsdp_no_sync_reduces_expert_gradients_once_too():
@@ -285,3 +287,50 @@ def test_fsdp_no_sync_reduces_expert_gradients_once_too():
 
     assert expert_reductions(False) == {0, 1}
     assert expert_reductions(True) == {1}
+
+
+def _tp_tasks(sc):
+    ctx = context_for(sc)
+    graph = __import__("simulator.parallel.build", fromlist=["x"]).build_step_graph(ctx)
+    return ctx, [t for t in graph.tasks if isinstance(t, CollectiveTask) and t.group == "tp"]
+
+
+def test_moe_attention_tp_collectives_overlap_with_tp_comm_overlap():
+    """Under tp_comm_overlap an MoE block's attention is a dense block's (Transformer Engine userbuffers):
+    per micro-batch and block the all-gather beside qkv and the reduce-scatter pipelined with out_proj
+    forward, and the backward's three (output-gradient gather, input re-gather, data-gradient scatter),
+    all on the TP stream; none left on the compute stream. Same bytes as the plain plan: b·s·h·2 bytes
+    (bf16) per collective, h = 1024, 1 x 1024 tokens."""
+    sets = ["parallel.tp=2", "parallel.sequence_parallel=true"]
+    plain_ctx, plain = _tp_tasks(_scenario(nodes=1, ep=4, sets=sets))
+    ctx, over = _tp_tasks(_scenario(nodes=1, ep=4, sets=[*sets, "parallel.tp_comm_overlap=true"]))
+    full = 1024 * 1024 * 2
+    block0 = [t for t in over if " 0 mb0" in t.name]
+    assert block0 and all(t.stream == "comm_tp" for t in block0)
+    fwd = [t for t in block0 if t.name.startswith("tp ") and "fwd 0 mb0" in t.name]
+    # ring all-gather beside qkv (whole buffer), reduce-scatter in 4 splits beside out_proj (3/4 + 1/4)
+    assert sorted(t.op for t in fwd) == ["all_gather", "reduce_scatter", "reduce_scatter"]
+    assert sum(t.nbytes for t in fwd if t.op == "reduce_scatter") == pytest.approx(full)
+    assert [t.nbytes for t in fwd if t.op == "all_gather"] == [full]
+    # the plain plan: one reduce-scatter and one all-gather per pass, on the compute stream
+    plain0 = [t for t in plain if "fwd 0 mb0" in t.name]
+    assert {t.op: t.nbytes for t in plain0} == {"reduce_scatter": full, "all_gather": full}
+    assert all(t.stream == "compute" for t in plain0)
+
+
+def test_moe_attention_backward_tp_is_asynchronous_by_default():
+    """Megatron's default asynchronous TP backward applies to an MoE block's attention as to a dense
+    block's: the qkv input re-gather and data-gradient reduce-scatter run on the TP stream beside its
+    GEMMs; only the out_proj output-gradient gather stays on the compute stream."""
+    _, tasks = _tp_tasks(_scenario(nodes=1, ep=4, sets=["parallel.tp=2", "parallel.sequence_parallel=true"]))
+    bwd = [t for t in tasks if "bwd 0 mb0" in t.name]
+    assert sorted((t.op, t.stream) for t in bwd) == [("all_gather", "comm_tp"), ("all_gather", "compute"),
+                                                     ("reduce_scatter", "comm_tp")]
+
+
+def test_tp_comm_overlap_speeds_up_an_moe_step():
+    sets = ["parallel.tp=2", "parallel.sequence_parallel=true"]
+    plain = simulate(_scenario(nodes=1, ep=4, sets=sets))
+    over = simulate(_scenario(nodes=1, ep=4, sets=[*sets, "parallel.tp_comm_overlap=true"]))
+    assert over.breakdown["communication"]["tp"]["exposed_s"] < plain.breakdown["communication"]["tp"]["exposed_s"]
+    assert over.step_time_s < plain.step_time_s
