@@ -182,8 +182,9 @@ class RooflineComputeModel:
     def host_time(self, ops: tuple) -> float:
         """CPU seconds to issue ``ops``: each op's measured host time (``Op.host_s``, eager blocks, times
         ``host_dispatch_scale``: the training host's cost per call over the CPU-only benchmark that
-        measured it) or its kernels at ``launch.host_s`` each (already GPU-host figures); none at all
-        under a launch model without host costs."""
+        measured it) plus the kernels it issues from compiled code (``Op.cpp_launches``), or its kernels
+        at ``launch.host_s`` each (already GPU-host figures); none at all under a launch model without
+        host costs."""
         per_kernel = self.launch.host_s
         if per_kernel == 0:
             return 0.0
@@ -194,6 +195,7 @@ class RooflineComputeModel:
                 total += self.launches(op) * per_kernel
             else:
                 measured += s
+                total += getattr(op, "cpp_launches", 0) * per_kernel
         return (total + measured * self.eff.host_dispatch_scale) * self.host_scale
 
     def _priced(self, ops: tuple) -> tuple:

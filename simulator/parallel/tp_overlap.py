@@ -64,9 +64,12 @@ def fraction(op: Any, f: float) -> Any:
     GEMM's ``m`` (rows, the dimension chunked) shrinks, so chunk efficiency is the compute model's.
     Its measured host time (``Op.host_s``, the eager module's Python share) splits with it: Transformer
     Engine issues the chunks of one module call from its C++ overlap loop (``split_overlap_rs`` /
-    ``split_overlap_ag``), so the module's Python runs once, not once per chunk."""
+    ``split_overlap_ag`` in ``comm_gemm_overlap.cpp``), so the module's Python runs once, not once per
+    chunk, and each chunk adds the launch of its own GEMM (``Op.cpp_launches``)."""
     names = {fl.name for fl in dataclasses.fields(op)}
     changes = {n: getattr(op, n) * f for n in _SCALED if n in names and getattr(op, n) is not None}
+    if getattr(op, "host_s", None) is not None:
+        changes["cpp_launches"] = 1
     if "m" in names and getattr(op, "m", 0):
         changes["m"] = max(1, round(op.m * f))
     return dataclasses.replace(op, **changes)

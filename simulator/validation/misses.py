@@ -35,6 +35,12 @@ CAUSES: dict[str, str] = {
     + _HOPPER_GEMM + ", below what Megatron-Core/Transformer Engine reach (issue 12)",
     "nemo2407-llama3-8b-8gpu-fp8": "FP8 on H100 with Transformer Engine: cast/amax costs and FP8 GEMM "
     "efficiency (issue 12 item 2)",
+    "nemo2504-gb200-llama3.1-405b-128gpu-fp8": "NeMo 25.04, NVIDIA's first GB200 software for this model: its later "
+    "tables measure Llama 3.1 405B FP8 on GB200 at 1,782 (Megatron-Bridge 25.11, 128 GPUs: "
+    "mbridge2511-gb200-llama3.1-405b-128gpu-fp8cs, +12% here) and 2,065 TFLOP/s/GPU (26.04.01, 256 GPUs: "
+    "mbridge260401-gb200-llama3.1-405b-256gpu-fp8, -0.3% here) against this row's 1,763; dtsim models one software "
+    "state. Until 5 December 2026 this row came out -6.6%, from a double count: each chunk of a GEMM split by the "
+    "TP overlap carried the whole GEMM's host time, which made its blocks host-bound on Grace: too fast",
     "mbridge2511-gb300-qwen3-235b-a22b-64gpu-mxfp8": "TP 2 with the recipe's tp_comm_overlap=True "
     "(Megatron-Bridge qwen3_llm_pretrain.py), simulated (0.06 s of the attention's sequence-parallel collectives "
     "left exposed in a 16.8 s step); the 5.0 s of EP all-to-alls are all exposed; and at TP 2 and micro-batch 1 on Grace "

@@ -51,6 +51,10 @@ class Op:
     #: ``None`` = ``launches`` × the launch model's per-kernel dispatch. Set on eager transformer blocks
     #: by ``simulator.workload.host``.
     host_s: float | None = None
+    #: Kernels this op issues from compiled code on top of ``host_s`` (a chunk of a GEMM that Transformer
+    #: Engine's userbuffers overlap splits: its C++ loop launches each chunk's GEMM), each at the launch
+    #: model's per-kernel dispatch (``simulator.parallel.tp_overlap.fraction``).
+    cpp_launches: int = 0
     #: ATen calls this op's code makes beyond what the measured reference block's code makes for it
     #: (``simulator.workload.host``: each costs the block's per-call host time, forward and, as
     #: autograd nodes, backward); e.g. Megatron's PyTorch softmax fallback.

@@ -469,6 +469,21 @@ def test_megatron_moe_flags_import():
     assert {"--moe-grouped-gemm", "--moe-aux-loss-coeff"} <= {k for k, _ in imported.ignored}
 
 
+def test_megatron_moe_launch_with_tp_comm_overlap_imports_and_runs():
+    """NVIDIA's MoE recipes run TP 2 with --tp-comm-overlap (Megatron-Bridge's Qwen3-235B presets): the
+    launch imports with the overlap on and simulates (it was refused for an MoE model before), the
+    attention's TP collectives hidden behind their GEMMs rather than on the compute stream."""
+    from simulator.api import simulate
+
+    text = QWEN3_MOE.replace("\n", " ").replace("--mtp-num-layers 1 --overlap-moe-expert-parallel-comm", "")
+    tp2 = text + " --tensor-model-parallel-size 2 --sequence-parallel"
+    plain, _, _ = import_scenario("megatron", text=tp2, topology="dgx-h100")
+    over, _, _ = import_scenario("megatron", text=tp2 + " --tp-comm-overlap", topology="dgx-h100")
+    assert (plain.parallel.tp_comm_overlap, over.parallel.tp_comm_overlap) == (False, True)
+    exposed = [simulate(s).breakdown["communication"]["tp"]["exposed_s"] for s in (plain, over)]
+    assert exposed[1] < exposed[0]
+
+
 def test_megatron_router_padding_for_fp8_round_trips():
     """--moe-router-padding-for-fp8 (Megatron-Core's router pads the routing map for FP8) imports as
     model.moe.router_padding_for_fp8 and is written back by the exporter; absent, it stays False."""

@@ -140,3 +140,23 @@ def test_megatron_async_backward_without_tp_comm_overlap(sp, expected_ms):
     assert trace.end_s == pytest.approx(expected_ms * 1e-3)
     ops = [s.name.split()[1] for s in trace.spans if s.kind == "tp"]
     assert ops == (["all_gather", "all_gather", "reduce_scatter"] if sp else ["all_reduce"])
+
+
+def test_a_chunked_gemm_keeps_its_module_host_time_once_plus_a_launch_per_chunk():
+    """Transformer Engine's userbuffers overlap issues a GEMM's chunks from its C++ loop: the module's
+    Python (the op's measured host time, 100 µs here) runs once and each of the 4 chunks adds one launch
+    at the eager launch model's 10 µs (simulator.hardware.kernels EAGER). On the compute model (host
+    dispatch scale 1 on H100): 4 x 25 µs + 4 x 10 µs = 140 µs, against 100 µs unchunked."""
+    from simulator.catalog import get_gpu
+    from simulator.hardware.compute import RooflineComputeModel
+    from simulator.hardware.efficiency import for_gpu
+    from simulator.workload.ops import gemm
+
+    h100 = get_gpu("h100-sxm")
+    model = RooflineComputeModel(h100, "bf16", for_gpu(h100))
+    assert model.eff.host_dispatch_scale == 1.0
+    op = dataclasses.replace(gemm("qkv", 4096, 1024, 1024, 2), host_s=100e-6)
+    chunk = tp_overlap.fraction(op, 1 / 4)
+    assert (chunk.host_s, chunk.cpp_launches, chunk.m) == (pytest.approx(25e-6), 1, 1024)
+    assert model.host_time((op,)) == pytest.approx(100e-6)
+    assert model.host_time((chunk,) * 4) == pytest.approx(4 * 25e-6 + 4 * 10e-6)
