@@ -194,7 +194,7 @@ def _backward_block(b: GraphBuilder, work: StepWork, unit: int, g: int, hooks: H
         hooks.grads_ready(b, g, unit, tid)
         # the attention's TP collectives the block did not place beside its GEMMs (expert.tp_placed):
         # the backward's, and the recomputed forward's under full recomputation
-        count = (not expert.tp_placed(work, "bwd")) + (work.moe.recompute and not expert.tp_placed(work, "fwd"))
+        count = int(not expert.tp_placed(work, "bwd")) + int(work.moe.recompute and not expert.tp_placed(work, "fwd"))
         if count:
             _tp(b, work, f"bwd {unit} mb{g}", tid, g, unit, count=count)
         return tid, pending
