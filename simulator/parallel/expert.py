@@ -174,6 +174,20 @@ def tp_placed(work: Any, phase: str) -> bool:
     return work.tp_comm_overlap or (phase == "bwd" and work.tp_async_backward)
 
 
+def plain_tp_calls(work: Any, phase: str) -> int:
+    """How many of ``tp_plain.block_tp``'s collective pairs (reduce-scatter and all-gather of ``b·s·h``
+    under sequence parallelism, an all-reduce without) the schedule issues on the compute stream for an
+    MoE block in ``phase`` ("fwd" or "bwd"): the attention's unless the block placed them
+    (:func:`tp_placed`), and the shared experts', a tensor-parallel MLP on the gathered tokens
+    (Megatron-Core ``SharedExpertMLP``: column-parallel fc1, row-parallel fc2, like a dense block's MLP)
+    that no GEMM pairing covers; the backward also re-runs the forward's under full recomputation."""
+    shared = int(bool(work.moe.shared))
+    fwd = int(not tp_placed(work, "fwd")) + shared
+    if phase == "fwd":
+        return fwd
+    return int(not tp_placed(work, "bwd")) + shared + (fwd if work.moe.recompute else 0)
+
+
 def _attention_forward(b: GraphBuilder, work: Any, kind: str, name: str, deps, g: int, layer: int) -> tuple:
     """The block's attention and router piece; returns the tasks the dispatch waits for."""
     mw: MoEWork = work.moe

@@ -158,8 +158,9 @@ def forward_unit(b: GraphBuilder, work: StepWork, g: int, unit: Unit, deps: list
     pending: list[int] = []
     if expert.is_moe(work, unit):  # MoE block: dispatch / combine around the experts
         tid = expert.forward_block(b, work, "forward", name, deps, g, layer)
-        if not expert.tp_placed(work, "fwd"):
-            _tp(b, work, name, tid, g, layer, count=1)
+        count = expert.plain_tp_calls(work, "fwd")
+        if count:
+            _tp(b, work, name, tid, g, layer, count=count)
     elif isinstance(unit, int) and _overlapped(work):
         tid, pending = tp_overlap.forward_block(b, work, work.layer_fwd, "forward", name, deps, g, layer)
     elif isinstance(unit, int) and work.cp_kv_bytes > 0:
@@ -192,9 +193,8 @@ def _backward_block(b: GraphBuilder, work: StepWork, unit: int, g: int, hooks: H
     if expert.is_moe(work, unit):
         tid, pending = expert.backward_block(b, work, f"bwd {unit} mb{g}", deps, g, unit)
         hooks.grads_ready(b, g, unit, tid)
-        # the attention's TP collectives the block did not place beside its GEMMs (expert.tp_placed):
-        # the backward's, and the recomputed forward's under full recomputation
-        count = int(not expert.tp_placed(work, "bwd")) + int(work.moe.recompute and not expert.tp_placed(work, "fwd"))
+        # the TP collectives the block did not place beside its GEMMs (expert.plain_tp_calls)
+        count = expert.plain_tp_calls(work, "bwd")
         if count:
             _tp(b, work, f"bwd {unit} mb{g}", tid, g, unit, count=count)
         return tid, pending
@@ -283,9 +283,11 @@ def combined_pass(b: GraphBuilder, fwd: tuple[StepWork, int, Hooks, tuple],
         b_deps = [*bh.pre_backward(b, gb, bu), *(b_after if k == 0 else ())] if bu is not None else []
         if fu is not None and bu is not None and expert.is_moe(fw, fu) and expert.is_moe(bw, bu):
             f_tid, b_tid = expert.combined_block(b, fw, gf, fu, f_deps, bw, gb, bu, b_deps)
-            _tp(b, fw, f"fwd {fu} mb{gf}", f_tid, gf, fu, count=1)
+            # the attention's collectives (the combined blocks keep them on the compute stream) and the
+            # shared experts'
+            _tp(b, fw, f"fwd {fu} mb{gf}", f_tid, gf, fu, count=1 + int(bool(fw.moe.shared)))
             bh.grads_ready(b, gb, bu, b_tid)
-            _tp(b, bw, f"bwd {bu} mb{gb}", b_tid, gb, bu, count=1)
+            _tp(b, bw, f"bwd {bu} mb{gb}", b_tid, gb, bu, count=1 + int(bool(bw.moe.shared)))
         else:
             if fu is not None:
                 f_tid, _ = forward_unit(b, fw, gf, fu, f_deps)

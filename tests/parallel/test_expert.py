@@ -274,6 +274,20 @@ def test_moe_block_tp_collectives_are_the_attention_ones():
     assert calls == 24 * ctx.n_micro
 
 
+def test_shared_experts_add_their_tp_collectives():
+    """A shared expert is a tensor-parallel MLP on the gathered tokens (Megatron-Core SharedExpertMLP:
+    column-parallel fc1, row-parallel fc2), so under sequence parallelism it adds a dense MLP's
+    reduce-scatter and all-gather of b·s·h per pass: 4 MoE blocks x (forward 2 + 2, backward 3 + 2)
+    = 36 TP calls per micro-batch, plus the embedding's and output layer's 4: 40 (24 without, above)."""
+    from simulator.parallel.build import build_step_graph
+
+    sc = _scenario(nodes=2, ep=8, sets=["parallel.tp=2", "parallel.sequence_parallel=true"], n_shared_experts=1)
+    ctx = context_for(sc)
+    tasks = build_step_graph(ctx).tasks
+    calls = sum(t.count for t in tasks if isinstance(t, CollectiveTask) and t.kind == "tp")
+    assert calls == 40 * ctx.n_micro
+
+
 def test_fsdp_no_sync_reduces_expert_gradients_once_too():
     """Under FSDP every micro-batch reduces the experts' gradients over expert-DP, as the dense units'; with
     fsdp_no_sync only the last micro-batch does, for both (a review found the experts still reduced per
