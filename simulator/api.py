@@ -202,6 +202,12 @@ def _warnings(scenario: Scenario, efficiency: Efficiency | None, mesh: Any = Non
         out.append(f"parallel.ep={mesh.ep} x etp={mesh.etp} exceeds the {mesh.gpus_per_node} GPUs of a node: the MoE "
                    "token all-to-alls cross the inter-node network (dtsim run --show-placement; "
                    "parallel.moe_dispatcher: deepep sends each token once per node)")
+    par, model = scenario.parallel, scenario.model
+    if par.tp_comm_overlap and par.tp > 1 and model.moe is not None and (model.is_mla or par.moe_a2a_overlap):
+        where = "the MoE blocks' MLA attention" if model.is_mla else "the blocks paired by parallel.moe_a2a_overlap"
+        out.append(f"parallel.tp_comm_overlap: the tensor-parallel collectives of {where} are simulated on the "
+                   "compute stream, without the overlap (dtsim pairs collectives only with a standard block's "
+                   "qkv / out_proj GEMMs; docs/moe.md)")
     small = _small_buckets(scenario)
     if small:
         out.append(f"{small} holds under {SMALL_BUCKET_BYTES / 2**20:g} MiB: every reduction of it is latency-bound "

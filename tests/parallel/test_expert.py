@@ -352,3 +352,13 @@ def test_tp_comm_overlap_speeds_up_an_moe_step():
     over = simulate(scenario_from_dict({**raw, "parallel": {**raw["parallel"], "tp_comm_overlap": True}}))
     assert over.breakdown["communication"]["tp"]["exposed_s"] < plain.breakdown["communication"]["tp"]["exposed_s"]
     assert over.step_time_s < plain.step_time_s
+
+
+def test_tp_overlap_warns_where_moe_blocks_keep_plain_collectives():
+    """The combined blocks of moe_a2a_overlap keep their TP collectives on the compute stream: the
+    report says so instead of silently ignoring tp_comm_overlap there; a standard MoE block does not warn."""
+    sets = ["parallel.tp=2", "parallel.sequence_parallel=true", "parallel.tp_comm_overlap=true"]
+    plain = simulate(_scenario(nodes=1, ep=4, sets=sets))
+    paired = simulate(_scenario(nodes=1, ep=4, sets=[*sets, "parallel.moe_a2a_overlap=true"]))
+    assert not any("tp_comm_overlap" in w for w in plain.warnings)
+    assert any("parallel.tp_comm_overlap" in w and "moe_a2a_overlap" in w for w in paired.warnings)
