@@ -111,6 +111,10 @@ class MoEWork:
     #: ``moe_ops.MoEBlockOps.sync_at``): the forward experts run as two compute tasks, split there, so
     #: that each stretch between two synchronisations is priced on its own (``moe_host.forward``).
     experts_sync: int = 0
+    #: Whether the block places its attention's TP collectives beside their GEMMs in the forward and in
+    #: the backward (:func:`tp_placed`; decided once per work, not per block and micro-batch).
+    tp_placed_fwd: bool = False
+    tp_placed_bwd: bool = False
 
     def slice(self, start: int, n: int) -> MoEWork:
         return dataclasses.replace(self, layers=self.layers[start:start + n])
@@ -160,18 +164,22 @@ def _forward_experts(b: GraphBuilder, mw: MoEWork, kind: str, name: str, deps: t
 def tp_placed(work: Any, phase: str) -> bool:
     """Whether the MoE block places its attention's tensor-parallel collectives itself in ``phase``
     ("fwd" or "bwd"), beside the GEMMs that produce or consume them, instead of leaving them to
-    ``tp_plain.block_tp`` on the compute stream: under ``parallel.tp_comm_overlap`` (Transformer Engine
+    ``tp_plain.block_tp`` on the compute stream (:func:`_tp_placement`)."""
+    return work.moe.tp_placed_fwd if phase == "fwd" else work.moe.tp_placed_bwd
+
+
+def _tp_placement(work: Any, pre: tuple, bwd_pre: tuple) -> tuple[bool, bool]:
+    """(forward, backward) of :func:`tp_placed`: under ``parallel.tp_comm_overlap`` (Transformer Engine
     userbuffers, ``tp_overlap.sp_forward_block`` / ``sp_backward_piece``, both passes), and in the
     backward under Megatron's default asynchronous TP backward (``tp_overlap.async_backward_piece``),
     as for a dense block. The MoE block's attention is a dense block's (the same Transformer Engine
-    linear modules); only its MLP slot differs."""
-    mw: MoEWork = work.moe
+    linear modules); only its MLP slot differs. MLA's projections and unnamed test ops keep the plain
+    plan."""
     if work.tp_allreduce_bytes <= 0 or not work.sequence_parallel:
-        return False
-    recognised = tp_overlap.sp_recognised(mw.pre) if phase == "fwd" else tp_overlap.sp_recognised(mw.bwd_pre, ".dgrad")
-    if not recognised:  # MLA's projections and unnamed test ops keep the plain plan
-        return False
-    return work.tp_comm_overlap or (phase == "bwd" and work.tp_async_backward)
+        return False, False
+    fwd = work.tp_comm_overlap and tp_overlap.sp_recognised(pre)
+    bwd = (work.tp_comm_overlap or work.tp_async_backward) and tp_overlap.sp_recognised(bwd_pre, ".dgrad")
+    return bool(fwd), bool(bwd)
 
 
 def plain_tp_calls(work: Any, phase: str) -> int:
@@ -346,6 +354,7 @@ def attach(work: Any, scenario: Any, pb: int) -> Any:
     bwd_pre, bwd_experts, bwd_shared, bwd_post = moe_host.backward(
         tuple(bwd(p) for p in (ops.pre, ops.experts, ops.shared, ops.post)), model, tr.kernels, par.framework,
         local_experts, fp8_host)
+    placed = _tp_placement(work, ops.pre, bwd_pre)
     changes["moe"] = MoEWork(
         layers=flags,
         pre=ops.pre, experts=ops.experts, shared=ops.shared, post=ops.post,
@@ -364,6 +373,8 @@ def attach(work: Any, scenario: Any, pb: int) -> Any:
         overlap_step_gather=bool(getattr(par, "overlap_param_gather", False)) and par.framework == "ddp",
         a2a_overlap=bool(getattr(par, "moe_a2a_overlap", False)),
         experts_sync=ops.sync_at,
+        tp_placed_fwd=placed[0],
+        tp_placed_bwd=placed[1],
     )
     per_node = scenario.cluster.topology.gpus_per_node
     n_nodes = (ep * etp) // per_node if ep * etp > per_node else 1
