@@ -107,7 +107,11 @@ GROUP_CAUSES: tuple[tuple[str, str], ...] = (
      "send/receive kernels (qwen3_235b_fp8mx_256gpu_profiler_report.md: \"stage workload imbalance\"; a 54% bubble in "
      "the BF16 profile), where the schedule's bubble is 7 / 256 micro-batches and the stages hold 12 layer slots each; "
      "NVIDIA measures the same MXFP8 preset at 560-563 TFLOP/s/GPU (26.02, 26.04.01: mbridge260401-b200-qwen3-235b-a22b-"
-     "256gpu-mxfp8, +21%) against Together's 383: what stalls the stages is not modelled: too fast"),
+     "256gpu-mxfp8, +21%) against Together's 383: what stalls the stages is not modelled. The BF16 profile's CPU side "
+     "times the experts' forward (\"MoE expert forward\") at 2.56 ms per layer and call, profiler on, where dtsim's "
+     "MoE host model gives 0.49 ms (16 local experts): three times the host time on these x86 hosts would take "
+     "these rows to +8% / +43% / +39%, but no host scale consistent with the Grace rows does (docs/accuracy-history.md "
+     "item 38): too fast"),
     ("together-b200-deepseekv3-*", "pipeline send/receive stalls the repository's own profiles of this run measure on "
      "this cluster (dsv3_671b_fp8mx_512gpu_nsys_bottleneck.md: 54% bubble on stage 0, send/receive 54% / 27% / 33% of "
      "stages 0 / 7 / 15's GPU time, \"compute per stage is not uniform\"), where the schedule's bubble is 15 / 256 "
