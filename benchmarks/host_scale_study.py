@@ -4,12 +4,14 @@ The host layer (``simulator.workload.host``, ``simulator.workload.moe_host``) pr
 plain-PyTorch lower bound, scaled by the architecture's fitted ``host_dispatch_scale`` (A100 platform only,
 1.56; 1.0 elsewhere) and by the topology's ``host.dispatch_scale`` (Grace 2.75, TransformerEngine issue
 #2053). This study multiplies the topology factor of every expressible Hopper and Blackwell run by each
-``--scales`` value and prints, per run, the signed errors, then the summed |error| (points) and the
-calibration objective (mean of ``min(|error|, 0.25)``, ``calibration.objective``) per architecture and per
-host kind (x86, Grace), and the same with the Grace hosts left unscaled (x86 only).
+``--scales`` value and prints, per run, the signed errors; then the summed |error| (points) and the
+calibration objective (mean of ``min(|error|, 0.25)``, ``calibration.objective``) of Hopper, of Blackwell on
+x86 hosts (DGX-B200, DGX-B300) and on Grace hosts, and of Blackwell with the Grace hosts left unscaled; and
+the MAPE over every expressible run (the others simulated once, unscaled), with every host scaled and with
+the x86 hosts only.
 docs/accuracy-history.md item 38 reports it (scales 1, 1.5, 2, 2.5, 3: not adopted).
 
-Run: ``python benchmarks/host_scale_study.py`` (about 15 minutes on 2 cores; ``--gpus B200,B300`` for a
+Run: ``python benchmarks/host_scale_study.py`` (about 25 minutes on 2 cores; ``--gpus B200,B300`` for a
 subset, ``--scales 1,2``).
 """
 
@@ -52,23 +54,30 @@ def main() -> None:
     a = ap.parse_args()
     scales = [float(x) for x in a.scales.split(",")]
     gpus = set(a.gpus.split(","))
-    runs = [r for r in load_runs() if r.scenario is not None and r.gpu in gpus]
+    runs = [r for r in load_runs() if r.scenario is not None]
     with get_context("spawn").Pool(a.workers) as pool:
-        results = [r for r in pool.map(_errors, [(run, scales) for run in runs]) if None not in r[3]]
+        studied = pool.map(_errors, [(run, scales) for run in runs if run.gpu in gpus])
+        # every other expressible run once, unscaled: the denominator of the all-runs figure
+        others = pool.map(_errors, [(run, scales[:1]) for run in runs if run.gpu not in gpus])
+    results = [r for r in studied if None not in r[3]]
     print(f"scales {scales}")
     for rid, gpu, base, errs in sorted(results):
         print(f"{rid:66} {gpu:6} {base:5.2f} " + " ".join(f"{e * 100:+7.1f}" for e in errs))
-    groups = {"Hopper": HOPPER, "Blackwell": BLACKWELL}
-    for name, members in groups.items():
-        rows = [r for r in results if r[1] in members]
-        if not rows:
-            continue
-        print(_line(f"{name}, all hosts scaled", [r[3] for r in rows]))
-        print(_line(f"{name}, x86 only", [[e if r[2] == 1.0 else r[3][0] for e in r[3]] for r in rows]))
-    for kind, pick in (("x86 hosts", lambda r: r[2] == 1.0), ("Grace hosts", lambda r: r[2] != 1.0)):
+    groups = {"Hopper (x86)": lambda r: r[1] in HOPPER, "Blackwell, x86 hosts": lambda r: r[1] in BLACKWELL and r[2] == 1.0,
+              "Blackwell, Grace hosts": lambda r: r[1] in BLACKWELL and r[2] != 1.0}
+    for name, pick in groups.items():
         rows = [r for r in results if pick(r)]
         if rows:
-            print(_line(kind, [r[3] for r in rows]))
+            print(_line(name, [r[3] for r in rows]))
+    blackwell = [r for r in results if r[1] in BLACKWELL]
+    if blackwell:
+        print(_line("Blackwell, x86 only scaled", [[e if r[2] == 1.0 else r[3][0] for e in r[3]] for r in blackwell]))
+    rest = [abs(r[3][0]) for r in others if r[3][0] is not None]
+    n = len(rest) + len(results)
+    for name, x86_only in (("all runs, every host scaled", False), ("all runs, x86 hosts only", True)):
+        mapes = [(sum(rest) + sum(abs(r[3][i] if (r[2] == 1.0 or not x86_only) else r[3][0]) for r in results)) / n
+                 for i in range(len(scales))]
+        print(f"{name:28} {n:4} runs  MAPE " + " / ".join(f"{m:.2%}" for m in mapes))
 
 
 if __name__ == "__main__":
