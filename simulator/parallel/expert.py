@@ -52,6 +52,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from simulator.parallel import context_parallel, tp_overlap
+from simulator.parallel.expert_tp import placement, tp_placed
 from simulator.parallel.ir import GraphBuilder
 from simulator.units import DTYPE_BYTES
 
@@ -112,7 +113,7 @@ class MoEWork:
     #: that each stretch between two synchronisations is priced on its own (``moe_host.forward``).
     experts_sync: int = 0
     #: Whether the block places its attention's TP collectives beside their GEMMs in the forward and in
-    #: the backward (:func:`tp_placed`; decided once per work, not per block and micro-batch).
+    #: the backward (``expert_tp.tp_placed``; decided once per work, not per block and micro-batch).
     tp_placed_fwd: bool = False
     tp_placed_bwd: bool = False
 
@@ -159,41 +160,6 @@ def _forward_experts(b: GraphBuilder, mw: MoEWork, kind: str, name: str, deps: t
     first = b.compute(f"{name} experts", kind, mw.experts[:cut], deps=deps, micro_batch=g, layer=layer)
     return b.compute(f"{name} experts (after sync)", kind, mw.experts[cut:], deps=(first,), micro_batch=g,
                      layer=layer)
-
-
-def tp_placed(work: Any, phase: str) -> bool:
-    """Whether the MoE block places its attention's tensor-parallel collectives itself in ``phase``
-    ("fwd" or "bwd"), beside the GEMMs that produce or consume them, instead of leaving them to
-    ``tp_plain.block_tp`` on the compute stream (:func:`_tp_placement`)."""
-    return work.moe.tp_placed_fwd if phase == "fwd" else work.moe.tp_placed_bwd
-
-
-def _tp_placement(work: Any, pre: tuple, bwd_pre: tuple) -> tuple[bool, bool]:
-    """(forward, backward) of :func:`tp_placed`: under ``parallel.tp_comm_overlap`` (Transformer Engine
-    userbuffers, ``tp_overlap.sp_forward_block`` / ``sp_backward_piece``, both passes), and in the
-    backward under Megatron's default asynchronous TP backward (``tp_overlap.async_backward_piece``),
-    as for a dense block. The MoE block's attention is a dense block's (the same Transformer Engine
-    linear modules); only its MLP slot differs. MLA's projections and unnamed test ops keep the plain
-    plan."""
-    if work.tp_allreduce_bytes <= 0 or not work.sequence_parallel:
-        return False, False
-    fwd = work.tp_comm_overlap and tp_overlap.sp_recognised(pre)
-    bwd = (work.tp_comm_overlap or work.tp_async_backward) and tp_overlap.sp_recognised(bwd_pre, ".dgrad")
-    return bool(fwd), bool(bwd)
-
-
-def plain_tp_calls(work: Any, phase: str) -> int:
-    """How many of ``tp_plain.block_tp``'s collective pairs (reduce-scatter and all-gather of ``b·s·h``
-    under sequence parallelism, an all-reduce without) the schedule issues on the compute stream for an
-    MoE block in ``phase`` ("fwd" or "bwd"): the attention's unless the block placed them
-    (:func:`tp_placed`), and the shared experts', a tensor-parallel MLP on the gathered tokens
-    (Megatron-Core ``SharedExpertMLP``: column-parallel fc1, row-parallel fc2, like a dense block's MLP)
-    that no GEMM pairing covers; the backward also re-runs the forward's under full recomputation."""
-    shared = int(bool(work.moe.shared))
-    fwd = int(not tp_placed(work, "fwd")) + shared
-    if phase == "fwd":
-        return fwd
-    return int(not tp_placed(work, "bwd")) + shared + (fwd if work.moe.recompute else 0)
 
 
 def _attention_forward(b: GraphBuilder, work: Any, kind: str, name: str, deps, g: int, layer: int) -> tuple:
@@ -354,7 +320,7 @@ def attach(work: Any, scenario: Any, pb: int) -> Any:
     bwd_pre, bwd_experts, bwd_shared, bwd_post = moe_host.backward(
         tuple(bwd(p) for p in (ops.pre, ops.experts, ops.shared, ops.post)), model, tr.kernels, par.framework,
         local_experts, fp8_host)
-    placed = _tp_placement(work, ops.pre, bwd_pre)
+    placed = placement(work, ops.pre, bwd_pre)
     changes["moe"] = MoEWork(
         layers=flags,
         pre=ops.pre, experts=ops.experts, shared=ops.shared, post=ops.post,

@@ -16,7 +16,7 @@ from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from simulator.parallel import context_parallel, expert, replicate, tp_overlap
+from simulator.parallel import context_parallel, expert, expert_tp, replicate, tp_overlap
 from simulator.parallel.ir import GraphBuilder
 from simulator.parallel.tp_plain import block_tp as _tp
 from simulator.parallel.tp_plain import edge_tp as _edge_tp
@@ -158,7 +158,7 @@ def forward_unit(b: GraphBuilder, work: StepWork, g: int, unit: Unit, deps: list
     pending: list[int] = []
     if expert.is_moe(work, unit):  # MoE block: dispatch / combine around the experts
         tid = expert.forward_block(b, work, "forward", name, deps, g, layer)
-        count = expert.plain_tp_calls(work, "fwd")
+        count = expert_tp.plain_tp_calls(work, "fwd")
         if count:
             _tp(b, work, name, tid, g, layer, count=count)
     elif isinstance(unit, int) and _overlapped(work):
@@ -193,8 +193,8 @@ def _backward_block(b: GraphBuilder, work: StepWork, unit: int, g: int, hooks: H
     if expert.is_moe(work, unit):
         tid, pending = expert.backward_block(b, work, f"bwd {unit} mb{g}", deps, g, unit)
         hooks.grads_ready(b, g, unit, tid)
-        # the TP collectives the block did not place beside its GEMMs (expert.plain_tp_calls)
-        count = expert.plain_tp_calls(work, "bwd")
+        # the TP collectives the block did not place beside its GEMMs (expert_tp.plain_tp_calls)
+        count = expert_tp.plain_tp_calls(work, "bwd")
         if count:
             _tp(b, work, f"bwd {unit} mb{g}", tid, g, unit, count=count)
         return tid, pending

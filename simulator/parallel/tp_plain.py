@@ -25,7 +25,7 @@ def block_tp(b: GraphBuilder, work: StepWork, name: str, after: int, g: int, lay
     sequence-parallel tokens as they are and communicate over the expert-TP group, not TP
     (Megatron-Core ``MoEAlltoAllTokenDispatcher``: "use expt_tp_group as tensor parallel group in
     this module", permute → A2A(EP) → AG(expert TP); those collectives are ``expert._a2a``'s); 2 with
-    shared experts, a tensor-parallel MLP (``expert.plain_tp_calls``).
+    shared experts, a tensor-parallel MLP (``expert_tp.plain_tp_calls``).
     Returns the issued task ids."""
     if not work.sequence_parallel and work.tp_allreduce_bytes <= 0:
         return []  # no tensor parallelism: the all-reduce would be skipped (zero bytes)
