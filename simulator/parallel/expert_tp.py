@@ -44,8 +44,20 @@ def plain_tp_calls(work: Any, phase: str) -> int:
     (:func:`tp_placed`), and the shared experts', a tensor-parallel MLP on the gathered tokens
     (Megatron-Core ``SharedExpertMLP``: column-parallel fc1, row-parallel fc2, like a dense block's MLP)
     that no GEMM pairing covers; the backward also re-runs the forward's under full recomputation."""
-    shared = int(bool(work.moe.shared))
+    shared = _shared_calls(work)
     fwd = int(not tp_placed(work, "fwd")) + shared
     if phase == "fwd":
         return fwd
     return int(not tp_placed(work, "bwd")) + shared + (fwd if work.moe.recompute else 0)
+
+
+def combined_tp_calls(work: Any) -> int:
+    """``plain_tp_calls`` of a block that ``expert.combined_block`` pairs with another micro-batch's
+    (``parallel.moe_a2a_overlap``): it keeps the attention's collectives on the compute stream, and the
+    shared experts' as any MoE block, in each pass."""
+    return 1 + _shared_calls(work)
+
+
+def _shared_calls(work: Any) -> int:
+    """The shared experts' collective pairs per pass: one tensor-parallel MLP's, or none."""
+    return int(bool(work.moe.shared))

@@ -283,11 +283,9 @@ def combined_pass(b: GraphBuilder, fwd: tuple[StepWork, int, Hooks, tuple],
         b_deps = [*bh.pre_backward(b, gb, bu), *(b_after if k == 0 else ())] if bu is not None else []
         if fu is not None and bu is not None and expert.is_moe(fw, fu) and expert.is_moe(bw, bu):
             f_tid, b_tid = expert.combined_block(b, fw, gf, fu, f_deps, bw, gb, bu, b_deps)
-            # the attention's collectives (the combined blocks keep them on the compute stream) and the
-            # shared experts'
-            _tp(b, fw, f"fwd {fu} mb{gf}", f_tid, gf, fu, count=1 + int(bool(fw.moe.shared)))
+            _tp(b, fw, f"fwd {fu} mb{gf}", f_tid, gf, fu, count=expert_tp.combined_tp_calls(fw))
             bh.grads_ready(b, gb, bu, b_tid)
-            _tp(b, bw, f"bwd {bu} mb{gb}", b_tid, gb, bu, count=1 + int(bool(bw.moe.shared)))
+            _tp(b, bw, f"bwd {bu} mb{gb}", b_tid, gb, bu, count=expert_tp.combined_tp_calls(bw))
         else:
             if fu is not None:
                 f_tid, _ = forward_unit(b, fw, gf, fu, f_deps)
