@@ -31,10 +31,17 @@ Per MoE block and micro-batch (Megatron-Core ``MoEAlltoAllTokenDispatcher``):
 DeepEP dispatcher (``parallel.moe_dispatcher: deepep``; DeepSeek-V3 report §3.2.2, DeepEP's
 internode kernels): when an EP group spans ``N`` nodes, a token crosses the network once per
 destination node (to the GPU with the same index there, over its own rail) and is forwarded over
-NVLink to its experts. With ``top_k`` experts drawn uniformly over the ``N`` nodes a given node is
-hit with probability ``p = 1 − (1 − 1/N)^top_k``, so the network hop is an all-to-all over the
-``ep_inter`` group (one GPU per node) of ``N·p·T·h`` bytes-per-element and the NVLink hop an
-all-to-all over ``ep_intra`` (the group's GPUs in one node) of ``T·top_k·h``. The hops run side by
+NVLink to its experts. With ``top_k`` distinct experts drawn uniformly from ``E`` spread over the ``N``
+nodes a given node is hit with probability ``p = 1 − C(E − E/N, top_k) / C(E, top_k)``
+(``hit_probability``), so the network hop is an all-to-all over the
+``ep_inter`` group (one GPU per node) of ``N·p·T·h`` bytes-per-element. DeepEP sends a token once to
+each GPU that holds any of its experts, not once per expert (``get_dispatch_layout``'s
+``is_token_in_rank``; the receiver gets one row per token with its local expert indices, and the
+combine returns one summed row per token and GPU; the README's bandwidths count ``recv_x``): over an EP
+group of ``R`` GPUs that is ``R·q·T·h``, ``q`` the same probability for one GPU's ``E/R`` experts
+(DeepSeek-V3's top 8 of 256 at EP 8: 5.29 copies for 8), the NVLink hop's all-to-all over ``ep_intra``
+(the group's GPUs in one node), and
+the whole dispatch inside one node. The hops run side by
 side, each on its own stream (``EP_COMM`` the network, ``EP_NVL_COMM`` NVLink), and what follows
 waits for both: DeepEP's internode kernels pipeline them in chunks, the RDMA senders putting one
 chunk on the network while the NVLink forwarders pass on the chunks already arrived (DeepEP README,
@@ -65,9 +72,13 @@ EP_NVL_COMM = "comm_ep_nvl"
 EDP_COMM = "comm_edp"
 
 
-def node_hit_probability(n_nodes: int, top_k: int) -> float:
-    """Probability that a token's ``top_k`` experts (uniform over ``n_nodes`` nodes) include a given node."""
-    return 1.0 - (1.0 - 1.0 / n_nodes) ** top_k
+def hit_probability(n_groups: int, n_experts: int, top_k: int) -> float:
+    """Probability that a token's ``top_k`` distinct experts, drawn uniformly from ``n_experts`` spread
+    evenly over ``n_groups`` GPUs or nodes, include one of a given group's: ``1 − C(E − E/n, k) / C(E, k)``."""
+    e, miss = n_experts, 1.0
+    for i in range(top_k):
+        miss *= max(0.0, (e - e / n_groups - i) / (e - i))
+    return 1.0 - miss
 
 
 @dataclass(frozen=True)
@@ -105,6 +116,9 @@ class MoEWork:
     #: DeepEP two-hop dispatch: the network hop carries ``inter_fraction`` x the all-to-all's bytes
     #: (``N·p/top_k``, module docstring); 0 = one all-to-all over the EP group.
     inter_fraction: float = 0.0
+    #: DeepEP: the NVLink hop (or the one all-to-all) carries ``intra_fraction`` x those bytes, one copy
+    #: per GPU hit (``R·q/top_k``, module docstring); 1 = one copy per expert (Megatron-Core's alltoall).
+    intra_fraction: float = 1.0
     #: Megatron-Core ``overlap_moe_expert_parallel_comm`` (``parallel.moe_a2a_overlap``): the forward
     #: of one micro-batch and the backward of another run together (``combined_block``).
     a2a_overlap: bool = False
@@ -126,17 +140,19 @@ def is_moe(work: Any, unit: Any) -> bool:
     return moe is not None and isinstance(unit, int) and moe.layers[unit]
 
 
-def _a2a(b: GraphBuilder, name: str, nbytes: float, deps: tuple, g: int, layer: int, etp: int,
-         gather: bool, inter: float = 0.0) -> tuple:
+def _a2a(b: GraphBuilder, name: str, nbytes: float, deps: tuple, g: int, layer: int, mw: MoEWork,
+         gather: bool) -> tuple:
     """One all-to-all over EP, or DeepEP's two hops side by side (module docstring), plus the ETP
     all-gather after a dispatch or reduce-scatter before a combine; returns the tasks that what
-    follows waits for."""
+    follows waits for. ``nbytes``: one copy per expert."""
+    etp, inter = mw.etp, mw.inter_fraction
+    nbytes, per_expert = nbytes * mw.intra_fraction, nbytes
     if etp > 1 and not gather:
         rs = b.collective(f"etp reduce_scatter {name}", "ep", "reduce_scatter", "etp", nbytes * etp,
                           stream=EP_COMM, deps=deps, micro_batch=g, layer=layer)
         deps = (rs,) if rs is not None else deps
     if inter > 0:
-        hops = (("ep_inter", nbytes * inter, EP_COMM), ("ep_intra", nbytes, EP_NVL_COMM))
+        hops = (("ep_inter", per_expert * inter, EP_COMM), ("ep_intra", nbytes, EP_NVL_COMM))
         done = tuple(b.collective(f"ep all_to_all {name} ({group})", "ep", "all_to_all", group, size,
                                   stream=stream, deps=deps, micro_batch=g, layer=layer)
                      for group, size, stream in hops)
@@ -179,13 +195,13 @@ def forward_block(b: GraphBuilder, work: Any, kind: str, name: str, deps, g: int
     mw: MoEWork = work.moe
     ready = _attention_forward(b, work, kind, name, deps, g, layer)
     pre = ready[0]
-    d = _a2a(b, f"dispatch {name}", mw.dispatch_bytes, ready, g, layer, mw.etp, gather=True, inter=mw.inter_fraction)
+    d = _a2a(b, f"dispatch {name}", mw.dispatch_bytes, ready, g, layer, mw, gather=True)
     if mw.shared and mw.shared_overlap:
         b.compute(f"{name} shared experts", kind, mw.shared, deps=(pre,), micro_batch=g, layer=layer)
     ex = _forward_experts(b, mw, kind, name, d, g, layer)
     if mw.shared and not mw.shared_overlap:
         b.compute(f"{name} shared experts", kind, mw.shared, deps=(ex,), micro_batch=g, layer=layer)
-    c = _a2a(b, f"combine {name}", mw.combine_bytes, (ex,), g, layer, mw.etp, gather=False, inter=mw.inter_fraction)
+    c = _a2a(b, f"combine {name}", mw.combine_bytes, (ex,), g, layer, mw, gather=False)
     return b.compute(f"{name} unpermute", kind, mw.post, deps=c, micro_batch=g, layer=layer)
 
 
@@ -196,14 +212,13 @@ def backward_block(b: GraphBuilder, work: Any, name: str, deps, g: int, layer: i
     if mw.recompute:
         deps = [forward_block(b, work, "recompute", f"recompute {layer} mb{g}", deps, g, layer)]
     post = b.compute(f"{name} unpermute", "backward", mw.bwd_post, deps=deps, micro_batch=g, layer=layer)
-    c = _a2a(b, f"combine-bwd {name}", mw.grad_bytes, (post,), g, layer, mw.etp, gather=True, inter=mw.inter_fraction)
+    c = _a2a(b, f"combine-bwd {name}", mw.grad_bytes, (post,), g, layer, mw, gather=True)
     if mw.bwd_shared and mw.shared_overlap:
         b.compute(f"{name} shared experts", "backward", mw.bwd_shared, deps=(post,), micro_batch=g, layer=layer)
     ex = b.compute(f"{name} experts", "backward", mw.bwd_experts, deps=c, micro_batch=g, layer=layer)
     if mw.bwd_shared and not mw.shared_overlap:
         b.compute(f"{name} shared experts", "backward", mw.bwd_shared, deps=(ex,), micro_batch=g, layer=layer)
-    d = _a2a(b, f"dispatch-bwd {name}", mw.grad_bytes, (ex,), g, layer, mw.etp, gather=False,
-             inter=mw.inter_fraction)
+    d = _a2a(b, f"dispatch-bwd {name}", mw.grad_bytes, (ex,), g, layer, mw, gather=False)
     if tp_placed(work, "bwd"):
         piece = tp_overlap.sp_backward_piece if work.tp_comm_overlap else tp_overlap.async_backward_piece
         return piece(b, work, mw.bwd_pre, f"{name} attn+router", list(d), g, layer)
@@ -230,11 +245,9 @@ def combined_block(b: GraphBuilder, fwork: Any, gf: int, f_unit: int, f_deps, bw
     fm, bm = fwork.moe, bwork.moe
     fname, bname = f"fwd {f_unit} mb{gf}", f"bwd {b_unit} mb{gb}"
     b_post = b.compute(f"{bname} unpermute", "backward", bm.bwd_post, deps=b_deps, micro_batch=gb, layer=b_unit)
-    b_comb = _a2a(b, f"combine-bwd {bname}", bm.grad_bytes, (b_post,), gb, b_unit, bm.etp, gather=True,
-                  inter=bm.inter_fraction)
+    b_comb = _a2a(b, f"combine-bwd {bname}", bm.grad_bytes, (b_post,), gb, b_unit, bm, gather=True)
     f_pre = b.compute(f"{fname} attn+router", "forward", fm.pre, deps=f_deps, micro_batch=gf, layer=f_unit)
-    f_disp = _a2a(b, f"dispatch {fname}", fm.dispatch_bytes, (f_pre,), gf, f_unit, fm.etp, gather=True,
-                  inter=fm.inter_fraction)
+    f_disp = _a2a(b, f"dispatch {fname}", fm.dispatch_bytes, (f_pre,), gf, f_unit, fm, gather=True)
     if fm.shared and fm.shared_overlap:
         b.compute(f"{fname} shared experts", "forward", fm.shared, deps=(f_pre,), micro_batch=gf, layer=f_unit)
     if bm.bwd_shared and bm.shared_overlap:
@@ -242,13 +255,11 @@ def combined_block(b: GraphBuilder, fwork: Any, gf: int, f_unit: int, f_deps, bw
     b_ex = b.compute(f"{bname} experts", "backward", bm.bwd_experts, deps=b_comb, micro_batch=gb, layer=b_unit)
     if bm.bwd_shared and not bm.shared_overlap:
         b.compute(f"{bname} shared experts", "backward", bm.bwd_shared, deps=(b_ex,), micro_batch=gb, layer=b_unit)
-    b_disp = _a2a(b, f"dispatch-bwd {bname}", bm.grad_bytes, (b_ex,), gb, b_unit, bm.etp, gather=False,
-                  inter=bm.inter_fraction)
+    b_disp = _a2a(b, f"dispatch-bwd {bname}", bm.grad_bytes, (b_ex,), gb, b_unit, bm, gather=False)
     f_ex = _forward_experts(b, fm, "forward", fname, f_disp, gf, f_unit)
     if fm.shared and not fm.shared_overlap:
         b.compute(f"{fname} shared experts", "forward", fm.shared, deps=(f_ex,), micro_batch=gf, layer=f_unit)
-    f_comb = _a2a(b, f"combine {fname}", fm.combine_bytes, (f_ex,), gf, f_unit, fm.etp, gather=False,
-                  inter=fm.inter_fraction)
+    f_comb = _a2a(b, f"combine {fname}", fm.combine_bytes, (f_ex,), gf, f_unit, fm, gather=False)
     b_pre = b.compute(f"{bname} attn+router", "backward", bm.bwd_pre, deps=b_disp, micro_batch=gb, layer=b_unit)
     f_post = b.compute(f"{fname} unpermute", "forward", fm.post, deps=f_comb, micro_batch=gf, layer=f_unit)
     return f_post, b_pre
@@ -344,10 +355,11 @@ def attach(work: Any, scenario: Any, pb: int) -> Any:
     )
     per_node = scenario.cluster.topology.gpus_per_node
     n_nodes = (ep * etp) // per_node if ep * etp > per_node else 1
-    if getattr(par, "moe_dispatcher", "alltoall") == "deepep" and n_nodes > 1:
-        k = model.moe.top_k
+    if getattr(par, "moe_dispatcher", "alltoall") == "deepep":
+        k, e = model.moe.top_k, model.moe.n_experts
         changes["moe"] = dataclasses.replace(
-            changes["moe"], inter_fraction=n_nodes * node_hit_probability(n_nodes, k) / k)
+            changes["moe"], intra_fraction=ep * hit_probability(ep, e, k) / k,
+            inter_fraction=n_nodes * hit_probability(n_nodes, e, k) / k if n_nodes > 1 else 0.0)
     changes["optimizer"] = optimizer
     return dataclasses.replace(work, **changes)
 

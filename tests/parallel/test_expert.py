@@ -144,9 +144,11 @@ def test_deepep_two_hop_groups_and_bytes():
     sc = _scenario(nodes=2, ep=16, sets=["parallel.moe_dispatcher=deepep"])
     graph = __import__("simulator.parallel.build", fromlist=["x"]).build_step_graph(context_for(sc))
     a2a = [t for t in graph.tasks if isinstance(t, CollectiveTask) and t.op == "all_to_all"]
-    full = 1024 * 2 * 1024 * 2 * 1.25  # T·top_k·h·bytes·imbalance
-    p_hit = 1 - (1 - 1 / 2) ** 2  # a node gets at least one of a token's 2 experts: 3/4
-    assert {t.group: t.nbytes for t in a2a} == {"ep_intra": full, "ep_inter": pytest.approx(2 * p_hit * full / 2)}
+    full = 1024 * 2 * 1024 * 2 * 1.25  # T·top_k·h·bytes·imbalance: one copy per expert
+    p_hit = 1 - (8 * 7) / (16 * 15)  # a node (8 of the 16 experts) gets one of a token's 2 distinct experts
+    q_hit = 2 / 16  # a GPU of the 16 (one expert each) does: the token goes to exactly 2 GPUs
+    assert {t.group: t.nbytes for t in a2a} == {"ep_intra": pytest.approx(16 * q_hit * full / 2),
+                                                "ep_inter": pytest.approx(2 * p_hit * full / 2)}
     # a dispatch's two hops run side by side (DeepEP pipelines them in chunks): same predecessor,
     # one stream each, and the experts wait for both
     hops = [t for t in a2a if "dispatch fwd 0 mb0" in t.name]
@@ -154,6 +156,19 @@ def test_deepep_two_hop_groups_and_bytes():
     assert hops[0].deps == hops[1].deps and hops[0].stream != hops[1].stream
     experts = next(t for t in graph.tasks if t.name.endswith("fwd 0 mb0 experts"))
     assert set(experts.deps) == {t.id for t in hops}
+
+
+def test_deepep_inside_a_node_sends_one_copy_per_gpu():
+    """DeepEP inside one node: a token goes once to each GPU holding any of its experts. Top-8 over
+    EP 8 of 16 experts (2 per GPU): a GPU is missed with probability C(14, 8) / C(16, 8) = 3003 / 12870, so
+    8·(1 − 3003/12870) = 6.13 copies where the alltoall dispatcher sends 8."""
+    def nbytes(sets):
+        graph = __import__("simulator.parallel.build", fromlist=["x"]).build_step_graph(
+            context_for(_scenario(ep=8, top_k=8, sets=sets)))
+        return {t.nbytes for t in graph.tasks if isinstance(t, CollectiveTask) and t.op == "all_to_all"
+                and t.name.startswith("ep all_to_all dispatch fwd")}
+    (alltoall,), (deepep,) = nbytes([]), nbytes(["parallel.moe_dispatcher=deepep"])
+    assert deepep / alltoall == pytest.approx(8 * (1 - 3003 / 12870) / 8)
 
 
 def test_deepep_hops_take_the_slower_hops_time():
