@@ -36,8 +36,9 @@ class ParallelConfig(Frozen):
     etp: PositiveInt = 1
     #: Run the shared experts while the token dispatch is in flight (``--moe-shared-expert-overlap``).
     moe_shared_expert_overlap: bool = False
-    #: Token dispatcher: one all-to-all over the EP group (Megatron-Core ``alltoall``), or DeepEP's
-    #: two hops across nodes (each token crosses the network once per destination node, then NVLink).
+    #: Token dispatcher: one all-to-all over the EP group of one copy per expert (Megatron-Core
+    #: ``alltoall``), or DeepEP / HybridEP (Megatron-Core ``flex``): one copy per GPU holding any of the
+    #: token's experts, and across nodes two hops (the network once per destination node, then NVLink).
     moe_dispatcher: Literal["alltoall", "deepep"] = "alltoall"
     #: Overlap the token all-to-alls of one micro-batch with the compute of another (Megatron-Core
     #: ``--overlap-moe-expert-parallel-comm``, Megatron-Bridge ``moe_a2a_overlap``; DeepSeek-V3's

@@ -51,8 +51,8 @@ CAUSES: dict[str, str] = {
     "26.02 GB200 sibling graphs attn) or Transformer Engine's CPU micro-optimisations of late 2025 "
     "(TransformerEngine PR #2146) narrowed Grace's gap: too slow",
     "mbridge260201-gb300-qwen3-235b-a22b-256gpu-mxfp8": "whole EP-32 groups per rack assumed (-55% with 72 GPUs "
-    "packed per rack); the rest: the recipe's HybridEP dispatcher and CUDA-graphed router / preprocessing are "
-    "simulated as Megatron's alltoall dispatcher (the graphs' host saving is modelled): too slow",
+    "packed per rack; its HybridEP dispatcher sends a token once per GPU holding its experts, simulated as DeepEP, "
+    "and its CUDA-graphed router / preprocessing take their host time off); the rest: not identified: too slow",
     "mbridge2511r-gb300-qwen3-235b-a22b-256gpu-bf16": "simulated as printed (EP 16, virtual pipeline 12, micro-batch "
     "2; the printed GA 32 does not match GBS 8192 / (2 x 64)), while the stored GB300 preset runs EP 32 with the "
     "attention in the CUDA graph; its 5.5 s of EP all-to-alls (of a 26.5 s step) sit exposed as Megatron's "

@@ -30,7 +30,7 @@ MOE_CAUSES: tuple[tuple[str, str], ...] = (
      "this cluster (dsv3_671b_fp8mx_512gpu_nsys_bottleneck.md: 54% bubble on stage 0, send/receive 54% / 27% / 33% of "
      "stages 0 / 7 / 15's GPU time, \"compute per stage is not uniform\"), where the schedule's bubble is 15 / 256 "
      "micro-batches; the same preset on NVIDIA's DGX-B200 at 256 GPUs and global batch 4,096 ran 732 TFLOP/s/GPU "
-     "(mbridge2604-b200-deepseekv3-256gpu-mxfp8, +16%); the ablation's CUDA graphs and dropped recomputation move "
+     "(mbridge2604-b200-deepseekv3-256gpu-mxfp8, +19%); the ablation's CUDA graphs and dropped recomputation move "
      "dtsim +0.0% and +0.7% where they move the measurement +4.4% and +2.1%: too fast"),
     ("together-b200-qwen3-30b-a3b-*", "the 26.02 preset before Megatron-Bridge PR #2499 (micro-batch 1, dropless "
      "alltoall dispatcher) that NVIDIA's own 26.02 row of the layout runs at 223 TFLOP/s/GPU (+85% here, "
@@ -39,7 +39,7 @@ MOE_CAUSES: tuple[tuple[str, str], ...] = (
      "per MoE layer, which dtsim models at its plain-PyTorch lower bound (simulator/workload/moe_host.py): too fast"),
     ("mbridge2509-b200-deepseekv3-*", "25.09 container on DGX-B200: the same model and layout (pipeline 16, EP 8, "
      "micro-batch 1) ran 1.23-1.29x faster in 26.02.01 (2,790 against 2,265 FP8-CS / 2,159 MXFP8 tokens/s/GPU; 26.02.01's "
-     "global batch of 4,096 against 2,048 shortens the pipeline bubble by about 5%), and dtsim is +17% from that row. "
+     "global batch of 4,096 against 2,048 shortens the pipeline bubble by about 5%), and dtsim is +19% from that row. "
      "25.09 ran token drop where 25.11 (2,139, +43%) force-balanced a dropless schedule, at the same throughput, so "
      "the dropless schedule (Megatron-Bridge issue #1998's explanation for Qwen3-30B) is not the cause. The cause is "
      "the eager MoE layer's host time. The 25.09-25.11 presets ran without CUDA graphs, with the alltoall "
@@ -171,14 +171,14 @@ MOE_CAUSES: tuple[tuple[str, str], ...] = (
      "Engine's GroupedLinear under fp8_autocast) with tile and wave quantisation and the fixed time per GEMM, which "
      "FP8 pays no more than BF16 (measured on an H200: one FP8 GEMM per expert on four streams, 2.5-3.4 us each; "
      "benchmarks/gpu_kernels.py); the efficiency of Transformer Engine's FP8 quantize kernels for the experts is "
-     "not measured here. Megatron-Bridge's HybridEP / DeepEP dispatchers are simulated as "
-     "the alltoall dispatcher where a row takes an earlier row's settings, and as DeepEP (parallel.moe_dispatcher "
-     "deepep) in the 26.04.01 rows whose presets were read (issue 15); the recipes' CUDA graphs take their scopes' "
-     "host time off"),
+     "not measured here. Megatron-Bridge's HybridEP / DeepEP dispatchers are simulated as DeepEP "
+     "(parallel.moe_dispatcher deepep: one copy of a token per GPU holding its experts) where a row's preset is "
+     "known to run them, as the alltoall dispatcher where a row takes an earlier row's settings; the recipes' CUDA "
+     "graphs take their scopes' host time off"),
     ("*deepseekv3*", "MoE in FP8 (experts and MLA projections at the dense FP8 GEMM rate, the grouped kernels' "
      "fixed time per GEMM measured on an H200, Transformer Engine's FP8 quantize kernels not); the recipe's MTP module (model.mtp_layers 1), pipeline layout, recomputed MLA up "
      "projections (recompute_modules [mla_up_proj]), 16-bit gradient buffer, CUDA-graphed router and preprocessing "
      "(GB200/GB300) and Megatron-Core's host time per MoE block (its plain-PyTorch lower bound) are simulated, "
-     "HybridEP / DeepEP dispatch as the alltoall dispatcher (as DeepEP in the 26.04.01 rows whose presets were read); on DGX-B200 (pipeline 16, EP 8, micro-batch 1) what "
+     "HybridEP / DeepEP dispatch as DeepEP where the preset is known to run it (one copy of a token per GPU holding its experts); on DGX-B200 (pipeline 16, EP 8, micro-batch 1) what "
      "made the 25.11 MoE rows slow (Megatron-Bridge issue #1998 for Qwen3-30B) is not: too fast"),
 )
