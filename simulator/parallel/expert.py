@@ -33,7 +33,7 @@ internode kernels): when an EP group spans ``N`` nodes, a token crosses the netw
 destination node (to the GPU with the same index there, over its own rail) and is forwarded over
 NVLink to its experts. With ``top_k`` distinct experts drawn uniformly from ``E`` spread over the ``N``
 nodes a given node is hit with probability ``p = 1 − C(E − E/N, top_k) / C(E, top_k)``
-(``hit_probability``), so the network hop is an all-to-all over the
+(``moe_ops.hit_probability``), so the network hop is an all-to-all over the
 ``ep_inter`` group (one GPU per node) of ``N·p·T·h`` bytes-per-element. DeepEP sends a token once to
 each GPU that holds any of its experts, not once per expert (``get_dispatch_layout``'s
 ``is_token_in_rank``; the receiver gets one row per token with its local expert indices, and the
@@ -70,15 +70,6 @@ EP_COMM = "comm_ep"
 EP_NVL_COMM = "comm_ep_nvl"
 #: Stream of the ZeRO-3 / FSDP all-gathers of expert weights over the expert-DP group.
 EDP_COMM = "comm_edp"
-
-
-def hit_probability(n_groups: int, n_experts: int, top_k: int) -> float:
-    """Probability that a token's ``top_k`` distinct experts, drawn uniformly from ``n_experts`` spread
-    evenly over ``n_groups`` GPUs or nodes, include one of a given group's: ``1 − C(E − E/n, k) / C(E, k)``."""
-    e, miss = n_experts, 1.0
-    for i in range(top_k):
-        miss *= max(0.0, (e - e / n_groups - i) / (e - i))
-    return 1.0 - miss
 
 
 @dataclass(frozen=True)
@@ -298,7 +289,8 @@ def attach(work: Any, scenario: Any, pb: int) -> Any:
                                 fp8=tr.active_fp8_recipe,
                                 streams=moe_ops.expert_streams(par.framework),
                                 sequence_parallel=bool(getattr(par, "sequence_parallel", False)),
-                                fp8_padding=moe_ops.fp8_padding(model, par.framework, tr.active_fp8_recipe))
+                                fp8_padding=moe_ops.fp8_padding(model, par.framework, tr.active_fp8_recipe),
+                                dispatcher=getattr(par, "moe_dispatcher", "alltoall"))
     ops = dataclasses.replace(ops, pre=tuple(scale_attention(op, cp, model, tr) for op in ops.pre))
     local_experts, fp8_host = ops.local_experts, tr.precision == "fp8"
     ops = moe_host.forward(ops, model, tr.kernels, local_experts, fp8_host)
@@ -358,8 +350,8 @@ def attach(work: Any, scenario: Any, pb: int) -> Any:
     if getattr(par, "moe_dispatcher", "alltoall") == "deepep":
         k, e = model.moe.top_k, model.moe.n_experts
         changes["moe"] = dataclasses.replace(
-            changes["moe"], intra_fraction=ep * hit_probability(ep, e, k) / k,
-            inter_fraction=n_nodes * hit_probability(n_nodes, e, k) / k if n_nodes > 1 else 0.0)
+            changes["moe"], intra_fraction=moe_ops.copies_per_gpu(ep, e, k),
+            inter_fraction=moe_ops.copies_per_gpu(n_nodes, e, k) if n_nodes > 1 else 0.0)
     changes["optimizer"] = optimizer
     return dataclasses.replace(work, **changes)
 

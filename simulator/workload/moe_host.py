@@ -157,7 +157,8 @@ def forward(ops: Any, model: Any, kernels: Any, local_experts: int, fp8: bool) -
     # the router and the preprocessing come before the dispatcher's synchronisation, graphed or not
     between = (_host("pre", 0, local_experts, fp8, frozenset()) * (1 - ROUTER_SHARE - PREPROCESS_SHARE)
                + FC1_SHARE * _host("experts", 0, local_experts, fp8, scopes) + extras.get("geglu_clamp", 0.0))
-    cut = next(i for i, op in enumerate(ops.pre) if op.name == "permute")
+    # DeepEP's dispatch has no permute before it: its synchronisation follows the whole pre piece
+    cut = next((i for i, op in enumerate(ops.pre) if op.name == "permute"), len(ops.pre))
     (pre_a, ex_b, shared, post), (pre_b, ex_a) = (
         _spread((ops.pre[:cut], ops.experts[ops.sync_at:], ops.shared, ops.post), (seconds - between) * ref),
         _spread((ops.pre[cut:], ops.experts[:ops.sync_at]), between * ref))

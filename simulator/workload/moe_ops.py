@@ -10,6 +10,12 @@ over this rank's experts), ``shared`` (shared experts, which need no dispatch) a
 * router: a ``T × E × h`` GEMM plus a softmax / top-k pass over the ``T × E`` scores (memory-bound);
 * permute / unpermute (Megatron ``moe_permute`` / ``moe_unpermute``): read the ``T·top_k`` token
   copies' hidden states and write them (2 passes each);
+* DeepEP / HybridEP (``dispatcher`` ``deepep``, Megatron-Core ``MoEFlexTokenDispatcher``): no permute
+  before the dispatch, whose kernel reads the ``T`` tokens and sends each once per GPU holding any of
+  its experts (``hit_probability``); the receiver permutes those rows into expert order
+  (``dispatch_postprocess``: read the received rows, write the ``top_k`` copies) and back before the
+  combine (``combine_preprocess``: the probability-weighted sum of a token's local copies), and the
+  combine kernel sums the GPUs' rows at the source, so no unpermute follows it and no "Permutation 2";
 * with more than one local expert, the tokens an EP rank receives arrive grouped by source rank and
   are regrouped by local expert before the grouped GEMM, and back before the combine (Megatron-Core
   ``MoEAlltoAllTokenDispatcher``: "Permutation 2", ``sort_chunks_by_idxs`` with
@@ -53,6 +59,21 @@ from simulator.hardware.kernels import TE_GROUPED_STREAMS
 from simulator.workload import ops as wops
 from simulator.workload.attention_core import LSE_BYTES, SOFTMAX_FLOPS
 from simulator.workload.fp8_casts import fp8_cast
+
+
+def hit_probability(n_groups: int, n_experts: int, top_k: int) -> float:
+    """Probability that a token's ``top_k`` distinct experts, drawn uniformly from ``n_experts`` spread
+    evenly over ``n_groups`` GPUs or nodes, include one of a given group's: ``1 − C(E − E/n, k) / C(E, k)``."""
+    e, miss = n_experts, 1.0
+    for i in range(top_k):
+        miss *= max(0.0, (e - e / n_groups - i) / (e - i))
+    return 1.0 - miss
+
+
+def copies_per_gpu(n_gpus: int, n_experts: int, top_k: int) -> float:
+    """DeepEP's rows per token over an EP group of ``n_gpus`` as a fraction of the ``top_k`` expert copies:
+    one row per GPU that holds any of the token's experts (``n·q/top_k``)."""
+    return n_gpus * hit_probability(n_gpus, n_experts, top_k) / top_k
 
 
 @dataclass(frozen=True)
@@ -249,7 +270,7 @@ FP8_PADDING_PASSES = 2
 def moe_block_ops(model: ModelConfig, b: int, s: int, tp: int, pb: int, kernels, recompute: str,
                   ep: int = 1, etp: int = 1, modules: frozenset[str] = frozenset(),
                   fp8: str | None = None, streams: int = 0, sequence_parallel: bool = False,
-                  fp8_padding: bool = False) -> MoEBlockOps:
+                  fp8_padding: bool = False, dispatcher: str = "alltoall") -> MoEBlockOps:
     """Forward ops of one MoE block on one GPU (conventions: module docstring). ``modules``: what
     selective recomputation re-runs before the backward (``simulator.workload.recompute.modules``):
     ``layernorm`` the pre-MLP norm (the post-attention add + norm op, whose add is re-run with it when
@@ -257,7 +278,9 @@ def moe_block_ops(model: ModelConfig, b: int, s: int, tp: int, pb: int, kernels,
     projections (``MLA_UP_PROJ_OPS``). ``fp8``: the training's FP8 recipe (the linear GEMMs, experts
     included, in FP8: ``_linearize``). ``streams``: how the experts' GEMMs run (``expert_streams``).
     ``sequence_parallel``: the attention part's norms on the rank's tokens (``workload.ops.layer_ops``).
-    ``fp8_padding``: the experts' FP8 row padding and unpadding run as kernels (module docstring)."""
+    ``fp8_padding``: the experts' FP8 row padding and unpadding run as kernels (module docstring).
+    ``dispatcher``: ``alltoall`` (Megatron-Core's permutes around the all-to-alls) or ``deepep`` (the
+    receiver's permutes only, module docstring)."""
     m = model.moe
     assert m is not None
     h, k_mlp = model.hidden_size, model.mlp_matrices
@@ -271,11 +294,11 @@ def moe_block_ops(model: ModelConfig, b: int, s: int, tp: int, pb: int, kernels,
     # the ETP group's tokens: each rank's received copies, all-gathered over its etp peers
     per_expert = max(1, round(routed * etp * m.effective_imbalance / local_experts))
     width = m.expert_ffn_hidden_size // etp
+    deepep = dispatcher == "deepep"
     pre = att + [
         wops.gemm("router", int(t), m.n_experts, h, pb),
         wops.memory_op("router_topk", t * m.n_experts, 3, pb, SOFTMAX_FLOPS),
-        wops.memory_op("permute", routed * h, 2, pb, 0.0),
-    ]
+    ] + ([] if deepep else [wops.memory_op("permute", routed * h, 2, pb, 0.0)])
     act = wops.memory_op(f"experts_{model.mlp}", per_expert * local_experts * width, k_mlp, pb, wops._ACT_FLOPS)
     # the clamp runs inside the activation function moe_act recomputes (module docstring, CLAMP_PASSES)
     act_ops = ([_clamp(per_expert * local_experts * width, pb)] if model.swiglu_limit else []) + [act]
@@ -297,7 +320,10 @@ def moe_block_ops(model: ModelConfig, b: int, s: int, tp: int, pb: int, kernels,
 
     if fp8_padding:  # Fp8Padding before fc1's cast, Fp8Unpadding after fc2 (module docstring)
         experts = bracket(experts, "fp8_padding", "fp8_unpadding", FP8_PADDING_PASSES)
-    if local_experts > 1:  # Permutation 2 and its inverse (module docstring)
+    if deepep:  # the received rows into expert order and back (module docstring)
+        rows = 1 + copies_per_gpu(ep, m.n_experts, m.top_k)
+        experts = bracket(experts, "permute", "unpermute", rows)
+    elif local_experts > 1:  # Permutation 2 and its inverse (module docstring)
         experts = bracket(experts, "sort_chunks", "restore_chunks", 2)
     shared: list = []
     if m.n_shared_experts:
@@ -308,7 +334,7 @@ def moe_block_ops(model: ModelConfig, b: int, s: int, tp: int, pb: int, kernels,
             wops.gemm("shared_down", b * s, h, fs, pb),
         ]
         shared = _linearize(shared, fp8)
-    post = [wops.memory_op("unpermute", routed * h, 2 + 1, pb, wops._ADD_FLOPS)]
+    post = [] if deepep else [wops.memory_op("unpermute", routed * h, 2 + 1, pb, wops._ADD_FLOPS)]
     if not kernels.fused_norm_residual:
         post.append(wops.memory_op("output_residual_add", b * s * h, 3, pb, wops._ADD_FLOPS))
     sync_at = (next(i for i, op in enumerate(experts) if op.name == act.name)

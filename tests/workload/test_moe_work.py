@@ -85,6 +85,20 @@ def test_received_tokens_are_regrouped_by_local_expert_and_back():
     assert not [op for op in one.experts if "chunks" in op.name]
 
 
+def test_deepep_permutes_only_the_received_rows():
+    """DeepEP: no permute before the dispatch and no unpermute after the combine (its kernels read and sum
+    the tokens themselves), no regrouping by local expert; the receiver permutes its rows into expert order
+    and back. Mixtral at EP 4: a token's 2 of 8 experts miss a GPU's 2 with probability (6/8)(5/7) = 15/28,
+    so 4 x 13/28 = 13/7 rows per token for its 2 copies; the receiver reads 10,240 x 13/14 rows and writes
+    10,240 copies of 4,096 bf16 elements."""
+    m = catalog.get_model("mixtral-8x7b")
+    ops = moe_ops.moe_block_ops(m, 1, 4096, 1, 2, KernelConfig(), "none", ep=4, dispatcher="deepep")
+    assert "permute" not in [op.name for op in ops.pre] and ops.post == ()
+    first, last = ops.experts[0], ops.experts[-1]
+    assert (first.name, last.name) == ("permute", "unpermute")
+    assert first.bytes == last.bytes == pytest.approx((1 + 13 / 14) * 10240 * 4096 * 2)
+
+
 def test_fp8_experts_are_padded_and_unpadded_without_the_router_padding():
     """Megatron-Core's TEGroupedMLP under FP8: Fp8Padding before fc1 and Fp8Unpadding after fc2, each a read
     and a write of the 10,240 received token copies (4,096 x top-2 x 1.25) of 4,096 bf16 elements, inside
