@@ -171,11 +171,12 @@ class KernelConfig(Frozen):
     fp8_te_modules: Literal["fused", "linear"] = "fused"
     #: How the loss is computed, for its memory (``workload.activations.CROSS_ENTROPY_BYTES``): Megatron's
     #: in-place vocab-parallel kernel (``fused``), PyTorch ``F.cross_entropy`` on upcast logits
-    #: (``eager``: torchtitan, FSDP trainers), or that under torch.compile (``compiled``), or
+    #: (``eager``: torchtitan, FSDP trainers), or on the 16-bit logits (``eager_no_upcast``: NeMo
+    #: AutoModel's ``fp32_upcast: false``), or that under torch.compile (``compiled``), or
     #: FlashAttention's fused cross-entropy kernel (``flash``: ``flash_attn.losses.cross_entropy``,
     #: llm-foundry's MPT default ``loss_fn: fused_crossentropy``); ``auto``: eager with framework fsdp,
     #: fused otherwise.
-    cross_entropy: Literal["auto", "fused", "eager", "compiled", "flash"] = "auto"
+    cross_entropy: Literal["auto", "fused", "eager", "eager_no_upcast", "compiled", "flash"] = "auto"
     #: Full recomputation stops once every tensor the block's forward saved is rebuilt: PyTorch's
     #: non-reentrant checkpoint (``torch.utils.checkpoint`` early stop, on by default) does not
     #: re-run the block's last GEMM and residual add (``simulator.workload.recompute.early_stop``). None: on with

@@ -43,6 +43,8 @@ LOGPROB_BYTES = 4
 #:   tensor (PyTorch ``tools/autograd/derivatives.yaml``): ``3 · 4`` = 12 B at the backward's peak
 #:   (torchtitan ``del pred`` frees the 16-bit logits before ``loss.backward()``; the forward's
 #:   16-bit + fp32 copy + fp32 log-probs = ``p + 8`` is lower);
+#: * ``eager_no_upcast``: the same on the 16-bit logits (NeMo AutoModel ``MaskedCrossEntropy`` with
+#:   ``fp32_upcast: false``): the three tensors in the training dtype, ``3p``;
 #: * ``compiled``: torch.compile fuses the upcast, log-softmax, NLL and their backward; what stays is
 #:   the saved 16-bit logits and the 16-bit gradient written for the output layer: ``2p`` (D);
 #: * ``flash``: FlashAttention's ``flash_attn.losses.cross_entropy.CrossEntropyLoss`` (llm-foundry's MPT
@@ -51,7 +53,7 @@ LOGPROB_BYTES = 4
 #:   the softmax from them and writes a 16-bit gradient of the logits' shape: ``2p`` per logit (the
 #:   per-row statistic is negligible).
 CROSS_ENTROPY_BYTES = {"fused": lambda p: p + LOGPROB_BYTES, "eager": lambda p: 3 * 4,
-                       "compiled": lambda p: 2 * p, "flash": lambda p: 2 * p}
+                       "eager_no_upcast": lambda p: 3 * p, "compiled": lambda p: 2 * p, "flash": lambda p: 2 * p}
 
 @dataclass(frozen=True)
 class ActivationBytes:

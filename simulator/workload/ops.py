@@ -86,7 +86,7 @@ MEGATRON_ROPE_BWD_LAUNCHES_PER_TENSOR, MEGATRON_ROPE_BWD_PASSES = 5, 10
 #: 2 kernels, 5 passes of ``b·s·f`` (fused: 1 kernel, 3 passes).
 EAGER_SWIGLU_LAUNCHES, EAGER_SWIGLU_PASSES = 2, 5
 #: Cross-entropy as torch code: ``logits.float()``, ``log_softmax``, ``nll_loss``: 3 kernels
-#: (Inductor fuses them into 2: the row max/sum reduction and the loss).
+#: (Inductor fuses them into 2: the row max/sum reduction and the loss; without the upcast, 2 as well).
 CE_LAUNCHES_EAGER, CE_LAUNCHES_COMPILED = 3, 2
 #: Backward kernel counts (autograd): a fused norm 2 (dx, then the dγ/dβ column reduction); the
 #: embedding's dense backward 3 (sort, segment reduce, scatter). FlashAttention's: ``attention_core``.
@@ -352,7 +352,8 @@ def head_ops(model: ModelConfig, b: int, s: int, tp: int, precision_bytes: int,
     ops = [replace(memory_op("embedding", tokens * h, emb_passes, pb, 0.0), bwd_launches=EMBEDDING_BWD_LAUNCHES)]
     if model.embedding_norm:
         ops.append(_norm("embedding_norm", region * h, pb, eager_rms))
-    ce_launches = CE_LAUNCHES_COMPILED if compiled else CE_LAUNCHES_EAGER
+    no_upcast = getattr(kernels, "cross_entropy", None) == "eager_no_upcast"
+    ce_launches = CE_LAUNCHES_COMPILED if compiled or no_upcast else CE_LAUNCHES_EAGER
     ops += [
         _norm("final_norm", region * h, pb, eager_rms),
         gemm("logits", tokens, model.vocab_size // tp, h, pb),
