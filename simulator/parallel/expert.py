@@ -39,9 +39,8 @@ each GPU that holds any of its experts, not once per expert (``get_dispatch_layo
 ``is_token_in_rank``; the receiver gets one row per token with its local expert indices, and the
 combine returns one summed row per token and GPU; the README's bandwidths count ``recv_x``): over an EP
 group of ``R`` GPUs that is ``R·q·T·h``, ``q`` the same probability for one GPU's ``E/R`` experts
-(DeepSeek-V3's top 8 of 256 at EP 8: 5.29 copies for 8), the NVLink hop's all-to-all over ``ep_intra``
-(the group's GPUs in one node), and
-the whole dispatch inside one node. The hops run side by
+(DeepSeek-V3's top 8 of 256 at EP 8: 5.29 copies for 8): the NVLink hop's all-to-all over ``ep_intra``
+(the group's GPUs in one node), and the whole dispatch inside one node. The hops run side by
 side, each on its own stream (``EP_COMM`` the network, ``EP_NVL_COMM`` NVLink), and what follows
 waits for both: DeepEP's internode kernels pipeline them in chunks, the RDMA senders putting one
 chunk on the network while the NVLink forwarders pass on the chunks already arrived (DeepEP README,
