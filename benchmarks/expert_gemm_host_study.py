@@ -28,8 +28,9 @@ from __future__ import annotations
 import argparse
 from multiprocessing import get_context
 
+from host_scale_study import group_line
+
 from simulator.errors import InputError
-from simulator.validation import calibration as cal
 from simulator.validation.suite import load_runs, scenario_for, try_run
 from simulator.workload import host as whost
 from simulator.workload import moe_host
@@ -89,14 +90,10 @@ def main() -> None:
     groups = {"Hopper (x86)": lambda g: g.startswith("H"), "Blackwell, x86 hosts": lambda g: g in ("B200", "B300"),
               "Blackwell, Grace hosts": lambda g: g.startswith("GB"), "all MoE runs": lambda g: True}
     for name, pick in groups.items():
-        errs = [r[2] for r in results if pick(r[1])]
-        cols = list(zip(*errs, strict=True))
-        print(f"{name:24} {len(errs):4} runs  |error| points "
-              + " / ".join(f"{sum(abs(e) for e in c) * 100:,.0f}" for c in cols)
-              + "   objective " + " / ".join(f"{cal.objective(list(c)):.4f}" for c in cols))
+        print(group_line(name, [r[2] for r in results if pick(r[1])]))
     rest = [abs(r[2][0]) for r in others if r[2][0] is not None]
     n = len(rest) + len(results)
-    print(f"{'all runs':24} {n:4} runs  MAPE "
+    print(f"{'all runs':28} {n:4} runs  MAPE "
           + " / ".join(f"{(sum(rest) + sum(abs(r[2][i]) for r in results)) / n:.2%}" for i in range(len(values))))
 
 

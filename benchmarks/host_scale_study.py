@@ -43,7 +43,8 @@ def _errors(args: tuple) -> tuple:
     return run.id, run.gpu, base, errs
 
 
-def _line(name: str, errs: list[list[float]]) -> str:
+def group_line(name: str, errs: list[list[float]]) -> str:
+    """One group's summed |error| (points) and calibration objective per scale (also expert_gemm_host_study)."""
     cols = list(zip(*errs, strict=True))
     points = " / ".join(f"{sum(abs(e) for e in c) * 100:,.0f}" for c in cols)
     capped = " / ".join(f"{cal.objective(list(c)):.4f}" for c in cols)
@@ -72,10 +73,10 @@ def main() -> None:
     for name, pick in groups.items():
         rows = [r for r in results if pick(r)]
         if rows:
-            print(_line(name, [r[3] for r in rows]))
+            print(group_line(name, [r[3] for r in rows]))
     blackwell = [r for r in results if r[1] in BLACKWELL]
     if blackwell:
-        print(_line("Blackwell, x86 only scaled", [[e if r[2] == 1.0 else r[3][0] for e in r[3]] for r in blackwell]))
+        print(group_line("Blackwell, x86 only scaled", [[e if r[2] == 1.0 else r[3][0] for e in r[3]] for r in blackwell]))
     rest = [abs(r[3][0]) for r in others if r[3][0] is not None]
     n = len(rest) + len(results)
     for name, x86_only in (("all runs, every host scaled", False), ("all runs, x86 hosts only", True)):
