@@ -82,9 +82,12 @@ MOE_CAUSES: tuple[tuple[str, str], ...] = (
      "token-drop rows of the model on DGX-B200 (+7%, +12%) while its GB200 rows at EP 64 (2 local experts) are within "
      "4%: the missing time grows with the local experts on DGX-B200 (docs/accuracy-history.md item 18), beyond the "
      "multi-stream grouped GEMM's fixed cost per GEMM, which is modelled (3 points here, item 22). The layout measured "
-     "again in 26.04.01 (560 against 26.02's 563 TFLOP/s/GPU) runs DeepEP in its preset and its DGX-B300 sibling "
-     "(micro-batch 2, same layout, no CUDA graphs) comes out 17% too slow, so the B200 gap is not the layout's: "
-     "not identified"),
+     "again in 26.04.01 (560 against 26.02's 563 TFLOP/s/GPU) still runs Megatron-Core's alltoall dispatcher at "
+     "micro-batch 1 (qwen3_llm_pretrain.py keeps moe_token_dispatcher_type alltoall for B200; moving B200 to HybridEP "
+     "was deferred, Megatron-Bridge issue #3399), where its DGX-B300 sibling of the same PP 8 x EP 8 layout runs "
+     "HybridEP at micro-batch 2 and comes out 5.0% too slow (885 TFLOP/s/GPU, 1.58x the B200 row, where dtsim gives 1.24x): "
+     "what the B200 row misses comes with the dropless alltoall schedule at micro-batch 1, which synchronises host "
+     "and GPU in every MoE layer: not identified"),
     ("pai658-*-mbs4-full-*", "not identified: full recomputation at micro-batch 4 against selective at micro-batch 1 "
      "on the same 256 H800s. The measured step per sample is 5% shorter at micro-batch 4 with every layer recomputed "
      "(10.4 against 10.9 ms) where dtsim gives it 19% longer (12.7 against 10.7 ms; the micro-batch 1 sibling, "
