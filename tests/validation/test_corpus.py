@@ -84,6 +84,25 @@ def test_a_configuration_measured_again_in_a_later_release_counts_once():
         seen[key] = r
 
 
+def test_the_moe_dispatcher_is_the_one_the_assumptions_state():
+    """A run simulated with DeepEP / HybridEP states it (``parallel.moe_dispatcher deepep``) in its assumptions, or
+    in those of the run it says it is ``as``, and a run whose assumptions take a dispatcher that way is simulated
+    with it, so that a row's scenario and its stated preset cannot drift apart (docs/accuracy-history.md item 42
+    corrected five rows whose preset had moved to HybridEP)."""
+    runs = {r.id: r for r in load_runs() if r.expressible}
+
+    def states(r: Run, depth: int = 0) -> bool:
+        text = r.assumed or ""
+        if "moe_dispatcher deepep" in text:
+            return True
+        first = text.split()[1] if text.startswith("as ") and len(text.split()) > 1 else ""
+        return depth < 3 and first in runs and states(runs[first], depth + 1)
+
+    for r in runs.values():
+        deepep = (r.scenario.get("parallel") or {}).get("moe_dispatcher") == "deepep"
+        assert deepep == states(r), r.id
+
+
 def test_every_corpus_run_is_complete():
     for run in CORPUS:
         assert run.source and run.source_key and run.flops_convention, run.id
