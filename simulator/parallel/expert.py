@@ -283,13 +283,15 @@ def attach(work: Any, scenario: Any, pb: int) -> Any:
         return dataclasses.replace(work, **changes)
     from simulator.workload import recompute as wrecompute
 
+    dispatcher = getattr(par, "moe_dispatcher", "alltoall")
+    deepep = dispatcher == "deepep"
     ops = moe_ops.moe_block_ops(model, b, s, tp, pb, tr.kernels, wrecompute.attention_mode(tr, par.framework), ep, etp,
                                 modules=wrecompute.modules(tr),
                                 fp8=tr.active_fp8_recipe,
                                 streams=moe_ops.expert_streams(par.framework),
                                 sequence_parallel=bool(getattr(par, "sequence_parallel", False)),
                                 fp8_padding=moe_ops.fp8_padding(model, par.framework, tr.active_fp8_recipe),
-                                dispatcher=getattr(par, "moe_dispatcher", "alltoall"))
+                                dispatcher=dispatcher)
     ops = dataclasses.replace(ops, pre=tuple(scale_attention(op, cp, model, tr) for op in ops.pre))
     local_experts, fp8_host = ops.local_experts, tr.precision == "fp8"
     ops = moe_host.forward(ops, model, tr.kernels, local_experts, fp8_host)
@@ -298,7 +300,7 @@ def attach(work: Any, scenario: Any, pb: int) -> Any:
     # FP8 dispatch is DeepEP's (DeepSeek-V3 report §3.3.2: activations quantized before the dispatch);
     # Megatron-Core's alltoall dispatcher sends the 16-bit norm output that the experts' GroupedLinear
     # casts after the permute (forks add FP8 all-to-alls: swiss-ai/Megatron-LM PR #127, AMD Primus PR #152)
-    fp8_dispatch = tr.precision == "fp8" and getattr(par, "moe_dispatcher", "alltoall") == "deepep"
+    fp8_dispatch = tr.precision == "fp8" and deepep
     expert_local = wmoe.block_local(model, True, tp, ep, etp).experts
     stage = par.effective_zero_stage
     edp = scenario.n_gpus // (par.pp * ep * etp)
@@ -346,7 +348,7 @@ def attach(work: Any, scenario: Any, pb: int) -> Any:
     )
     per_node = scenario.cluster.topology.gpus_per_node
     n_nodes = (ep * etp) // per_node if ep * etp > per_node else 1
-    if getattr(par, "moe_dispatcher", "alltoall") == "deepep":
+    if deepep:
         k, e = model.moe.top_k, model.moe.n_experts
         changes["moe"] = dataclasses.replace(
             changes["moe"], intra_fraction=moe_ops.copies_per_gpu(ep, e, k),

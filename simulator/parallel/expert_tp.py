@@ -27,9 +27,7 @@ def placement(work: Any, pre: tuple, bwd_pre: tuple) -> tuple[bool, bool]:
     """(forward, backward) of :func:`tp_placed`: under ``parallel.tp_comm_overlap`` (Transformer Engine
     userbuffers, ``tp_overlap.sp_forward_block`` / ``sp_backward_piece``, both passes), and in the
     backward under Megatron's default asynchronous TP backward (``tp_overlap.async_backward_piece``),
-    as for a dense block. The MoE block's attention is a dense block's (the same Transformer Engine
-    linear modules); only its MLP slot differs. MLA's projections and unnamed test ops keep the plain
-    plan."""
+    as for a dense block (module docstring). MLA's projections and unnamed test ops keep the plain plan."""
     if work.tp_allreduce_bytes <= 0 or not work.sequence_parallel:
         return False, False
     fwd = work.tp_comm_overlap and tp_overlap.sp_recognised(pre)
