@@ -210,9 +210,9 @@ def calls(make, shape) -> tuple[int, int]:
     return fwd.calls, bwd.calls - 2  # minus the loss's own sum and its ones_like seed
 
 
-def host_time(make, shape) -> tuple[float, float]:
+def host_time(make, shape, dtype=torch.float32) -> tuple[float, float]:
     """Min over ``REPEATS`` of the forward and backward host seconds per block of a ``LAYERS`` stack."""
-    stack, x = [make() for _ in range(LAYERS)], torch.randn(*shape, requires_grad=True)
+    stack, x = [make() for _ in range(LAYERS)], torch.randn(*shape, requires_grad=True, dtype=dtype)
     fwd, total = [], []
     for i in range(REPEATS + 3):
         t0 = time.perf_counter()

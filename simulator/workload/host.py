@@ -59,6 +59,8 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
+from simulator.workload.op import Op
+
 #: (forward, backward) host seconds per block (module docstring; ``benchmarks/host_dispatch.py``).
 BLOCK_HOST_S: dict[str, tuple[float, float]] = {
     "megatron": (714e-6, 667e-6),
@@ -77,6 +79,16 @@ GRAD_HOOK_S = 4.5e-6
 #: model (``ddp``) and DeepSpeed (ZeRO's ``reduce_ready_partitions_and_remove_grads`` hook per parameter).
 #: PyTorch FSDP reduces per flat parameter or per module, not per parameter.
 HOOKED_FRAMEWORKS = ("ddp", "deepspeed")
+
+#: Host time PyTorch FSDP adds per wrapped unit (one transformer block), by ``parallel.fsdp_version``, as
+#: (forward, backward) fractions of the ``llama`` reference block's host time: its pre-forward all-gather and
+#: post-forward reshard, its pre-backward gather and post-backward reduce-scatter, with the mixed-precision
+#: casts and views around them. ``python benchmarks/host_dispatch_fsdp.py`` (torch 2.14.1, 5 December 2026,
+#: three runs on the 2-core development machine, median): FSDP1 ``FULL_SHARD`` with ``use_orig_params``
+#: 650-665 µs forward and 854-872 µs backward per unit beyond the block's own 304-325 / 446-468 µs; FSDP2
+#: 448-483 / 509-595 µs. A lower bound like the table above (no CUDA events or NCCL enqueues on the CPU);
+#: PyTorch issue #173680 profiles FSDP2's ``pre_forward`` at about 1 ms per unit on a Xeon GPU host.
+FSDP_UNIT_HOST: dict[int, tuple[float, float]] = {1: (2.12, 1.89), 2: (1.48, 1.17)}
 
 #: The attention half of the ``megatron-flash`` reference block (up to its first bias-dropout-add), as
 #: (forward, backward) fractions of the block's host time: ``python benchmarks/host_dispatch_moe.py``,
@@ -137,18 +149,41 @@ def block_param_tensors(model: Any) -> int:
     return linears + 2 * norm + (2 * norm if model.qk_norm else 0)
 
 
+def pytorch_fsdp_version(par: Any) -> int:
+    """``parallel.fsdp_version`` when the run is PyTorch FSDP, else 0: Megatron-FSDP (``framework: fsdp`` with
+    ``gradient_reduce_div_fusion`` set, its Megatron-Core switch; None is PyTorch FSDP's behaviour) runs its own
+    bucketed hooks, which ``benchmarks/host_dispatch_fsdp.py`` does not measure."""
+    torch_fsdp = par.framework == "fsdp" and getattr(par, "gradient_reduce_div_fusion", None) is None
+    return par.fsdp_version if torch_fsdp else 0
+
+
+def fsdp_unit_ops(fsdp_version: int) -> tuple[tuple, tuple]:
+    """The host-only ops of one FSDP unit's hooks (``FSDP_UNIT_HOST``), forward and backward: no GPU work
+    of their own (the gathers, reductions and copies are priced by ``simulator.parallel.fsdp``), so they
+    count against the block's host time, compiled or not. ``fsdp_version`` 0: not FSDP, none."""
+    if not fsdp_version:
+        return (), ()
+    ref_f, ref_b = BLOCK_HOST_S["llama"]
+    frac_f, frac_b = FSDP_UNIT_HOST[fsdp_version]
+    unit = Op("fsdp_unit", "memory", 0.0, 0.0, launches=0, host_s=frac_f * ref_f)
+    return (unit,), (replace(unit, name="fsdp_unit.bwd", host_s=frac_b * ref_b),)
+
+
 def attach(fwd: list, recompute: tuple, bwd: tuple, model: Any, kernels: Any,
-           framework: str) -> tuple[tuple, tuple, tuple]:
-    """The block's forward, recompute and backward ops with their host time; unchanged when compiled.
+           framework: str, fsdp_version: int = 0) -> tuple[tuple, tuple, tuple]:
+    """The block's forward, recompute and backward ops with their host time (compiled blocks keep the
+    per-kernel dispatch, ``Op.host_s`` None).
     Recomputation re-runs the forward code: each recomputed op carries its forward op's share. Under a
     ``HOOKED_FRAMEWORKS`` engine the backward also runs ``GRAD_HOOK_S`` per parameter tensor; an op with
     ``extra_host_calls`` (Megatron's softmax fallback) adds them at the block's per-call time each way. CUDA
     graphs (``training.kernels.cuda_graphs``) take their scopes' share off the block's host time
     (``eager_share``); the gradient hooks stay (they run on the parameters' AccumulateGrad nodes, outside
-    the captured graph)."""
+    the captured graph). Under FSDP (``fsdp_version`` 1 or 2) the forward starts and the backward ends with
+    the unit's hooks (``fsdp_unit_ops``); recomputation runs inside the unit and does not repeat them."""
+    unit_f, unit_b = fsdp_unit_ops(fsdp_version)
     style = block_style(model, kernels)
     if style is None:
-        return tuple(fwd), recompute, bwd
+        return unit_f + tuple(fwd), recompute, tuple(bwd) + unit_b
     fwd_s, bwd_s = BLOCK_HOST_S[style]
     # ops whose code makes more calls than the reference block's (Op.extra_host_calls), and their autograd nodes
     extra = sum(op.extra_host_calls for op in fwd) * HOST_PER_CALL_S[style]
@@ -158,4 +193,4 @@ def attach(fwd: list, recompute: tuple, bwd: tuple, model: Any, kernels: Any,
     fwd_t = spread(fwd, fwd_s)
     by_name = {op.name: op.host_s for op in fwd_t}
     redo = tuple(replace(op, host_s=by_name.get(op.name.removeprefix("recompute."), 0.0)) for op in recompute)
-    return fwd_t, redo, spread(bwd, bwd_s)
+    return unit_f + fwd_t, redo, spread(bwd, bwd_s) + unit_b

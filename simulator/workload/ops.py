@@ -33,10 +33,10 @@ from typing import Protocol
 
 from simulator.config.model import ModelConfig
 from simulator.workload import op_sac
-from simulator.workload.attention_core import SOFTMAX_FLOPS as _SOFTMAX_FLOPS
 from simulator.workload.attention_core import attention_core_ops
 from simulator.workload.flops import Recompute
 from simulator.workload.fp8_casts import fp8_cast, fp8_cast_backward
+from simulator.workload.loss import cross_entropy_op
 from simulator.workload.op import Op, OpKind, gemm, memory_op
 
 __all__ = ["Op", "OpKind", "gemm", "memory_op", "layer_ops", "head_ops", "backward_ops", "recompute_ops"]
@@ -85,9 +85,6 @@ MEGATRON_ROPE_BWD_LAUNCHES_PER_TENSOR, MEGATRON_ROPE_BWD_PASSES = 5, 10
 #: SwiGLU as torch code ``silu(gate) * up``: silu (read f, write f) + multiply (read 2f, write f):
 #: 2 kernels, 5 passes of ``b·s·f`` (fused: 1 kernel, 3 passes).
 EAGER_SWIGLU_LAUNCHES, EAGER_SWIGLU_PASSES = 2, 5
-#: Cross-entropy as torch code: ``logits.float()``, ``log_softmax``, ``nll_loss``: 3 kernels
-#: (Inductor fuses them into 2: the row max/sum reduction and the loss; without the upcast, 2 as well).
-CE_LAUNCHES_EAGER, CE_LAUNCHES_COMPILED = 3, 2
 #: Backward kernel counts (autograd): a fused norm 2 (dx, then the dγ/dβ column reduction); the
 #: embedding's dense backward 3 (sort, segment reduce, scatter). FlashAttention's: ``attention_core``.
 NORM_BWD_LAUNCHES, EMBEDDING_BWD_LAUNCHES = 2, 3
@@ -331,14 +328,14 @@ def backward_ops(fwd_ops: list[Op]) -> list[Op]:
 
 
 def head_ops(model: ModelConfig, b: int, s: int, tp: int, precision_bytes: int,
-             kernels: Kernels | None = None, sequence_parallel: bool = False) -> list[Op]:
+             kernels: Kernels | None = None, sequence_parallel: bool = False,
+             cross_entropy: str = "fused") -> list[Op]:
     """Forward kernels outside the blocks: embedding gather (+ learned positions), final norm,
     logits GEMM (vocab-parallel, ``V/t`` columns) and cross-entropy.
 
     Embedding: read ``b·s`` rows of ``h``, write them (2 passes; +2 for adding learned positions).
-    Cross-entropy over ``b·s × V/t`` logits: read for the max, read for the exp-sum, write the
-    softmax that the backward turns into the logits gradient (3 passes; Megatron
-    ``vocab_parallel_cross_entropy``). Its FLOPs (≈ ``3·b·s·V``) are not in ``flops.step``.
+    Cross-entropy over ``b·s × V/t`` logits as the resolved ``cross_entropy`` kind runs it
+    (``simulator.workload.loss``).
     Under ``sequence_parallel`` the norms run on the rank's ``b·s/t`` tokens (``layer_ops``).
     """
     pb = precision_bytes
@@ -352,11 +349,9 @@ def head_ops(model: ModelConfig, b: int, s: int, tp: int, precision_bytes: int,
     ops = [replace(memory_op("embedding", tokens * h, emb_passes, pb, 0.0), bwd_launches=EMBEDDING_BWD_LAUNCHES)]
     if model.embedding_norm:
         ops.append(_norm("embedding_norm", region * h, pb, eager_rms))
-    no_upcast = getattr(kernels, "cross_entropy", None) == "eager_no_upcast"
-    ce_launches = CE_LAUNCHES_COMPILED if compiled or no_upcast else CE_LAUNCHES_EAGER
     ops += [
         _norm("final_norm", region * h, pb, eager_rms),
         gemm("logits", tokens, model.vocab_size // tp, h, pb),
-        replace(memory_op("cross_entropy", logits_el, 3, pb, _SOFTMAX_FLOPS), launches=ce_launches),
+        cross_entropy_op(cross_entropy, logits_el, pb),
     ]
     return ops
