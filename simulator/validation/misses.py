@@ -69,8 +69,12 @@ CAUSES: dict[str, str] = {
     "(Megatron-Bridge issue #3399); their host (CPU) cost is not modelled: dtsim plays the overlap as free",
     "mbridge2511-b200-qwen3-235b-a22b-64gpu-mxfp8": "the 25.11 B200 preset ran moe_a2a_overlap with virtual "
     "pipelining; Megatron-Bridge PR #1760 disabled both \"due to CPU overhead\" to fix this regression (MXFP8 step "
-    "20.1 s -> 16.9 s; the row's 3,269 tokens/s/GPU is a 20.05 s step). dtsim models no host cost for the EP "
-    "all-to-all overlap and the row is simulated without it: too fast",
+    "20.1 s -> 16.9 s; the row's 3,269 tokens/s/GPU is a 20.05 s step; BF16, the overlap alone, 17.2 -> 16.0 s). "
+    "Simulated with the overlap (parallel.moe_a2a_overlap), which dtsim prices as a 17% gain (+39% without it): the "
+    "pairing's own Python (Megatron-Core ScheduleNode, 1.2 / 8 us per sub-module forward / backward on the CPU) is too "
+    "small to be that CPU overhead, and the dropless dispatcher's host synchronisation inside every paired forward, "
+    "which stops the host issuing the other micro-batch's backward, is not modelled (docs/accuracy-history.md item "
+    "43): too fast",
     "mbridge2511-h100-qwen3-30b-a3b-16gpu-fp8cs": "25.11 dropless regression (Megatron-Bridge issue #1998: Qwen3-30B "
     "\"2X slower\" on H100 and B200 with the dropless schedule than with token drop; the 25.09 table's same layout ran "
     "10,494 tokens/s/GPU against 5,275 here, which dtsim's -5% matches) on top of the preset's moe_a2a_overlap: the "
@@ -184,7 +188,7 @@ GROUP_CAUSES: tuple[tuple[str, str], ...] = MOE_CAUSES + (
      "and GPU time per block"),
     ("vtrain-single-h2048-*", "vTrain hidden 2,048 at micro-batch 1-2: the grid's host floor per layer and "
      "micro-batch varies between 2.8 and 3.5 ms across layouts of equal host work (TP 4 micro-batch 2: 2.8 ms; TP 4 "
-     "micro-batch 1: 3.0 ms; TP 1: 3.3-4.0 ms); the one host scale fitted on their mean (1.56) leaves the "
+     "micro-batch 1: 3.0 ms; TP 1: 3.3-4.0 ms); the one host scale fitted on their mean (1.54) leaves the "
      "low-floor rows too slow"),
     ("vtrain-multi-h8192-*", "vTrain 39.1B on 512 GPUs: its TP 2 layouts run 1.5-1.9x slower than its TP 4 and "
      "TP 8 layouts at the same micro-batch (21.9-26.2 s against 13.9-15.0 s), which dtsim predicts alike; not "

@@ -88,6 +88,16 @@ MOE_CAUSES: tuple[tuple[str, str], ...] = (
      "HybridEP at micro-batch 2 and comes out 5.0% too slow (885 TFLOP/s/GPU, 1.58x the B200 row, where dtsim gives 1.24x): "
      "what the B200 row misses comes with the dropless alltoall schedule at micro-batch 1, which synchronises host "
      "and GPU in every MoE layer: not identified"),
+    ("mbridge260201-b300-qwen3-235b*", "Megatron-Core's combined 1F1B (the preset's moe_a2a_overlap, simulated) "
+     "with the dropless alltoall dispatcher at micro-batch 1 under 4 virtual stages on DGX-B300: measured 391 "
+     "TFLOP/s/GPU, where the 26.04.01 preset of the same model and system (PP 8 without virtual stages, no overlap, "
+     "HybridEP, micro-batch 2: mbridge260401-b300-qwen3-235b-a22b-256gpu-mxfp8, -5%) ran 885 (2.26x) and dtsim "
+     "gives the two 820 and 841. NVIDIA names the overlap's host cost (\"EP Overlap brings extra cpu overhead and may "
+     "cause GPU bubble\"), and the dispatcher's per-layer host synchronisation sits inside every paired forward "
+     "and backward; dtsim prices the pairing as compute hiding the all-to-alls (its gain on Megatron-Bridge's "
+     "16-H100 A/B pair is +46% where +32% was measured), and the pairing's own Python, measured on the CPU at 1.2 / 8 "
+     "us per sub-module forward / backward, is too small to cost what NVIDIA measured (the 25.11 DGX-B200 row of the "
+     "model, mbridge2511-b200-qwen3-235b-a22b-64gpu-mxfp8): too fast"),
     ("pai658-*-mbs4-full-*", "not identified: full recomputation at micro-batch 4 against selective at micro-batch 1 "
      "on the same 256 H800s. The measured step per sample is 5% shorter at micro-batch 4 with every layer recomputed "
      "(10.4 against 10.9 ms) where dtsim gives it 19% longer (12.7 against 10.7 ms; the micro-batch 1 sibling, "
