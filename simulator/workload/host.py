@@ -86,7 +86,8 @@ HOOKED_FRAMEWORKS = ("ddp", "deepspeed")
 #: casts and views around them. ``python benchmarks/host_dispatch_fsdp.py`` (torch 2.14.1, 5 December 2026,
 #: three runs on the 2-core development machine, median): FSDP1 ``FULL_SHARD`` with ``use_orig_params``
 #: 650-665 µs forward and 854-872 µs backward per unit beyond the block's own 304-325 / 446-468 µs; FSDP2
-#: 448-483 / 509-595 µs. A lower bound like the table above (no CUDA events or NCCL enqueues on the CPU);
+#: 448-483 / 509-595 µs (a fourth run: 2.05 / 1.90 and 1.59 / 1.43; the shared machine scatters by up to 20%).
+#: A lower bound like the table above (no CUDA events or NCCL enqueues on the CPU);
 #: PyTorch issue #173680 profiles FSDP2's ``pre_forward`` at about 1 ms per unit on a Xeon GPU host.
 FSDP_UNIT_HOST: dict[int, tuple[float, float]] = {1: (2.12, 1.89), 2: (1.48, 1.17)}
 
