@@ -169,7 +169,7 @@ class KernelConfig(Frozen):
     #: for each ``nn.Linear`` (llm-foundry ``fc_type: te``, which its H100 FP8 benchmarks set): every
     #: linear casts its own input in a kernel of its own and its weight in every forward.
     fp8_te_modules: Literal["fused", "linear"] = "fused"
-    #: How the loss is computed, for its memory (``workload.activations.CROSS_ENTROPY_BYTES``): Megatron's
+    #: How the loss is computed, for its memory and traffic (``workload.loss.IMPLEMENTATIONS``): Megatron's
     #: in-place vocab-parallel kernel (``fused``), PyTorch ``F.cross_entropy`` on upcast logits
     #: (``eager``: torchtitan, FSDP trainers), or on the 16-bit logits (``eager_no_upcast``: NeMo
     #: AutoModel's ``fp32_upcast: false``), or that under torch.compile (``compiled``), or

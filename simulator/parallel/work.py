@@ -14,9 +14,9 @@ from typing import Any
 
 from simulator.hardware.kernels import sm_count
 from simulator.units import DTYPE_BYTES
-from simulator.workload import activations as wact
 from simulator.workload import flops as wflops
 from simulator.workload import host as whost
+from simulator.workload import loss as wloss
 from simulator.workload import mtp as wmtp
 from simulator.workload import ops as wops
 from simulator.workload import params as wparams
@@ -156,7 +156,7 @@ def from_scenario(scenario: Any, persistence_threshold: float = 1e5) -> StepWork
     fwd, recompute, bwd = whost.attach(fwd, recompute, bwd, model, tr.kernels, par.framework,
                                        whost.pytorch_fsdp_version(par))
     head_all = wops.head_ops(model, b, s, tp, pb, tr.kernels, sequence_parallel=sp,
-                             cross_entropy=wact.cross_entropy_kind(scenario))
+                             cross_entropy=wloss.kind(scenario))
     n_embed = 2 if model.embedding_norm else 1
     embed_fwd, head_fwd = head_all[:n_embed], head_all[n_embed:]
     head_fwd = head_fwd + wmtp.head_ops(model, b, s, tp, pb, head_fwd)

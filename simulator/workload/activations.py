@@ -12,10 +12,12 @@ from dataclasses import dataclass
 from simulator.config.model import ModelConfig
 from simulator.config.scenario import Scenario
 from simulator.parallel import pipeline_order, pipeline_split
+from simulator.workload import loss as wloss
 from simulator.workload import op_sac, recompute
 from simulator.workload.attention_core import fused_softmax_available
 from simulator.workload.flops import Recompute
 from simulator.workload.fp8_casts import SAVES_FP8_INPUTS
+from simulator.workload.loss import LOGPROB_BYTES  # noqa: F401  (re-exported for workload.memory)
 
 #: Linears whose input is split over tensor-parallel ranks (Megatron row-parallel): each rank's GEMM
 #: output is the full hidden width of partial sums.
@@ -28,33 +30,6 @@ SOFTMAX_STAT_BYTES = 4
 #: Bytes per score that Megatron's PyTorch softmax fallback (``workload.attention_core.fused_softmax_available``
 #: false) keeps for its backward: ``torch.softmax`` saves its fp32 output.
 SOFTMAX_FALLBACK_SAVED_BYTES = 4
-#: Bytes per logit of the fp32 log-probabilities cross-entropy keeps for its backward (PyTorch
-#: ``cross_entropy`` upcasts 16-bit logits; Megatron counts 4 B/logit in ``theoretical_memory_usage``).
-LOGPROB_BYTES = 4
-
-#: Bytes per logit at the loss's peak, by ``training.kernels.cross_entropy`` (``p``: 16-bit bytes):
-#:
-#: * ``fused``: Megatron's ``_VocabParallelCrossEntropy`` keeps the 16-bit logits and the fp32 softmax
-#:   it computes in place (``exp`` with ``out=``) and turns into the gradient in place: ``p + 4``
-#:   (Megatron ``theoretical_memory_usage.py`` counts the 4 B/logit);
-#: * ``eager``: PyTorch ``F.cross_entropy(pred.float(), labels)`` = ``log_softmax`` + ``nll_loss``.
-#:   ``log_softmax`` saves its fp32 output; in the backward ``nll_loss_backward`` writes a dense fp32
-#:   gradient of the logits' shape and ``_log_softmax_backward_data(grad, result, ...)`` a third fp32
-#:   tensor (PyTorch ``tools/autograd/derivatives.yaml``): ``3 · 4`` = 12 B at the backward's peak
-#:   (torchtitan ``del pred`` frees the 16-bit logits before ``loss.backward()``; the forward's
-#:   16-bit + fp32 copy + fp32 log-probs = ``p + 8`` is lower);
-#: * ``eager_no_upcast``: the same on the 16-bit logits (NeMo AutoModel ``MaskedCrossEntropy`` with
-#:   ``fp32_upcast: false``): the three tensors in the training dtype, ``3p``;
-#: * ``compiled``: torch.compile fuses the upcast, log-softmax, NLL and their backward; what stays is
-#:   the saved 16-bit logits and the 16-bit gradient written for the output layer: ``2p`` (D);
-#: * ``flash``: FlashAttention's ``flash_attn.losses.cross_entropy.CrossEntropyLoss`` (llm-foundry's MPT
-#:   default ``loss_fn: fused_crossentropy``, ``ComposerMPTCausalLM``): its kernel reads the 16-bit
-#:   logits in fp32 registers and saves them with one fp32 log-sum-exp per row; the backward recomputes
-#:   the softmax from them and writes a 16-bit gradient of the logits' shape: ``2p`` per logit (the
-#:   per-row statistic is negligible).
-CROSS_ENTROPY_BYTES = {"fused": lambda p: p + LOGPROB_BYTES, "eager": lambda p: 3 * 4,
-                       "eager_no_upcast": lambda p: 3 * p, "compiled": lambda p: 2 * p, "flash": lambda p: 2 * p}
-
 @dataclass(frozen=True)
 class ActivationBytes:
     """Activation memory of the in-flight micro-batches on the most-loaded pipeline stage.
@@ -209,22 +184,13 @@ def logits_activation_bytes(
     """Output-layer buffers of one micro-batch: the final-norm input and output ``2p·sbh`` (÷t with
     sequence parallelism, where the final norm runs on the rank's ``s/t`` tokens; the output, the output
     layer's input, whole with ``gathered_inputs``: :func:`layer_activation_bytes`) and the vocab-parallel
-    loss buffers ``c·sbV/t``, ``c`` from ``CROSS_ENTROPY_BYTES`` (Megatron's fused kernel: ``p + 4``, cf.
+    loss buffers ``c·sbV/t``, ``c`` from ``loss.IMPLEMENTATIONS`` (Megatron's fused kernel: ``p + 4``, cf.
     ``theoretical_memory_usage.py``: ``4·sbh·(1 + V/h)``, all of it ÷t with SP)."""
     p, sbh = precision_bytes, s * b * model.hidden_size
-    per_logit = CROSS_ENTROPY_BYTES[cross_entropy](p)
+    per_logit = wloss.IMPLEMENTATIONS[cross_entropy].peak_bytes(p)
     div = tp if sequence_parallel else 1
     norm = p * sbh / div + p * sbh / (1 if gathered_inputs else div)
     return norm + per_logit * s * b * model.vocab_size / tp
-
-
-def cross_entropy_kind(scenario: Scenario) -> str:
-    """``training.kernels.cross_entropy`` with ``auto`` resolved: PyTorch's eager loss under FSDP
-    (torchtitan and the FSDP trainers call ``F.cross_entropy``), Megatron's fused kernel otherwise."""
-    kind = scenario.training.kernels.cross_entropy
-    if kind == "auto":
-        return "eager" if scenario.parallel.framework == "fsdp" else "fused"
-    return kind
 
 
 def pipeline_blocks(scenario: Scenario) -> tuple[str, int, list[int]]:
@@ -293,7 +259,7 @@ def stage_activations(scenario: Scenario) -> list[ActivationBytes]:
             transient += max(0.0, moe_memory.moe_block_extra(scenario, pb) + moe_memory.mla_block_extra(scenario, pb))
     schedule, v, blocks = pipeline_blocks(scenario)
     n_micro = scenario.grad_accum_steps
-    logits = logits_activation_bytes(m, b, s, t, pb, cross_entropy_kind(scenario), sequence_parallel=sp,
+    logits = logits_activation_bytes(m, b, s, t, pb, wloss.kind(scenario), sequence_parallel=sp,
                                      gathered_inputs=common["gathered_inputs"])
     # training.recompute_layers: only these blocks of a stage store the checkpoint input; the others
     # keep a block's activations without recomputation (simulator.workload.recompute).

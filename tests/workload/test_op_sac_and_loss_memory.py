@@ -1,6 +1,6 @@
 """torchtitan's op-level selective checkpointing (``selective_op``) and the loss's memory by
 ``training.kernels.cross_entropy``: every number below is hand arithmetic from the policy and the
-PyTorch autograd formulas quoted in ``simulator.workload.op_sac`` / ``activations.CROSS_ENTROPY_BYTES``."""
+PyTorch autograd formulas quoted in ``simulator.workload.op_sac`` / ``loss.IMPLEMENTATIONS``."""
 
 from __future__ import annotations
 
