@@ -30,10 +30,10 @@ BOOL_FLAGS = (
     "untie-embeddings-and-output-weights", "use-rotary-position-embeddings", "bf16", "fp16",
     "recompute-activations", "sequence-parallel", "use-distributed-optimizer", "tp-comm-overlap",
     "use-flash-attn", "overlap-grad-reduce", "overlap-param-gather", "fp8-param-gather", "grad-reduce-in-bf16",
-    "no-position-embedding",
+    "no-position-embedding", "account-for-embedding-in-pipeline-split", "account-for-loss-in-pipeline-split",
 ) + megatron_moe.BOOL_FLAGS + megatron_graphs.BOOL_FLAGS + megatron_mla.BOOL_FLAGS
 #: Flags taking a list of values (argparse ``nargs="*"``): every word up to the next flag.
-LIST_FLAGS = ("recompute-modules",) + megatron_graphs.LIST_FLAGS
+LIST_FLAGS = ("recompute-modules", "offload-modules") + megatron_graphs.LIST_FLAGS
 _NO_STEP_EFFECT = "optimizer, learning-rate or initialisation hyper-parameter: no effect on step time"
 _DATA = "data pipeline or tokenizer: dtsim assumes the input pipeline never stalls the step"
 _OUTSIDE = "logging, checkpointing or evaluation: outside the simulated step (checkpoints: reliability.checkpoint)"
@@ -41,7 +41,7 @@ _NUMERICS = "numerics or kernel choice dtsim does not distinguish (same FLOPs an
 _PROCESS = "process setup: no effect on the simulated step"
 #: Known flags dtsim does not use, by prefix or exact name, with the reason.
 IGNORED = (
-    megatron_moe.IGNORED,
+    *megatron_moe.IGNORED,
     (("lr", "min-lr", "lr-", "weight-decay", "start-weight-decay", "end-weight-decay", "adam-", "sgd-",
       "init-method-", "seed", "loss-scale", "initial-loss-scale", "min-loss-scale",
       "loss-scale-window", "hysteresis", "optimizer", "override-opt-param-scheduler",
@@ -53,8 +53,19 @@ IGNORED = (
      _DATA),
     (("log-", "save", "load", "save-interval", "eval-", "tensorboard-", "wandb-", "timing-log-", "exit-",
       "no-load-", "ckpt-", "async-save", "finetune", "no-save-", "use-dist-ckpt", "dist-ckpt-", "profile",
-      "use-pytorch-profiler", "record-memory-history", "memory-snapshot-path", "logging-level"),
+      "use-pytorch-profiler", "record-memory-history", "memory-snapshot-path", "logging-level",
+      "auto-detect-ckpt-format"),
      _OUTSIDE),
+    (("cuda-graph-warmup-steps",), "eager iterations before the CUDA graphs are captured: before the steady-state "
+     "step dtsim simulates"),
+    (("overlap-p2p-comm",),
+     "pipeline sends overlapped with compute: dtsim overlaps them under the interleaved schedule (virtual "
+     "stages), as Megatron-LM does, and cannot without it (Megatron-LM forces the flag off there)"),
+    (("fine-grained-activation-offloading", "offload-modules", "offload-optimizer-states",
+      "delay-offload-until-cuda-graph", "fine-grained-offloading-"),
+     "offloading of listed modules' activations or of the optimizer states to host memory: copies on a side "
+     "stream, taken as hidden behind compute, and the device memory they free is not modelled (the fit check "
+     "is then pessimistic); whole-block activation offloading is training.activation_offload_layers"),
     (("norm-epsilon", "rotary-", "use-rope-scaling", "rope-scaling-factor", "no-rope-fusion",
       "no-masked-softmax-fusion", "no-bias-gelu-fusion", "no-bias-swiglu-fusion", "no-bias-dropout-fusion",
       "no-gradient-accumulation-fusion", "apply-query-key-layer-scaling", "attention-softmax-in-fp32",

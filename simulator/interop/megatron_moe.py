@@ -38,14 +38,25 @@ VALUE_FLAGS = (
 ROUTER_PADDING_FLAGS = ("moe-router-padding-for-fp8", "moe-router-padding-for-quantization")
 BOOL_FLAGS = ("moe-router-force-load-balancing", "moe-enable-deepep", "overlap-moe-expert-parallel-comm",
               "moe-shared-expert-overlap") + ROUTER_PADDING_FLAGS
-IGNORED = (("moe-grouped-gemm", "moe-permute-fusion", "moe-router-fusion", "moe-aux-loss-coeff", "moe-z-loss-coeff",
+IGNORED = ((("moe-grouped-gemm", "moe-permute-fusion", "moe-router-fusion", "moe-aux-loss-coeff", "moe-z-loss-coeff",
             "moe-router-load-balancing-type", "moe-router-score-function", "moe-router-dtype",
             "moe-router-pre-softmax", "moe-router-bias-update-rate", "moe-router-enable-expert-bias",
             "moe-router-topk-scaling-factor", "moe-router-num-groups", "moe-router-group-topk",
             "moe-token-drop-policy", "moe-pad-expert-input-to-capacity", "moe-input-jitter-eps",
             "moe-per-layer-logging", "moe-use-legacy-grouped-gemm", "mtp-loss-scaling-factor",
             "moe-hybridep-num-sms", "moe-deepep-num-sms"),
-           "MoE routing numerics or kernel choice: same FLOPs and bytes (load balance is model.moe.imbalance)")
+           "MoE routing numerics or kernel choice: same FLOPs and bytes (load balance is model.moe.imbalance)"),
+           (("moe-paged-stash", "moe-paged-stash-", "moe-expert-rank-capacity-factor",
+             "moe-pad-experts-for-cuda-graph-inference"),
+            "paged stash: the dropless layer's tokens kept in fixed-size device buffers so that its shapes are "
+            "static and full-iteration CUDA graphs capture it (their time model is training.kernels.cuda_graphs; "
+            "with balanced routing no rank exceeds its buffer); the buffers' memory is not modelled"),
+           (("use-transformer-engine-op-fuser", "moe-mlp-glu-interleave-size"),
+            "Transformer Engine's fused operation path for the experts' MLP (with NVTE_CUTEDSL_FUSED_GROUPED_MLP "
+            "one grouped GEMM + SwiGLU kernel): priced as the grouped GEMMs and activation it replaces"),
+           (("delay-wgrad-compute",),
+            "the combined 1F1B's order of the experts' weight-gradient GEMMs (parallel.moe_a2a_overlap already "
+            "overlaps each all-to-all with the paired micro-batch's compute): same FLOPs and bytes"))
 DEEPEP_BACKENDS = ("deepep", "hybridep")
 
 

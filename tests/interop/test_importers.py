@@ -103,6 +103,49 @@ def test_megatron_virtual_pipeline_from_layers_per_chunk():
     assert imp.get("parallel.virtual_stages") == 4  # 32 / (4 x 2)
 
 
+def test_megatron_pipeline_slots_count_in_the_virtual_stages():
+    """Megatron-LM's arguments.py adds one layer slot for each of --account-for-embedding/loss-in-pipeline-split
+    before dividing by --num-layers-per-virtual-pipeline-stage: Qwen3-235B-A22B's recipe, (94 + 2) / (4 x 2) = 12."""
+    base = ("--num-layers 94 --hidden-size 4096 --num-attention-heads 64 --pipeline-model-parallel-size 4 "
+            "--num-layers-per-virtual-pipeline-stage 2 ")
+    imp = import_args(base + "--account-for-embedding-in-pipeline-split --account-for-loss-in-pipeline-split")
+    assert imp.get("parallel.virtual_stages") == 12
+    assert imp.get("parallel.account_for_embedding_in_pipeline_split") is True
+    assert imp.get("parallel.account_for_loss_in_pipeline_split") is True
+    with pytest.raises(InputError, match=r"94 \+ 0|does not divide"):  # 94 / 4 is not whole without the slots
+        import_args(base)
+
+
+def test_megatron_pipeline_slots_without_a_pipeline_are_ignored():
+    """Megatron-LM's MoE recipes pass the slot flags at pipeline size 1, where there is no split to count in."""
+    imp = import_args("--num-layers 48 --hidden-size 2048 --num-attention-heads 32 "
+                      "--account-for-embedding-in-pipeline-split --account-for-loss-in-pipeline-split")
+    ignored = dict(imp.ignored)
+    assert "no pipeline" in ignored["--account-for-loss-in-pipeline-split"]
+    assert imp.get("parallel.account_for_loss_in_pipeline_split") is None
+
+
+def test_megatron_moe_recipe_flags_are_known():
+    """The flags of Megatron-LM's examples/moe_recipes (2026) that change no simulated time are listed as ignored
+    with their reason, not refused: paged stash, the fused grouped MLP, delayed weight gradients, p2p overlap,
+    fine-grained offloading, checkpoint-format detection and graph warm-up."""
+    flags = ("--moe-paged-stash --moe-expert-rank-capacity-factor 1.2 --moe-paged-stash-page-size 64 "
+             "--moe-paged-stash-buffer-size-factor-cuda 1.0 --moe-pad-experts-for-cuda-graph-inference "
+             "--use-transformer-engine-op-fuser --moe-mlp-glu-interleave-size 32 --delay-wgrad-compute "
+             "--overlap-p2p-comm --fine-grained-activation-offloading --offload-modules core_attn expert_fc1 "
+             "--offload-optimizer-states --delay-offload-until-cuda-graph --auto-detect-ckpt-format "
+             "--cuda-graph-warmup-steps 2")
+    _, _, imported = import_scenario("megatron", text=MEGATRON + " " + flags, topology="dgx-h100")
+    ignored = dict(imported.ignored)
+    assert "paged stash" in ignored["--moe-paged-stash-page-size"]
+    assert "fused" in ignored["--use-transformer-engine-op-fuser"]
+    assert "weight-gradient" in ignored["--delay-wgrad-compute"]
+    assert "interleaved" in ignored["--overlap-p2p-comm"]
+    assert "not modelled" in ignored["--offload-modules"]
+    assert "before the CUDA graphs are captured" in ignored["--cuda-graph-warmup-steps"]
+    assert "expert_fc1" not in {k.lstrip("-") for k in ignored}  # a list value, not a flag
+
+
 def test_megatron_sliding_window_flags():
     # GPT-OSS in Megatron-Bridge: window_size (127, 0) = the token and 127 before it, 128 keys;
     # window_attn_skip_freq 2: layers 2, 4, ... (1-based, is_layer_window_attention) attend fully.
