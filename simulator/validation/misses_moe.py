@@ -10,6 +10,19 @@ names a run's cause (``misses.cause_of``), so the narrower globs come first.
 from __future__ import annotations
 
 MOE_CAUSES: tuple[tuple[str, str], ...] = (
+    ("mlmrecipes-h100-qwen3-235b-*", "two measurements of this recipe disagree by 41%: Megatron-LM's README gives "
+     "214.3 TFLOP/s/GPU and Megatron-LM PR #5728 (2026-07-09) 302.0 for the matching Megatron-Bridge recipe over "
+     "iterations 30-45, 2% from dtsim's 296: the README's value is kept as the recipe's own: too fast"),
+    ("mlmrecipes-gb200-qwen3-*-partialcg", "eager MoE layer on Grace: the same source's fully graphed variant of the same "
+     "layout (paged stash, full-iteration CUDA graphs, Transformer Engine's fused grouped MLP) runs 1.14x (Qwen3-235B-A22B: "
+     "1,159.5 against 1,018 TFLOP/s/GPU) and 1.26x (Qwen3-30B-A3B: 646.8 against 514) faster, where dtsim gives the two "
+     "variants the same time (within 1% of the graphed ones): the eager layer's host time is hidden behind its GPU work "
+     "in dtsim; whether the dropless layer's host synchronisations serialise it, or the unfused path's kernels are "
+     "slower, is not identified (docs/accuracy-history.md items 38-39, 44): too fast"),
+    ("mlmrecipes-b*-qwen3-235b-*", "eager Qwen3-235B-A22B layer on x86 DGX-B200 / DGX-B300 hosts (no or partial CUDA "
+     "graphs, TP 2, EP 16): too fast like Megatron-Bridge's DGX-B200 / B300 Qwen3-235B rows; the source's fully "
+     "graphed GB200 / GB300 variants are within 5%, its partial-graph GB200 variant 15% too fast: see "
+     "mlmrecipes-gb200-qwen3-*-partialcg; not identified (docs/accuracy-history.md items 38-39, 44): too fast"),
     ("megatronlm-dsv3-gb200-*", "Megatron-LM's DeepSeek-V3 GB200 guide, its last row (970 TFLOP/s/GPU, HybridEP over "
      "the NVL72 domain): +7% until DeepEP's one copy of a token per GPU and its receiver-only permutes were priced "
      "(docs/accuracy-history.md items 40-41), which moved every DeepSeek-V3 row 4-9 points faster; HybridEP runs as "
