@@ -90,10 +90,13 @@ def export_args(s: Scenario) -> Exported:
         lines.append(f"--context-parallel-size {par.cp}")
     if par.sequence_parallel:
         lines.append("--sequence-parallel")
+    slots = [f for f in ("account_for_embedding_in_pipeline_split", "account_for_loss_in_pipeline_split")
+             if getattr(par, f)]
+    lines += [f"--{f.replace('_', '-')}" for f in slots]
     if par.pipeline_layout is not None:
         lines.append(f"--pipeline-model-parallel-layout '{par.pipeline_layout}'")
-    elif par.virtual_stages > 1:
-        lines.append(f"--num-layers-per-virtual-pipeline-stage {m.n_layers // (par.pp * par.virtual_stages)}")
+    elif par.virtual_stages > 1:  # layer slots per chunk: the layers and the embedding / loss slots
+        lines.append(f"--num-layers-per-virtual-pipeline-stage {(m.n_layers + len(slots)) // (par.pp * par.virtual_stages)}")
     elif par.pipeline_schedule == "gpipe":
         notes.append("parallel.pipeline_schedule gpipe: Megatron-LM runs 1F1B")
     if par.tp_comm_overlap:

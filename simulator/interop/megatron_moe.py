@@ -18,7 +18,10 @@ written by ``megatron_export.export_args``). Flag names and defaults: Megatron-L
 * ``--mtp-num-layers`` (``model.mtp_layers``).
 
 Routing numerics and kernel switches (aux-loss coefficients, score function, router dtype, grouped GEMM,
-permute and router fusion) change neither FLOPs nor bytes: listed as ignored with that reason.
+permute and router fusion) change neither FLOPs nor bytes: listed as ignored with that reason. So are the
+2026 recipes' (Megatron-LM ``examples/moe_recipes``) paged stash, which only makes the dropless layer's shapes
+static for full-iteration CUDA graphs, Transformer Engine's fused grouped-MLP path and the combined 1F1B's
+delayed weight gradients, each with its own reason (``IGNORED``).
 """
 
 from __future__ import annotations

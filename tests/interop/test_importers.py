@@ -116,6 +116,19 @@ def test_megatron_pipeline_slots_count_in_the_virtual_stages():
         import_args(base)
 
 
+def test_megatron_pipeline_slots_round_trip():
+    """Exported back, the slot flags come with the chunk size counted over the slots: (94 + 2) / (4 x 12) = 2."""
+    from simulator.interop.megatron_export import export_args
+
+    args = ("--num-layers 94 --hidden-size 4096 --num-attention-heads 64 --seq-length 4096 --micro-batch-size 1 "
+            "--global-batch-size 64 --bf16 --pipeline-model-parallel-size 4 --num-layers-per-virtual-pipeline-stage 2 "
+            "--account-for-embedding-in-pipeline-split --account-for-loss-in-pipeline-split --vocab-size 151936")
+    scenario, _, _ = import_scenario("megatron", text=args, topology="dgx-h100", nodes=2)
+    text = export_args(scenario).text
+    assert "--account-for-embedding-in-pipeline-split" in text and "--account-for-loss-in-pipeline-split" in text
+    assert "--num-layers-per-virtual-pipeline-stage 2" in text
+
+
 def test_megatron_pipeline_slots_without_a_pipeline_are_ignored():
     """Megatron-LM's MoE recipes pass the slot flags at pipeline size 1, where there is no split to count in."""
     imp = import_args("--num-layers 48 --hidden-size 2048 --num-attention-heads 32 "
