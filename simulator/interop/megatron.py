@@ -240,18 +240,18 @@ def _parallel(flags: dict, integer, out: Imported) -> None:
     if per_chunk is not None and chunks is not None:
         raise InputError("--num-layers-per-virtual-pipeline-stage contradicts --virtual-pipeline-model-parallel-size; "
                          "keep one", FIELD)
-    slots = 0
+    pp, slots = integer("pipeline-model-parallel-size") or 1, 0
     for flag in ("account-for-embedding-in-pipeline-split", "account-for-loss-in-pipeline-split"):
         if not flags.get(flag):
             continue
-        if (integer("pipeline-model-parallel-size") or 1) == 1:
+        if pp == 1:
             out.ignore(f"--{flag}", "no pipeline (pipeline-model-parallel-size 1): no split to count it in")
             continue
         out.set(f"parallel.{flag.replace('-', '_')}", True)  # one more layer slot (pipeline_split)
         slots += 1
     if per_chunk is not None:
         # arguments.py validate_args: the layer slots (layers + embedding / loss slots) per stage, per chunk
-        pp, layers = integer("pipeline-model-parallel-size") or 1, out.get("model.n_layers") + slots
+        layers = out.get("model.n_layers") + slots
         if layers % (pp * per_chunk):
             extra = f" + {slots} embedding/loss slots" if slots else ""
             raise InputError(f"--num-layers-per-virtual-pipeline-stage {per_chunk} does not divide "
@@ -265,7 +265,6 @@ def _parallel(flags: dict, integer, out: Imported) -> None:
             n_stages = len(layout_stages(layout))
         except ValueError as exc:
             raise InputError(f"--pipeline-model-parallel-layout: {exc}", FIELD) from None
-        pp = integer("pipeline-model-parallel-size") or 1
         if n_stages % pp:
             raise InputError(f"--pipeline-model-parallel-layout has {n_stages} stages, not a multiple of "
                              f"--pipeline-model-parallel-size {pp}", FIELD)
