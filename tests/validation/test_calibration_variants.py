@@ -1,0 +1,39 @@
+"""benchmarks/calibration_variants.py: the publication-weighted objective of its ``source`` variant, by hand."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+from simulator.validation import calibration as cal
+
+SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "calibration_variants.py"
+
+
+@pytest.fixture(scope="module")
+def study():
+    spec = importlib.util.spec_from_file_location("calibration_variants", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_every_publication_weighs_alike_where_the_stored_objective_weighs_every_run(study):
+    # three runs of publication a at 10 %, one of b at 30 %, capped at CAP = 25 %
+    errs, pubs = [0.1, -0.1, 0.1, 0.3], ["a", "a", "a", "b"]
+    assert cal.objective(errs) == pytest.approx((0.1 + 0.1 + 0.1 + 0.25) / 4)  # 0.1375
+    assert study.publication_weighted(errs, pubs) == pytest.approx((0.1 + 0.25) / 2)  # 0.175
+
+
+def test_one_publication_reduces_to_the_stored_objective(study):
+    errs = [0.02, -0.4, 0.07]
+    assert study.publication_weighted(errs, ["x"] * 3) == pytest.approx(cal.objective(errs))
+
+
+def test_the_variant_names_are_checked(study, monkeypatch):
+    monkeypatch.setattr("sys.argv", ["calibration_variants.py", "--variants", "stored,weighted"])
+    with pytest.raises(SystemExit) as err:
+        study.main()
+    assert err.value.code == 2
