@@ -25,9 +25,9 @@ from __future__ import annotations
 import argparse
 import fnmatch
 import sys
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from unittest.mock import patch
 
 from simulator.hardware import efficiency
 from simulator.validation import calibrated
@@ -56,26 +56,15 @@ def source_objective_fit(cases, arch, start=None, scales=cal.SCALES, box=None, h
     return cal.Fit(cal.values(point), best, evals, moves)
 
 
-@contextmanager
-def patched(module, name: str, value) -> Iterator[None]:
-    """``module.name`` replaced by ``value`` inside the block."""
-    old = getattr(module, name)
-    setattr(module, name, value)
-    try:
-        yield
-    finally:
-        setattr(module, name, old)
-
-
 def refit(variant: str) -> dict:
     """The calibrated block (parameters, provenance, folds) ``benchmarks/calibrate.py`` writes, refitted
     under ``variant``."""
     if variant == "source":
-        with patched(cal, "fit", source_objective_fit):
+        with patch.object(cal, "fit", source_objective_fit):
             return calibrate.calibrate(log=lambda s: None)[0]
     glob = variant.removeprefix("without:")
     original: Callable = cal.fitting_cases
-    with patched(cal, "fitting_cases", lambda runs: original([r for r in runs if not fnmatch.fnmatchcase(r.id, glob)])):
+    with patch.object(cal, "fitting_cases", lambda runs: original([r for r in runs if not fnmatch.fnmatchcase(r.id, glob)])):
         return calibrate.calibrate(log=lambda s: None)[0]
 
 
@@ -83,7 +72,7 @@ def validate(block: dict | None) -> dict:
     """``dtsim validate``'s summary with the calibrated ``block`` in place of the stored one (None: stored)."""
     table = dict(efficiency._table())
     table.update(block or {})
-    with patched(efficiency, "_table", lambda: table), patched(calibrated, "_table", lambda: table):
+    with patch.object(efficiency, "_table", lambda: table), patch.object(calibrated, "_table", lambda: table):
         return summarize([row(try_run(run)) for run in load_runs()])
 
 
