@@ -64,7 +64,11 @@ def refit(variant: str) -> dict:
             return calibrate.calibrate(log=lambda s: None)[0]
     glob = variant.removeprefix("without:")
     original: Callable = cal.fitting_cases
-    with patch.object(cal, "fitting_cases", lambda runs: original([r for r in runs if not fnmatch.fnmatchcase(r.id, glob)])):
+
+    def fitting_cases(runs):
+        return original([r for r in runs if not fnmatch.fnmatchcase(r.id, glob)])
+
+    with patch.object(cal, "fitting_cases", fitting_cases):
         return calibrate.calibrate(log=lambda s: None)[0]
 
 
