@@ -7,7 +7,8 @@ GPU architecture with such runs (``simulator.validation.calibration``):
 
 1. fit the parameters not ``cal.MEASURED`` (the GEMM and attention shares; the overlap slowdown is
    measured: ``--profile`` prints why) on all of them (stored in ``efficiency.yaml``); a
-   ``cal.TRANSFERRED`` one (Blackwell's attention share) is held at the other architectures' mean;
+   ``cal.TRANSFERRED`` one (Blackwell's attention share) is held at the fit of the architecture it names
+   (Hopper's);
 2. hold out every publication once: refit on the other publications and predict the held-out runs
    (the out-of-fold error, the honest figure; every fold is printed and written); an architecture's
    only publication is predicted with the other architectures' mean parameters
@@ -67,18 +68,18 @@ def calibrate(log=print) -> tuple[dict, dict, str]:
     # takes the others' parameters (calibration.transferred)
     fulls: dict[str, cal.Fit] = {}
     in_samples: dict[str, list[float]] = {}
-    # the architectures with TRANSFERRED parameters last: they hold those at the others' mean (held_for)
+    # the architectures with TRANSFERRED parameters last: they hold those at the named fits (held_for)
     for arch in sorted(by_arch, key=lambda a: (a in cal.TRANSFERRED, a)):
         cases = by_arch[arch]
         t0 = time.perf_counter()
-        full = fulls[arch] = cal.fit(cases, arch, held=cal.held_for(arch, list(fulls.values())))
+        full = fulls[arch] = cal.fit(cases, arch, held=cal.held_for(arch, fulls))
         in_sample = in_samples[arch] = cal.errors(cases, full.params)
         log(f"{arch}: fitted {full.params} on {len(cases)} runs: objective {full.objective:.4f}, "
             f"in-sample MAPE {cal.mape(in_sample):.1%} ({full.evaluations} evaluations, "
             f"{time.perf_counter() - t0:.0f} s)")
     for arch in sorted(by_arch):
         cases, full, in_sample = by_arch[arch], fulls[arch], in_samples[arch]
-        others = [f for a, f in sorted(fulls.items()) if a != arch]
+        others = {a: f for a, f in sorted(fulls.items()) if a != arch}
         folds = cal.leave_one_source_out(arch, cases, full, others)
         for f in folds:
             log(f"  fold held out {f.source}: fitted {f.params}; held-out MAPE {cal.mape(f.errors):.1%} over "
@@ -116,9 +117,10 @@ def calibrate(log=print) -> tuple[dict, dict, str]:
                    f"{cal.values(tuple(cal.START[p] for p in cal.PARAMS))}; every fold the same search from the same start"),
         "measured": {arch: {n: round(k * cal.STEP, 4) for n, k in m.items()} for arch, m in cal.MEASURED.items()},
         "measured_why": "not fitted: the fitting runs do not identify it (simulator/validation/calibration.py MEASURED)",
-        "transferred": {arch: list(names) for arch, names in cal.TRANSFERRED.items()},
-        "transferred_why": ("not identified by the architecture's fitting runs either: held at the mean of the "
-                            "other architectures' fits (simulator/validation/calibration.py TRANSFERRED)"),
+        "transferred": {arch: {n: list(src) for n, src in names.items()} for arch, names in cal.TRANSFERRED.items()},
+        "transferred_why": ("not identified by the architecture's fitting runs either: held at the fit of the "
+                            "architecture named, whose fitting runs run the same kernels "
+                            "(simulator/validation/calibration.py TRANSFERRED)"),
         "cross_validation": ("leave one source (publication) out; an architecture's only source is predicted "
                              "with the mean of the other architectures' fitted parameters"),
         "network": "not refitted here: network efficiencies are fitted by the network layer against nccl-tests",
@@ -133,7 +135,8 @@ def calibrate(log=print) -> tuple[dict, dict, str]:
 
 def _held(arch: str, name: str) -> str:
     """Why a parameter of ``arch`` is not fitted, for the table."""
-    return "others' mean" if name in cal.TRANSFERRED.get(arch, ()) else "measured"
+    sources = cal.TRANSFERRED.get(arch, {}).get(name)
+    return f"{', '.join(sources)}'s fit" if sources else "measured"
 
 
 def render_doc(block: dict, folds: list[cal.Fold], oof: list[tuple[str, str, str, str, float]]) -> str:
@@ -142,8 +145,8 @@ def render_doc(block: dict, folds: list[cal.Fold], oof: list[tuple[str, str, str
              "`simulator/validation/calibration.py`. Two parameters per GPU architecture are fitted (`hbm_fraction` is "
              "measured, not fitted; so is the overlap slowdown, which the fitting runs do not identify: `MEASURED` there, "
              "`python benchmarks/calibrate.py --profile` prints its objective profile; and Blackwell's attention share, "
-             "which its runs do not identify either, is held at the mean of the other architectures' fits: "
-             "`TRANSFERRED`) on the "
+             "which its runs do not identify either, is held at Hopper's fit, the architecture whose fitting runs run "
+             "the same attention kernels: `TRANSFERRED`) on the "
              "expressible pure data-parallel runs of the validation suite and its attention-dominated runs (the attention "
              "core at least half of a block's FLOPs, whatever their layout: the only runs that identify the attention "
              "share); every publication is held out once "

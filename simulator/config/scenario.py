@@ -128,7 +128,7 @@ class ClusterConfig(Frozen):
 #: ``eager`` unfused attention (score matrix in HBM) around Megatron's fused scale-mask-softmax;
 #: ``hf_eager`` Hugging Face transformers' eager attention (``attn_implementation="eager"``: scale,
 #: mask add, fp32 softmax and cast as separate PyTorch ops; ``simulator.workload.attention_core``).
-AttentionImpl = Literal["auto", "fa1", "fa2", "fa3", "cudnn", "sdpa_math", "eager", "hf_eager"]
+AttentionImpl = Literal["auto", "fa1", "triton", "fa2", "fa3", "cudnn", "sdpa_math", "eager", "hf_eager"]
 UNFUSED_ATTENTION = ("sdpa_math", "eager", "hf_eager")
 #: Architectures with block-scaled MX FP8 tensor-core GEMMs (``fp8_recipe: mxfp8``): NVIDIA Blackwell
 #: (sm_100/sm_103, 32-element E8M0 scale blocks) and AMD CDNA4 (MI350/MI355X, the OCP MX formats).

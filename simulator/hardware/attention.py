@@ -12,12 +12,13 @@ Implementations (``training.kernels.attention``):
 * ``fa2``: FlashAttention-2 (flash-attn 2.x), and PyTorch SDPA's flash backend, which is the
   FlashAttention-2 kernel (``torch.nn.functional.scaled_dot_product_attention``; torchtitan, HF
   transformers/accelerate ``attn_implementation="sdpa"``, FSDP and DeepSpeed recipes).
-* ``fa1``: FlashAttention 1.x and the Triton FlashAttention of 2022-23 stacks (llm-foundry
-  ``attn_impl: triton``; its benchmark script defaulted to it, mosaicml/llm-foundry
+* ``fa1``: FlashAttention 1.x (flash-attn 0.x/1.x, CUDA). FlashAttention-2 is "around 2× speedup
+  compared to FlashAttention" (Dao 2023, arXiv:2307.08691, abstract); its benchmark figures give the
+  share per architecture and head dim (``FA1_OF_FA2``: about half on A100, 0.40 on H100 at head dim 128).
+* ``triton``: the Triton FlashAttention of 2022-23 stacks (``flash_attn_triton.py``, which llm-foundry
+  copied as ``attn_impl: triton``; its benchmark script defaulted to it, mosaicml/llm-foundry
   ``scripts/train/benchmarking/submit_benchmarks.py``, ``--attn_impl`` default ``triton``, later
-  ``flash`` with flash-attn 2). FlashAttention-2 is "around 2× speedup compared to FlashAttention"
-  (Dao 2023, arXiv:2307.08691, abstract); its benchmark figures give the share per architecture and
-  head dim (``FA1_OF_FA2``: about half on A100, 0.40 on H100 at head dim 128).
+  ``flash`` with flash-attn 2), at ``TRITON_OF_FA2`` of ``fa2``.
 * ``fa3``: FlashAttention-3 (Hopper only: wgmma, TMA, warp specialisation).
 * ``cudnn``: cuDNN fused attention, Transformer Engine's ``DotProductAttention`` backend on Hopper and
   Blackwell (Megatron-LM/Megatron-Core with TE, NeMo, Megatron-Bridge).
@@ -43,7 +44,7 @@ from simulator.config.scenario import UNFUSED_ATTENTION
 from simulator.errors import InputError
 
 FIELD = "training.kernels.attention"
-FUSED = ("fa1", "fa2", "fa3", "cudnn")
+FUSED = ("fa1", "triton", "fa2", "fa3", "cudnn")
 #: Architectures where ``auto`` gives Megatron-style (``ddp``) stacks Transformer Engine's cuDNN attention.
 CUDNN_ARCHS = ("hopper", "blackwell")
 
@@ -173,13 +174,20 @@ FA3_ARCHS = ("hopper",)
 #: / 165 (0.553); head dim 128: 81 / 87 / 91 against 155 / 182 / 189 (0.494). H100, head dim 64: 136 / 138
 #: / 149 against 232 / 257 / 273 (0.556); head dim 128: 106 / 104 / 135 against 265 / 294 / 308 (0.397):
 #: the sm80 kernels of both (no wgmma, no TMA) leave FA1 further behind on Hopper at head dim 128. Other
-#: architectures: the paper's "around 2×" (abstract), 0.5. ``fa1`` also stands for the Triton
-#: FlashAttention of 2022-23 stacks (module docstring), priced as FA1 (no H100 rate of it is published).
+#: architectures: the paper's "around 2×" (abstract), 0.5.
 FA1_OF_FA2: dict[str, tuple[float, float]] = {
     "ampere": ((77 / 140 + 87 / 158 + 92 / 165) / 3, (81 / 155 + 87 / 182 + 91 / 189) / 3),
     "hopper": ((136 / 232 + 138 / 257 + 149 / 273) / 3, (106 / 265 + 104 / 294 + 135 / 308) / 3),
 }
 FA1_OF_FA2_DEFAULT = 0.5
+#: The Triton FlashAttention (``triton``) relative to FlashAttention-2 on the same GPU, ``(forward,
+#: backward)``: "FlashAttention-2 is 1.3-1.5× faster than FlashAttention in Triton in the forward pass and
+#: around 2× faster in the backward pass" (Dao 2023, arXiv:2307.08691 §4.1), measured on A100; the middle
+#: of the forward range. No other architecture's rate is published, so elsewhere the kernel is priced at
+#: FlashAttention-2's: on H100, llm-foundry's 2023 sweep (Triton FlashAttention on every row) priced at this
+#: A100 ratio with the shares refitted leaves its long-sequence rows 24-30 % too slow (tried 2 December 2026,
+#: docs/accuracy-history.md item 46), so there the kernel keeps up with FlashAttention-2's sm80 code.
+TRITON_OF_FA2: dict[str, tuple[float, float]] = {"ampere": (1 / 1.4, 1 / 2.0)}
 
 
 def fa1_of_fa2(arch: str, head_dim: int) -> float:
@@ -191,8 +199,17 @@ def fa1_of_fa2(arch: str, head_dim: int) -> float:
 
 
 def _rated(impl: str) -> str:
-    """The kernel whose published rates ``impl`` is priced from (``fa1``: ``fa2``'s)."""
-    return "fa2" if impl == "fa1" else impl
+    """The kernel whose published rates ``impl`` is priced from (``fa1``, ``triton``: ``fa2``'s)."""
+    return "fa2" if impl in ("fa1", "triton") else impl
+
+
+def _of_rated(impl: str, arch: str) -> tuple[float, float]:
+    """``(forward, backward)`` rate of ``impl`` as a share of its ``_rated`` kernel's at head dim 128."""
+    if impl == "fa1":
+        return (fa1_of_fa2(arch, 128),) * 2
+    if impl == "triton":
+        return TRITON_OF_FA2.get(arch, (1.0, 1.0))
+    return 1.0, 1.0
 
 
 def resolve(impl: str, flash_attention: bool, framework: str, arch: str) -> str:
@@ -217,21 +234,18 @@ def fractions(impl: str, arch: str, fallback: float) -> tuple[float, float]:
 
     A kernel without a published rate on the architecture (every kernel on Ada, Volta or AMD) uses
     ``fallback`` (``efficiency.yaml``'s ``flash_attention_fraction`` planning value) for both directions
-    (``fa1`` at ``fa1_of_fa2`` of ``fa2``, head dim 128). ``fa3`` anywhere but Hopper raises ``InputError``: FlashAttention-3
-    needs Hopper's wgmma and TMA."""
+    (``fa1`` at ``fa1_of_fa2`` of ``fa2``, head dim 128; ``triton`` at ``TRITON_OF_FA2``). ``fa3``
+    anywhere but Hopper raises ``InputError``: FlashAttention-3 needs Hopper's wgmma and TMA."""
     if impl in UNFUSED_ATTENTION:
         raise ValueError(f"{impl} is unfused: its GEMMs and softmax are costed as such")
     table = FRACTIONS.get(arch, {})
     if impl == "fa3" and arch not in FA3_ARCHS:
-        choices = ", ".join(["fa1", *table] if table else ["fa1", "fa2", "cudnn"])
+        choices = ", ".join(["fa1", "triton", *table] if table else ["fa1", "triton", "fa2", "cudnn"])
         raise InputError(f"fa3 has no published rate on {arch} GPUs: FlashAttention-3 runs on Hopper only "
                          f"(choose one of {choices}, sdpa_math, eager or hf_eager)", FIELD)
-    base = _rated(impl)
-    scale = fa1_of_fa2(arch, 128) if impl == "fa1" else 1.0
-    if base not in table:
-        return fallback * scale, fallback * scale
-    fwd, bwd = table[base]
-    return fwd * scale, bwd * scale
+    fwd, bwd = table.get(_rated(impl), (fallback, fallback))
+    share_fwd, share_bwd = _of_rated(impl, arch)
+    return fwd * share_fwd, bwd * share_bwd
 
 
 def head_dim_factor(impl: str, head_dim: int, arch: str = "") -> tuple[float, float]:

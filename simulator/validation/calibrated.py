@@ -32,10 +32,10 @@ def out_of_fold_efficiency(run: Run) -> Efficiency | None:
     return efficiency_with(gpu, fold["params"]) if fold else None
 
 
-def other_fits(arch: str) -> list[Fit]:
-    """The stored full fits of the calibrated architectures other than ``arch`` (``calibration.held_for``
-    takes a ``TRANSFERRED`` parameter's value from them)."""
+def other_fits(arch: str) -> dict[str, Fit]:
+    """The stored full fits of the calibrated architectures other than ``arch``, by architecture
+    (``calibration.held_for`` takes a ``TRANSFERRED`` parameter's value from them)."""
     table = _table()
     archs = sorted(a for a in table.get("calibration", {}) if isinstance(table["calibration"][a], dict)
                    and "fitted_on" in table["calibration"][a] and a != arch)
-    return [Fit({n: table[a][n] for n in PARAMS}, float("nan"), 0, 0) for a in archs]
+    return {a: Fit({n: table[a][n] for n in PARAMS}, float("nan"), 0, 0) for a in archs}

@@ -123,10 +123,10 @@ def test_an_architectures_only_source_is_predicted_with_the_others_mean_paramete
     # 0.555 -> 0.56 on the 0.01 grid; the measured overlap slowdown stays the architecture's 0.35
     cases = [_FakeCase("c1", "C (arXiv:3333.33333)", 800)]
     full = cal.fit(cases, "blackwell")
-    others = [cal.Fit({"gemm_sustained_of_mamf": 0.82, "attention_sustained_of_bench": 0.54,
-                       "compute_slowdown_during_comm": 0.35}, 0.0, 0, 0),
-              cal.Fit({"gemm_sustained_of_mamf": 0.74, "attention_sustained_of_bench": 0.57,
-                       "compute_slowdown_during_comm": 0.35}, 0.0, 0, 0)]
+    others = {"ampere": cal.Fit({"gemm_sustained_of_mamf": 0.82, "attention_sustained_of_bench": 0.54,
+                                 "compute_slowdown_during_comm": 0.35}, 0.0, 0, 0),
+              "hopper": cal.Fit({"gemm_sustained_of_mamf": 0.74, "attention_sustained_of_bench": 0.57,
+                                 "compute_slowdown_during_comm": 0.35}, 0.0, 0, 0)}
     (fold,) = cal.leave_one_source_out("blackwell", cases, full, others)
     assert fold.params == {"gemm_sustained_of_mamf": 0.78, "attention_sustained_of_bench": 0.56,
                            "compute_slowdown_during_comm": 0.35}
@@ -208,21 +208,25 @@ def test_attention_share_of_llama2_7b_by_hand_and_which_runs_it_admits():
     assert hopper == {long_cp.id}  # attention-dominated joins whatever its layout; a short TP/PP run does not
 
 
-def test_a_transferred_parameter_is_held_at_the_other_architectures_mean():
-    # Blackwell's attention share is not identified by its runs: held at the mean of the others' fits,
-    # (0.54 + 0.57) / 2 = 0.555 -> 0.56 on the 0.01 grid (halves up), and only the GEMM share is searched.
-    # The fake runs want a GEMM share of 0.80 whatever the attention share.
-    others = [cal.Fit({"gemm_sustained_of_mamf": 0.82, "attention_sustained_of_bench": 0.54,
-                       "compute_slowdown_during_comm": 0.35}, 0.0, 0, 0),
-              cal.Fit({"gemm_sustained_of_mamf": 0.74, "attention_sustained_of_bench": 0.57,
-                       "compute_slowdown_during_comm": 0.35}, 0.0, 0, 0)]
-    assert cal.held_for("blackwell", others) == {"attention_sustained_of_bench": 56}
+def test_a_transferred_parameter_is_held_at_the_named_architectures_fit():
+    # Blackwell's attention share is not identified by its runs: held at Hopper's fit (0.57), the
+    # architecture whose fitting runs run the same attention kernels, not at Ampere's (0.96) nor at their
+    # mean; only the GEMM share is searched. The fake runs want a GEMM share of 0.80 whatever the attention share.
+    others = {"ampere": cal.Fit({"gemm_sustained_of_mamf": 0.82, "attention_sustained_of_bench": 0.96,
+                                 "compute_slowdown_during_comm": 0.35}, 0.0, 0, 0),
+              "hopper": cal.Fit({"gemm_sustained_of_mamf": 0.74, "attention_sustained_of_bench": 0.57,
+                                 "compute_slowdown_during_comm": 0.35}, 0.0, 0, 0)}
+    assert cal.held_for("blackwell", others) == {"attention_sustained_of_bench": 57}
     assert cal.held_for("hopper", others) == {}
+    # without Hopper's fit, the mean of what there is: (0.96 + 0.54) / 2 = 0.75
+    ampere_only = {"ampere": others["ampere"], "ada": cal.Fit({**others["ampere"].params,
+                                                             "attention_sustained_of_bench": 0.54}, 0.0, 0, 0)}
+    assert cal.held_for("blackwell", ampere_only) == {"attention_sustained_of_bench": 75}
     cases = [_FakeCase("c1", "C (arXiv:3333.33333)", 800), _FakeCase("d1", "D (arXiv:4444.44444)", 800)]
     full = cal.fit(cases, "blackwell", held=cal.held_for("blackwell", others))
-    assert full.params == {"gemm_sustained_of_mamf": 0.80, "attention_sustained_of_bench": 0.56,
+    assert full.params == {"gemm_sustained_of_mamf": 0.80, "attention_sustained_of_bench": 0.57,
                            "compute_slowdown_during_comm": 0.35}
     # each fold holds it at the same value; a parameter held is never reported on a bound
     folds = cal.leave_one_source_out("blackwell", cases, full, others)
-    assert all(f.params["attention_sustained_of_bench"] == 0.56 for f in folds)
+    assert all(f.params["attention_sustained_of_bench"] == 0.57 for f in folds)
     assert cal.on_bound({**full.params, "attention_sustained_of_bench": 1.0}, "blackwell") == []

@@ -24,7 +24,7 @@ def test_every_run_has_a_scenario_or_a_reason_and_a_throughput_figure():
         assert run.expressible != bool(run.not_expressible), run.id
         if run.expressible:
             assert run.measured["tokens_per_s_per_gpu"] > 0, run.id
-            assert run.framework in ("FSDP", "DeepSpeed", "Megatron"), run.id
+            assert run.framework in ("FSDP", "DeepSpeed", "Megatron", "DDP"), run.id
 
 
 def test_every_scenario_validates():
@@ -76,3 +76,11 @@ def test_measured_figures_match_the_calibration_set():
         tok = src["measured"].get("tokens_per_sec_per_gpu") or (src.get("derived") or {}).get("tokens_per_sec_per_gpu")
         if "tokens_per_s_per_gpu" in run.measured:
             assert run.measured["tokens_per_s_per_gpu"] == tok, run.id
+
+
+def test_llm_foundry_rows_run_its_triton_flash_attention():
+    # llm-foundry's benchmark script defaulted to attn_impl triton (submit_benchmarks.py), for A100 and H100 alike
+    rows = [r for r in load_runs() if r.id.startswith("llmfoundry-") and r.expressible]
+    assert len(rows) == 64
+    assert all(r.scenario["training"]["kernels"]["attention"] == "triton" for r in rows)
+

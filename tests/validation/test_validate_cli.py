@@ -49,7 +49,7 @@ def test_json_rows_and_summary(pure_dp):
     for r in rows:
         if "error" in r:
             assert r["error"] == pytest.approx(r["predicted_tokens_per_s_per_gpu"] / r["measured_tokens_per_s_per_gpu"] - 1)
-    assert set(summary["by_framework"]) <= {"FSDP", "DeepSpeed", "Megatron"}
+    assert set(summary["by_framework"]) <= {"FSDP", "DeepSpeed", "Megatron", "DDP"}
     assert len(summary["worst"]) == 5
 
 

@@ -31,6 +31,17 @@ def test_llama2_7b_exact():
     assert params.count(m).total == 6_738_415_616  # meta-llama/Llama-2-7b-hf
 
 
+def test_tinyllama_catalog_entry_exact():
+    # TinyLlama 1.1B (its README's table): per block q, o 2048²; k, v 2048·256 (4 query groups of 64);
+    # SwiGLU 3·2048·5632; two RMSNorms 2·2048. Untied embedding and head 2·32000·2048, final norm 2048:
+    # 22 · 44,044,288 + 131,072,000 + 2048 = 1,100,048,384 (the README's "1.1B")
+    from simulator.catalog import get_model
+
+    c = params.count(get_model("tinyllama-1.1b"))
+    assert c.per_layer == 2 * 2048**2 + 2 * 2048 * 256 + 3 * 2048 * 5632 + 2 * 2048 == 44_044_288
+    assert c.total == 1_100_048_384
+
+
 def test_gpt2_small_exact():
     # GPT-2 124M (HF "gpt2"): biases, LayerNorm with bias, learned positions, tied head.
     m = model(
