@@ -145,6 +145,11 @@ class KernelConfig(Frozen):
     #: ``flash_attention: false``.
     attention: AttentionImpl = "auto"
     fused_norm_residual: bool = True
+    #: Bias add and a GELU/ReLU activation run inside the linear GEMMs' epilogues (cuBLASLt bias and
+    #: GELU_AUX_BIAS forward, DGELU_BGRAD / BGRADB backward: flash-attn's ``fused_dense`` FusedDense and
+    #: FusedMLP, Apex's FusedDense): no separate bias-add, activation or bias-gradient kernels
+    #: (``simulator.workload.ops``). Gated MLPs (SwiGLU) keep their activation kernel.
+    gemm_epilogue: bool = False
     fused_adam: bool = True
     #: torch.compile (Inductor): elementwise chains fused into one kernel each, dispatched by generated
     #: code instead of the eager dispatcher (``simulator.hardware.kernels``).

@@ -93,7 +93,13 @@ NORM_BWD_LAUNCHES, EMBEDDING_BWD_LAUNCHES = 2, 3
 # Linear biases (``model.linear_bias``): the bias gradient is a reduction of the output gradient over
 # the tokens, one kernel per biased linear in the backward (``grad_output.sum(0)``); Megatron adds the
 # QKV bias with its own kernel (``output + bias`` after the matmul; the other biases go into its fused
-# bias-GeLU and bias-dropout-add kernels), eager ``nn.Linear`` fuses it into ``addmm``.
+# bias-GeLU and bias-dropout-add kernels), eager ``nn.Linear`` fuses it into ``addmm``. With
+# ``kernels.gemm_epilogue`` (flash-attn's ``fused_dense``: "Fused matmul + bias (forward and backward),
+# and fused matmul + bias + gelu (forward and backward)", flash-attention training/README.md, from Apex's
+# FusedDense) the bias add and a GELU/ReLU activation are the GEMM's epilogue, and the backward's bias
+# gradient and activation gradient the dgrad/wgrad epilogues (cuBLASLt DGELU_BGRAD, BGRADB): no kernel of
+# their own. The epilogues' own traffic (the first MLP GEMM also writes the pre-activation it keeps for
+# the backward, which the second's dgrad reads back) is left in the GEMMs' time, which their FLOPs set.
 
 def _norm(name: str, elements: float, pb: int, eager_rms: bool) -> Op:
     """One norm: a fused kernel (2 passes), or eager RMSNorm's chain (``EAGER_RMSNORM_*``)."""
@@ -247,15 +253,18 @@ def layer_ops(
     up = (model.mlp_matrices - 1) * f // t
     ops += _linear("mlp_up", tokens, up, h, pb, 1 if fused else model.mlp_matrices - 1, fp8, eager_cast,
                    producer="norm" if fused else "", te_linear=te_linear, input_share=gathered)
-    # GELU: read f, write f; SwiGLU: read gate and up (2f), write f (eager: silu, then multiply).
+    # GELU: read f, write f; SwiGLU: read gate and up (2f), write f (eager: silu, then multiply); with
+    # gemm_epilogue a one-matrix activation (GELU, ReLU) is mlp_up's epilogue (comment above _bias_grads).
+    epilogue = getattr(kernels, "gemm_epilogue", False)
     if model.mlp == "swiglu" and not fused:
         ops.append(replace(memory_op("mlp_swiglu", tokens * f / t, EAGER_SWIGLU_PASSES, pb, _ACT_FLOPS),
                            launches=EAGER_SWIGLU_LAUNCHES))
-    else:
+    elif not (epilogue and model.mlp_matrices == 2):
         ops.append(memory_op(f"mlp_{model.mlp}", tokens * f / t, model.mlp_matrices, pb, _ACT_FLOPS))
     ops += _linear("mlp_down", tokens, h, f // t, pb, 1, fp8, eager_cast, producer="act" if fused else "",
                    te_linear=te_linear)
-    ops += _bias_grads(model, tokens, ((model.q_dim + 2 * model.kv_dim) // t, h, up, h), pb, fused)
+    if not epilogue:
+        ops += _bias_grads(model, tokens, ((model.q_dim + 2 * model.kv_dim) // t, h, up, h), pb, fused)
     if not fused:
         ops.append(memory_op("output_residual_add", region * h, 3, pb, _ADD_FLOPS))
     if recompute == "full":

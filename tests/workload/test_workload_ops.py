@@ -368,3 +368,22 @@ def test_fp8_te_modules_linear_needs_a_transformer_engine_recipe():
     """torchao float8 has no Transformer Engine modules: the combination is refused, naming the field."""
     with pytest.raises(ValueError, match="fp8_te_modules"):
         KernelConfig(fp8_te_modules="linear", fp8_recipe="tensorwise")
+
+
+def test_gemm_epilogue_drops_the_bias_activation_and_bias_gradient_kernels(gpt3_175b, llama3_8b):
+    """flash-attn's fused_dense (kernels.gemm_epilogue): the bias add and GELU run in the GEMM's epilogue
+    forward and the bias and GELU gradients in the dgrad/wgrad epilogues backward. GPT-3 175B block (biases,
+    GELU), b = 1, s = 1024: with fused kernels the forward has the QKV bias add (3 passes of s·3h) and the
+    GELU (2 passes of s·4h), the backward 4 bias-gradient reductions and the GELU gradient; with the
+    epilogue none of them, the same GEMMs; a gated MLP (Llama's SwiGLU) keeps its activation kernel."""
+    b, s, pb, h = 1, 1024, 2, 12288
+    plain = ops.layer_ops(gpt3_175b, b, s, 1, pb, KernelConfig())
+    fused = ops.layer_ops(gpt3_175b, b, s, 1, pb, KernelConfig(gemm_epilogue=True))
+    names = {o.name for o in plain} - {o.name for o in fused}
+    assert names == {"qkv_bias_add", "mlp_gelu", "bias_grad_0", "bias_grad_1", "bias_grad_2", "bias_grad_3"}
+    by_name = {o.name: o for o in plain}
+    assert by_name["qkv_bias_add"].bytes == 3 * s * 3 * h * pb and by_name["mlp_gelu"].bytes == 2 * s * 4 * h * pb
+    assert [o for o in plain if o.kind == "gemm"] == [o for o in fused if o.kind == "gemm"]
+    assert not any(o.name.startswith(("bias_grad", "qkv_bias", "mlp_gelu")) for o in ops.backward_ops(fused))
+    swiglu = ops.layer_ops(llama3_8b, b, s, 1, pb, KernelConfig(gemm_epilogue=True))
+    assert "mlp_swiglu" in {o.name for o in swiglu}
