@@ -48,7 +48,7 @@ END = "# <<< calibrated"
 #: Overlap-slowdown values (grid units) of ``--profile``.
 PROFILE_GRID = (5, 20, 35, 50, 80)
 #: Values (grid units) of ``--profile`` for a TRANSFERRED parameter (Blackwell's attention share).
-TRANSFERRED_GRID = (50, 56, 60, 67)
+TRANSFERRED_GRID = (50, 56, 58, 60, 67)
 
 
 def _framework(run) -> str:
@@ -122,7 +122,8 @@ def calibrate(log=print) -> tuple[dict, dict, str]:
                             "architecture named, whose fitting runs run the same kernels "
                             "(simulator/validation/calibration.py TRANSFERRED)"),
         "cross_validation": ("leave one source (publication) out; an architecture's only source is predicted "
-                             "with the mean of the other architectures' fitted parameters"),
+                             "with the mean of the other architectures' fitted parameters (a TRANSFERRED one at "
+                             "its named architecture's)"),
         "network": "not refitted here: network efficiencies are fitted by the network layer against nccl-tests",
         **provenance,
     }
@@ -222,7 +223,7 @@ def main(argv: list[str] | None = None) -> int:
         for arch, cases in sorted(cal.fitting_cases(load_runs()).items()):
             for f in cal.profile(cases, arch, "compute_slowdown_during_comm", PROFILE_GRID):
                 print(f"{arch}: {f.params}: objective {f.objective:.4f}", flush=True)
-            for name in cal.TRANSFERRED.get(arch, ()):
+            for name in cal.TRANSFERRED.get(arch, {}):
                 for f in cal.profile(cases, arch, name, TRANSFERRED_GRID):
                     print(f"{arch} ({name} profile): {f.params}: objective {f.objective:.4f}", flush=True)
         return 0

@@ -122,7 +122,8 @@ class ClusterConfig(Frozen):
 
 
 #: Attention kernel implementations (``simulator.hardware.attention``): ``auto`` picks per framework
-#: and GPU architecture; ``fa1`` FlashAttention 1.x / the Triton FlashAttention of 2023 stacks; ``fa2``
+#: and GPU architecture; ``fa1`` FlashAttention 1.x; ``triton`` the Triton FlashAttention of 2022-23 stacks
+#: (llm-foundry ``attn_impl: triton``); ``fa2``
 #: FlashAttention-2 (also PyTorch SDPA's flash backend); ``fa3`` FlashAttention-3 (Hopper); ``cudnn``
 #: cuDNN fused attention (Transformer Engine's default on Hopper and Blackwell); ``sdpa_math`` and
 #: ``eager`` unfused attention (score matrix in HBM) around Megatron's fused scale-mask-softmax;

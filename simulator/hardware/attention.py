@@ -184,9 +184,9 @@ FA1_OF_FA2_DEFAULT = 0.5
 #: backward)``: "FlashAttention-2 is 1.3-1.5× faster than FlashAttention in Triton in the forward pass and
 #: around 2× faster in the backward pass" (Dao 2023, arXiv:2307.08691 §4.1), measured on A100; the middle
 #: of the forward range. No other architecture's rate is published, so elsewhere the kernel is priced at
-#: FlashAttention-2's: on H100, llm-foundry's 2023 sweep (Triton FlashAttention on every row) priced at this
-#: A100 ratio with the shares refitted leaves its long-sequence rows 24-30 % too slow (tried 2 December 2026,
-#: docs/accuracy-history.md item 46), so there the kernel keeps up with FlashAttention-2's sm80 code.
+#: FlashAttention-2's, an upper bound: on H100, llm-foundry's 2023 sweep (Triton FlashAttention on every row)
+#: comes out too fast at it, and 24-30 % too slow at this A100 ratio with the shares refitted (tried 2
+#: December 2026, docs/accuracy-history.md item 46): the kernel runs between the two there.
 TRITON_OF_FA2: dict[str, tuple[float, float]] = {"ampere": (1 / 1.4, 1 / 2.0)}
 
 
@@ -234,7 +234,8 @@ def fractions(impl: str, arch: str, fallback: float) -> tuple[float, float]:
 
     A kernel without a published rate on the architecture (every kernel on Ada, Volta or AMD) uses
     ``fallback`` (``efficiency.yaml``'s ``flash_attention_fraction`` planning value) for both directions
-    (``fa1`` at ``fa1_of_fa2`` of ``fa2``, head dim 128; ``triton`` at ``TRITON_OF_FA2``). ``fa3``
+    (``fa1`` at ``fa1_of_fa2`` of ``fa2``, head dim 128; ``triton`` at ``TRITON_OF_FA2`` of it where
+    that has the architecture, else at it). ``fa3``
     anywhere but Hopper raises ``InputError``: FlashAttention-3 needs Hopper's wgmma and TMA."""
     if impl in UNFUSED_ATTENTION:
         raise ValueError(f"{impl} is unfused: its GEMMs and softmax are costed as such")

@@ -113,10 +113,11 @@ MEASURED: dict[str, dict[str, int]] = {arch: {"compute_slowdown_during_comm": 35
 #: with the GEMM share refitted (0.84-0.76), so the descent stopped wherever one more row left it (0.59,
 #: 0.61, 0.67 as rows came in, 2-3 Dec 2026), while the runs it prices most, torchao's FlashAttention-2
 #: rows on B200, moved 4-5 points each time. The share is a kernel's rate in a training step over its
-#: published benchmark, so it comes from the architecture whose fitting runs run the kernels Blackwell's
-#: do: Hopper's (Transformer Engine's cuDNN attention in NeMo's and Megatron-Bridge's runs, FlashAttention-2
-#: in torchtitan's), not Ampere's, whose fitting runs run only the FlashAttention family (Triton, 1.x, 2)
-#: or unfused attention, near their benchmarks (0.96).
+#: published benchmark, so it comes from the only architecture whose fitting runs include the kernel
+#: Blackwell's run, Transformer Engine's cuDNN attention: Hopper's (10 of its 65 runs cuDNN, 19
+#: FlashAttention-2, 36 llm-foundry's Triton kernel priced as FlashAttention-2, which holds the share down:
+#: 0.62 without them), not Ampere's, whose runs are the FlashAttention family (Triton, 1.x, 2) near their
+#: benchmarks (0.96) and unfused attention. Without a fit of a named architecture, the mean of the others.
 TRANSFERRED: dict[str, dict[str, tuple[str, ...]]] = {"blackwell": {"attention_sustained_of_bench": ("hopper",)}}
 #: Per-run error beyond which a run no longer pulls the fit (the issue-7 "no run worse than" bound).
 CAP = 0.25
@@ -139,7 +140,7 @@ def bounds(arch: str, held: dict[str, int] | None = None) -> dict[str, tuple[int
 def fitted(arch: str) -> tuple[str, ...]:
     """The parameters fitted on ``arch``: ``PARAMS`` less the ``MEASURED`` and ``TRANSFERRED`` ones."""
     return tuple(name for name in PARAMS
-                 if name not in MEASURED.get(arch, {}) and name not in TRANSFERRED.get(arch, ()))
+                 if name not in MEASURED.get(arch, {}) and name not in TRANSFERRED.get(arch, {}))
 
 
 def start_point(arch: str, held: dict[str, int] | None = None) -> Point:
@@ -160,7 +161,8 @@ def held_for(arch: str, others: Mapping[str, Fit]) -> dict[str, int]:
     held = {}
     for name, sources in TRANSFERRED.get(arch, {}).items():
         fits = [others[a] for a in sources if a in others] or list(others.values())
-        held[name] = _grid_mean(name, fits)
+        if fits:
+            held[name] = _grid_mean(name, fits)
     return held
 
 
@@ -333,7 +335,7 @@ def is_local_minimum(cases: Sequence[Case], params: dict[str, float], arch: str)
     """Whether no finest-scale grid neighbour of ``params`` strictly improves the objective (the
     descent's stop condition), and the objective at ``params``: the quick reproducibility check."""
     point = point_of(params)
-    box = bounds(arch, {name: point[PARAMS.index(name)] for name in TRANSFERRED.get(arch, ())})
+    box = bounds(arch, {name: point[PARAMS.index(name)] for name in TRANSFERRED.get(arch, {})})
     here = objective(errors(cases, values(point)))
     return all(not objective(errors(cases, values(n))) < here for n in neighbours(point, 1, box)), here
 
@@ -381,11 +383,11 @@ class Fold:
 def transferred(arch: str, others: Mapping[str, Fit]) -> Fit:
     """The parameters an architecture gets with none of its own runs: each parameter the mean of the
     other architectures' full fits ``others`` (architecture → fit), on the grid (``MEASURED`` ones at the
-    architecture's own values). The held-out prediction for an architecture whose runs all come from
-    one publication."""
-    measured = MEASURED.get(arch, {})
-    point = tuple(k if name in measured else _grid_mean(name, list(others.values()))
-                  for name, k in zip(PARAMS, start_point(arch), strict=True))
+    architecture's own values, ``TRANSFERRED`` ones at ``held_for``'s). The held-out prediction for an
+    architecture whose runs all come from one publication."""
+    fixed = {**held_for(arch, others), **MEASURED.get(arch, {})}
+    point = tuple(fixed[name] if name in fixed else _grid_mean(name, list(others.values()))
+                  for name in PARAMS)
     return Fit(values(point), float("nan"), 0, 0)
 
 

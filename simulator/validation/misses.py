@@ -146,12 +146,8 @@ GROUP_CAUSES: tuple[tuple[str, str], ...] = MOE_CAUSES + (
      "shares refitted (tried 2 Dec 2026), Hopper's share goes 0.57 -> 0.95, the long-sequence H100 rows still "
      "come out 24-30% too slow and the torchtitan and NeMo long-sequence rows 30-61% too fast: on H100 the "
      "kernel runs between the two"),
-    ("llmfoundry-*-a100*-seq*", "A100, attention-dominated (small model or long sequence): llm-foundry's Triton "
-     "FlashAttention at the FlashAttention-2 paper's A100 ratio to FlashAttention-2 (1/1.4 forward, 1/2 "
-     "backward: kernels.attention triton), the Ampere attention share fitted on the FlashAttention-family runs "
-     "(0.96); the kernel's rate at these shapes beyond that one ratio is not published: too fast"),
     ("nemo-longseq2403-*", "long-context NeMo (cuDNN attention with context parallelism) too slow: one Hopper "
-     "attention share (0.54 without NeMo, 0.57 with it) is fitted on the attention-dominated runs of NeMo "
+     "attention share (0.54 without NeMo, 0.58 with it) is fitted on the attention-dominated runs of NeMo "
      "(cuDNN) and torchtitan (FlashAttention-2) together; the NeMo rows alone want 0.61-0.68 of the cuDNN "
      "benchmark, torchtitan's 0.56-0.66 of FlashAttention-2's (issue 12, attention per framework)"),
     ("nemo2407-sft-*", "NeMo 24.07 SFT on SQuAD packed to 4,096 tokens (layouts, virtual stages and TP overlap "
@@ -195,8 +191,8 @@ GROUP_CAUSES: tuple[tuple[str, str], ...] = MOE_CAUSES + (
      "at micro-batch 2 (16.1 s) runs slower than TP 4 at PP 4 and PP 16 (13.9, 14.5 s), which dtsim does not "
      "give either: not identified"),
     ("flagperf-a800-llama3-8b-*", "FlagPerf's Megatron-Core Llama 3 8B on one DGX A800 (the README's 'A100'): its seven "
-     "layouts run 3-17% faster than dtsim gives them, TP 1 the most (PP 2 x DP 4 -16.5%, PP 4 x DP 2 -15.0%) and TP 8 "
-     "the least (-3.4%), where the same case's H100 rows (TP 2 on 8 and 16 GPUs, BF16 and FP8) are within 3% and "
+     "layouts ran 3-17% faster than dtsim gave them before item 46 (now -8.8..+4.0%), TP 1 the most (PP 2 x DP 4 -16.5%, "
+     "PP 4 x DP 2 -15.0%) and TP 8 the least (-3.4%), where the same case's H100 rows (TP 2 on 8 and 16 GPUs, BF16 and FP8) are within 3% and "
      "torchtitan's A100 Llama 3 8B runs at the same 8,192 tokens within 2%. The PP 2 x DP 4 baseline's 3,698.7 "
      "tokens/s/GPU is about 198 TFLOP/s of executed work per GPU over the step (64% of the A800's dense BF16 peak; "
      "FlagPerf's 6N MFU 56.9%), against the 228 TFLOP/s dtsim's Ampere fit gives large GEMMs (0.84 of MAMF) and 0.54 of "

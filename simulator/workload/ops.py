@@ -261,8 +261,9 @@ def layer_ops(
                            launches=EAGER_SWIGLU_LAUNCHES))
     elif not (epilogue and model.mlp_matrices == 2):
         ops.append(memory_op(f"mlp_{model.mlp}", tokens * f / t, model.mlp_matrices, pb, _ACT_FLOPS))
-    ops += _linear("mlp_down", tokens, h, f // t, pb, 1, fp8, eager_cast, producer="act" if fused else "",
-                   te_linear=te_linear)
+    # FP8: the down projection's input cast rides on the activation kernel, which the epilogue removes
+    ops += _linear("mlp_down", tokens, h, f // t, pb, 1, fp8, eager_cast,
+                   producer="act" if fused and not epilogue else "", te_linear=te_linear)
     if not epilogue:
         ops += _bias_grads(model, tokens, ((model.q_dim + 2 * model.kv_dim) // t, h, up, h), pb, fused)
     if not fused:

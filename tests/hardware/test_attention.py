@@ -259,3 +259,4 @@ def test_triton_flash_attention_on_a100_at_the_fa2_papers_ratios_and_at_fa2_else
     h100 = dataclasses.replace(for_gpu(H100), attention_sustained_of_bench=1.0)
     on_h100 = RooflineComputeModel(H100, "bf16", h100, launch=kernels.NONE, attention_impl="triton")
     assert on_h100.op_time(op) == pytest.approx(1e12 / 370e12, rel=1e-9)
+    assert on_h100.op_time(bwd) == pytest.approx(2.5e12 / 322e12, rel=1e-9)

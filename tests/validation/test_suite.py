@@ -83,4 +83,3 @@ def test_llm_foundry_rows_run_its_triton_flash_attention():
     rows = [r for r in load_runs() if r.id.startswith("llmfoundry-") and r.expressible]
     assert len(rows) == 64
     assert all(r.scenario["training"]["kernels"]["attention"] == "triton" for r in rows)
-

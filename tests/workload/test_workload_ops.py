@@ -374,8 +374,9 @@ def test_gemm_epilogue_drops_the_bias_activation_and_bias_gradient_kernels(gpt3_
     """flash-attn's fused_dense (kernels.gemm_epilogue): the bias add and GELU run in the GEMM's epilogue
     forward and the bias and GELU gradients in the dgrad/wgrad epilogues backward. GPT-3 175B block (biases,
     GELU), b = 1, s = 1024: with fused kernels the forward has the QKV bias add (3 passes of s·3h) and the
-    GELU (2 passes of s·4h), the backward 4 bias-gradient reductions and the GELU gradient; with the
-    epilogue none of them, the same GEMMs; a gated MLP (Llama's SwiGLU) keeps its activation kernel."""
+    GELU (2 passes of s·4h), the backward 4 bias-gradient reductions, the GELU gradient and the QKV bias
+    add's backward; with the epilogue none of them, the same GEMMs; a gated MLP (Llama's SwiGLU) keeps its
+    activation kernel."""
     b, s, pb, h = 1, 1024, 2, 12288
     plain = ops.layer_ops(gpt3_175b, b, s, 1, pb, KernelConfig())
     fused = ops.layer_ops(gpt3_175b, b, s, 1, pb, KernelConfig(gemm_epilogue=True))
