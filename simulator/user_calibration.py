@@ -92,6 +92,7 @@ def _measured(row: dict, scenario: Scenario, base_dir: Path, where: str) -> floa
 def load_cases(path: str | Path) -> list[Case]:
     """The rows of a measurements file as cases (every scenario validated; bad rows are InputErrors)."""
     from simulator.validation import calibration
+    from simulator.validation.publications import publication
 
     path = Path(path)
     doc = read_yaml(path, "--measured")
@@ -124,7 +125,7 @@ def load_cases(path: str | Path) -> list[Case]:
         # The fold a row is held out with: its publication (a bundled row's as benchmarks/calibrate.py
         # reads it from its source, so the folds are the same), else its split (train / test; rows
         # alternate by default).
-        split = (calibration.publication(row["source"]) if bundled and row.get("source") else None) \
+        split = (publication(row["source"]) if bundled and row.get("source") else None) \
             or row.get("source_key") or row.get("split") or ("train" if len(cases) % 2 == 0 else "test")
         if "source_key" not in row and split not in ("train", "test"):
             raise InputError(f"split must be train or test, got {split!r}", f"{where}.split")

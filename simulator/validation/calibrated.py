@@ -7,7 +7,8 @@ from __future__ import annotations
 from typing import Any
 
 from simulator.hardware.efficiency import Efficiency, _table
-from simulator.validation.calibration import PARAMS, Fit, efficiency_with, source_key
+from simulator.validation.calibration import PARAMS, Fit, efficiency_with
+from simulator.validation.publications import source_key
 from simulator.validation.suite import Run, scenario_for
 
 

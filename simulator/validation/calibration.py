@@ -54,13 +54,13 @@ from __future__ import annotations
 
 import itertools
 import math
-import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
 from simulator.config.hardware import GPUSpec
 from simulator.hardware.efficiency import Efficiency, for_gpu
+from simulator.validation.publications import source_key
 from simulator.validation.suite import Run, scenario_for
 from simulator.workload import flops
 
@@ -180,28 +180,6 @@ def on_bound(params: dict[str, float], arch: str) -> list[str]:
     """The fitted parameters that sit on an edge of ``bounds(arch)`` (a sign of missing physics)."""
     box = bounds(arch)
     return [n for n, k in zip(PARAMS, point_of(params), strict=True) if k in box[n] and n in fitted(arch)]
-
-
-_ARXIV = re.compile(r"arXiv:\s*(\d{4}\.\d{4,5})", re.I)
-_REPO = re.compile(r"\b([A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+)\s+(?:docs/|scripts/|README|src/|training/|tests/)")
-
-
-def source_key(run: Run) -> str:
-    """The publication ``run`` comes from (:func:`publication` of its source)."""
-    return publication(run.source)
-
-
-def publication(source: str) -> str:
-    """The publication a source text names: its arXiv id, else the GitHub repository its table is in,
-    else the text up to the first comma or parenthesis."""
-    text = source.strip("'\" ")
-    m = _ARXIV.search(text)
-    if m:
-        return f"arXiv:{m.group(1)}"
-    m = _REPO.search(text)
-    if m:
-        return m.group(1)
-    return re.split(r"[,(]", text, maxsplit=1)[0].strip()
 
 
 def efficiency_with(gpu: GPUSpec, params: dict[str, float]) -> Efficiency:
