@@ -127,16 +127,20 @@ def _add_norm(name: str, tokens_h: float, fused: bool, pb: int, eager_rms: bool 
     ]
 
 
-def _bias_grads(model: ModelConfig, tokens: int, outs: tuple[int, ...], pb: int, fused: bool) -> list[Op]:
+def _bias_grads(model: ModelConfig, tokens: int, outs: tuple[int, ...], pb: int, separate_qkv_add: bool) -> list[Op]:
     """Bias work of a block's biased linears (output widths ``outs``, QKV first; module comments):
-    nothing forward but Megatron's QKV bias add, one gradient reduction each backward."""
+    one gradient reduction each backward (``grad.sum(0)``), nothing forward (the bias rides in the
+    GEMM: PyTorch's ``addmm`` cuBLASLt bias epilogue, ``nn.Linear``), except Megatron-LM's QKV linear
+    with ``separate_qkv_add``: ``LinearWithGradAccumulationAndAsyncCommunication`` runs ``matmul`` then
+    ``output + bias``, one add kernel forward, whose gradient is the identity: backward it is only the
+    bias's reduction (``grad_output.sum(dim=0)``)."""
     if not model.linear_bias:
         return []
     ops = [Op(f"bias_grad_{i}", "memory", 0.0, 0.0, launches=0, bwd_launches=1, bwd_bytes=float(tokens * n * pb))
            for i, n in enumerate(outs)]
-    if fused:
-        ops.append(replace(memory_op("qkv_bias_add", tokens * outs[0], 3, pb, _ADD_FLOPS), bwd_launches=0,
-                           bwd_bytes=0.0))
+    if separate_qkv_add:
+        ops[0] = replace(memory_op("qkv_bias_add", tokens * outs[0], 3, pb, _ADD_FLOPS), bwd_launches=1,
+                         bwd_bytes=ops[0].bwd_bytes)
     return ops
 
 
@@ -183,6 +187,7 @@ def layer_ops(
     early_stop: bool = False,
     sequence_parallel: bool = False,
     mlp_recompute: bool = False,
+    torch_linear: bool = False,
 ) -> list[Op]:
     """Forward kernels of ONE transformer block on one GPU, in execution order.
 
@@ -207,6 +212,10 @@ def layer_ops(
     ``b·s/t`` tokens, so the residual adds and norms run on ``b·s·h/t`` elements, and so does the FP8
     cast of the norm's output, which is taken before the all-gather that feeds the column-parallel
     QKV and MLP-up GEMMs (Transformer Engine and torchtitan gather the FP8 tensor, ``tp_allgather_bytes``).
+
+    ``torch_linear``: the linears are PyTorch ``nn.Linear`` modules (PyTorch FSDP trainers: llm-foundry,
+    torchtitan), whose biases ride in ``addmm``'s epilogue; otherwise fused blocks are Megatron-LM's, whose
+    QKV linear adds its bias with a kernel of its own (``_bias_grads``).
     """
     pb = precision_bytes
     h, f, t = model.hidden_size, model.ffn_hidden_size, tp
@@ -265,7 +274,8 @@ def layer_ops(
     ops += _linear("mlp_down", tokens, h, f // t, pb, 1, fp8, eager_cast,
                    producer="act" if fused and not epilogue else "", te_linear=te_linear)
     if not epilogue:
-        ops += _bias_grads(model, tokens, ((model.q_dim + 2 * model.kv_dim) // t, h, up, h), pb, fused)
+        ops += _bias_grads(model, tokens, ((model.q_dim + 2 * model.kv_dim) // t, h, up, h), pb,
+                           fused and not torch_linear)
     if not fused:
         ops.append(memory_op("output_residual_add", region * h, 3, pb, _ADD_FLOPS))
     if recompute == "full":

@@ -70,7 +70,9 @@ def test_unfused_attention_dropout_bias_grads_and_context_copy_by_hand(gpt3_175b
     """GPT-3 175B block (96 heads, biases) with dropout 0.1, b = 1, s = 1024, no FlashAttention: the
     attention dropout reads and writes the 16-bit scores plus a 1-byte mask, (2·2 + 1)·96·s² bytes
     forward and backward; the context copy 2 passes of s·h; each of the 4 biased linears one
-    gradient-reduction kernel reading its output gradient (s·3h, s·h, s·4h, s·h) in the backward."""
+    gradient-reduction kernel reading its output gradient (s·3h, s·h, s·4h, s·h) in the backward: the
+    QKV one as the backward of Megatron's QKV bias add, an add whose gradient is the identity (no kernel
+    of its own); PyTorch's nn.Linear (FSDP trainers) folds that add into addmm's epilogue."""
     b, s, pb, h = 1, 1024, 2, 12288
     model = gpt3_175b.model_copy(update={"dropout": 0.1})
     fwd = ops.layer_ops(model, b, s, 1, pb, KernelConfig(flash_attention=False))
@@ -79,9 +81,15 @@ def test_unfused_attention_dropout_bias_grads_and_context_copy_by_hand(gpt3_175b
     assert by_name["attn_context_copy"].bytes == 2 * s * h * pb
     bwd = {o.name: o for o in ops.backward_ops(fwd)}
     assert bwd["attn_dropout.bwd"].bytes == 5 * 96 * s * s
-    grads = sorted(o.bytes for n, o in bwd.items() if n.startswith("bias_grad"))
+    grads = sorted(o.bytes for n, o in bwd.items() if n.startswith(("bias_grad", "qkv_bias_add")))
     assert grads == sorted([s * 3 * h * pb, s * h * pb, s * 4 * h * pb, s * h * pb])
+    assert bwd["qkv_bias_add.bwd"].launches == 1
     assert all(o.launches == 0 for o in fwd if o.name.startswith("bias_grad"))  # nothing forward
+    torch_fwd = ops.layer_ops(model, b, s, 1, pb, KernelConfig(flash_attention=False), torch_linear=True)
+    assert {o.name for o in fwd} - {o.name for o in torch_fwd} == {"qkv_bias_add"}
+    assert sum(o.launches for o in torch_fwd) == sum(o.launches for o in fwd) - 1
+    torch_grads = sorted(o.bytes for o in ops.backward_ops(torch_fwd) if o.name.startswith("bias_grad"))
+    assert torch_grads == grads
 
 
 def test_eager_llama_block_is_the_aten_chains(llama3_8b):
@@ -374,14 +382,14 @@ def test_gemm_epilogue_drops_the_bias_activation_and_bias_gradient_kernels(gpt3_
     """flash-attn's fused_dense (kernels.gemm_epilogue): the bias add and GELU run in the GEMM's epilogue
     forward and the bias and GELU gradients in the dgrad/wgrad epilogues backward. GPT-3 175B block (biases,
     GELU), b = 1, s = 1024: with fused kernels the forward has the QKV bias add (3 passes of s·3h) and the
-    GELU (2 passes of s·4h), the backward 4 bias-gradient reductions, the GELU gradient and the QKV bias
-    add's backward; with the epilogue none of them, the same GEMMs; a gated MLP (Llama's SwiGLU) keeps its
+    GELU (2 passes of s·4h), the backward 4 bias-gradient reductions (the QKV one as the bias add's
+    backward) and the GELU gradient; with the epilogue none of them, the same GEMMs; a gated MLP (Llama's SwiGLU) keeps its
     activation kernel."""
     b, s, pb, h = 1, 1024, 2, 12288
     plain = ops.layer_ops(gpt3_175b, b, s, 1, pb, KernelConfig())
     fused = ops.layer_ops(gpt3_175b, b, s, 1, pb, KernelConfig(gemm_epilogue=True))
     names = {o.name for o in plain} - {o.name for o in fused}
-    assert names == {"qkv_bias_add", "mlp_gelu", "bias_grad_0", "bias_grad_1", "bias_grad_2", "bias_grad_3"}
+    assert names == {"qkv_bias_add", "mlp_gelu", "bias_grad_1", "bias_grad_2", "bias_grad_3"}
     by_name = {o.name: o for o in plain}
     assert by_name["qkv_bias_add"].bytes == 3 * s * 3 * h * pb and by_name["mlp_gelu"].bytes == 2 * s * 4 * h * pb
     assert [o for o in plain if o.kind == "gemm"] == [o for o in fused if o.kind == "gemm"]
