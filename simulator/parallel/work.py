@@ -143,13 +143,14 @@ def from_scenario(scenario: Any, persistence_threshold: float = 1e5) -> StepWork
         from simulator.workload import moe_ops
 
         dense = moe_ops.dense_block_ops(model, b, s, tp, pb, tr.kernels, mode, fp8=fp8,
-                                        modules=wrecompute.modules(tr), sequence_parallel=sp)
+                                        modules=wrecompute.modules(tr), sequence_parallel=sp,
+                                        torch_linear=wops.nn_linear(par.framework))
         fwd = [scale_attention(op, cp, model, tr) for op in dense]
     else:
         fwd = [scale_attention(op, cp, model, tr)
                for op in wops.layer_ops(model, b, s, tp, pb, tr.kernels, mode, fp8=fp8,
                                         early_stop=wrecompute.early_stop(scenario), sequence_parallel=sp,
-                                        mlp_recompute=recompute_mlp, torch_linear=par.framework == "fsdp")]
+                                        mlp_recompute=recompute_mlp, torch_linear=wops.nn_linear(par.framework))]
     bwd_all = wops.backward_ops(fwd)
     recompute = tuple(op for op in bwd_all if op.name.startswith("recompute."))
     bwd = tuple(op for op in bwd_all if not op.name.startswith("recompute."))

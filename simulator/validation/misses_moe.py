@@ -34,7 +34,7 @@ MOE_CAUSES: tuple[tuple[str, str], ...] = (
      "micro-batch 1 without recomputation on two H100 nodes (mbskills-h100-qwen3-30b-a3b-16gpu-hybridep-bf16, dtsim "
      "within 1%) and 21.77 s here, recomputing, at micro-batch 4 inside one node; dtsim gives 27.3 s, 4.9 s of it the "
      "recomputation and 5.0 s exposed DeepEP all-to-alls (six per block and micro-batch). Hopper's fitted kernel "
-     "shares (0.75 of MAMF for the GEMMs, 0.59 of the attention benchmark) at 1 would give 24.6 s (-11%) and the "
+     "shares (0.74 of MAMF for the GEMMs, 0.58 of the attention benchmark) at 1 would give 24.6 s (-11%) and the "
      "DeepSeek-V3 rows -22% / -7%: more than the kernels' rates is missing: too slow"),
     ("together-b200-grok1-314b-256gpu-fp8", "run-to-run spread on Together's cluster: a later 256-GPU FP8 run of the same recipe "
      "logged 1,464 TFLOP/s/GPU (2026-05-02, worklog/2026-05-02_256gpu_benchmark_report.md; dtsim +3.6% from it) "
@@ -59,10 +59,20 @@ MOE_CAUSES: tuple[tuple[str, str], ...] = (
      "(mbridge2604-b200-deepseekv3-256gpu-mxfp8, +19%); the ablation's CUDA graphs and dropped recomputation move "
      "dtsim +0.0% and +0.7% where they move the measurement +4.4% and +2.1%: too fast"),
     ("together-b200-qwen3-30b-a3b-*", "the 26.02 preset before Megatron-Bridge PR #2499 (micro-batch 1, dropless "
-     "alltoall dispatcher) that NVIDIA's own 26.02 row of the layout runs at 223 TFLOP/s/GPU (+85% here, "
-     "mbridge2602-b200-qwen3-30b-a3b-8gpu-mxfp8; issue #1998: \"2X slower\"), here 147-153 on one Kubernetes node "
-     "(iterations 31-50): the dropless dispatcher's per-layer host synchronisation exposes Megatron-Core's host time "
-     "per MoE layer, which dtsim models at its plain-PyTorch lower bound (simulator/workload/moe_host.py): too fast"),
+     "alltoall dispatcher) that NVIDIA's own 26.02 row of the layout runs at 223 TFLOP/s/GPU (+84% here, "
+     "mbridge2602-b200-qwen3-30b-a3b-8gpu-mxfp8; issue #1998: \"2X slower\"), here on one Kubernetes node "
+     "(iterations 31-50) 217 in BF16 at global batch 64 (435 ms per micro-batch) and 147-153 in FP8 and MXFP8 at "
+     "global batch 512 (617-642 ms per micro-batch; the report blames \"memory pressure\", which dtsim does not "
+     "model), where dtsim gives all three about 231 ms: the dropless dispatcher's per-layer host synchronisation "
+     "exposes Megatron-Core's host time per MoE layer, which dtsim models at its plain-PyTorch lower bound "
+     "(simulator/workload/moe_host.py): too fast"),
+    ("together-b300-qwen3-30b-a3b-*", "the same BF16 layout and container (26.02.00) as Together's DGX-B200 row "
+     "(together-b200-qwen3-30b-a3b-8gpu-bf16, +88%) on an 8-GPU B300 node: 2,395 against 3,479 ms per step, 1.45x "
+     "faster, where dtsim, whose B300 and B200 16-bit MAMF differ by 1% (1,769 and 1,746 TFLOP/s), gives the two "
+     "1.02x apart; in 25.11.01 the "
+     "same node took 3,050 ms. A step that follows the release and the host rather than the GPU is the dropless "
+     "micro-batch-1 schedule's host time (see the B200 row); what the B300 node's host differs in (CPU, launcher, "
+     "CPU binding) is not stated: too fast"),
     ("mbridge2509-b200-deepseekv3-*", "25.09 container on DGX-B200: the same model and layout (pipeline 16, EP 8, "
      "micro-batch 1) ran 1.23-1.29x faster in 26.02.01 (2,790 against 2,265 FP8-CS / 2,159 MXFP8 tokens/s/GPU; 26.02.01's "
      "global batch of 4,096 against 2,048 shortens the pipeline bubble by about 5%), and dtsim is +19% from that row. "

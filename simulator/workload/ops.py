@@ -127,21 +127,27 @@ def _add_norm(name: str, tokens_h: float, fused: bool, pb: int, eager_rms: bool 
     ]
 
 
-def _bias_grads(model: ModelConfig, tokens: int, outs: tuple[int, ...], pb: int, separate_qkv_add: bool) -> list[Op]:
-    """Bias work of a block's biased linears (output widths ``outs``, QKV first; module comments):
-    one gradient reduction each backward (``grad.sum(0)``), nothing forward (the bias rides in the
-    GEMM: PyTorch's ``addmm`` cuBLASLt bias epilogue, ``nn.Linear``), except Megatron-LM's QKV linear
-    with ``separate_qkv_add``: ``LinearWithGradAccumulationAndAsyncCommunication`` runs ``matmul`` then
-    ``output + bias``, one add kernel forward, whose gradient is the identity: backward it is only the
-    bias's reduction (``grad_output.sum(dim=0)``)."""
+def nn_linear(framework: str) -> bool:
+    """True when the framework's blocks are built from PyTorch ``nn.Linear`` modules (framework ``fsdp``:
+    llm-foundry, torchtitan, Accelerate's and Lightning's FSDP trainers), whose biases ride in ``addmm``'s
+    epilogue; Megatron-LM's and DeepSpeed-Megatron's linears (``ddp``, ``deepspeed``) add the QKV bias
+    with a kernel of their own (``_bias``)."""
+    return framework == "fsdp"
+
+
+def _bias(i: int, model: ModelConfig, tokens: int, n: int, pb: int, separate_add: bool) -> list[Op]:
+    """The bias work of a block's ``i``-th biased linear (QKV 0, output 1, MLP up 2, down 3; output width
+    ``n``), placed right after its GEMM: one gradient reduction backward (``grad.sum(0)``), nothing forward
+    (the bias rides in the GEMM: PyTorch's ``addmm`` cuBLASLt bias epilogue, ``nn.Linear``), except
+    Megatron-LM's QKV linear with ``separate_add``: ``LinearWithGradAccumulationAndAsyncCommunication``
+    runs ``matmul`` then ``output + bias``, one add kernel forward, whose gradient is the identity, so
+    backward it is only the bias's reduction (``grad_output.sum(dim=0)``)."""
     if not model.linear_bias:
         return []
-    ops = [Op(f"bias_grad_{i}", "memory", 0.0, 0.0, launches=0, bwd_launches=1, bwd_bytes=float(tokens * n * pb))
-           for i, n in enumerate(outs)]
-    if separate_qkv_add:
-        ops[0] = replace(memory_op("qkv_bias_add", tokens * outs[0], 3, pb, _ADD_FLOPS), bwd_launches=1,
-                         bwd_bytes=ops[0].bwd_bytes)
-    return ops
+    grad = float(tokens * n * pb)
+    if i == 0 and separate_add:
+        return [replace(memory_op("qkv_bias_add", tokens * n, 3, pb, _ADD_FLOPS), bwd_launches=1, bwd_bytes=grad)]
+    return [Op(f"bias_grad_{i}", "memory", 0.0, 0.0, launches=0, bwd_launches=1, bwd_bytes=grad)]
 
 
 def _linear(name: str, m: int, n: int, k: int, pb: int, launches: int, fp8: str | None,
@@ -215,7 +221,7 @@ def layer_ops(
 
     ``torch_linear``: the linears are PyTorch ``nn.Linear`` modules (PyTorch FSDP trainers: llm-foundry,
     torchtitan), whose biases ride in ``addmm``'s epilogue; otherwise fused blocks are Megatron-LM's, whose
-    QKV linear adds its bias with a kernel of its own (``_bias_grads``).
+    QKV linear adds its bias with a kernel of its own (``_bias``).
     """
     pb = precision_bytes
     h, f, t = model.hidden_size, model.ffn_hidden_size, tp
@@ -232,9 +238,18 @@ def layer_ops(
         ops += _add_norm("input", region * h, True, pb)
     else:
         ops.append(_norm("input_norm", region * h, pb, eager_rms))
+    # gemm_epilogue: the linears' bias adds and gradients, and a one-matrix activation (GELU, ReLU), run in
+    # their GEMMs' epilogues (flash-attn fused_dense): no bias op, no activation kernel
+    epilogue = getattr(kernels, "gemm_epilogue", False)
+
+    def bias(i: int, n: int) -> list[Op]:
+        return [] if epilogue else _bias(i, model, tokens, n, pb, fused and not torch_linear)
+
     qkv_launches = 1 if fused or model.qkv_fused else 3  # eager code keeps Llama's q, k, v apart
-    ops += _linear("qkv", tokens, (model.q_dim + 2 * model.kv_dim) // t, h, pb, qkv_launches, fp8, eager_cast,
+    qkv_n = (model.q_dim + 2 * model.kv_dim) // t
+    ops += _linear("qkv", tokens, qkv_n, h, pb, qkv_launches, fp8, eager_cast,
                    producer="norm" if fused else "", te_linear=te_linear, input_share=gathered)
+    ops += bias(0, qkv_n)
     qk_el = tokens * (model.q_dim + model.kv_dim) / t
     if model.qk_norm:
         if fused:
@@ -258,13 +273,14 @@ def layer_ops(
         core = [replace(op, recompute=True) for op in core]
     ops += core
     ops += _linear("out_proj", tokens, h, model.q_dim // t, pb, 1, fp8, eager_cast, te_linear=te_linear)
+    ops += bias(1, h)
     ops += _add_norm("post_attn", region * h, fused, pb, eager_rms)
     up = (model.mlp_matrices - 1) * f // t
     ops += _linear("mlp_up", tokens, up, h, pb, 1 if fused else model.mlp_matrices - 1, fp8, eager_cast,
                    producer="norm" if fused else "", te_linear=te_linear, input_share=gathered)
+    ops += bias(2, up)
     # GELU: read f, write f; SwiGLU: read gate and up (2f), write f (eager: silu, then multiply); with
-    # gemm_epilogue a one-matrix activation (GELU, ReLU) is mlp_up's epilogue (comment above _bias_grads).
-    epilogue = getattr(kernels, "gemm_epilogue", False)
+    # gemm_epilogue a one-matrix activation (GELU, ReLU) is mlp_up's epilogue.
     if model.mlp == "swiglu" and not fused:
         ops.append(replace(memory_op("mlp_swiglu", tokens * f / t, EAGER_SWIGLU_PASSES, pb, _ACT_FLOPS),
                            launches=EAGER_SWIGLU_LAUNCHES))
@@ -273,9 +289,7 @@ def layer_ops(
     # FP8: the down projection's input cast rides on the activation kernel, which the epilogue removes
     ops += _linear("mlp_down", tokens, h, f // t, pb, 1, fp8, eager_cast,
                    producer="act" if fused and not epilogue else "", te_linear=te_linear)
-    if not epilogue:
-        ops += _bias_grads(model, tokens, ((model.q_dim + 2 * model.kv_dim) // t, h, up, h), pb,
-                           fused and not torch_linear)
+    ops += bias(3, h)
     if not fused:
         ops.append(memory_op("output_residual_add", region * h, 3, pb, _ADD_FLOPS))
     if recompute == "full":

@@ -65,7 +65,7 @@ def test_gpu_bound_blocks_at_microbenchmark_rates(name):
                                 attention_sustained_of_bench=1.0)
     fwd, bwd, compute = _block(name, micro)
     # measured (ms): MPT-760m 1.862 / 4.474, MPT-7B 5.335 / 11.453, Llama 3 8B 7.575 / 15.667 forward /
-    # backward; dtsim 0.83-0.96 of them (MPT-760m's attention-heavy backward the least: not identified)
+    # backward; dtsim 0.83-0.95 of them (MPT-760m's attention-heavy backward the least: not identified)
     share = eff.gemm_sustained_of_mamf
     for ops, measured in ((fwd, RUN[name]["fwd_s_per_block"]), (bwd, RUN[name]["bwd_s_per_block"])):
         assert share <= compute.time(ops) / measured <= 1.0

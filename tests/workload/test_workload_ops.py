@@ -396,3 +396,27 @@ def test_gemm_epilogue_drops_the_bias_activation_and_bias_gradient_kernels(gpt3_
     assert not any(o.name.startswith(("bias_grad", "qkv_bias", "mlp_gelu")) for o in ops.backward_ops(fused))
     swiglu = ops.layer_ops(llama3_8b, b, s, 1, pb, KernelConfig(gemm_epilogue=True))
     assert "mlp_swiglu" in {o.name for o in swiglu}
+
+
+def test_moe_blocks_carry_their_attention_biases():
+    """GPT-OSS-120B has biased attention linears (q, k, v and output: model.linear_bias). Its MoE block's
+    attention part carries them as a dense block's do, each right after its GEMM: Megatron's QKV bias add
+    (3 passes of the QKV output forward, its bias's reduction backward) and the output projection's bias
+    reduction; under PyTorch's nn.Linear (torch_linear) no add, the QKV bias's reduction alone. The MLP's
+    biases are the experts' (moe_ops), not the dense MLP's."""
+    from simulator.catalog import get_model
+    from simulator.workload import moe_ops
+
+    model = get_model("gpt-oss-120b")
+    b, s, pb = 1, 4096, 2
+    qkv = model.q_dim + 2 * model.kv_dim
+    for torch_linear, first in ((False, "qkv_bias_add"), (True, "bias_grad_0")):
+        pre = moe_ops.moe_block_ops(model, b, s, 1, pb, KernelConfig(), "none", ep=8, torch_linear=torch_linear).pre
+        names = [o.name for o in pre]
+        assert names[names.index("qkv") + 1] == first and names[names.index("out_proj") + 1] == "bias_grad_1"
+        assert not any(n in names for n in ("bias_grad_2", "bias_grad_3"))
+        bwd = {o.name: o for o in ops.backward_ops(list(pre))}
+        assert bwd[f"{first}.bwd"].bytes == b * s * qkv * pb and bwd["bias_grad_1.bwd"].bytes == b * s * model.hidden_size * pb
+    add = next(o for o in moe_ops.moe_block_ops(model, b, s, 1, pb, KernelConfig(), "none", ep=8).pre
+               if o.name == "qkv_bias_add")
+    assert add.bytes == 3 * b * s * qkv * pb
