@@ -3,7 +3,8 @@
 A simulated run whose throughput error exceeds ``TOLERANCE`` is a *miss*. ``dtsim validate`` lists
 every miss with its signed error and the physical cause we believe (``CAUSES``), or "no named cause"
 when there is none: the list is a finding, and a cause that no longer explains a miss (the run came
-within tolerance) is a stale entry the tests reject.
+within tolerance) is a stale entry: ``dtsim validate`` reports it for removal (``stale``), and the tests
+reject the calibration set's (tests/validation/test_published_runs.py).
 """
 
 from __future__ import annotations
@@ -35,8 +36,6 @@ CAUSES: dict[str, str] = {
     "the ranks, which leaves this one too fast and the 1,536-GPU one right",
     "megatron-bridge-2511-llama3-8b-8gpu-fsdp-fp8cs": "too slow like the other NVIDIA-tuned H100 FP8 runs: "
     + _HOPPER_GEMM + ", below what Megatron-Core/Transformer Engine reach (issue 12)",
-    "nemo2407-llama3-8b-8gpu-fp8": "FP8 on H100 with Transformer Engine: cast/amax costs and FP8 GEMM "
-    "efficiency (issue 12 item 2)",
     "nemo2504-gb200-llama3.1-405b-128gpu-fp8": "NeMo 25.04, NVIDIA's first GB200 software for this model: its later "
     "tables measure Llama 3.1 405B FP8 on GB200 at 1,782 (Megatron-Bridge 25.11, 128 GPUs: "
     "mbridge2511-gb200-llama3.1-405b-128gpu-fp8cs, +12% here) and 2,065 TFLOP/s/GPU (26.04.01, 256 GPUs: "
@@ -50,9 +49,6 @@ CAUSES: dict[str, str] = {
     "preprocessing, against 0.8 ms of GPU work) binds, -7% -> -26%: either the attention was graphed too (its "
     "26.02 GB200 sibling graphs attn) or Transformer Engine's CPU micro-optimisations of late 2025 "
     "(TransformerEngine PR #2146) narrowed Grace's gap: too slow",
-    "mbridge260201-gb300-qwen3-235b-a22b-256gpu-mxfp8": "whole EP-32 groups per rack assumed (-55% with 72 GPUs "
-    "packed per rack; its HybridEP dispatcher sends a token once per GPU holding its experts, simulated as DeepEP, "
-    "and its CUDA-graphed router / preprocessing take their host time off); the rest: not identified: too slow",
     "mbridge2511r-gb300-qwen3-235b-a22b-256gpu-bf16": "simulated as printed (EP 16, virtual pipeline 12, micro-batch "
     "2; the printed GA 32 does not match GBS 8192 / (2 x 64)), while the stored GB300 preset runs EP 32 with the "
     "attention in the CUDA graph; its 5.5 s of EP all-to-alls (of a 26.5 s step) sit exposed as Megatron's "
@@ -62,11 +58,6 @@ CAUSES: dict[str, str] = {
     "is published at 45.4% MFU on 32 A100-40GB and 55.4% on 64: per-GPU throughput 22% higher on twice the GPUs "
     "over the same RoCE fabric, which no scaling mechanism gives; dtsim predicts the two alike (the 64-GPU row is "
     "+3%): a measurement outlier, not a physical cause",
-    "mbridge260201-b300-qwen3-235b-a22b-256gpu-mxfp8": "the published B300 row (391 TFLOP/s/GPU) is below the "
-    "26.02 B200 row of the same model without virtual pipelining (563), opposite to every other model in the tables "
-    "(B300 above B200). The B300 preset of that period ran virtual pipeline 4 with moe_a2a_overlap (EP all-to-all "
-    "overlap, Megatron-Core's combined 1F1B), which NVIDIA later dropped because both \"degraded perf\" on B300 "
-    "(Megatron-Bridge issue #3399); their host (CPU) cost is not modelled: dtsim plays the overlap as free",
     "mbridge2511-b200-qwen3-235b-a22b-64gpu-mxfp8": "the 25.11 B200 preset ran moe_a2a_overlap with virtual "
     "pipelining; Megatron-Bridge PR #1760 disabled both \"due to CPU overhead\" to fix this regression (MXFP8 step "
     "20.1 s -> 16.9 s; the row's 3,269 tokens/s/GPU is a 20.05 s step; BF16, the overlap alone, 17.2 -> 16.0 s). "
@@ -102,14 +93,13 @@ GROUP_CAUSES: tuple[tuple[str, str], ...] = MOE_CAUSES + (
      "fitting runs), and the same cluster's Llama 3.1 8B BF16 and FP8 rows (-7% each) and this model's FP8 rows "
      "(-13%, -8%) miss far less; NVIDIA's own 25.02 and 25.04 FP8 rows of this model and layout are predicted "
      "+27% and +9% (faster than measured): not identified: too slow"),
+    ("dgxc2409-h100-*", "NeMo 24.09 on DGX Cloud H100 (NVIDIA's tuned recipes): too slow like NVIDIA's other tuned H100 "
+     "runs: 33 of the 34 rows too slow, 27 of them by 9-15% (the 70B FP8 rows and the 2,304-GPU 405B FP8 row "
+     "within 4%), the error flat from 8 to 2,304 GPUs: " + _HOPPER_GEMM),
     ("nemo2502-b200-*", "NeMo 25.02, NVIDIA's first DGX-B200 table: the same layouts ran faster in its later tables "
      "(Llama 3 8B 26,006 -> 29,994 in Megatron-Bridge 25.09 -> 30,624 in 25.11 tokens/s/GPU; Llama 3.1 405B 625 -> 664 "
      "-> 661), and dtsim meets the 25.11 rows within 4% (mbridge2511-b200-llama3-8b-8gpu-fp8cs, "
      "mbridge2511-b200-llama3.1-405b-128gpu-fp8cs); dtsim models one software state: too fast"),
-    ("ibm-fsdp-*", "recomputation against no recomputation: with PyTorch's checkpoint early stop modelled, IBM's "
-     "rows still go from -7% (no recomputation) through -6% (half the blocks) to -9% and -13% (every block) on "
-     "A100, and +1%, -1%, -4%, -6% on H100: the step with full recomputation comes out slower against the one "
-     "without than measured; the physical cause is not identified"),
     ("torchao-b200-*", "torchao's B200s are power-limited at a cap the source does not state; simulated at 750 W "
      "(cluster.gpu_power_limit_W: 0.815 of the 1,000 W peaks by the B100/B200 datasheet chord), the limit the "
      "PyTorch team's other B200 benchmarks use (pytorch/helion PR #347, pytorch/ao PR #3566), which took them "
@@ -133,8 +123,6 @@ GROUP_CAUSES: tuple[tuple[str, str], ...] = MOE_CAUSES + (
     ("llmfoundry-*-h100-*-fp8", "FP8 on H100: modelled gain larger than llm-foundry's Transformer Engine runs "
      "show, even at the measured FP8 GEMM rate (70.9 % of peak vs 80.3 % BF16): small models and long sequences "
      "where FP8's casts and BF16 attention dominate (issue 12)"),
-    ("torchtitan-h200-*", "torchtitan H200 FP8 (compiled, 32-64 GPUs) too slow like the torchtitan H100 FP8 runs "
-     "at 8k tokens: " + _HOPPER_GEMM + "; the 2024-25 NVIDIA and torchtitan runs want 0.76-0.92 one by one"),
     ("llmfoundry-*-h100-*-seq*", "H100 too fast: the benchmark ran llm-foundry's Triton "
      "FlashAttention (submit_benchmarks.py --attn_impl default 'triton'; attn.sh and h100_benchmarks.sh pass no "
      "other, image mosaicml/pytorch:2.1.0_cu121-nightly20230827 for the A100 and H100 rows alike), a 2022 "
@@ -154,16 +142,6 @@ GROUP_CAUSES: tuple[tuple[str, str], ...] = MOE_CAUSES + (
      "attention share (0.54 without NeMo, 0.58 with it) is fitted on the attention-dominated runs of NeMo "
      "(cuDNN) and torchtitan (FlashAttention-2) together; the NeMo rows alone want 0.61-0.68 of the cuDNN "
      "benchmark, torchtitan's 0.56-0.66 of FlashAttention-2's (issue 12, attention per framework)"),
-    ("nemo2407-sft-*", "NeMo 24.07 SFT on SQuAD packed to 4,096 tokens (layouts, virtual stages and TP overlap "
-     "from NVIDIA's launcher examples of these rows; attention per packed document at the 125-token length the "
-     "source's own FLOP counts imply): the Hopper shares are fitted mostly on llm-foundry's 2023 FSDP runs"),
-    ("nemo2407-llama2-70b-*", "NeMo 24.07 Llama 2 70B: the stored launcher config sets ub_tp_comm_overlap false, "
-     "so its TP collectives are simulated exposed; with the Hopper GEMM rate fitted on llm-foundry: too slow "
-     "(issue 12)"),
-    ("nemo2407-*", "NeMo 24.07 H100 FP8: with the recipes' TP overlap, FP8 all-gathers, BF16 gradient reduction "
-     "and parameter-gather overlap simulated, still too slow like NeMo's pure data-parallel runs (-3 to -13 %): "
-     + _HOPPER_GEMM + ", below what Megatron-Core/Transformer Engine reach; large-TP runs also expose the "
-     "collectives of their small attention-side GEMMs (issue 12)"),
     ("mbridge*-h100-llama3.1-405b-*", "Megatron-Bridge H100 FP8 TP/PP: too slow like the NeMo H100 runs; the table "
      "does not print the recipe's TP-overlap setting (simulated without) and the Hopper GEMM rate is fitted "
      "mostly on FSDP runs (issue 12)"),
@@ -180,11 +158,6 @@ GROUP_CAUSES: tuple[tuple[str, str], ...] = MOE_CAUSES + (
      "costs (5 kernels and 37/41 bytes per score each way, 3 more host calls). The grid measures more: a layer "
      "and micro-batch takes 5.0-5.2 ms at micro-batch 1 against 4.0-4.3 ms at micro-batch 2 (twice the tokens, "
      "the fused kernel); the fallback's passes and calls explain about a quarter of that jump"),
-    ("vtrain-single-*-pp4-*", "vTrain PP 4: the grid's PP 4 runs are 4-7% too fast on average (TP 1 +6.7%, TP 2 "
-     "+4.4%; PP 2: -0.1 to +1.2%); not identified. Modelled, and too small on one node: the non-interleaved 1F1B "
-     "waits for each send before computing on (pipeline.blocking_sends). Not a candidate: the "
-     "torch.cuda.synchronize() after each batch_isend_irecv (batch_p2p_sync), since dtsim already balances host "
-     "and GPU time per block"),
     ("vtrain-single-h2048-*", "vTrain hidden 2,048 at micro-batch 1-2: the grid's host floor per layer and "
      "micro-batch varies between 2.8 and 3.5 ms across layouts of equal host work (TP 4 micro-batch 2: 2.8 ms; TP 4 "
      "micro-batch 1: 3.0 ms; TP 1: 3.3-4.0 ms); the one host scale fitted on their mean (1.54) leaves the "
@@ -194,17 +167,6 @@ GROUP_CAUSES: tuple[tuple[str, str], ...] = MOE_CAUSES + (
      "identified (the source states neither the NICs per node nor the A100 memory size). Its TP 4 / PP 8 layout "
      "at micro-batch 2 (16.1 s) runs slower than TP 4 at PP 4 and PP 16 (13.9, 14.5 s), which dtsim does not "
      "give either: not identified"),
-    ("flagperf-a800-llama3-8b-*", "FlagPerf's Megatron-Core Llama 3 8B on one DGX A800 (the README's 'A100'): its seven "
-     "layouts ran 3-17% faster than dtsim gave them before item 46 (now -8.8..+4.0%), TP 1 the most (PP 2 x DP 4 -16.5%, "
-     "PP 4 x DP 2 -15.0%) and TP 8 the least (-3.4%), where the same case's H100 rows (TP 2 on 8 and 16 GPUs, BF16 and FP8) are within 3% and "
-     "torchtitan's A100 Llama 3 8B runs at the same 8,192 tokens within 2%. The PP 2 x DP 4 baseline's 3,698.7 "
-     "tokens/s/GPU is about 198 TFLOP/s of executed work per GPU over the step (64% of the A800's dense BF16 peak; "
-     "FlagPerf's 6N MFU 56.9%), against the 228 TFLOP/s dtsim's Ampere fit gives large GEMMs (0.84 of MAMF) and 0.54 of "
-     "FlashAttention-2's benchmark for the attention, both fitted on other publications; FlagPerf times one iteration "
-     "(the last logged 'elapsed time per iteration'); not identified. Where dtsim's time goes: the attention core "
-     "(118 / 98 TFLOP/s forward / backward at 8,192 tokens) takes 31% of a block's time for 15% of its FLOPs; at "
-     "0.85 of the benchmark instead of 0.53 the PP 2 x DP 4 row would be about 6% too slow, but the Ampere runs that identify that "
-     "share (torchtitan's and llm-foundry's FSDP runs at 8k-32k tokens, FlashAttention-2 as here) want 0.53"),
     ("flagperf-h800-baichuan2-13b-*", "FlagPerf's Baichuan2-13B under DeepSpeed ZeRO-1 on 2 x 8 H800: the two rows "
      "give 7.92 s per step at 8 accumulation steps and 48.4 s at 64, i.e. 0.72 s per 2,048-token micro-batch and 2.1 s "
      "per step beside them; dtsim gives 0.64 s and 0.24 s. Modelled (+76% / +41% -> +48% / +18%): the remote code's "
@@ -222,11 +184,19 @@ GROUP_CAUSES: tuple[tuple[str, str], ...] = MOE_CAUSES + (
 )
 
 
+def _entry_of(run_id: str) -> str | None:
+    """The entry naming a run's cause: its ``CAUSES`` id, else the first matching ``GROUP_CAUSES`` glob."""
+    if run_id in CAUSES:
+        return run_id
+    return next((pattern for pattern, _ in GROUP_CAUSES if fnmatch.fnmatchcase(run_id, pattern)), None)
+
+
 def cause_of(run_id: str) -> str:
     """The named cause of a miss: ``CAUSES``, else the first matching ``GROUP_CAUSES`` glob."""
-    if run_id in CAUSES:
-        return CAUSES[run_id]
-    return next((c for pattern, c in GROUP_CAUSES if fnmatch.fnmatchcase(run_id, pattern)), "no named cause")
+    entry = _entry_of(run_id)
+    if entry is None:
+        return "no named cause"
+    return CAUSES.get(entry) or next(cause for pattern, cause in GROUP_CAUSES if pattern == entry)
 
 
 def misses(rows: Iterable[dict[str, Any]], tolerance: float = TOLERANCE) -> list[dict[str, Any]]:
@@ -234,3 +204,15 @@ def misses(rows: Iterable[dict[str, Any]], tolerance: float = TOLERANCE) -> list
     out = [{"id": r["id"], "error": r["error"], "cause": cause_of(r["id"])}
            for r in rows if "error" in r and abs(r["error"]) > tolerance]
     return sorted(out, key=lambda m: (-abs(m["error"]), m["id"]))
+
+
+def stale(rows: Iterable[dict[str, Any]], tolerance: float = TOLERANCE) -> list[str]:
+    """``CAUSES`` ids and ``GROUP_CAUSES`` globs that name the cause of none of the simulated ``rows``'
+    misses although they match a simulated row (the run came within tolerance, or an earlier entry names
+    it): stale entries, which ``dtsim validate`` reports for removal. Entries matching no simulated row
+    (a ``--only`` selection) are not judged."""
+    done = [r for r in rows if "error" in r]
+    used = {_entry_of(r["id"]) for r in done if abs(r["error"]) > tolerance}
+    entries = [*CAUSES, *(pattern for pattern, _ in GROUP_CAUSES)]
+    return [e for e in entries if e not in used and any(
+        r["id"] == e if e in CAUSES else fnmatch.fnmatchcase(r["id"], e) for r in done)]

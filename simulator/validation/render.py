@@ -58,6 +58,9 @@ def print_table(rows: Sequence[dict[str, Any]], summary: dict[str, Any], console
     misses = summary.get("misses", [])
     console.print(f"misses beyond ±{100 * tol:.0f}%: {len(misses)}", highlight=False)
     _print_items(console, [(f"{m['id']} ({100 * m['error']:+.1f}%)", m["cause"]) for m in misses], "shared cause")
+    if summary.get("stale_causes"):
+        console.print("stale cause entries (remove them from simulator/validation/misses.py): "
+                      + ", ".join(summary["stale_causes"]), highlight=False)
     fit = summary.get("fit_check", {"runs": 0, "over": []})
     console.print(f"published runs simulated above their GPU's usable memory (they ran): {len(fit['over'])} of "
                   f"{fit['runs']}; {_does_not_fit(fit)} of them 'does not fit' (allocated peak above it too), the "
@@ -167,6 +170,9 @@ def markdown(rows: Sequence[dict[str, Any]], summary: dict[str, Any], command: s
     lines += [f"| {m['id']} | {100 * m['error']:+.1f}% | {_cell(m['cause'], shared, 'shared cause')} |"
               for m in misses]
     lines += _shared_list(shared, "shared cause")
+    if summary.get("stale_causes"):
+        lines += ["", "Stale cause entries (they name the cause of no miss above; remove them from "
+                  "simulator/validation/misses.py): " + ", ".join(f"`{e}`" for e in summary["stale_causes"]) + "."]
     fit = summary.get("fit_check", {"runs": 0, "over": []})
     lines += ["", f"{h}# Runs simulated above their GPU's memory", "",
               f"Every published run ran, so its peak memory fit the GPU: a simulated peak above the usable HBM is "

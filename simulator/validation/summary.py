@@ -14,7 +14,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from simulator.validation.fit_check import overestimates
-from simulator.validation.misses import TOLERANCE, misses
+from simulator.validation.misses import TOLERANCE, misses, stale
 from simulator.validation.suite import Outcome, scenario_for
 from simulator.workload.memory import allocated_bytes
 from simulator.workload.params import count
@@ -117,6 +117,7 @@ def summarize(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
         "worst": [{"id": r["id"], "error": r["error"]} for r in worst],
         "tolerance": TOLERANCE,
         "misses": misses(done),
+        "stale_causes": stale(done),
         "fit_check": {"runs": sum(1 for r in done if "memory_of_usable" in r), "over": overestimates(done)},
         "skipped_runs": [{"id": r["id"], "reason": r["skipped"]} for r in rows if "skipped" in r],
         "folds": _folds(done),

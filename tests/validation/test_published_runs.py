@@ -59,3 +59,16 @@ def test_group_causes_match_corpus_runs_by_glob():
     assert "power-limited" in cause_of("torchao-b200-llama3-8b-8gpu-fsdp-compile-bf16")
     assert cause_of("megatron-sc21-t2-zero3-175B-768gpu") == CAUSES["megatron-sc21-t2-zero3-175B-768gpu"]
     assert cause_of("no-such-run") == "no named cause"
+
+
+def test_a_cause_that_explains_no_miss_is_reported_stale():
+    """``misses.stale``: an entry matching a simulated run that is not a miss is stale; one that names a
+    miss is not; one matching no simulated run (a --only selection) is not judged."""
+    from simulator.validation.misses import GROUP_CAUSES, stale
+
+    key = "megatron-sc21-t2-zero3-175B-768gpu"  # a CAUSES entry
+    pattern = next(p for p, _ in GROUP_CAUSES if p == "torchao-b200-*")
+    run = "torchao-b200-llama3-8b-8gpu-fsdp-compile-bf16"
+    assert stale([{"id": key, "error": 0.20}, {"id": run, "error": -0.30}]) == []
+    assert stale([{"id": key, "error": 0.05}, {"id": run, "error": 0.01}]) == [key, pattern]
+    assert stale([{"id": "a-run-no-entry-matches", "error": 0.01}]) == []
