@@ -184,19 +184,17 @@ GROUP_CAUSES: tuple[tuple[str, str], ...] = MOE_CAUSES + (
 )
 
 
-def _entry_of(run_id: str) -> str | None:
-    """The entry naming a run's cause: its ``CAUSES`` id, else the first matching ``GROUP_CAUSES`` glob."""
+def _named(run_id: str) -> tuple[str, str] | None:
+    """(entry, cause) naming a run's cause: its ``CAUSES`` id, else the first matching ``GROUP_CAUSES`` glob."""
     if run_id in CAUSES:
-        return run_id
-    return next((pattern for pattern, _ in GROUP_CAUSES if fnmatch.fnmatchcase(run_id, pattern)), None)
+        return run_id, CAUSES[run_id]
+    return next(((pattern, c) for pattern, c in GROUP_CAUSES if fnmatch.fnmatchcase(run_id, pattern)), None)
 
 
 def cause_of(run_id: str) -> str:
     """The named cause of a miss: ``CAUSES``, else the first matching ``GROUP_CAUSES`` glob."""
-    entry = _entry_of(run_id)
-    if entry is None:
-        return "no named cause"
-    return CAUSES.get(entry) or next(cause for pattern, cause in GROUP_CAUSES if pattern == entry)
+    named = _named(run_id)
+    return named[1] if named else "no named cause"
 
 
 def misses(rows: Iterable[dict[str, Any]], tolerance: float = TOLERANCE) -> list[dict[str, Any]]:
@@ -212,7 +210,6 @@ def stale(rows: Iterable[dict[str, Any]], tolerance: float = TOLERANCE) -> list[
     it): stale entries, which ``dtsim validate`` reports for removal. Entries matching no simulated row
     (a ``--only`` selection) are not judged."""
     done = [r for r in rows if "error" in r]
-    used = {_entry_of(r["id"]) for r in done if abs(r["error"]) > tolerance}
-    entries = [*CAUSES, *(pattern for pattern, _ in GROUP_CAUSES)]
-    return [e for e in entries if e not in used and any(
-        r["id"] == e if e in CAUSES else fnmatch.fnmatchcase(r["id"], e) for r in done)]
+    used = {named[0] for r in done if abs(r["error"]) > tolerance and (named := _named(r["id"]))}
+    entries = [*CAUSES, *(pattern for pattern, _ in GROUP_CAUSES)]  # an id is a glob matching itself
+    return [e for e in entries if e not in used and any(fnmatch.fnmatchcase(r["id"], e) for r in done)]
