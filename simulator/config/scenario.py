@@ -151,6 +151,14 @@ class KernelConfig(Frozen):
     #: FusedMLP, Apex's FusedDense): no separate bias-add, activation or bias-gradient kernels
     #: (``simulator.workload.ops``). Gated MLPs (SwiGLU) keep their activation kernel.
     gemm_epilogue: bool = False
+    #: Which modules implement the linear layers, for their bias kernels (``workload.ops._bias``):
+    #: ``megatron``, Megatron-LM's own ``ColumnParallelLinear`` (``--transformer-impl local``, Megatron-DeepSpeed:
+    #: its QKV linear adds the bias in a kernel of its own); ``te``, Transformer Engine's
+    #: (``--transformer-impl transformer_engine``, NeMo, Megatron-Bridge: the QKV bias rides in the GEMM's
+    #: cuBLASLt epilogues both ways); ``torch``, PyTorch ``nn.Linear`` (``addmm``'s bias epilogue forward);
+    #: ``auto``: ``torch`` with framework fsdp, ``te`` with ddp (Megatron-LM's default ``--transformer-impl``),
+    #: ``megatron`` with deepspeed.
+    linear: Literal["auto", "megatron", "te", "torch"] = "auto"
     fused_adam: bool = True
     #: torch.compile (Inductor): elementwise chains fused into one kernel each, dispatched by generated
     #: code instead of the eager dispatcher (``simulator.hardware.kernels``).

@@ -34,6 +34,9 @@ from simulator.interop.megatron_flags import read_flags, value_of
 
 FIELD = "megatron"
 
+#: Megatron-LM ``--transformer-impl`` → ``training.kernels.linear``: Megatron-LM's own linears or
+#: Transformer Engine's (the QKV bias add a kernel of its own, or in the GEMM's epilogue: ``workload.ops._bias``).
+LINEARS = {"local": "megatron", "transformer_engine": "te"}
 #: Megatron-LM ``--fp8-recipe`` (default ``delayed``) → ``training.kernels.fp8_recipe``: ``tensorwise`` is
 #: Transformer Engine's per-tensor current scaling. ``blockwise`` (DeepSeek-style 128×128 blocks) is not
 #: simulated.
@@ -224,6 +227,12 @@ def _training(flags: dict, integer, out: Imported) -> None:
     impl = {"fused": "cudnn", "flash": "fa2", "unfused": "eager", "local": "eager"}.get(backend)
     if impl is not None:
         out.set("training.kernels.attention", impl)
+    # --transformer-impl (default transformer_engine): whose linears run, for their bias kernels
+    linear = value_of(flags, "transformer-impl")
+    if linear is not None:
+        if linear not in LINEARS:
+            raise InputError(f"--transformer-impl {linear!r} must be local or transformer_engine", FIELD)
+        out.set("training.kernels.linear", LINEARS[linear])
 
 
 def _parallel(flags: dict, integer, out: Imported) -> None:

@@ -9,6 +9,7 @@ from simulator.interop.common import Exported
 from simulator.interop.megatron_graphs import export_graphs
 from simulator.interop.megatron_mla import export_mla
 from simulator.interop.megatron_moe import export_moe
+from simulator.workload.ops import linear_impl
 
 
 def export_args(s: Scenario) -> Exported:
@@ -85,6 +86,9 @@ def export_args(s: Scenario) -> Exported:
     kernel = attention.for_scenario(s)
     backend = "fused" if kernel == "cudnn" else "unfused" if kernel in UNFUSED_ATTENTION else "flash"
     lines.append(f"--attention-backend {backend}")
+    # and the linears it priced (``workload.ops.linear_impl``): Megatron-LM's own only with local
+    if linear_impl(tr.kernels, "ddp") == "megatron":
+        lines.append("--transformer-impl local")
     lines += [f"--tensor-model-parallel-size {par.tp}", f"--pipeline-model-parallel-size {par.pp}"]
     if par.cp > 1:
         lines.append(f"--context-parallel-size {par.cp}")

@@ -23,6 +23,7 @@ VALUE_FLAGS = (
     "num-layers-per-virtual-pipeline-stage", "virtual-pipeline-model-parallel-size", "pipeline-model-parallel-layout",
     "fp8-format", "window-size", "window-attn-skip-freq", "recompute-modules",
     "attention-backend", "nnodes", "nproc-per-node", "clip-grad", "fp8-recipe", "ddp-bucket-size",
+    "transformer-impl",
 ) + megatron_moe.VALUE_FLAGS + megatron_graphs.VALUE_FLAGS + megatron_mla.VALUE_FLAGS
 #: Switches dtsim reads.
 BOOL_FLAGS = (
@@ -69,7 +70,7 @@ IGNORED = (
     (("norm-epsilon", "rotary-", "use-rope-scaling", "rope-scaling-factor", "no-rope-fusion",
       "no-masked-softmax-fusion", "no-bias-gelu-fusion", "no-bias-swiglu-fusion", "no-bias-dropout-fusion",
       "no-gradient-accumulation-fusion", "apply-query-key-layer-scaling", "attention-softmax-in-fp32",
-      "accumulate-allreduce-grads-in-fp32", "transformer-impl", "use-mcore-models",
+      "accumulate-allreduce-grads-in-fp32", "use-mcore-models",
       "use-legacy-models", "cross-entropy-loss-fusion", "apply-layernorm-1p", "no-persist-layer-norm",
       "fp8-amax-", "fp8-margin", "fp8-interval", "fp8-wgrad", "bias-dropout-fusion", "squared-relu-fusion",
       "manual-gc", "manual-gc-", "no-async-tensor-model-parallel-allreduce", "calculate-per-token-loss", "init-model-with-meta-device",

@@ -32,7 +32,7 @@ _MODEL_READ = {
     "hidden_dropout", "attention_dropout", "ffn_dropout", "sequence_parallel", "activations_checkpoint_granularity",
     "activations_checkpoint_method", "activations_checkpoint_num_layers", "ub_tp_comm_overlap",
     "use_flash_attention", "fp8", "optim", "cpu_offloading", "make_vocab_size_divisible_by", "precision",
-    "qk_layernorm",
+    "qk_layernorm", "transformer_engine",
 }
 _HYPER = "optimizer, initialisation or loss-scaling hyper-parameter: no effect on step time"
 _DATA = "data or tokenizer: dtsim assumes the input pipeline never stalls the step"
@@ -49,7 +49,7 @@ _MODEL_IGNORED = {
                      "fp16_lm_cross_entropy", "megatron_amp_O2", "grad_allreduce_chunk_size_mb", "grad_div_ar_fusion",
                      "gradient_accumulation_fusion", "bias_activation_fusion", "bias_dropout_add_fusion",
                      "masked_softmax_fusion", "get_attention_mask_from_fusion", "apply_rope_fusion",
-                     "onnx_safe", "gradient_as_bucket_view", "sync_batch_comm", "transformer_engine", "fp8_e4m3",
+                     "onnx_safe", "gradient_as_bucket_view", "sync_batch_comm", "fp8_e4m3",
                      "fp8_hybrid", "fp8_margin", "fp8_interval", "fp8_amax_history_len", "fp8_amax_compute_algo",
                      "reduce_amax", "use_emha", "ub_tp_comm_overlap_cfg", "overlap_p2p_comm", "batch_p2p_comm",
                      "deterministic_mode", "cross_entropy_loss_fusion", "seq_len_interpolation_factor",
@@ -190,6 +190,8 @@ def _training(trainer: dict, m: dict, out: Imported) -> None:
         raise InputError("must be 1 with Megatron models (NeMo derives accumulation from global_batch_size)",
                          f"{FIELD} trainer.accumulate_grad_batches")
     out.set("training.kernels.flash_attention", bool(m.get("use_flash_attention", False)))
+    if "transformer_engine" in m:  # whose linears run, for their bias kernels (workload.ops._bias)
+        out.set("training.kernels.linear", "te" if m["transformer_engine"] else "megatron")
 
 
 def _parallel(trainer: dict, m: dict, out: Imported) -> None:

@@ -291,7 +291,8 @@ def attach(work: Any, scenario: Any, pb: int) -> Any:
                                 streams=moe_ops.expert_streams(par.framework),
                                 sequence_parallel=bool(getattr(par, "sequence_parallel", False)),
                                 fp8_padding=moe_ops.fp8_padding(model, par.framework, tr.active_fp8_recipe),
-                                dispatcher=dispatcher, torch_linear=wops.nn_linear(par.framework))
+                                dispatcher=dispatcher,
+                                linear=wops.linear_impl(tr.kernels, par.framework))
     ops = dataclasses.replace(ops, pre=tuple(scale_attention(op, cp, model, tr) for op in ops.pre))
     local_experts, fp8_host = ops.local_experts, tr.precision == "fp8"
     ops = moe_host.forward(ops, model, tr.kernels, local_experts, fp8_host)

@@ -139,18 +139,19 @@ def from_scenario(scenario: Any, persistence_threshold: float = 1e5) -> StepWork
     mode = wrecompute.attention_mode(tr, par.framework)  # selective without core_attn stores the core
     sp = bool(getattr(par, "sequence_parallel", False))
     recompute_mlp = wrecompute.mlp(tr)  # Megatron-Core's mlp recompute module
+    linear = wops.linear_impl(tr.kernels, par.framework)
     if model.moe is not None or model.is_mla:  # MLA attention in the dense blocks
         from simulator.workload import moe_ops
 
         dense = moe_ops.dense_block_ops(model, b, s, tp, pb, tr.kernels, mode, fp8=fp8,
                                         modules=wrecompute.modules(tr), sequence_parallel=sp,
-                                        torch_linear=wops.nn_linear(par.framework))
+                                        linear=linear)
         fwd = [scale_attention(op, cp, model, tr) for op in dense]
     else:
         fwd = [scale_attention(op, cp, model, tr)
                for op in wops.layer_ops(model, b, s, tp, pb, tr.kernels, mode, fp8=fp8,
                                         early_stop=wrecompute.early_stop(scenario), sequence_parallel=sp,
-                                        mlp_recompute=recompute_mlp, torch_linear=wops.nn_linear(par.framework))]
+                                        mlp_recompute=recompute_mlp, linear=linear)]
     bwd_all = wops.backward_ops(fwd)
     recompute = tuple(op for op in bwd_all if op.name.startswith("recompute."))
     bwd = tuple(op for op in bwd_all if not op.name.startswith("recompute."))

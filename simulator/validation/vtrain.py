@@ -108,7 +108,8 @@ def scenario(row: Row) -> dict[str, Any]:
     return {"model": model, "cluster": cluster,
             "training": {"seq_len": row.seq_len, "micro_batch_size": row.micro_batch,
                          "global_batch_size": row.global_batch, "precision": "fp16",
-                         "activation_checkpointing": "full", "kernels": {"flash_attention": False}},
+                         "activation_checkpointing": "full",
+                         "kernels": {"flash_attention": False, "linear": "megatron"}},
             "parallel": {"framework": "ddp", "tp": row.tp, "pp": row.pp, "overlap_grad_reduce": False}}
 
 

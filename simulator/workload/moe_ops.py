@@ -205,7 +205,7 @@ def _mla_attention(model: ModelConfig, b: int, s: int, tp: int, pb: int, fused: 
 
 def _attention_part(model, b, s, tp, pb, kernels, recompute, fp8: str | None = None,
                     modules: frozenset[str] = frozenset(), sequence_parallel: bool = False,
-                    torch_linear: bool = False) -> tuple[list, list]:
+                    linear: str = "megatron") -> tuple[list, list]:
     """(ops through the post-attention norm, the dense MLP ops after it) of one block; their linear
     GEMMs in FP8 under ``fp8`` (``_linearize``; the dense blocks' through ``workload.ops.layer_ops``).
     ``recompute`` selective (``core_attn`` among the modules: ``recompute.attention_mode``) marks the
@@ -225,20 +225,20 @@ def _attention_part(model, b, s, tp, pb, kernels, recompute, fp8: str | None = N
                                       wops._ADD_FLOPS))
         return _linearize(att, fp8), _linearize(mlp, fp8)
     full = wops.layer_ops(model, b, s, tp, pb, kernels, "selective" if recompute == "selective" else "none", fp8=fp8,
-                          sequence_parallel=sequence_parallel, torch_linear=torch_linear)
+                          sequence_parallel=sequence_parallel, linear=linear)
     cut = max(i for i, op in enumerate(full) if op.name.startswith("post_attn")) + 1
     return full[:cut], full[cut:]
 
 
 def dense_block_ops(model: ModelConfig, b: int, s: int, tp: int, pb: int, kernels, recompute: str,
                     fp8: str | None = None, modules: frozenset[str] = frozenset(),
-                    sequence_parallel: bool = False, torch_linear: bool = False) -> list:
+                    sequence_parallel: bool = False, linear: str = "megatron") -> list:
     """Forward ops of a dense block of an MoE / MLA model (MLA attention when the model has it);
     ``modules`` as in ``moe_block_ops``, ``mlp`` among them marking the dense MLP (``workload.ops.mark_mlp``)."""
     if not model.is_mla:
         return wops.layer_ops(model, b, s, tp, pb, kernels, recompute, fp8=fp8, sequence_parallel=sequence_parallel,
-                              mlp_recompute="mlp" in modules, torch_linear=torch_linear)
-    att, mlp = _attention_part(model, b, s, tp, pb, kernels, recompute, fp8, modules, sequence_parallel, torch_linear)
+                              mlp_recompute="mlp" in modules, linear=linear)
+    att, mlp = _attention_part(model, b, s, tp, pb, kernels, recompute, fp8, modules, sequence_parallel, linear)
     ops = _mark(att + mlp, recompute)
     return wops.mark_mlp(ops) if "mlp" in modules else ops
 
@@ -271,7 +271,7 @@ FP8_PADDING_PASSES = 2
 def moe_block_ops(model: ModelConfig, b: int, s: int, tp: int, pb: int, kernels, recompute: str,
                   ep: int = 1, etp: int = 1, modules: frozenset[str] = frozenset(),
                   fp8: str | None = None, streams: int = 0, sequence_parallel: bool = False,
-                  fp8_padding: bool = False, dispatcher: str = "alltoall", torch_linear: bool = False) -> MoEBlockOps:
+                  fp8_padding: bool = False, dispatcher: str = "alltoall", linear: str = "megatron") -> MoEBlockOps:
     """Forward ops of one MoE block on one GPU (conventions: module docstring). ``modules``: what
     selective recomputation re-runs before the backward (``simulator.workload.recompute.modules``):
     ``layernorm`` the pre-MLP norm (the post-attention add + norm op, whose add is re-run with it when
@@ -281,11 +281,11 @@ def moe_block_ops(model: ModelConfig, b: int, s: int, tp: int, pb: int, kernels,
     ``sequence_parallel``: the attention part's norms on the rank's tokens (``workload.ops.layer_ops``).
     ``fp8_padding``: the experts' FP8 row padding and unpadding run as kernels (module docstring).
     ``dispatcher``: ``alltoall`` (Megatron-Core's permutes around the all-to-alls) or ``deepep`` (the
-    receiver's permutes only, module docstring). ``torch_linear``: as ``workload.ops.layer_ops``."""
+    receiver's permutes only, module docstring). ``linear``: as ``workload.ops.layer_ops``."""
     m = model.moe
     assert m is not None
     h, k_mlp = model.hidden_size, model.mlp_matrices
-    att, _ = _attention_part(model, b, s, tp, pb, kernels, recompute, fp8, modules, sequence_parallel, torch_linear)
+    att, _ = _attention_part(model, b, s, tp, pb, kernels, recompute, fp8, modules, sequence_parallel, linear)
     if "layernorm" in modules:
         att = [replace(op, recompute=True) if op.name.startswith("post_attn") and "norm" in op.name else op
                for op in att]

@@ -127,25 +127,40 @@ def _add_norm(name: str, tokens_h: float, fused: bool, pb: int, eager_rms: bool 
     ]
 
 
-def nn_linear(framework: str) -> bool:
-    """True when the framework's blocks are built from PyTorch ``nn.Linear`` modules (framework ``fsdp``:
-    llm-foundry, torchtitan, Accelerate's and Lightning's FSDP trainers), whose biases ride in ``addmm``'s
-    epilogue; Megatron-LM's and DeepSpeed-Megatron's linears (``ddp``, ``deepspeed``) add the QKV bias
-    with a kernel of their own (``_bias``)."""
-    return framework == "fsdp"
+def linear_impl(kernels: Kernels, framework: str) -> str:
+    """Which modules implement the block's linears (``training.kernels.linear``, ``auto`` resolved):
+    PyTorch ``nn.Linear`` (``torch``) in framework ``fsdp``'s blocks (llm-foundry, torchtitan, Accelerate's
+    and Lightning's FSDP trainers); Transformer Engine's (``te``) in Megatron-Core's (framework ``ddp``:
+    NeMo, Megatron-Bridge, and Megatron-LM, whose ``--transformer-impl`` defaults to ``transformer_engine``
+    and whose flash and cuDNN attention come through Transformer Engine); Megatron-LM's own (``megatron``)
+    under DeepSpeed (Megatron-DeepSpeed)."""
+    impl = getattr(kernels, "linear", "auto")
+    if impl != "auto":
+        return impl
+    return {"fsdp": "torch", "ddp": "te"}.get(framework, "megatron")
 
 
-def _bias(i: int, model: ModelConfig, tokens: int, n: int, pb: int, separate_add: bool) -> list[Op]:
+def _bias(i: int, model: ModelConfig, tokens: int, n: int, pb: int, linear: str) -> list[Op]:
     """The bias work of a block's ``i``-th biased linear (QKV 0, output 1, MLP up 2, down 3; output width
-    ``n``), placed right after its GEMM: one gradient reduction backward (``grad.sum(0)``), nothing forward
-    (the bias rides in the GEMM: PyTorch's ``addmm`` cuBLASLt bias epilogue, ``nn.Linear``), except
-    Megatron-LM's QKV linear with ``separate_add``: ``LinearWithGradAccumulationAndAsyncCommunication``
-    runs ``matmul`` then ``output + bias``, one add kernel forward, whose gradient is the identity, so
-    backward it is only the bias's reduction (``grad_output.sum(dim=0)``)."""
+    ``n``), placed right after its GEMM, as the ``linear`` modules (``linear_impl``) run it:
+
+    * one gradient reduction backward (``grad.sum(0)``) and nothing forward: the bias rides in the GEMM
+      (PyTorch ``nn.Linear``: ``addmm``'s cuBLASLt bias epilogue), or in the next fused kernel
+      (Megatron-Core's output projection and MLP return their bias, ``skip_bias_add``, to the fused
+      bias-dropout-add and bias-activation kernels, whose autograd reduces its gradient);
+    * Megatron-LM's own QKV linear (``megatron``): ``LinearWithGradAccumulationAndAsyncCommunication``
+      runs ``matmul`` then ``output + bias``, one add kernel forward, whose gradient is the identity, so
+      backward it is only the bias's reduction (``grad_output.sum(dim=0)``);
+    * Transformer Engine's QKV linear (``te``; Megatron-Core's ``TELayerNormColumnParallelLinear`` keeps
+      its bias, ``skip_bias_add=False``): no kernel either way, the bias added in the forward GEMM's
+      epilogue (``tex.gemm(..., bias=bias, use_bias=True)``, cuBLASLt ``EPILOGUE_BIAS``) and its gradient
+      reduced in the weight-gradient GEMM's (``grad=True``, ``EPILOGUE_BGRADB``)."""
     if not model.linear_bias:
         return []
     grad = float(tokens * n * pb)
-    if i == 0 and separate_add:
+    if i == 0 and linear == "te":
+        return []
+    if i == 0 and linear == "megatron":
         return [replace(memory_op("qkv_bias_add", tokens * n, 3, pb, _ADD_FLOPS), bwd_launches=1, bwd_bytes=grad)]
     return [Op(f"bias_grad_{i}", "memory", 0.0, 0.0, launches=0, bwd_launches=1, bwd_bytes=grad)]
 
@@ -193,7 +208,7 @@ def layer_ops(
     early_stop: bool = False,
     sequence_parallel: bool = False,
     mlp_recompute: bool = False,
-    torch_linear: bool = False,
+    linear: str = "megatron",
 ) -> list[Op]:
     """Forward kernels of ONE transformer block on one GPU, in execution order.
 
@@ -219,9 +234,8 @@ def layer_ops(
     cast of the norm's output, which is taken before the all-gather that feeds the column-parallel
     QKV and MLP-up GEMMs (Transformer Engine and torchtitan gather the FP8 tensor, ``tp_allgather_bytes``).
 
-    ``torch_linear``: the linears are PyTorch ``nn.Linear`` modules (PyTorch FSDP trainers: llm-foundry,
-    torchtitan), whose biases ride in ``addmm``'s epilogue; otherwise fused blocks are Megatron-LM's, whose
-    QKV linear adds its bias with a kernel of its own (``_bias``).
+    ``linear``: the modules that implement the linears (``linear_impl``), for their bias kernels
+    (``_bias``); eager blocks are PyTorch ``nn.Linear`` modules whatever it says.
     """
     pb = precision_bytes
     h, f, t = model.hidden_size, model.ffn_hidden_size, tp
@@ -243,7 +257,7 @@ def layer_ops(
     epilogue = getattr(kernels, "gemm_epilogue", False)
 
     def bias(i: int, n: int) -> list[Op]:
-        return [] if epilogue else _bias(i, model, tokens, n, pb, fused and not torch_linear)
+        return [] if epilogue else _bias(i, model, tokens, n, pb, linear if fused else "torch")
 
     qkv_launches = 1 if fused or model.qkv_fused else 3  # eager code keeps Llama's q, k, v apart
     qkv_n = (model.q_dim + 2 * model.kv_dim) // t

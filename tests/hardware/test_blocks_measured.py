@@ -49,11 +49,11 @@ def _block(name: str, eff, impl: str = "cudnn") -> tuple[tuple, tuple, RooflineC
     if name == "mpt-7b":  # benchmarks/gpu_blocks.py builds it without biases (llm-foundry's sweep had them)
         model = model.model_copy(update={"linear_bias": False})
     # the Llama block is torchtitan's eager code (RMSNorm as torch ops); MPT's norms are nn.LayerNorm kernels;
-    # every linear is an nn.Linear (biases in addmm's epilogue: torch_linear)
+    # every linear is an nn.Linear (biases in addmm's epilogue: linear torch)
     kc = KernelConfig(fused_norm_residual=name != "llama3-8b", attention=impl)
     compute = RooflineComputeModel(H200, "bf16", eff, launch=kernels.EAGER, attention_impl=impl,
                                    attention_head_dim=model.d_head)
-    fwd = list(layer_ops(model, row["micro_batch"], row["seq"], 1, 2, kc, torch_linear=True))
+    fwd = list(layer_ops(model, row["micro_batch"], row["seq"], 1, 2, kc, linear="torch"))
     fwd_t, _, bwd_t = host.attach(fwd, (), tuple(backward_ops(fwd)), model, kc, "fsdp")
     return tuple(fwd_t), tuple(bwd_t), compute
 

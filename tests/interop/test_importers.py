@@ -97,6 +97,24 @@ def test_megatron_ddp_bucket_size_round_trips():
     assert "--ddp-bucket-size 80000000" in export_scenario(s, "megatron").text
 
 
+def test_megatron_transformer_impl_names_the_linears():
+    """--transformer-impl local runs Megatron-LM's own linears (the QKV bias added by a kernel of its own),
+    transformer_engine Transformer Engine's; without the flag Megatron-LM's default (transformer_engine) is
+    what kernels.linear auto gives framework ddp. The exporter writes local back."""
+    base = "--num-layers 2 --hidden-size 1024 --num-attention-heads 16 --seq-length 512 --vocab-size 32000 --bf16"
+    assert import_args(base).get("training.kernels.linear") is None
+    assert import_args(base + " --transformer-impl local").get("training.kernels.linear") == "megatron"
+    assert import_args(base + " --transformer-impl transformer_engine").get("training.kernels.linear") == "te"
+    with pytest.raises(InputError, match="--transformer-impl 'te' must be local or transformer_engine"):
+        import_args(base + " --transformer-impl te")
+    s, _, _ = import_scenario("megatron", text=MEGATRON.replace("--overlap-param-gather", "--overlap-param-gather --transformer-impl local"),
+                              topology="dgx-h100")
+    assert s.training.kernels.linear == "megatron"
+    assert "--transformer-impl local" in export_scenario(s, "megatron").text
+    s, _, _ = import_scenario("megatron", text=MEGATRON, topology="dgx-h100")
+    assert "--transformer-impl" not in export_scenario(s, "megatron").text
+
+
 def test_megatron_virtual_pipeline_from_layers_per_chunk():
     imp = import_args("--num-layers 32 --hidden-size 1024 --num-attention-heads 16 "
                       "--pipeline-model-parallel-size 4 --num-layers-per-virtual-pipeline-stage 2")
@@ -402,6 +420,10 @@ def test_nemo_import_hand_checked(tmp_path):
     off, _, _ = import_scenario("nemo", text=NEMO.replace("gradient_clip_val: 1.0", "gradient_clip_val: 0.0"),
                                 topology="dgx-a100", overrides=["model.vocab_size=50304"])
     assert not off.training.grad_clipping
+    # model.transformer_engine: false builds Megatron-LM's own linears (kernels.linear megatron), true TE's
+    te_off, _, _ = import_scenario("nemo", text=NEMO.replace("  num_layers:", "  transformer_engine: false\n  num_layers:"),
+                                   topology="dgx-a100", overrides=["model.vocab_size=50304"])
+    assert te_off.training.kernels.linear == "megatron" and s.training.kernels.linear == "auto"
 
 
 def test_deepspeed_import_on_model_and_topology(tmp_path):

@@ -72,7 +72,8 @@ def test_unfused_attention_dropout_bias_grads_and_context_copy_by_hand(gpt3_175b
     forward and backward; the context copy 2 passes of s·h; each of the 4 biased linears one
     gradient-reduction kernel reading its output gradient (s·3h, s·h, s·4h, s·h) in the backward: the
     QKV one as the backward of Megatron's QKV bias add, an add whose gradient is the identity (no kernel
-    of its own); PyTorch's nn.Linear (FSDP trainers) folds that add into addmm's epilogue."""
+    of its own); PyTorch's nn.Linear (FSDP trainers) folds that add into addmm's epilogue; Transformer
+    Engine's QKV linear also its gradient, into the weight-gradient GEMM's (cuBLASLt BGRADB)."""
     b, s, pb, h = 1, 1024, 2, 12288
     model = gpt3_175b.model_copy(update={"dropout": 0.1})
     fwd = ops.layer_ops(model, b, s, 1, pb, KernelConfig(flash_attention=False))
@@ -85,11 +86,30 @@ def test_unfused_attention_dropout_bias_grads_and_context_copy_by_hand(gpt3_175b
     assert grads == sorted([s * 3 * h * pb, s * h * pb, s * 4 * h * pb, s * h * pb])
     assert bwd["qkv_bias_add.bwd"].launches == 1
     assert all(o.launches == 0 for o in fwd if o.name.startswith("bias_grad"))  # nothing forward
-    torch_fwd = ops.layer_ops(model, b, s, 1, pb, KernelConfig(flash_attention=False), torch_linear=True)
+    torch_fwd = ops.layer_ops(model, b, s, 1, pb, KernelConfig(flash_attention=False), linear="torch")
     assert {o.name for o in fwd} - {o.name for o in torch_fwd} == {"qkv_bias_add"}
     assert sum(o.launches for o in torch_fwd) == sum(o.launches for o in fwd) - 1
     torch_grads = sorted(o.bytes for o in ops.backward_ops(torch_fwd) if o.name.startswith("bias_grad"))
     assert torch_grads == grads
+    # Transformer Engine's QKV linear: its bias in the GEMM's epilogues both ways, no kernel of its own; the
+    # output and MLP biases' reductions stay (Megatron-Core hands those biases to its fused kernels)
+    te_fwd = ops.layer_ops(model, b, s, 1, pb, KernelConfig(flash_attention=False), linear="te")
+    assert {o.name for o in torch_fwd} - {o.name for o in te_fwd} == {"bias_grad_0"}
+    te_bwd = ops.backward_ops(te_fwd)
+    te_grads = sorted(o.bytes for o in te_bwd if o.name.startswith("bias_grad"))
+    assert te_grads == sorted([s * h * pb, s * 4 * h * pb, s * h * pb])
+    assert sum(o.launches for o in te_bwd) == sum(o.launches for o in ops.backward_ops(torch_fwd)) - 1
+
+
+def test_linear_modules_resolve_per_framework():
+    """kernels.linear auto: PyTorch nn.Linear under FSDP; Transformer Engine's linears under Megatron-Core
+    (Megatron-LM's --transformer-impl defaults to transformer_engine); Megatron-LM's own under
+    Megatron-DeepSpeed; an explicit choice wins."""
+    auto = KernelConfig()
+    assert ops.linear_impl(auto, "fsdp") == "torch"
+    assert ops.linear_impl(auto, "ddp") == "te"
+    assert ops.linear_impl(auto, "deepspeed") == "megatron"
+    assert ops.linear_impl(KernelConfig(linear="megatron"), "ddp") == "megatron"
 
 
 def test_eager_llama_block_is_the_aten_chains(llama3_8b):
@@ -402,7 +422,7 @@ def test_moe_blocks_carry_their_attention_biases():
     """GPT-OSS-120B has biased attention linears (q, k, v and output: model.linear_bias). Its MoE block's
     attention part carries them as a dense block's do, each right after its GEMM: Megatron's QKV bias add
     (3 passes of the QKV output forward, its bias's reduction backward) and the output projection's bias
-    reduction; under PyTorch's nn.Linear (torch_linear) no add, the QKV bias's reduction alone. The MLP's
+    reduction; under PyTorch's nn.Linear (linear torch) no add, the QKV bias's reduction alone. The MLP's
     biases are the experts' (moe_ops), not the dense MLP's."""
     from simulator.catalog import get_model
     from simulator.workload import moe_ops
@@ -410,8 +430,8 @@ def test_moe_blocks_carry_their_attention_biases():
     model = get_model("gpt-oss-120b")
     b, s, pb = 1, 4096, 2
     qkv = model.q_dim + 2 * model.kv_dim
-    for torch_linear, first in ((False, "qkv_bias_add"), (True, "bias_grad_0")):
-        pre = moe_ops.moe_block_ops(model, b, s, 1, pb, KernelConfig(), "none", ep=8, torch_linear=torch_linear).pre
+    for linear, first in (("megatron", "qkv_bias_add"), ("torch", "bias_grad_0")):
+        pre = moe_ops.moe_block_ops(model, b, s, 1, pb, KernelConfig(), "none", ep=8, linear=linear).pre
         names = [o.name for o in pre]
         assert names[names.index("qkv") + 1] == first and names[names.index("out_proj") + 1] == "bias_grad_1"
         assert not any(n in names for n in ("bias_grad_2", "bias_grad_3"))
