@@ -121,18 +121,15 @@ class ClusterConfig(Frozen):
         return self
 
 
-#: Attention kernel implementations (``simulator.hardware.attention``): ``auto`` picks per framework
-#: and GPU architecture; ``fa1`` FlashAttention 1.x; ``triton`` the Triton FlashAttention of 2022-23 stacks
-#: (llm-foundry ``attn_impl: triton``); ``fa2``
-#: FlashAttention-2 (also PyTorch SDPA's flash backend); ``fa3`` FlashAttention-3 (Hopper); ``cudnn``
-#: cuDNN fused attention (Transformer Engine's default on Hopper and Blackwell); ``sdpa_math`` and
-#: ``eager`` unfused attention (score matrix in HBM) around Megatron's fused scale-mask-softmax;
-#: ``hf_eager`` Hugging Face transformers' eager attention (``attn_implementation="eager"``: scale,
-#: mask add, fp32 softmax and cast as separate PyTorch ops; ``simulator.workload.attention_core``).
+#: Attention kernel implementations (``simulator.hardware.attention``): ``auto`` picks per framework and GPU
+#: architecture; ``fa1`` FlashAttention 1.x; ``triton`` the Triton FlashAttention of 2022-23 stacks (llm-foundry
+#: ``attn_impl: triton``); ``fa2`` FlashAttention-2 (also PyTorch SDPA's flash backend); ``fa3`` FlashAttention-3
+#: (Hopper); ``cudnn`` cuDNN fused attention (Transformer Engine's default on Hopper and Blackwell); ``sdpa_math``
+#: and ``eager`` unfused attention (score matrix in HBM) around Megatron's fused scale-mask-softmax; ``hf_eager``
+#: Hugging Face's eager attention (scale, mask add, fp32 softmax and cast as separate PyTorch ops).
 AttentionImpl = Literal["auto", "fa1", "triton", "fa2", "fa3", "cudnn", "sdpa_math", "eager", "hf_eager"]
 UNFUSED_ATTENTION = ("sdpa_math", "eager", "hf_eager")
-#: Architectures with block-scaled MX FP8 tensor-core GEMMs (``fp8_recipe: mxfp8``): NVIDIA Blackwell
-#: (sm_100/sm_103, 32-element E8M0 scale blocks) and AMD CDNA4 (MI350/MI355X, the OCP MX formats).
+#: Block-scaled MX FP8 GEMMs (``fp8_recipe: mxfp8``): NVIDIA Blackwell (sm_100/103) and AMD CDNA4 (MI350/355X).
 MXFP8_ARCHS = ("blackwell", "cdna4")
 #: FP8 recipes of torchao's float8 linears (no Transformer Engine modules).
 TORCHAO_RECIPES = ("tensorwise", "rowwise")
@@ -146,18 +143,12 @@ class KernelConfig(Frozen):
     #: ``flash_attention: false``.
     attention: AttentionImpl = "auto"
     fused_norm_residual: bool = True
-    #: Bias add and a GELU/ReLU activation run inside the linear GEMMs' epilogues (cuBLASLt bias and
-    #: GELU_AUX_BIAS forward, DGELU_BGRAD / BGRADB backward: flash-attn's ``fused_dense`` FusedDense and
-    #: FusedMLP, Apex's FusedDense): no separate bias-add, activation or bias-gradient kernels
-    #: (``simulator.workload.ops``). Gated MLPs (SwiGLU) keep their activation kernel.
+    #: Bias add and a GELU/ReLU activation in the linear GEMMs' epilogues, forward and backward (flash-attn's
+    #: ``fused_dense``, Apex's FusedDense: ``simulator.workload.bias``); gated MLPs keep their activation kernel.
     gemm_epilogue: bool = False
-    #: Which modules implement the linear layers, for their bias kernels (``workload.ops._bias``):
-    #: ``megatron``, Megatron-LM's own ``ColumnParallelLinear`` (``--transformer-impl local``, Megatron-DeepSpeed:
-    #: its QKV linear adds the bias in a kernel of its own); ``te``, Transformer Engine's
-    #: (``--transformer-impl transformer_engine``, NeMo, Megatron-Bridge: the QKV bias rides in the GEMM's
-    #: cuBLASLt epilogues both ways); ``torch``, PyTorch ``nn.Linear`` (``addmm``'s bias epilogue forward);
-    #: ``auto``: ``torch`` with framework fsdp, ``te`` with ddp (Megatron-LM's default ``--transformer-impl``),
-    #: ``megatron`` with deepspeed.
+    #: Whose linears run, for their bias kernels (``simulator.workload.bias``): Megatron-LM's own
+    #: (``megatron``), Transformer Engine's (``te``) or PyTorch ``nn.Linear`` (``torch``); ``auto``: torch with
+    #: framework fsdp, te with ddp (Megatron-LM's default ``--transformer-impl``), megatron with deepspeed.
     linear: Literal["auto", "megatron", "te", "torch"] = "auto"
     fused_adam: bool = True
     #: torch.compile (Inductor): elementwise chains fused into one kernel each, dispatched by generated

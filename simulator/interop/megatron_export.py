@@ -9,7 +9,7 @@ from simulator.interop.common import Exported
 from simulator.interop.megatron_graphs import export_graphs
 from simulator.interop.megatron_mla import export_mla
 from simulator.interop.megatron_moe import export_moe
-from simulator.workload.ops import linear_impl
+from simulator.workload.bias import linear_impl
 
 
 def export_args(s: Scenario) -> Exported:
@@ -86,9 +86,15 @@ def export_args(s: Scenario) -> Exported:
     kernel = attention.for_scenario(s)
     backend = "fused" if kernel == "cudnn" else "unfused" if kernel in UNFUSED_ATTENTION else "flash"
     lines.append(f"--attention-backend {backend}")
-    # and the linears it priced (``workload.ops.linear_impl``): Megatron-LM's own only with local
-    if linear_impl(tr.kernels, "ddp") == "megatron":
+    # and the linears it priced (``workload.bias.linear_impl``): Megatron-LM's own with local, which runs no
+    # FP8 (Megatron-LM's FP8 is Transformer Engine's); nn.Linear has no Megatron-LM counterpart
+    priced = linear_impl(tr.kernels, par.framework)
+    if priced == "megatron" and tr.precision != "fp8":
         lines.append("--transformer-impl local")
+    elif priced != "te":
+        why = "runs FP8 only through" if priced == "megatron" else "has no nn.Linear blocks; it runs"
+        notes.append(f"training.kernels.linear {priced}: Megatron-LM {why} Transformer Engine's linears "
+                     "(exported with them: the QKV bias in the GEMM's epilogue)")
     lines += [f"--tensor-model-parallel-size {par.tp}", f"--pipeline-model-parallel-size {par.pp}"]
     if par.cp > 1:
         lines.append(f"--context-parallel-size {par.cp}")

@@ -260,6 +260,7 @@ def attach(work: Any, scenario: Any, pb: int) -> Any:
     the expert-DP group here), the MoE blocks' ops and all-to-all volumes, and an optimizer step
     that also updates this GPU's expert shard."""
     from simulator.parallel.work import scale_attention
+    from simulator.workload import bias as wbias
     from simulator.workload import moe as wmoe
     from simulator.workload import moe_host, moe_ops
     from simulator.workload import ops as wops
@@ -292,7 +293,7 @@ def attach(work: Any, scenario: Any, pb: int) -> Any:
                                 sequence_parallel=bool(getattr(par, "sequence_parallel", False)),
                                 fp8_padding=moe_ops.fp8_padding(model, par.framework, tr.active_fp8_recipe),
                                 dispatcher=dispatcher,
-                                linear=wops.linear_impl(tr.kernels, par.framework))
+                                linear=wbias.linear_impl(tr.kernels, par.framework))
     ops = dataclasses.replace(ops, pre=tuple(scale_attention(op, cp, model, tr) for op in ops.pre))
     local_experts, fp8_host = ops.local_experts, tr.precision == "fp8"
     ops = moe_host.forward(ops, model, tr.kernels, local_experts, fp8_host)

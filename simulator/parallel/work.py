@@ -14,6 +14,7 @@ from typing import Any
 
 from simulator.hardware.kernels import sm_count
 from simulator.units import DTYPE_BYTES
+from simulator.workload import bias as wbias
 from simulator.workload import flops as wflops
 from simulator.workload import host as whost
 from simulator.workload import loss as wloss
@@ -139,7 +140,7 @@ def from_scenario(scenario: Any, persistence_threshold: float = 1e5) -> StepWork
     mode = wrecompute.attention_mode(tr, par.framework)  # selective without core_attn stores the core
     sp = bool(getattr(par, "sequence_parallel", False))
     recompute_mlp = wrecompute.mlp(tr)  # Megatron-Core's mlp recompute module
-    linear = wops.linear_impl(tr.kernels, par.framework)
+    linear = wbias.linear_impl(tr.kernels, par.framework)
     if model.moe is not None or model.is_mla:  # MLA attention in the dense blocks
         from simulator.workload import moe_ops
 

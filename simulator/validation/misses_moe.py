@@ -32,9 +32,9 @@ MOE_CAUSES: tuple[tuple[str, str], ...] = (
     ("automodel-h100-*", "NeMo AutoModel (PyTorch FSDP2, DeepEP, Transformer Engine kernels, every block recomputed): "
      "not identified. The same tokens per GPU and step of Qwen3-30B-A3B (262,144) ran 24.71 s in Megatron-Bridge at "
      "micro-batch 1 without recomputation on two H100 nodes (mbskills-h100-qwen3-30b-a3b-16gpu-hybridep-bf16, dtsim "
-     "within 1%) and 21.77 s here, recomputing, at micro-batch 4 inside one node; dtsim gives 27.3 s, 4.9 s of it the "
-     "recomputation and 5.0 s exposed DeepEP all-to-alls (six per block and micro-batch). Hopper's fitted kernel "
-     "shares (0.74 of MAMF for the GEMMs, 0.58 of the attention benchmark) at 1 would give 24.6 s (-11%) and the "
+     "within 3%) and 21.77 s here, recomputing, at micro-batch 4 inside one node; dtsim gives 27.7 s, 5.0 s of it the "
+     "recomputation and 5.1 s idle on exposed DeepEP all-to-alls (six per block and micro-batch). Hopper's fitted "
+     "kernel shares (0.74 of MAMF for the GEMMs, 0.58 of the attention benchmark, 5 December 2026) at 1 gave 24.6 s (-11%) and the "
      "DeepSeek-V3 rows -22% / -7%: more than the kernels' rates is missing: too slow"),
     ("together-b200-grok1-314b-256gpu-fp8", "run-to-run spread on Together's cluster: a later 256-GPU FP8 run of the same recipe "
      "logged 1,464 TFLOP/s/GPU (2026-05-02, worklog/2026-05-02_256gpu_benchmark_report.md; dtsim +3.6% from it) "

@@ -10,8 +10,7 @@ Conventions (each a reason, not a measurement):
   adds are replicated on every TP rank, or split over them under sequence parallelism
   (``region_tokens``). The TP collectives are communication, built by ``simulator.parallel``, not ops here.
 * QKV is one fused GEMM and SwiGLU's gate and up are one fused GEMM, as in Megatron-LM.
-* Bias adds are fused into GEMM epilogues / the activation kernel (Megatron's bias-GeLU fusion), except
-  Megatron's QKV bias; every biased linear adds a bias-gradient reduction in the backward. Dropout
+* Linear biases: ``simulator.workload.bias`` (whose linears run decides their kernels). Dropout
   (``model.dropout``) costs a kernel on the unfused attention path only (FlashAttention and the
   fused bias-dropout-add apply it inside their kernels).
 * A memory-bound op moves ``passes × elements × precision_bytes``: one pass per tensor read or
@@ -34,6 +33,7 @@ from typing import Protocol
 from simulator.config.model import ModelConfig
 from simulator.workload import op_sac
 from simulator.workload.attention_core import attention_core_ops
+from simulator.workload.bias import bias_ops
 from simulator.workload.flops import Recompute
 from simulator.workload.fp8_casts import fp8_cast, fp8_cast_backward
 from simulator.workload.loss import cross_entropy_op
@@ -89,18 +89,6 @@ EAGER_SWIGLU_LAUNCHES, EAGER_SWIGLU_PASSES = 2, 5
 #: embedding's dense backward 3 (sort, segment reduce, scatter). FlashAttention's: ``attention_core``.
 NORM_BWD_LAUNCHES, EMBEDDING_BWD_LAUNCHES = 2, 3
 
-# --- Biases (GPT-style blocks) -----------------------------------------------------------------------
-# Linear biases (``model.linear_bias``): the bias gradient is a reduction of the output gradient over
-# the tokens, one kernel per biased linear in the backward (``grad_output.sum(0)``); Megatron adds the
-# QKV bias with its own kernel (``output + bias`` after the matmul; the other biases go into its fused
-# bias-GeLU and bias-dropout-add kernels), eager ``nn.Linear`` fuses it into ``addmm``. With
-# ``kernels.gemm_epilogue`` (flash-attn's ``fused_dense``: "Fused matmul + bias (forward and backward),
-# and fused matmul + bias + gelu (forward and backward)", flash-attention training/README.md, from Apex's
-# FusedDense) the bias add and a GELU/ReLU activation are the GEMM's epilogue, and the backward's bias
-# gradient and activation gradient the dgrad/wgrad epilogues (cuBLASLt DGELU_BGRAD, BGRADB): no kernel of
-# their own. The epilogues' own traffic (the first MLP GEMM also writes the pre-activation it keeps for
-# the backward, which the second's dgrad reads back) is left in the GEMMs' time, which their FLOPs set.
-
 def _norm(name: str, elements: float, pb: int, eager_rms: bool) -> Op:
     """One norm: a fused kernel (2 passes), or eager RMSNorm's chain (``EAGER_RMSNORM_*``)."""
     if eager_rms:
@@ -125,44 +113,6 @@ def _add_norm(name: str, tokens_h: float, fused: bool, pb: int, eager_rms: bool 
         memory_op(f"{name}_residual_add", tokens_h, 3, pb, _ADD_FLOPS),
         _norm(f"{name}_norm", tokens_h, pb, eager_rms),
     ]
-
-
-def linear_impl(kernels: Kernels, framework: str) -> str:
-    """Which modules implement the block's linears (``training.kernels.linear``, ``auto`` resolved):
-    PyTorch ``nn.Linear`` (``torch``) in framework ``fsdp``'s blocks (llm-foundry, torchtitan, Accelerate's
-    and Lightning's FSDP trainers); Transformer Engine's (``te``) in Megatron-Core's (framework ``ddp``:
-    NeMo, Megatron-Bridge, and Megatron-LM, whose ``--transformer-impl`` defaults to ``transformer_engine``
-    and whose flash and cuDNN attention come through Transformer Engine); Megatron-LM's own (``megatron``)
-    under DeepSpeed (Megatron-DeepSpeed)."""
-    impl = getattr(kernels, "linear", "auto")
-    if impl != "auto":
-        return impl
-    return {"fsdp": "torch", "ddp": "te"}.get(framework, "megatron")
-
-
-def _bias(i: int, model: ModelConfig, tokens: int, n: int, pb: int, linear: str) -> list[Op]:
-    """The bias work of a block's ``i``-th biased linear (QKV 0, output 1, MLP up 2, down 3; output width
-    ``n``), placed right after its GEMM, as the ``linear`` modules (``linear_impl``) run it:
-
-    * one gradient reduction backward (``grad.sum(0)``) and nothing forward: the bias rides in the GEMM
-      (PyTorch ``nn.Linear``: ``addmm``'s cuBLASLt bias epilogue), or in the next fused kernel
-      (Megatron-Core's output projection and MLP return their bias, ``skip_bias_add``, to the fused
-      bias-dropout-add and bias-activation kernels, whose autograd reduces its gradient);
-    * Megatron-LM's own QKV linear (``megatron``): ``LinearWithGradAccumulationAndAsyncCommunication``
-      runs ``matmul`` then ``output + bias``, one add kernel forward, whose gradient is the identity, so
-      backward it is only the bias's reduction (``grad_output.sum(dim=0)``);
-    * Transformer Engine's QKV linear (``te``; Megatron-Core's ``TELayerNormColumnParallelLinear`` keeps
-      its bias, ``skip_bias_add=False``): no kernel either way, the bias added in the forward GEMM's
-      epilogue (``tex.gemm(..., bias=bias, use_bias=True)``, cuBLASLt ``EPILOGUE_BIAS``) and its gradient
-      reduced in the weight-gradient GEMM's (``grad=True``, ``EPILOGUE_BGRADB``)."""
-    if not model.linear_bias:
-        return []
-    grad = float(tokens * n * pb)
-    if i == 0 and linear == "te":
-        return []
-    if i == 0 and linear == "megatron":
-        return [replace(memory_op("qkv_bias_add", tokens * n, 3, pb, _ADD_FLOPS), bwd_launches=1, bwd_bytes=grad)]
-    return [Op(f"bias_grad_{i}", "memory", 0.0, 0.0, launches=0, bwd_launches=1, bwd_bytes=grad)]
 
 
 def _linear(name: str, m: int, n: int, k: int, pb: int, launches: int, fp8: str | None,
@@ -234,8 +184,8 @@ def layer_ops(
     cast of the norm's output, which is taken before the all-gather that feeds the column-parallel
     QKV and MLP-up GEMMs (Transformer Engine and torchtitan gather the FP8 tensor, ``tp_allgather_bytes``).
 
-    ``linear``: the modules that implement the linears (``linear_impl``), for their bias kernels
-    (``_bias``); eager blocks are PyTorch ``nn.Linear`` modules whatever it says.
+    ``linear``: the modules that implement the linears (``bias.linear_impl``), for their bias kernels
+    (``bias.bias_ops``); eager blocks are PyTorch ``nn.Linear`` modules whatever it says.
     """
     pb = precision_bytes
     h, f, t = model.hidden_size, model.ffn_hidden_size, tp
@@ -257,7 +207,9 @@ def layer_ops(
     epilogue = getattr(kernels, "gemm_epilogue", False)
 
     def bias(i: int, n: int) -> list[Op]:
-        return [] if epilogue else _bias(i, model, tokens, n, pb, linear if fused else "torch")
+        # te.Linear modules under FP8 (fp8_te_modules linear) keep every bias in their GEMMs, as fused_dense does
+        every = epilogue or (fp8 is not None and te_linear)
+        return [] if every else bias_ops(i, model, tokens, n, pb, linear if fused else "torch")
 
     qkv_launches = 1 if fused or model.qkv_fused else 3  # eager code keeps Llama's q, k, v apart
     qkv_n = (model.q_dim + 2 * model.kv_dim) // t

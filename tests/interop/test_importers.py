@@ -424,6 +424,9 @@ def test_nemo_import_hand_checked(tmp_path):
     te_off, _, _ = import_scenario("nemo", text=NEMO.replace("  num_layers:", "  transformer_engine: false\n  num_layers:"),
                                    topology="dgx-a100", overrides=["model.vocab_size=50304"])
     assert te_off.training.kernels.linear == "megatron" and s.training.kernels.linear == "auto"
+    te_on, _, _ = import_scenario("nemo", text=NEMO.replace("  num_layers:", "  transformer_engine: true\n  num_layers:"),
+                                  topology="dgx-a100", overrides=["model.vocab_size=50304"])
+    assert te_on.training.kernels.linear == "te"
 
 
 def test_deepspeed_import_on_model_and_topology(tmp_path):

@@ -56,8 +56,12 @@ def test_megatron_round_trip(path):
     # the job launched runs the attention kernel dtsim priced (auto is cuDNN for Megatron on Hopper and
     # Blackwell: --attention-backend fused, not flash)
     from simulator.hardware import attention
+    from simulator.workload.bias import linear_impl
 
     assert attention.for_scenario(back) == attention.for_scenario(s)
+    # and the linears it priced, where Megatron-LM has them (Megatron-Core's: Transformer Engine's)
+    if s.parallel.framework == "ddp":
+        assert linear_impl(back.training.kernels, "ddp") == linear_impl(s.training.kernels, "ddp")
     if s.model.mlp != "relu":  # Megatron-LM has no plain-ReLU MLP
         assert back.model.mlp == s.model.mlp
     if s.model.position_embedding != "alibi":

@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from simulator.config.scenario import KernelConfig
-from simulator.workload import attention_core, flops, ops
+from simulator.workload import attention_core, bias, flops, ops
 from simulator.workload.optimizer_ops import optimizer_ops
 
 FLASH = KernelConfig(flash_attention=True, fused_norm_residual=True)
@@ -106,10 +106,10 @@ def test_linear_modules_resolve_per_framework():
     (Megatron-LM's --transformer-impl defaults to transformer_engine); Megatron-LM's own under
     Megatron-DeepSpeed; an explicit choice wins."""
     auto = KernelConfig()
-    assert ops.linear_impl(auto, "fsdp") == "torch"
-    assert ops.linear_impl(auto, "ddp") == "te"
-    assert ops.linear_impl(auto, "deepspeed") == "megatron"
-    assert ops.linear_impl(KernelConfig(linear="megatron"), "ddp") == "megatron"
+    assert bias.linear_impl(auto, "fsdp") == "torch"
+    assert bias.linear_impl(auto, "ddp") == "te"
+    assert bias.linear_impl(auto, "deepspeed") == "megatron"
+    assert bias.linear_impl(KernelConfig(linear="megatron"), "ddp") == "megatron"
 
 
 def test_eager_llama_block_is_the_aten_chains(llama3_8b):
@@ -418,6 +418,19 @@ def test_gemm_epilogue_drops_the_bias_activation_and_bias_gradient_kernels(gpt3_
     assert "mlp_swiglu" in {o.name for o in swiglu}
 
 
+def test_te_linear_modules_under_fp8_keep_every_bias_in_their_gemms(gpt3_175b):
+    """llm-foundry's fc_type te (kernels.fp8_te_modules linear): a te.Linear in place of every nn.Linear, whose
+    FP8 GEMM adds the bias in its epilogue and whose backward reduces the bias's gradient in the output
+    gradient's cast (fp8_cast_transpose_bgrad_fused): no bias kernel for any of the 4 biased linears, which
+    the same block in BF16 (nn.Linear) has one reduction each of."""
+    b, s, pb = 1, 1024, 2
+    te = KernelConfig(fp8_te_modules="linear", fused_norm_residual=False)
+    fp8 = ops.backward_ops(ops.layer_ops(gpt3_175b, b, s, 1, pb, te, fp8="delayed", linear="torch"))
+    assert not any(o.name.startswith(("bias_grad", "qkv_bias")) for o in fp8)
+    bf16 = ops.backward_ops(ops.layer_ops(gpt3_175b, b, s, 1, pb, te, linear="torch"))
+    assert sum(o.name.startswith("bias_grad") for o in bf16) == 4
+
+
 def test_moe_blocks_carry_their_attention_biases():
     """GPT-OSS-120B has biased attention linears (q, k, v and output: model.linear_bias). Its MoE block's
     attention part carries them as a dense block's do, each right after its GEMM: Megatron's QKV bias add
@@ -430,10 +443,14 @@ def test_moe_blocks_carry_their_attention_biases():
     model = get_model("gpt-oss-120b")
     b, s, pb = 1, 4096, 2
     qkv = model.q_dim + 2 * model.kv_dim
-    for linear, first in (("megatron", "qkv_bias_add"), ("torch", "bias_grad_0")):
+    for linear, first in (("megatron", "qkv_bias_add"), ("torch", "bias_grad_0"), ("te", None)):
         pre = moe_ops.moe_block_ops(model, b, s, 1, pb, KernelConfig(), "none", ep=8, linear=linear).pre
         names = [o.name for o in pre]
-        assert names[names.index("qkv") + 1] == first and names[names.index("out_proj") + 1] == "bias_grad_1"
+        assert names[names.index("out_proj") + 1] == "bias_grad_1"
+        if first is None:  # Transformer Engine's QKV bias: in the GEMM's epilogues, no kernel
+            assert not {"qkv_bias_add", "bias_grad_0"} & set(names)
+            continue
+        assert names[names.index("qkv") + 1] == first
         assert not any(n in names for n in ("bias_grad_2", "bias_grad_3"))
         bwd = {o.name: o for o in ops.backward_ops(list(pre))}
         assert bwd[f"{first}.bwd"].bytes == b * s * qkv * pb and bwd["bias_grad_1.bwd"].bytes == b * s * model.hidden_size * pb
