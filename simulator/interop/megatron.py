@@ -35,7 +35,7 @@ from simulator.interop.megatron_flags import read_flags, value_of
 FIELD = "megatron"
 
 #: Megatron-LM ``--transformer-impl`` → ``training.kernels.linear``: Megatron-LM's own linears or
-#: Transformer Engine's (the QKV bias add a kernel of its own, or in the GEMM's epilogue: ``workload.ops._bias``).
+#: Transformer Engine's (the QKV bias add a kernel of its own, or in the GEMM's epilogue: ``workload.bias``).
 LINEARS = {"local": "megatron", "transformer_engine": "te"}
 #: Megatron-LM ``--fp8-recipe`` (default ``delayed``) → ``training.kernels.fp8_recipe``: ``tensorwise`` is
 #: Transformer Engine's per-tensor current scaling. ``blockwise`` (DeepSeek-style 128×128 blocks) is not

@@ -190,7 +190,7 @@ def _training(trainer: dict, m: dict, out: Imported) -> None:
         raise InputError("must be 1 with Megatron models (NeMo derives accumulation from global_batch_size)",
                          f"{FIELD} trainer.accumulate_grad_batches")
     out.set("training.kernels.flash_attention", bool(m.get("use_flash_attention", False)))
-    if "transformer_engine" in m:  # whose linears run, for their bias kernels (workload.ops._bias)
+    if "transformer_engine" in m:  # whose linears run, for their bias kernels (workload.bias)
         out.set("training.kernels.linear", "te" if m["transformer_engine"] else "megatron")
 
 
