@@ -33,10 +33,7 @@ from dataclasses import replace
 from typing import Any
 
 from simulator.config.model import ModelConfig
-from simulator.workload.op import Op, memory_op
-
-#: FLOPs per element of the bias add (bandwidth-bound; as ``workload.ops``' residual add).
-_ADD_FLOPS = 1.0
+from simulator.workload.op import ADD_FLOPS, Op, memory_op
 
 
 def linear_impl(kernels: Any, framework: str) -> str:
@@ -64,5 +61,5 @@ def bias_ops(i: int, model: ModelConfig, tokens: int, n: int, pb: int, linear: s
     if i == 0 and linear == "te":
         return []
     if i == 0 and linear == "megatron":
-        return [replace(memory_op("qkv_bias_add", tokens * n, 3, pb, _ADD_FLOPS), bwd_launches=1, bwd_bytes=grad)]
+        return [replace(memory_op("qkv_bias_add", tokens * n, 3, pb, ADD_FLOPS), bwd_launches=1, bwd_bytes=grad)]
     return [Op(f"bias_grad_{i}", "memory", 0.0, 0.0, launches=0, bwd_launches=1, bwd_bytes=grad)]

@@ -134,7 +134,7 @@ def _clamp(elements: float, pb: int) -> object:
 
 def _expert_bias(routed: float, h: int, local_experts: int, pb: int) -> object:
     """The fc2 bias op of the local experts (``EXPERT_BIAS_*``)."""
-    op = wops.memory_op("experts_bias", routed * h, EXPERT_BIAS_PASSES, pb, wops._ADD_FLOPS)
+    op = wops.memory_op("experts_bias", routed * h, EXPERT_BIAS_PASSES, pb, wops.ADD_FLOPS)
     return replace(op, launches=2 * local_experts + 1, bwd_launches=4 * local_experts,
                    bwd_bytes=EXPERT_BIAS_BWD_PASSES * pb * routed * h)
 
@@ -222,7 +222,7 @@ def _attention_part(model, b, s, tp, pb, kernels, recompute, fp8: str | None = N
                wops.gemm("mlp_down", t, h, f // tp, pb)]
         if not kernels.fused_norm_residual:
             mlp.append(wops.memory_op("output_residual_add", wops.region_tokens(t, tp, sequence_parallel) * h, 3, pb,
-                                      wops._ADD_FLOPS))
+                                      wops.ADD_FLOPS))
         return _linearize(att, fp8), _linearize(mlp, fp8)
     full = wops.layer_ops(model, b, s, tp, pb, kernels, "selective" if recompute == "selective" else "none", fp8=fp8,
                           sequence_parallel=sequence_parallel, linear=linear)
@@ -335,9 +335,9 @@ def moe_block_ops(model: ModelConfig, b: int, s: int, tp: int, pb: int, kernels,
             wops.gemm("shared_down", b * s, h, fs, pb),
         ]
         shared = _linearize(shared, fp8)
-    post = [] if deepep else [wops.memory_op("unpermute", routed * h, 2 + 1, pb, wops._ADD_FLOPS)]
+    post = [] if deepep else [wops.memory_op("unpermute", routed * h, 2 + 1, pb, wops.ADD_FLOPS)]
     if not kernels.fused_norm_residual:
-        post.append(wops.memory_op("output_residual_add", b * s * h, 3, pb, wops._ADD_FLOPS))
+        post.append(wops.memory_op("output_residual_add", b * s * h, 3, pb, wops.ADD_FLOPS))
     sync_at = (next(i for i, op in enumerate(experts) if op.name == act.name)
                if model.swiglu_limit else 0)
     return MoEBlockOps(tuple(_mark(pre, recompute)), tuple(_mark(experts, recompute)),

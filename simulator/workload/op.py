@@ -81,6 +81,11 @@ class Op:
         return (self.m, self.n, self.k) if self.kind == "gemm" else None
 
 
+#: FLOPs per element of an elementwise add (residual or bias add: bandwidth-bound, so this never decides a
+#: roofline time; order of magnitude only).
+ADD_FLOPS = 1.0
+
+
 def gemm(name: str, m: int, n: int, k: int, precision_bytes: int, batch: int = 1) -> Op:
     """A (batched) GEMM: ``2·m·n·k·batch`` FLOPs, ``(m·k + k·n + m·n)·batch·precision_bytes`` bytes."""
     return Op(

@@ -37,13 +37,13 @@ from simulator.workload.bias import bias_ops
 from simulator.workload.flops import Recompute
 from simulator.workload.fp8_casts import fp8_cast, fp8_cast_backward
 from simulator.workload.loss import cross_entropy_op
-from simulator.workload.op import Op, OpKind, gemm, memory_op
+from simulator.workload.op import ADD_FLOPS, Op, OpKind, gemm, memory_op
 
 __all__ = ["Op", "OpKind", "gemm", "memory_op", "layer_ops", "head_ops", "backward_ops", "recompute_ops"]
 
 #: FLOPs per element of the memory-bound kernels (order of magnitude only: they are bandwidth-bound,
 #: so these never decide a roofline time). Norm: mean/variance or mean-square, scale, shift.
-_NORM_FLOPS, _ADD_FLOPS, _ACT_FLOPS, _ROPE_FLOPS = 5.0, 1.0, 8.0, 3.0
+_NORM_FLOPS, _ACT_FLOPS, _ROPE_FLOPS = 5.0, 8.0, 3.0
 #: Backward factors: FlashAttention backward ≈ 2.5× forward FLOPs (5 matmuls vs 2, it recomputes QKᵀ;
 #: FA benchmarks/benchmark_flash_attention.py); memory-bound backward ≈ 2× forward traffic
 #: (reads the saved input and the output gradient, writes the input gradient, plus reductions).
@@ -107,10 +107,10 @@ def region_tokens(tokens: float, tp: int, sequence_parallel: bool) -> float:
 def _add_norm(name: str, tokens_h: float, fused: bool, pb: int, eager_rms: bool = False) -> list[Op]:
     """Residual add followed by a norm: fused 4 passes, else add (3) + norm (2, or eager RMSNorm)."""
     if fused:
-        return [replace(memory_op(f"{name}_add_norm", tokens_h, 4, pb, _ADD_FLOPS + _NORM_FLOPS),
+        return [replace(memory_op(f"{name}_add_norm", tokens_h, 4, pb, ADD_FLOPS + _NORM_FLOPS),
                         bwd_launches=NORM_BWD_LAUNCHES)]
     return [
-        memory_op(f"{name}_residual_add", tokens_h, 3, pb, _ADD_FLOPS),
+        memory_op(f"{name}_residual_add", tokens_h, 3, pb, ADD_FLOPS),
         _norm(f"{name}_norm", tokens_h, pb, eager_rms),
     ]
 
@@ -257,7 +257,7 @@ def layer_ops(
                    producer="act" if fused and not epilogue else "", te_linear=te_linear)
     ops += bias(3, h)
     if not fused:
-        ops.append(memory_op("output_residual_add", region * h, 3, pb, _ADD_FLOPS))
+        ops.append(memory_op("output_residual_add", region * h, 3, pb, ADD_FLOPS))
     if recompute == "full":
         # early stop (PyTorch non-reentrant checkpoint): the recompute ends when the down projection packs
         # its saved input, before that GEMM runs; it and the ops after it are not re-run
