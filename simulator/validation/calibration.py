@@ -115,8 +115,8 @@ MEASURED: dict[str, dict[str, int]] = {arch: {"compute_slowdown_during_comm": 35
 #: rows on B200, moved 4-5 points each time. The share is a kernel's rate in a training step over its
 #: published benchmark, so it comes from the only architecture whose fitting runs include the kernel
 #: Blackwell's run, Transformer Engine's cuDNN attention: Hopper's (10 of its 65 runs cuDNN, 19
-#: FlashAttention-2, 36 llm-foundry's Triton kernel priced as FlashAttention-2, which holds the share down:
-#: 0.62 without them), not Ampere's, whose runs are the FlashAttention family (Triton, 1.x, 2) near their
+#: FlashAttention-2, 36 llm-foundry's Triton kernel at its rate measured from their sequence sweeps,
+#: ``attention.TRITON_OF_FA2``: 0.61, and 0.62 without them), not Ampere's, whose runs are the FlashAttention family (Triton, 1.x, 2) near their
 #: benchmarks (0.92) and unfused attention. Without a fit of a named architecture, the mean of the others.
 TRANSFERRED: dict[str, dict[str, tuple[str, ...]]] = {"blackwell": {"attention_sustained_of_bench": ("hopper",)}}
 #: Per-run error beyond which a run no longer pulls the fit (the issue-7 "no run worse than" bound).
