@@ -80,19 +80,19 @@ CAUSES: dict[str, str] = {
 #: glob, first match wins; ``CAUSES`` takes precedence.
 GROUP_CAUSES: tuple[tuple[str, str], ...] = MOE_CAUSES + (
     ("dgxc2505-h100-grok1-314b-512gpu-bf16", "the recipe's tensor-parallel communication overlap is simulated (0.08 s of "
-     "sequence-parallel collectives left exposed in a 19.3 s step, 0.55 s before it was modelled with MoE); the rest is "
-     "Hopper's GEMM share on NVIDIA's tuned stacks (" + _HOPPER_GEMM + "); its FP8 sibling is -1.7%: too slow"),
+     "sequence-parallel collectives left exposed in a 19.6 s step, 0.55 s before it was modelled with MoE); the rest is "
+     "Hopper's GEMM share on NVIDIA's tuned stacks (" + _HOPPER_GEMM + "); its FP8 sibling is -1.4%: too slow"),
     ("together-b200-llama3-70b-592gpu-*", "Together AI's cluster at 74 nodes: the same Megatron-FSDP preset is within "
      "1% at 64 and 128 GPUs, then loses 6% at 256, 14% at 512 and 17% at 592 against dtsim's 1-3%; the repository "
      "measures its fabric's all-pairs SendRecv falling from 44 GB/s per GPU at 4 nodes to 14.5 GB/s at 16-32 nodes "
      "and attributes the loss to InfiniBand oversubscription (worklog/2026-04-10_network_fabric_analysis.md, "
      "slurm/llama3.1-70b/fp8/results.md), without a ratio: dtsim keeps the non-blocking rail-optimised fat tree: too fast"),
-    ("together-b200-nemotron4-15b-*-bf16", "B200 BF16 GEMMs at the Blackwell GEMM share of MAMF (0.82 x 1,745 = 1,432 "
-     "TFLOP/s, 1,380-1,406 on this block's 8,192-row GEMMs), where the measured step needs about 1,650 TFLOP/s of "
-     "model FLOPs over the whole step (70% of the 2,250 peak); the share is fitted mostly on FP8 rows (24 of the 27 Blackwell "
-     "fitting runs), and the same cluster's Llama 3.1 8B BF16 and FP8 rows (-7% each) and this model's FP8 rows "
-     "(-13%, -8%) miss far less; NVIDIA's own 25.02 and 25.04 FP8 rows of this model and layout are predicted "
-     "+27% and +9% (faster than measured): not identified: too slow"),
+    ("together-b200-nemotron4-15b-*-bf16", "B200 BF16 GEMMs at the Blackwell GEMM share of MAMF (0.80 x 1,745 = 1,396 "
+     "TFLOP/s in its leave-one-source-out fold, 1,344-1,380 on this block's 8,192-row GEMMs), where the measured step needs about 1,650 TFLOP/s of "
+     "model FLOPs over the whole step (70% of the 2,250 peak); the share is fitted mostly on FP8 rows (22 of the 25 Blackwell "
+     "fitting runs), and the same cluster's Llama 3.1 8B BF16 and FP8 rows (-8%, -7%) and this model's FP8 rows "
+     "(-15%, -9%) miss far less; NVIDIA's own 25.02 and 25.04 FP8 rows of this model and layout are predicted "
+     "+26% and +8% (faster than measured): not identified: too slow"),
     ("nemo2502-b200-*", "NeMo 25.02, NVIDIA's first DGX-B200 table: the same layouts ran faster in its later tables "
      "(Llama 3 8B 26,006 -> 29,994 in Megatron-Bridge 25.09 -> 30,624 in 25.11 tokens/s/GPU; Llama 3.1 405B 625 -> 664 "
      "-> 661), and dtsim meets the 25.11 rows within 4% (mbridge2511-b200-llama3-8b-8gpu-fp8cs, "
@@ -118,8 +118,9 @@ GROUP_CAUSES: tuple[tuple[str, str], ...] = MOE_CAUSES + (
      "7 of 15 pipeline slots idle) is within 1%: dtsim gives interleaving 1.5x the 1F1B throughput, torchtitan "
      "measured 1.28x (128 against 100 tokens/s/GPU); not identified"),
     ("llmfoundry-*-h100-*-fp8", "FP8 on H100: modelled gain larger than llm-foundry's Transformer Engine runs "
-     "show, even at the measured FP8 GEMM rate (70.9 % of peak vs 80.3 % BF16): small models and long sequences "
-     "where FP8's casts and BF16 attention dominate (issue 12)"),
+     "show, even at the measured FP8 GEMM rate (70.9 % of peak vs 80.3 % BF16), at the smallest model and "
+     "sequence (MPT-350m at 512 tokens; its 1B and 3B twins are +6% / +9%, its 16k-token twin +6%), where FP8's "
+     "casts and the blocks' small kernels weigh most (issue 12)"),
     ("llmfoundry-mpt30b-h100-8gpu-seq8192", "30B on 8 H100 under FSDP at one 8,192-token micro-batch, twice its "
      "4,096-token twin's tokens (+5%) at the same 21 micro-batches per step: model states alone are 56 GiB of the 80 "
      "and dtsim's peak reaches the usable memory (fit_check); near that limit PyTorch's caching allocator frees its "
@@ -163,7 +164,7 @@ GROUP_CAUSES: tuple[tuple[str, str], ...] = MOE_CAUSES + (
      "give either: not identified"),
     ("flagperf-h800-baichuan2-13b-*", "FlagPerf's Baichuan2-13B under DeepSpeed ZeRO-1 on 2 x 8 H800: the two rows "
      "give 7.92 s per step at 8 accumulation steps and 48.4 s at 64, i.e. 0.72 s per 2,048-token micro-batch and 2.1 s "
-     "per step beside them; dtsim gives 0.64 s and 0.24 s. Modelled (+76% / +41% -> +48% / +18%): the remote code's "
+     "per step beside them; dtsim gives 0.64 s and 0.24 s. Modelled (+76% / +41% -> +47% / +17%): the remote code's "
      "eager attention (training.kernels.attention hf_eager: scale, ALiBi mask add, clamp and softmax as separate "
      "kernels, 20 bytes per score element each way against the fused scale-mask-softmax's 4 and 6). Per step: not "
      "identified. DeepSpeed 0.11 takes its BF16_Optimizer at stage 1 only with grad_accum_dtype fp32 (engine.py "

@@ -32,7 +32,7 @@ MOE_CAUSES: tuple[tuple[str, str], ...] = (
     ("automodel-h100-*", "NeMo AutoModel (PyTorch FSDP2, DeepEP, Transformer Engine kernels, every block recomputed): "
      "not identified. The same tokens per GPU and step of Qwen3-30B-A3B (262,144) ran 24.71 s in Megatron-Bridge at "
      "micro-batch 1 without recomputation on two H100 nodes (mbskills-h100-qwen3-30b-a3b-16gpu-hybridep-bf16, dtsim "
-     "within 3%) and 21.77 s here, recomputing, at micro-batch 4 inside one node; dtsim gives 27.7 s, 5.0 s of it the "
+     "within 1%) and 21.77 s here, recomputing, at micro-batch 4 inside one node; dtsim gives 27.2 s, 4.9 s of it the "
      "recomputation and 5.1 s idle on exposed DeepEP all-to-alls (six per block and micro-batch). Hopper's fitted "
      "kernel shares (0.74 of MAMF for the GEMMs, 0.58 of the attention benchmark, 5 December 2026) at 1 gave 24.6 s (-11%) and the "
      "DeepSeek-V3 rows -22% / -7%: more than the kernels' rates is missing: too slow"),
@@ -41,7 +41,7 @@ MOE_CAUSES: tuple[tuple[str, str], ...] = (
      "against this report's 1,219, and its 512-GPU FP8 row (1,454) and both BF16 rows are within 5%: too fast"),
     ("dgxc2502-h100-grok1-314b-*-fp8", "NeMo 1.0 (nemo:24.12) FP8: the same printed H100 layout ran 16.90 s per step at "
      "512 GPUs in this README and 13.43 s in the 25.05.04 README (NeMo 2.0, 25.04: dgxc2505-h100-grok1-314b-512gpu-fp8, "
-     "-1.7% here), where dtsim gives the two software states one time: too fast"),
+     "-1.4% here), where dtsim gives the two software states one time: too fast"),
     ("together-b200-qwen3-235b-*", "pipeline send/receive stalls the repository's own profiles of this layout measure on "
      "this cluster: 215 idle gaps of about 117 ms on stage 0, 94% of its idle time and a third of its GPU time in "
      "send/receive kernels (qwen3_235b_fp8mx_256gpu_profiler_report.md: \"stage workload imbalance\"; a 54% bubble in "

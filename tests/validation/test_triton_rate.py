@@ -1,0 +1,43 @@
+"""benchmarks/triton_rate.py: the Triton FlashAttention's rate from llm-foundry's sequence sweeps."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+from simulator.hardware import attention
+
+SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "triton_rate.py"
+
+
+@pytest.fixture(scope="module")
+def study():
+    spec = importlib.util.spec_from_file_location("triton_rate", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_papers_a100_ratio_as_one_ratio_for_both_directions(study):
+    # FlashAttention-2 on A100: 230 TFLOP/s forward, 230 x 179 / 204 = 201.8 backward (of 312); the backward does
+    # 2.5x the forward's FLOPs. Time per unit of forward FLOPs: 312 / 230 = 1.3565 forward, 2.5 x 312 / 201.8 =
+    # 3.8650 backward; Triton at 1/1.4 and 1/2 of them: 1.3565 x 1.4 + 3.8650 x 2 = 9.6291; 5.2215 / 9.6291 = 0.5423
+    assert study.one_ratio("ampere", 1 / 1.4, 1 / 2) == pytest.approx(0.5423, abs=1e-4)
+    assert study.one_ratio("hopper", 0.88, 0.88) == pytest.approx(0.88)
+
+
+def test_the_sweep_recovers_the_papers_ratio_on_a100_and_measures_the_h100_one(study, monkeypatch):
+    # the method's check: on A100 the spread of llm-foundry's errors within a model is smaller at the
+    # FlashAttention-2 paper's Triton ratio than at FlashAttention-2's own rate; on H100 the stored ratio beats both
+    # FlashAttention-2's rate and the A100 ratio
+    def spread_at(gpu, arch, ratio):
+        monkeypatch.setitem(attention.TRITON_OF_FA2, arch, ratio)
+        return study.spread(gpu)[0]
+
+    assert spread_at("A100", "ampere", (1 / 1.4, 1 / 2)) < spread_at("A100", "ampere", (1.0, 1.0)) / 2
+    stored = attention.TRITON_OF_FA2["hopper"]
+    at_stored = spread_at("H100", "hopper", stored)
+    assert at_stored < spread_at("H100", "hopper", (1.0, 1.0))
+    assert at_stored < spread_at("H100", "hopper", (1 / 1.4, 1 / 2))
