@@ -181,20 +181,18 @@ FA1_OF_FA2: dict[str, tuple[float, float]] = {
 }
 FA1_OF_FA2_DEFAULT = 0.5
 #: The Triton FlashAttention (``triton``) relative to FlashAttention-2 on the same GPU, ``(forward,
-#: backward)``. A100: "FlashAttention-2 is 1.3-1.5× faster than FlashAttention in Triton in the forward pass
-#: and around 2× faster in the backward pass" (Dao 2023, arXiv:2307.08691 §4.1), the middle of the forward
-#: range. H100 (no published rate): measured from llm-foundry's 2023 sweep, whose every row ran the kernel
-#: (``python benchmarks/triton_rate.py``). Within one model, GPU count and precision the rows differ in
-#: sequence length only, so their GEMMs, norms, loss and optimizer cost about the same per token and only the
-#: attention's quadratic part moves: the spread of their errors around the group's mean measures the
-#: kernel's rate whatever the fitted GEMM share. The sweep identifies one ratio for both directions. On
-#: A100 the spread is smallest (1.2 % mean |deviation| over 11 rows in 5 groups, 8.5 % at FlashAttention-2's
-#: rate) at 0.50, where the paper's pair below costs a causal attention what 0.54 does: the method checks
-#: out. On H100 (26 rows in 9 groups) it is smallest at 0.88 (3.2 %; 4.4 % at 1.0, 6.1 % at 0.70; 0.84-0.92
-#: within 0.3 points). Why the gap narrows there: the pre-MLIR Triton compiler emits the same Ampere
-#: mma.sync code on both GPUs (Triton's Hopper wgmma path came later, triton-lang/triton PRs #2036 and
-#: #2414), and so do FlashAttention-2's sm80 kernels, which reach 37 % of H100's peak against 74 % of
-#: A100's: on H100 both sit on the same instruction path.
+#: backward)``. Ampere: "FlashAttention-2 is 1.3-1.5× faster than FlashAttention in Triton in the forward
+#: pass and around 2× faster in the backward pass" (Dao 2023, arXiv:2307.08691 §4.1, A100), the middle of
+#: the forward range. Hopper (no published rate): 0.88 both ways, measured from llm-foundry's 2023 sweep,
+#: whose every row ran the kernel: within a group of its rows only the attention's quadratic part grows with the
+#: sequence length, so the spread of the group's errors is smallest at the attention's rate
+#: (``python benchmarks/triton_rate.py``, whose docstring has the method: 3.3 % mean |deviation| over 24 H100
+#: rows at 0.88, 4.6 % at FlashAttention-2's rate, 6.2 % at 0.70; on A100 it finds 0.60 where the paper's
+#: pair costs what 0.54-0.57 does). Why the gap would be narrower on H100 (a hypothesis): FlashAttention-2's
+#: sm80 kernels reach only 37 % of H100's dense peak against 74 % of A100's, a ceiling Ampere-style code
+#: shares there, and llm-foundry's ``triton_pre_mlir`` fork (vchiley/triton, branch
+#: ``triton_pre_mlir_sm90``) has no Hopper wgmma path (upstream Triton's came later: PRs #2036, #2414).
+#: Other architectures: FlashAttention-2's rate.
 TRITON_OF_FA2: dict[str, tuple[float, float]] = {"ampere": (1 / 1.4, 1 / 2.0), "hopper": (0.88, 0.88)}
 
 

@@ -36,6 +36,10 @@ CAUSES: dict[str, str] = {
     "the ranks, which leaves this one too fast and the 1,536-GPU one right",
     "megatron-bridge-2511-llama3-8b-8gpu-fsdp-fp8cs": "too slow like the other NVIDIA-tuned H100 FP8 runs: "
     + _HOPPER_GEMM + ", below what Megatron-Core/Transformer Engine reach (issue 12)",
+    "llmfoundry-mpt30b-h100-8gpu-seq8192": "30B on 8 H100 under FSDP at one 8,192-token micro-batch, twice its "
+    "4,096-token twin's tokens (+5%) at the same 21 micro-batches per step: model states alone are 56 GiB of the 80 "
+    "and dtsim's peak reaches the usable memory (fit_check); near that limit PyTorch's caching allocator frees its "
+    "cache and retries (cudaFree synchronises the device), time dtsim does not model (not measured): too fast",
     "nemo2504-gb200-llama3.1-405b-128gpu-fp8": "NeMo 25.04, NVIDIA's first GB200 software for this model: its later "
     "tables measure Llama 3.1 405B FP8 on GB200 at 1,782 (Megatron-Bridge 25.11, 128 GPUs: "
     "mbridge2511-gb200-llama3.1-405b-128gpu-fp8cs, +12% here) and 2,065 TFLOP/s/GPU (26.04.01, 256 GPUs: "
@@ -89,8 +93,8 @@ GROUP_CAUSES: tuple[tuple[str, str], ...] = MOE_CAUSES + (
      "slurm/llama3.1-70b/fp8/results.md), without a ratio: dtsim keeps the non-blocking rail-optimised fat tree: too fast"),
     ("together-b200-nemotron4-15b-*-bf16", "B200 BF16 GEMMs at the Blackwell GEMM share of MAMF (0.80 x 1,745 = 1,396 "
      "TFLOP/s in its leave-one-source-out fold, 1,344-1,380 on this block's 8,192-row GEMMs), where the measured step needs about 1,650 TFLOP/s of "
-     "model FLOPs over the whole step (70% of the 2,250 peak); the share is fitted mostly on FP8 rows (22 of the 25 Blackwell "
-     "fitting runs), and the same cluster's Llama 3.1 8B BF16 and FP8 rows (-8%, -7%) and this model's FP8 rows "
+     "model FLOPs over the whole step (70% of the 2,250 peak); the share is fitted on FP8 rows (that fold's 13 runs all FP8; 22 of the full "
+     "fit's 25), and the same cluster's Llama 3.1 8B BF16 and FP8 rows (-8%, -7%) and this model's FP8 rows "
      "(-15%, -9%) miss far less; NVIDIA's own 25.02 and 25.04 FP8 rows of this model and layout are predicted "
      "+26% and +8% (faster than measured): not identified: too slow"),
     ("nemo2502-b200-*", "NeMo 25.02, NVIDIA's first DGX-B200 table: the same layouts ran faster in its later tables "
@@ -121,21 +125,14 @@ GROUP_CAUSES: tuple[tuple[str, str], ...] = MOE_CAUSES + (
      "show, even at the measured FP8 GEMM rate (70.9 % of peak vs 80.3 % BF16), at the smallest model and "
      "sequence (MPT-350m at 512 tokens; its 1B and 3B twins are +6% / +9%, its 16k-token twin +6%), where FP8's "
      "casts and the blocks' small kernels weigh most (issue 12)"),
-    ("llmfoundry-mpt30b-h100-8gpu-seq8192", "30B on 8 H100 under FSDP at one 8,192-token micro-batch, twice its "
-     "4,096-token twin's tokens (+5%) at the same 21 micro-batches per step: model states alone are 56 GiB of the 80 "
-     "and dtsim's peak reaches the usable memory (fit_check); near that limit PyTorch's caching allocator frees its "
-     "cache and retries (cudaFree synchronises the device), time dtsim does not model (not measured): too fast"),
-    ("llmfoundry-*-h100-*-seq*", "H100 too fast: the benchmark ran llm-foundry's Triton "
-     "FlashAttention (submit_benchmarks.py --attn_impl default 'triton'; attn.sh and h100_benchmarks.sh pass no "
-     "other, image mosaicml/pytorch:2.1.0_cu121-nightly20230827 for the A100 and H100 rows alike), a 2022 "
-     "kernel without Hopper's wgmma/TMA path (Triton's Hopper MMA was off by default until after that image, "
-     "triton-lang/triton PRs #2036 and #2414), priced at 0.88 of FlashAttention-2's H100 rate as these rows' "
-     "sequence sweeps measure it (benchmarks/triton_rate.py; the same method gives 0.50 on A100, where the "
-     "FlashAttention-2 paper's ratio costs what 0.54 does). What remains is the level: at the Hopper shares of "
-     "their leave-one-source-out fold (0.80 / 0.62, fitted on NVIDIA's, torchtitan's, IBM's and FlagPerf's "
-     "stacks) the 36 rows are +0..+30% (mean +7%), small models the most (MPT-760m at 2,048 tokens +20% where its "
-     "512- and 16k-token twins are +8 / +7%), and the eager MPT-760m block timed on an H200 takes 12% (forward) "
-     "and 20% (backward) longer than dtsim prices it at cuDNN's microbenchmark rates "
+    ("llmfoundry-*-h100-*-seq*", "H100 too fast: the benchmark ran llm-foundry's Triton FlashAttention "
+     "(submit_benchmarks.py --attn_impl default 'triton'; image mosaicml/pytorch:2.1.0_cu121-nightly20230827 for the "
+     "A100 and H100 rows alike), priced at 0.88 of FlashAttention-2's H100 rate as these rows' sequence sweeps "
+     "measure it (attention.TRITON_OF_FA2, benchmarks/triton_rate.py). What remains is the level: at the Hopper "
+     "shares of their leave-one-source-out fold (0.80 / 0.62, fitted on NVIDIA's, torchtitan's, IBM's and "
+     "FlagPerf's stacks) the 36 rows are +0..+30% (mean +7%), small models the most (MPT-760m at 2,048 tokens +20% "
+     "where its 512- and 16k-token twins are +8 / +7%), and the eager MPT-760m block timed on an H200 takes 12% "
+     "(forward) and 20% (backward) longer than dtsim prices it at cuDNN's microbenchmark rates "
      "(tests/hardware/test_blocks_measured.py): small MPT blocks miss time dtsim does not identify"),
     ("mbridge*-h100-llama3.1-405b-*", "Megatron-Bridge H100 FP8 TP/PP: too slow like the NeMo H100 runs; the table "
      "does not print the recipe's TP-overlap setting (simulated without) and the Hopper GEMM rate is fitted "

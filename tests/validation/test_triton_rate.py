@@ -28,16 +28,12 @@ def test_the_papers_a100_ratio_as_one_ratio_for_both_directions(study):
     assert study.one_ratio("hopper", 0.88, 0.88) == pytest.approx(0.88)
 
 
-def test_the_sweep_recovers_the_papers_ratio_on_a100_and_measures_the_h100_one(study, monkeypatch):
-    # the method's check: on A100 the spread of llm-foundry's errors within a model is smaller at the
-    # FlashAttention-2 paper's Triton ratio than at FlashAttention-2's own rate; on H100 the stored ratio beats both
-    # FlashAttention-2's rate and the A100 ratio
-    def spread_at(gpu, arch, ratio):
-        monkeypatch.setitem(attention.TRITON_OF_FA2, arch, ratio)
-        return study.spread(gpu)[0]
-
-    assert spread_at("A100", "ampere", (1 / 1.4, 1 / 2)) < spread_at("A100", "ampere", (1.0, 1.0)) / 2
-    stored = attention.TRITON_OF_FA2["hopper"]
-    at_stored = spread_at("H100", "hopper", stored)
-    assert at_stored < spread_at("H100", "hopper", (1.0, 1.0))
-    assert at_stored < spread_at("H100", "hopper", (1 / 1.4, 1 / 2))
+def test_the_sweep_lands_near_the_papers_ratio_on_a100_and_at_the_stored_ratio_on_h100(study):
+    # the method's check: on A100 the one ratio with the smallest spread lies within one grid step (0.05) of what
+    # the FlashAttention-2 paper's Triton pair costs, 0.54 without recomputation and 0.57 with it (one_ratio,
+    # checked by hand above for the first); on H100 the scan's minimum is the stored ratio
+    lo, hi = study.one_ratio("ampere", 1 / 1.4, 1 / 2), study.one_ratio("ampere", 1 / 1.4, 1 / 2, forwards=2)
+    assert lo - 0.05 <= study.scan("A100", "ampere") <= hi + 0.05
+    assert study.scan("H100", "hopper") == attention.TRITON_OF_FA2["hopper"][0]
+    # the paper's own pair spreads the A100 errors less than FlashAttention-2's rate does
+    assert study.spread_at("A100", "ampere", (1 / 1.4, 1 / 2))[0] < study.spread_at("A100", "ampere", (1.0, 1.0))[0]
