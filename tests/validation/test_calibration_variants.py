@@ -2,22 +2,14 @@
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import pytest
 
 from simulator.validation import calibration as cal
 
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "calibration_variants.py"
-
 
 @pytest.fixture(scope="module")
-def study():
-    spec = importlib.util.spec_from_file_location("calibration_variants", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def study(benchmark_script):
+    return benchmark_script("calibration_variants")
 
 
 def test_every_publication_weighs_alike_where_the_stored_objective_weighs_every_run(study):

@@ -2,22 +2,14 @@
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import pytest
 
 from simulator.hardware import attention
 
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "triton_rate.py"
-
 
 @pytest.fixture(scope="module")
-def study():
-    spec = importlib.util.spec_from_file_location("triton_rate", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def study(benchmark_script):
+    return benchmark_script("triton_rate")
 
 
 def test_the_papers_a100_ratio_as_one_ratio_for_both_directions(study):
