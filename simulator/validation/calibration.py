@@ -117,7 +117,8 @@ MEASURED: dict[str, dict[str, int]] = {arch: {"compute_slowdown_during_comm": 35
 #: Blackwell's run, Transformer Engine's cuDNN attention: Hopper's (10 of its 65 runs cuDNN, 19
 #: FlashAttention-2, 36 llm-foundry's Triton kernel at its rate measured from their sequence sweeps,
 #: ``attention.TRITON_OF_FA2``: 0.61, and 0.62 without them), not Ampere's, whose runs are the
-#: FlashAttention family (Triton, 1.x, 2) near their benchmarks (0.92) and unfused attention. Without a fit of a named architecture, the mean of the others.
+#: FlashAttention family (Triton, 1.x, 2) near their benchmarks (0.92) and unfused attention. Without a
+#: fit of a named architecture, the mean of the others.
 TRANSFERRED: dict[str, dict[str, tuple[str, ...]]] = {"blackwell": {"attention_sustained_of_bench": ("hopper",)}}
 #: Per-run error beyond which a run no longer pulls the fit (the issue-7 "no run worse than" bound).
 CAP = 0.25
