@@ -21,14 +21,16 @@ sweep's one-ratio minimum should lie near it. The measurement: the same one-rati
 with a cause of their own in ``misses.CAUSES`` (llm-foundry's MPT-30B at 8k tokens on 8 H100, near its
 memory limit) still count.
 
-Run: ``python benchmarks/triton_rate.py`` (about 15 seconds on 2 cores).
+Run: ``python benchmarks/triton_rate.py`` (about 5 seconds on 2 cores).
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import re
 import statistics
+from typing import Any
 
 from simulator.hardware import attention
 from simulator.validation.suite import load_runs, try_run
@@ -41,18 +43,26 @@ RATIOS = {"A100": (0.40, 0.45, 0.50, 0.55, 0.60, 0.65, 0.70, 0.80, 1.00),
           "H100": (0.70, 0.75, 0.80, 0.84, 0.86, 0.88, 0.90, 0.92, 0.95, 1.00)}
 
 
+@functools.cache
+def sweep(gpu: str) -> tuple[tuple[Any, tuple[str, ...]], ...]:
+    """The ``gpu`` rows of the sweep, each with its group (model, GPU type, count, precision, checkpointing)."""
+    out = []
+    for run in load_runs():
+        m = ROW.match(run.id)
+        if m is not None and run.gpu == gpu:
+            checkpointing = str(run.scenario["training"].get("activation_checkpointing", "none"))
+            out.append((run, (m["model"], m["gpu"], m["n"], m["fp8"] or "", checkpointing)))
+    return tuple(out)
+
+
 def spread(gpu: str) -> tuple[float, int, int]:
     """Mean |error − its group's mean error| (fraction) over the ``gpu`` sweep rows of groups with two or
     more sequence lengths, with the current ``attention.TRITON_OF_FA2``; and the rows and groups counted."""
     groups: dict[tuple[str, ...], list[float]] = {}
-    for run in load_runs():
-        m = ROW.match(run.id)
-        if m is None or run.gpu != gpu:
-            continue
+    for run, group in sweep(gpu):
         outcome = try_run(run)
         if outcome.report is not None:
-            checkpointing = str(run.scenario["training"].get("activation_checkpointing", "none"))
-            groups.setdefault((m["model"], m["gpu"], m["n"], m["fp8"] or "", checkpointing), []).append(outcome.error)
+            groups.setdefault(group, []).append(outcome.error)
     devs = [e - statistics.mean(v) for v in groups.values() if len(v) > 1 for e in v]
     return statistics.mean(abs(d) for d in devs), len(devs), sum(len(v) > 1 for v in groups.values())
 

@@ -17,8 +17,8 @@ runs, and whether the forward add is a kernel of its own, depends on whose linea
   no kernel either way, the bias added in the forward GEMM's epilogue (``tex.gemm(..., bias=bias,
   use_bias=True)``, cuBLASLt ``EPILOGUE_BIAS``) and its gradient reduced in the weight-gradient GEMM's
   (``grad=True``, ``EPILOGUE_BGRADB``; under FP8 in the output gradient's cast, ``bgrad_quantize``).
-* Every bias and its gradient in GEMM epilogues, no bias kernel at all (``workload.ops.layer_ops`` returns
-  none): ``kernels.gemm_epilogue`` (flash-attn's ``fused_dense``: "Fused matmul + bias (forward and
+* Every bias and its gradient in GEMM epilogues, no bias kernel at all (``block_linear`` gives ``gemm``):
+  ``kernels.gemm_epilogue`` (flash-attn's ``fused_dense``: "Fused matmul + bias (forward and
   backward), and fused matmul + bias + gelu (forward and backward)", flash-attention training/README.md, from
   Apex's FusedDense; cuBLASLt DGELU_BGRAD, BGRADB), and a ``te.Linear`` in place of every ``nn.Linear`` under
   FP8 (``kernels.fp8_te_modules: linear``, llm-foundry's ``fc_type: te``: the FP8 GEMM's bias epilogue forward,
@@ -50,16 +50,23 @@ def linear_impl(kernels: Any, framework: str) -> str:
     return {"fsdp": "torch", "ddp": "te"}.get(framework, "megatron")
 
 
+def block_linear(linear: str, fused: bool, epilogue: bool, te_linear_fp8: bool) -> str:
+    """Whose bias kernels a block runs: ``gemm`` (none: every bias and its gradient in GEMM epilogues) with
+    ``kernels.gemm_epilogue`` or ``te.Linear`` modules under FP8 (module docstring); ``torch`` in an eager
+    (unfused) block, whose linears are ``nn.Linear``; else ``linear`` (``linear_impl``)."""
+    if epilogue or te_linear_fp8:
+        return "gemm"
+    return linear if fused else "torch"
+
+
 def bias_ops(i: int, model: ModelConfig, tokens: int, n: int, pb: int, linear: str) -> list[Op]:
     """The bias kernels of a block's ``i``-th biased linear (QKV 0, output 1, MLP up 2, down 3; output width
-    ``n``), placed right after its GEMM, as the ``linear`` modules (``linear_impl``) run them (module
+    ``n``), placed right after its GEMM, as the ``linear`` modules (``block_linear``) run them (module
     docstring): Megatron-LM's QKV bias add (3 passes forward, the reduction as its backward), Transformer
-    Engine's QKV bias nothing, every other bias one reduction kernel backward."""
-    if not model.linear_bias:
+    Engine's QKV bias nothing, every other bias one reduction kernel backward; nothing at all for ``gemm``."""
+    if not model.linear_bias or linear == "gemm" or (i == 0 and linear == "te"):
         return []
     grad = float(tokens * n * pb)
-    if i == 0 and linear == "te":
-        return []
     if i == 0 and linear == "megatron":
         return [replace(memory_op("qkv_bias_add", tokens * n, 3, pb, ADD_FLOPS), bwd_launches=1, bwd_bytes=grad)]
     return [Op(f"bias_grad_{i}", "memory", 0.0, 0.0, launches=0, bwd_launches=1, bwd_bytes=grad)]

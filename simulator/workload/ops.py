@@ -33,7 +33,7 @@ from typing import Protocol
 from simulator.config.model import ModelConfig
 from simulator.workload import op_sac
 from simulator.workload.attention_core import attention_core_ops
-from simulator.workload.bias import bias_ops
+from simulator.workload.bias import bias_ops, block_linear
 from simulator.workload.flops import Recompute
 from simulator.workload.fp8_casts import fp8_cast, fp8_cast_backward
 from simulator.workload.loss import cross_entropy_op
@@ -206,10 +206,10 @@ def layer_ops(
     # their GEMMs' epilogues (flash-attn fused_dense): no bias op, no activation kernel
     epilogue = getattr(kernels, "gemm_epilogue", False)
 
+    bias_linear = block_linear(linear, fused, epilogue, fp8 is not None and te_linear)
+
     def bias(i: int, n: int) -> list[Op]:
-        # te.Linear modules under FP8 (fp8_te_modules linear) keep every bias in their GEMMs, as fused_dense does
-        every = epilogue or (fp8 is not None and te_linear)
-        return [] if every else bias_ops(i, model, tokens, n, pb, linear if fused else "torch")
+        return bias_ops(i, model, tokens, n, pb, bias_linear)
 
     qkv_launches = 1 if fused or model.qkv_fused else 3  # eager code keeps Llama's q, k, v apart
     qkv_n = (model.q_dim + 2 * model.kv_dim) // t
