@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any, ClassVar, Literal
 
-from pydantic import Field, NonNegativeFloat, PositiveFloat, PositiveInt, model_validator
+from pydantic import Field, NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt, model_validator
 
 from simulator.config.base import Frozen
 
@@ -68,6 +68,11 @@ class ParallelConfig(Frozen):
     decoder_last_pipeline_num_layers: PositiveInt | None = None
     account_for_embedding_in_pipeline_split: bool = False
     account_for_loss_in_pipeline_split: bool = False
+    #: Megatron-Core ``defer_embedding_wgrad_compute``: the last pipeline stage keeps the output layer's
+    #: weight-gradient GEMM of its first ``wgrad_deferral_limit`` micro-batches (0: all of them) and runs
+    #: them in the pipeline flush, after its last backward (``simulator.parallel.deferred_wgrad``).
+    defer_embedding_wgrad_compute: bool = False
+    wgrad_deferral_limit: NonNegativeInt = 0
     #: Megatron-Core ``pipeline_model_parallel_layout``: what each of the ``pp·virtual_stages``
     #: virtual stages holds, in virtual-stage order, stages separated by ``|``: ``E`` embedding,
     #: ``t`` a transformer block, ``m`` an MTP block (not modelled: no work), ``L`` the loss;
@@ -212,6 +217,8 @@ class ParallelConfig(Frozen):
         "comm_hook",
         "overlap_grad_reduce",
         "grad_reduce_in_fp32",
+        "defer_embedding_wgrad_compute",
+        "wgrad_deferral_limit",
     )
     _FSDP_ONLY: ClassVar[tuple[str, ...]] = (
         "sharding_strategy",
@@ -290,6 +297,13 @@ class ParallelConfig(Frozen):
             )
         if self.pipeline_schedule == "interleaved" and self.pp < 2:
             raise ValueError("parallel.pipeline_schedule interleaved needs parallel.pp >= 2")
+        if self.defer_embedding_wgrad_compute and self.pp < 2:
+            raise ValueError("parallel.defer_embedding_wgrad_compute defers the output layer's weight gradients "
+                             "to the pipeline flush and needs parallel.pp >= 2 (Megatron-Core refuses it without "
+                             "pipeline parallelism); remove it or set parallel.pp")
+        if "wgrad_deferral_limit" in self.model_fields_set and not self.defer_embedding_wgrad_compute:
+            raise ValueError("parallel.wgrad_deferral_limit applies with parallel.defer_embedding_wgrad_compute: "
+                             "true; set that too or remove the limit")
         if self.pipeline_layout is not None:
             from simulator.parallel.pipeline_split import layout_stages
 

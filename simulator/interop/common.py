@@ -62,6 +62,22 @@ def set_recompute_layers(out: Imported, granularity: str | None, method: str | N
                          "recomputes some layers (training.recompute_layers)")
 
 
+def set_wgrad_deferral(out: Imported, defer: bool, limit: int | None, pp: int, keys: tuple[str, str]) -> None:
+    """Megatron-Core's ``defer_embedding_wgrad_compute`` and ``wgrad_deferral_limit`` (named ``keys``) as
+    ``parallel.defer_embedding_wgrad_compute`` / ``wgrad_deferral_limit``: only under pipeline parallelism,
+    which Megatron-Core requires for it; a limit without the switch has no effect."""
+    if not defer:
+        if limit is not None:
+            out.ignore(keys[1], f"applies only with {keys[0]}")
+        return
+    if pp == 1:
+        out.ignore(keys[0], "no pipeline (pipeline-model-parallel-size 1): Megatron-Core refuses the deferral")
+        return
+    out.set("parallel.defer_embedding_wgrad_compute", True)
+    if limit:
+        out.set("parallel.wgrad_deferral_limit", limit)
+
+
 @dataclass(frozen=True)
 class Exported:
     """An exported config: the file ``text`` and what the target framework cannot express."""

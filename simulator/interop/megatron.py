@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from simulator.errors import InputError
 from simulator.interop import megatron_graphs, megatron_mla, megatron_moe
-from simulator.interop.common import Imported, as_float, as_int, set_recompute_layers
+from simulator.interop.common import Imported, as_float, as_int, set_recompute_layers, set_wgrad_deferral
 from simulator.interop.megatron_flags import read_flags, value_of
 
 FIELD = "megatron"
@@ -258,6 +258,8 @@ def _parallel(flags: dict, integer, out: Imported) -> None:
             continue
         out.set(f"parallel.{flag.replace('-', '_')}", True)  # one more layer slot (pipeline_split)
         slots += 1
+    set_wgrad_deferral(out, bool(flags.get("defer-embedding-wgrad-compute")), integer("wgrad-deferral-limit"), pp,
+                       ("--defer-embedding-wgrad-compute", "--wgrad-deferral-limit"))
     if per_chunk is not None:
         # arguments.py validate_args: the layer slots (layers + embedding / loss slots) per stage, per chunk
         layers = out.get("model.n_layers") + slots

@@ -109,6 +109,10 @@ def export_args(s: Scenario) -> Exported:
         lines.append(f"--num-layers-per-virtual-pipeline-stage {(m.n_layers + len(slots)) // (par.pp * par.virtual_stages)}")
     elif par.pipeline_schedule == "gpipe":
         notes.append("parallel.pipeline_schedule gpipe: Megatron-LM runs 1F1B")
+    if par.defer_embedding_wgrad_compute:
+        lines.append("--defer-embedding-wgrad-compute")
+        if par.wgrad_deferral_limit:
+            lines.append(f"--wgrad-deferral-limit {par.wgrad_deferral_limit}")
     if par.tp_comm_overlap:
         lines.append("--tp-comm-overlap")
     if par.overlap_grad_reduce:

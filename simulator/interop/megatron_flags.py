@@ -23,7 +23,7 @@ VALUE_FLAGS = (
     "num-layers-per-virtual-pipeline-stage", "virtual-pipeline-model-parallel-size", "pipeline-model-parallel-layout",
     "fp8-format", "window-size", "window-attn-skip-freq", "recompute-modules",
     "attention-backend", "nnodes", "nproc-per-node", "clip-grad", "fp8-recipe", "ddp-bucket-size",
-    "transformer-impl",
+    "transformer-impl", "wgrad-deferral-limit",
 ) + megatron_moe.VALUE_FLAGS + megatron_graphs.VALUE_FLAGS + megatron_mla.VALUE_FLAGS
 #: Switches dtsim reads.
 BOOL_FLAGS = (
@@ -32,6 +32,7 @@ BOOL_FLAGS = (
     "recompute-activations", "sequence-parallel", "use-distributed-optimizer", "tp-comm-overlap",
     "use-flash-attn", "overlap-grad-reduce", "overlap-param-gather", "fp8-param-gather", "grad-reduce-in-bf16",
     "no-position-embedding", "account-for-embedding-in-pipeline-split", "account-for-loss-in-pipeline-split",
+    "defer-embedding-wgrad-compute",
 ) + megatron_moe.BOOL_FLAGS + megatron_graphs.BOOL_FLAGS + megatron_mla.BOOL_FLAGS
 #: Flags taking a list of values (argparse ``nargs="*"``): every word up to the next flag.
 LIST_FLAGS = ("recompute-modules", "offload-modules") + megatron_graphs.LIST_FLAGS
@@ -76,7 +77,7 @@ IGNORED = (
       "manual-gc", "manual-gc-", "no-async-tensor-model-parallel-allreduce", "calculate-per-token-loss", "init-model-with-meta-device",
       "deterministic-mode", "check-for-nan-in-loss-and-grad", "no-check-for-nan-in-loss-and-grad", "bf16-",
       "align-grad-reduce", "align-param-gather",
-      "ddp-average-in-collective", "tp-comm-", "defer-embedding-wgrad-compute", "cross-entropy-fusion-impl",
+      "ddp-average-in-collective", "tp-comm-", "cross-entropy-fusion-impl",
       "enable-experimental", "te-rng-tracker", "mscale", "mscale-all-dim"),
      _NUMERICS),
     (("use-precision-aware-optimizer", "main-grads-dtype", "main-params-dtype", "exp-avg-dtype",

@@ -11,7 +11,8 @@ Key names are NeMo's (``examples/nlp/language_modeling/conf/megatron_gpt_config.
 ``activation`` (``gelu``, ``swiglu``, ``fast-swiglu``), ``position_embedding_type``,
 ``share_embeddings_and_output_weights``, ``hidden_dropout``, ``sequence_parallel``,
 ``activations_checkpoint_granularity``, ``ub_tp_comm_overlap``, ``use_flash_attention``, ``fp8``,
-``optim.name`` (``distributed_fused_adam`` or ``mcore_distributed_optim`` = Megatron distributed optimizer; ``optim.overlap_param_sync`` = ``parallel.overlap_param_gather``). NeMo trains with
+``optim.name`` (``distributed_fused_adam`` or ``mcore_distributed_optim`` = Megatron distributed optimizer; ``optim.overlap_param_sync`` = ``parallel.overlap_param_gather``),
+``defer_embedding_wgrad_compute`` and ``wgrad_deferral_limit`` (the same ``parallel`` keys). NeMo trains with
 Megatron-Core: dtsim framework ``ddp``. The vocabulary comes from the tokenizer, not the recipe:
 give ``--set model.vocab_size=N``.
 """
@@ -20,7 +21,14 @@ from __future__ import annotations
 
 from simulator.config.yamlio import parse_yaml
 from simulator.errors import InputError
-from simulator.interop.common import DTYPES, Imported, as_float, as_int, set_recompute_layers
+from simulator.interop.common import (
+    DTYPES,
+    Imported,
+    as_float,
+    as_int,
+    set_recompute_layers,
+    set_wgrad_deferral,
+)
 
 FIELD = "nemo"
 
@@ -32,7 +40,7 @@ _MODEL_READ = {
     "hidden_dropout", "attention_dropout", "ffn_dropout", "sequence_parallel", "activations_checkpoint_granularity",
     "activations_checkpoint_method", "activations_checkpoint_num_layers", "ub_tp_comm_overlap",
     "use_flash_attention", "fp8", "optim", "cpu_offloading", "make_vocab_size_divisible_by", "precision",
-    "qk_layernorm", "transformer_engine",
+    "qk_layernorm", "transformer_engine", "defer_embedding_wgrad_compute", "wgrad_deferral_limit",
 }
 _HYPER = "optimizer, initialisation or loss-scaling hyper-parameter: no effect on step time"
 _DATA = "data or tokenizer: dtsim assumes the input pipeline never stalls the step"
@@ -207,6 +215,9 @@ def _parallel(trainer: dict, m: dict, out: Imported) -> None:
         out.set("parallel.virtual_stages", vp)
     out.set("parallel.sequence_parallel", bool(m.get("sequence_parallel", False)))
     out.set("parallel.tp_comm_overlap", bool(m.get("ub_tp_comm_overlap", False)))
+    set_wgrad_deferral(out, bool(m.get("defer_embedding_wgrad_compute", False)),
+                       _get_int(m, "wgrad_deferral_limit", "model"), pp,
+                       ("model.defer_embedding_wgrad_compute", "model.wgrad_deferral_limit"))
     optim = m.get("optim")
     optim = optim if isinstance(optim, dict) else {}
     name = optim.get("name")

@@ -6,7 +6,9 @@ Blocks are placed by ``simulator.parallel.pipeline_split`` (as evenly as possibl
 Megatron's uneven placements);
 the first virtual stage also holds the embedding, the last the head (output layer and loss), so
 stages are uneven even when blocks divide. Each stage issues its items in the schedule's order
-(``simulator.parallel.pipeline_order``).
+(``simulator.parallel.pipeline_order``). With ``parallel.defer_embedding_wgrad_compute`` the head's
+weight-gradient GEMMs of the first micro-batches wait for the pipeline flush
+(``simulator.parallel.deferred_wgrad``).
 
 Between virtual stages a micro-batch's activations (forward) and their gradients (backward) travel
 as one ``send_recv`` of ``b·s·h/t`` elements per rank (formulas.md §6; Megatron's scatter/gather
@@ -32,7 +34,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 
-from simulator.parallel import pipeline_order, pipeline_split
+from simulator.parallel import deferred_wgrad, pipeline_order, pipeline_split
 from simulator.parallel.context import BuildContext
 from simulator.parallel.ir import P2P, GraphBuilder, StepGraph
 from simulator.parallel.schedule import Hooks, a2a_overlap, backward_pass, combined_pass, forward_pass
@@ -127,6 +129,12 @@ def build(ctx: BuildContext, make_hooks: Callable[[BuildContext], Hooks],
     hooks = [make_hooks(c) for c in ctxs]
     if ctx.parallel.framework == "deepspeed":
         hooks = [_AfterSend(h, m - 1) for h in hooks]
+    # defer_embedding_wgrad_compute: the head's first `deferred` backward passes without their weight gradient
+    head, deferred = n_virtual - 1, deferred_wgrad.deferred_count(ctx.parallel, m)
+    lean_head = deferred_wgrad.without_wgrad(ctxs[head].work) if deferred else None
+
+    def backward_work(j: int, g: int) -> StepWork:
+        return lean_head if j == head and g < deferred else ctxs[j].work
     orders = [pipeline_order.order(schedule, s, pp, m, v) for s in range(pp)]
     pos = [0] * pp
     sent: dict[tuple[str, int, int], int | None] = {}  # (phase, virtual stage, micro-batch) → send task
@@ -182,7 +190,7 @@ def build(ctx: BuildContext, make_hooks: Callable[[BuildContext], Hooks],
                     ready_b, after_b = source("B", jb, gb)
                     if ready_b:
                         f_last, b_last = combined_pass(b, (ctxs[j].work, g, hooks[j], after),
-                                                       (ctxs[jb].work, gb, hooks[jb], after_b))
+                                                       (backward_work(jb, gb), gb, hooks[jb], after_b))
                         send("F", j, g, f_last)
                         send("B", jb, gb, b_last)
                         pos[s] += 2
@@ -193,7 +201,7 @@ def build(ctx: BuildContext, make_hooks: Callable[[BuildContext], Hooks],
                 if phase == "F":
                     last = forward_pass(b, ctxs[j].work, g, hooks[j], after)
                 else:
-                    last = backward_pass(b, ctxs[j].work, g, hooks[j], after)
+                    last = backward_pass(b, backward_work(j, g), g, hooks[j], after)
                 send(phase, j, g, last)
                 pos[s] += 1
                 progressed = True
@@ -202,6 +210,9 @@ def build(ctx: BuildContext, make_hooks: Callable[[BuildContext], Hooks],
             continue
         relax = False
         assert progressed, f"{schedule} schedule cannot make progress"
+    if deferred:  # the flush: after everything the last GPU stage issued, before its optimizer step
+        b.device = head % pp
+        deferred_wgrad.drain(b, ctxs[head].work, deferred)
     meta: dict = {}
     for j in range(n_virtual):
         b.device = j % pp

@@ -858,3 +858,28 @@ def test_catalog_model_without_the_configs_experts_is_refused():
     text = MEGATRON + " --num-experts 4 --moe-token-dispatcher-type alltoall --moe-router-force-load-balancing"
     with pytest.raises(InputError, match="model.moe.imbalance but --model llama-3-8b has no moe section"):
         import_scenario("megatron", text=text, topology="dgx-h100", model="llama-3-8b")
+
+
+def test_wgrad_deferral_flags_round_trip():
+    """Megatron-LM's --defer-embedding-wgrad-compute and --wgrad-deferral-limit (NeMo's model.defer_embedding_wgrad_compute
+    and model.wgrad_deferral_limit, as NeMo-Framework-Launcher's nemotron_340b.yaml sets them: true, 22) become
+    parallel.defer_embedding_wgrad_compute / wgrad_deferral_limit under a pipeline and go back out as the same flags;
+    without a pipeline, which Megatron-Core refuses for it, the switch is listed as ignored, and so is a limit alone."""
+    from simulator.interop.megatron_export import export_args
+
+    args = ("--num-layers 32 --hidden-size 1024 --num-attention-heads 16 --seq-length 2048 --micro-batch-size 1 "
+            "--global-batch-size 64 --bf16 --vocab-size 50304 --pipeline-model-parallel-size 4 "
+            "--defer-embedding-wgrad-compute --wgrad-deferral-limit 22")
+    scenario, _, _ = import_scenario("megatron", text=args, topology="dgx-h100", nodes=2)
+    assert (scenario.parallel.defer_embedding_wgrad_compute, scenario.parallel.wgrad_deferral_limit) == (True, 22)
+    text = export_args(scenario).text
+    assert "--defer-embedding-wgrad-compute" in text and "--wgrad-deferral-limit 22" in text
+    flat = import_args(args.replace("--pipeline-model-parallel-size 4", "--pipeline-model-parallel-size 1"))
+    assert "no pipeline" in dict(flat.ignored)["--defer-embedding-wgrad-compute"]
+    assert flat.get("parallel.defer_embedding_wgrad_compute") is None
+    alone = import_args(args.replace("--defer-embedding-wgrad-compute ", ""))
+    assert "--wgrad-deferral-limit" in dict(alone.ignored)
+    nemo = NEMO.replace("  sequence_parallel: true",
+                        "  sequence_parallel: true\n  defer_embedding_wgrad_compute: true\n  wgrad_deferral_limit: 22")
+    s, _, _ = import_scenario("nemo", text=nemo, topology="dgx-a100", nodes=2, overrides=["model.vocab_size=50304"])
+    assert (s.parallel.defer_embedding_wgrad_compute, s.parallel.wgrad_deferral_limit) == (True, 22)
