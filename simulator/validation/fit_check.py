@@ -31,6 +31,10 @@ CAUSES: tuple[tuple[str, str], ...] = (
      "allocated, 162.6-171.9 GB reserved of the 178 GB, and micro-batch 2 ran out of memory (171 GB allocated)"),
     ("mbridge*-llama3*", "Megatron-Bridge Llama 3 presets at micro-batch 1-2 and 8,192 tokens: the table prints "
      "no recomputation or activation-offloading setting, so none is simulated"),
+    ("dgxc2409-h100-nemotron4-340b-*", "NVIDIA's DGX Cloud NeMo 24.09 Nemotron-4 340B recipe: its distributed_fused_adam "
+     "runs with optim.dtype bf16 (Apex DistributedFusedAdam's optimizer-state dtype; nemotron4-340b-synth.yaml), which "
+     "the memory model holds in fp32 (12 bytes per parameter over the data-parallel ranks): at 128 GPUs (DP 2) 340B / 64 "
+     "model-parallel ranks / 2 is 32 GB of fp32 states against about 16 GB in bf16, the excess the row shows"),
     ("dgxc2409-*", "NVIDIA's DGX Cloud NeMo 24.09 Llama 3.1 recipes at micro-batch 1 and 8,192 tokens: the recipe sets "
      "no recomputation (its configure.sh overrides none and the README states none), so none is simulated"),
     ("llmfoundry-mpt30b-*-8gpu-*", "30B on 8 GPUs under FSDP: model states alone are 56 GiB; the 5% excess is within "

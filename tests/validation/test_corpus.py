@@ -49,11 +49,13 @@ def test_no_reprinted_measurement_is_simulated_twice():
     measurement printed twice (Megatron-Bridge's 26.02 GB200 GPT-OSS row repeats 25.11's 15,754
     under another batch and recipe): it would count twice in every MAPE. The TFLOP/s figure is part of the
     measurement: Megatron-Bridge's 26.04.01 table prints tokens/s truncated to bfloat16, so two layouts of
-    one model can share a printed 1,024 tokens/s/GPU with different TFLOP/s (2,599 and 2,585 on GB300)."""
+    one model can share a printed 1,024 tokens/s/GPU with different TFLOP/s (2,599 and 2,585 on GB300). So is the GPU
+    count: a weak-scaling table that prints its step time to three digits repeats it at several scales (DGX Cloud's
+    Nemotron-4 15B: 2.86 s on 32 and on 64 H100, 183,317 and 366,635 tokens/s)."""
     seen: dict[tuple, str] = {}
     for r in load_runs():
         tps = r.measured.get("tokens_per_s_per_gpu")
-        key = (r.gpu, tps, r.measured.get("tflops_per_gpu"))
+        key = (r.gpu, r.extra.get("n_gpus"), tps, r.measured.get("tflops_per_gpu"))
         if r.expressible and tps:
             assert key not in seen, (r.id, seen.get(key))
             seen[key] = r.id
@@ -169,6 +171,42 @@ def test_nemo_2407_flop_formula_by_hand_for_nemotron_340b():
     per_token = L * h * h * (12 + 12 * G / A + 12 * f / h + 12 * s / h + 6 * V / (L * h))
     assert run.flops_per_token == pytest.approx(per_token, rel=2e-3)
     assert run.scenario["model"] == "nemotron-4-340b"
+
+
+def test_nemotron4_340b_report_row_by_hand():
+    """The Nemotron-4 340B report's last batch-ramp stage (Table 2): 2,304 sequences of 4,096 tokens every 8.0 s
+    on 6,144 H100 is 192.0 tokens/s/GPU; at NeMo's per-token FLOPs of the shape (the formula of the test above,
+    12 + 12·G/A = 13, 12·f/h = 48, 12·s/h = 2.67, 6·V/(L·h) = 0.87: 2.105e12) that is 40.9% of the 989 TFLOP/s BF16
+    peak, the table's 41-42% MFU."""
+    run = next(r for r in CORPUS if r.id == "nemotron4-340b-report-h100-6144gpu-bf16")
+    assert run.measured_tokens_per_s_per_gpu == pytest.approx(2304 * 4096 / 8.0 / 6144)
+    assert run.scenario["training"]["global_batch_size"] == 2304 and run.scenario["cluster"]["nodes"] * 8 == 6144
+    L, h, A, G, f, s, V = 96, 18432, 96, 8, 73728, 4096, 256000
+    per_token = L * h * h * (12 + 12 * G / A + 12 * f / h + 12 * s / h + 6 * V / (L * h))
+    assert 0.405 <= run.measured_tokens_per_s_per_gpu * per_token / 989e12 <= 0.425
+
+
+def test_dgx_cloud_nemotron4_rows_by_hand():
+    """DGX Cloud's Nemotron-4 340B table (nemotron/README_340b.md): 4,096 x 32 / 4.61 s / 128 GPUs = 222.1 tokens/s
+    per GPU (the table's 28,432 tokens/s over 128), and the README's MFU of that step, 32 x 1.01e16 / 4.61 / 128 /
+    989e12 = 55.38%, as printed; its model flops per sequence are 4,096 x (24·L·h² + 12·L·h·s + 48·L·h² +
+    6·V·h) = 1.01e16 (the README's Notes, L 96, h 18432, V 256000)."""
+    run = next(r for r in CORPUS if r.id == "dgxc2409-h100-nemotron4-340b-128gpu-bf16")
+    assert run.measured_tokens_per_s_per_gpu == pytest.approx(4096 * 32 / 4.61 / 128, rel=1e-4)
+    assert run.measured_tokens_per_s_per_gpu == pytest.approx(28432 / 128, rel=1e-3)
+    L, h, s, V = 96, 18432, 4096, 256000
+    per_sequence = s * (24 * L * h * h + 12 * L * h * s + 48 * L * h * h + 6 * V * h)
+    assert per_sequence == pytest.approx(1.01e16, rel=5e-3)
+    assert 32 * 1.01e16 / 4.61 / 128 / 989e12 == pytest.approx(0.5538, abs=5e-5)
+    fp8 = next(r for r in CORPUS if r.id == "dgxc2409-h100-nemotron4-340b-2048gpu-fp8")
+    assert fp8.measured_tokens_per_s_per_gpu == pytest.approx(600903 / 2048, rel=1e-3)
+    # the 15B table (nemotron/README_15b.md): 4,096 x 64 / 2.83 s / 16 GPUs = 5,789 tokens/s per GPU (92,630 / 16), and
+    # its MFU, 64 x 434.5e12 / 2.83 / 16 / 989e12 = 62.1%, from 4,096 x (24·L·h² + 12·L·h·s + 48·L·h² + 6·V·h), L 32, h 6144
+    small = next(r for r in CORPUS if r.id == "dgxc2409-h100-nemotron4-15b-16gpu-bf16")
+    assert small.measured_tokens_per_s_per_gpu == pytest.approx(92630 / 16, rel=1e-3)
+    L, h = 32, 6144
+    assert s * (24 * L * h * h + 12 * L * h * s + 48 * L * h * h + 6 * V * h) == pytest.approx(434.5e12, rel=1e-3)
+    assert 64 * 434.5e12 / 2.83 / 16 / 989e12 == pytest.approx(0.6210, abs=5e-4)
 
 
 def test_nemo2_flop_formula_by_hand_for_nemotron4_15b():
