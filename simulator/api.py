@@ -27,6 +27,7 @@ from simulator.hardware.compute import RooflineComputeModel
 from simulator.hardware.efficiency import Efficiency, calibrated_archs, for_gpu, is_calibrated
 from simulator.hardware.kernels import launch_costs
 from simulator.network import build_cluster
+from simulator.parallel import deferred_wgrad
 from simulator.parallel.build import build_copied_samples, build_step_graph, context_for
 from simulator.parallel.checks import check_supported
 from simulator.parallel.volume import per_rank
@@ -133,7 +134,9 @@ def simulate(scenario: Scenario, *, efficiency: Efficiency | None = None, what_i
         return Played(n, graph, trace, device, summary, stages, volume, calls, len(graph.tasks))
 
     with gc_paused():
-        played = play_step(play, ctx.n_micro, par.pp, par.pipeline_schedule, par.virtual_stages, exact=exact,
+        # deferred output-layer weight gradients make the first micro-batches unlike the rest: no samples
+        whole = exact or deferred_wgrad.deferred_count(par, ctx.n_micro) > 0
+        played = play_step(play, ctx.n_micro, par.pp, par.pipeline_schedule, par.virtual_stages, exact=whole,
                            samples=lambda sizes: build_copied_samples(ctx, sizes))
     graph, device, summary, stages = played.graph, played.device, played.summary, played.stages
     step_flops = flops.for_scenario(scenario)  # MFU's numerator: training.attention_flops convention

@@ -96,6 +96,17 @@ def test_schedules_extrapolated_equal_exact(name):
     assert _mismatches(fast.to_dict(), exact.to_dict(), exact.step_time_s) == []
 
 
+@pytest.mark.parametrize("limit", [0, 22])
+def test_deferred_output_layer_wgrads_are_simulated_whole(limit):
+    """The first ``wgrad_deferral_limit`` micro-batches of the last stage run without the output layer's weight
+    gradient and the flush grows with their number: two short samples cannot stand for the step (32 micro-batches
+    per step here, 22 of them or all deferred)."""
+    par = {"framework": "ddp", "tp": 2, "pp": 4, "defer_embedding_wgrad_compute": True, "wgrad_deferral_limit": limit}
+    fast, exact = _both(_scenario(par, 64))
+    assert fast.trace != ()
+    assert _mismatches(fast.to_dict(), exact.to_dict(), exact.step_time_s) == []
+
+
 def test_gpipe_is_simulated_whole():
     # All forwards before all backwards: a micro-batch's pattern stretches with n, nothing to extrapolate.
     fast = simulate(_scenario({"framework": "ddp", "tp": 2, "pp": 4, "pipeline_schedule": "gpipe"}, 64))

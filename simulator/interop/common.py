@@ -72,6 +72,8 @@ def set_wgrad_deferral(out: Imported, defer: bool, limit: int | None, pp: int, k
         return
     if pp == 1:
         out.ignore(keys[0], "no pipeline (pipeline-model-parallel-size 1): Megatron-Core refuses the deferral")
+        if limit is not None:
+            out.ignore(keys[1], f"applies only with {keys[0]}, ignored here")
         return
     out.set("parallel.defer_embedding_wgrad_compute", True)
     if limit:

@@ -141,6 +141,10 @@ def check_supported(scenario: Any) -> None:
     per_node = scenario.cluster.topology.gpus_per_node
     check_flow_size(scenario.cluster.network_fidelity, -(-scenario.n_gpus // per_node), "cluster.network_fidelity")
     p = scenario.parallel
+    if p.defer_embedding_wgrad_compute and scenario.model.mtp_layers:
+        raise InputError("parallel.defer_embedding_wgrad_compute with multi-token prediction (model.mtp_layers) is not "
+                         "simulated: Megatron-Core's limit counts the output layer's calls, one per MTP depth too; "
+                         "remove one of them", "parallel.defer_embedding_wgrad_compute")
     if p.cp > 1:
         if p.framework == "deepspeed":
             raise InputError(

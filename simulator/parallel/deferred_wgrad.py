@@ -16,7 +16,9 @@ Megatron-Core requires pipeline parallelism for it (``model_parallel_config.py``
 embedding wgrad compute when pipeline model parallel is not used") and gradient-accumulation fusion
 (the drain accumulates straight into ``main_grad``). Its data-parallel hooks have no special case for
 the deferral: the output layer's backward hook fires at its usual time and its bucket is reduced as
-without it; the optimizer step follows the drain.
+without it (Megatron-LM issue #1012: "finish_embedding_wgrad_compute appears after grad all-reduce");
+the optimizer step follows the drain. With multi-token prediction the output layer runs once per depth
+and the limit counts those calls: not simulated (``parallel.checks``).
 
 Here: for the last virtual stage, the head's backward of the deferred micro-batches runs without
 its ``logits.wgrad`` op, and after the stage's last scheduled item one ``drain`` task runs the
@@ -37,15 +39,19 @@ WGRAD_OP = "logits.wgrad"
 def deferred_count(parallel: Any, n_micro: int) -> int:
     """Micro-batches whose output-layer weight gradient waits for the flush: the first
     ``wgrad_deferral_limit`` (all with 0), none without the option."""
-    if not getattr(parallel, "defer_embedding_wgrad_compute", False):
+    if not parallel.defer_embedding_wgrad_compute:
         return 0
     limit = parallel.wgrad_deferral_limit
     return n_micro if limit == 0 else min(limit, n_micro)
 
 
 def without_wgrad(work: Any) -> Any:
-    """``work`` whose head backward leaves out the output layer's weight-gradient GEMM."""
-    return dataclasses.replace(work, head_bwd=tuple(op for op in work.head_bwd if op.name != WGRAD_OP))
+    """``work`` whose head backward leaves out the output layer's weight-gradient GEMM (the one op named
+    ``WGRAD_OP``: a head without it would defer nothing, so that is an error)."""
+    lean = tuple(op for op in work.head_bwd if op.name != WGRAD_OP)
+    if len(lean) != len(work.head_bwd) - 1:
+        raise ValueError(f"the head's backward has {len(work.head_bwd) - len(lean)} {WGRAD_OP} ops, not one")
+    return dataclasses.replace(work, head_bwd=lean)
 
 
 def wgrad_ops(work: Any) -> tuple:

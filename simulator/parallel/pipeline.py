@@ -211,7 +211,7 @@ def build(ctx: BuildContext, make_hooks: Callable[[BuildContext], Hooks],
         relax = False
         assert progressed, f"{schedule} schedule cannot make progress"
     if deferred:  # the flush: after everything the last GPU stage issued, before its optimizer step
-        b.device = head % pp
+        b.device = pp - 1  # the last virtual stage's GPU stage
         deferred_wgrad.drain(b, ctxs[head].work, deferred)
     meta: dict = {}
     for j in range(n_virtual):

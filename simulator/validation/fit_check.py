@@ -34,7 +34,8 @@ CAUSES: tuple[tuple[str, str], ...] = (
     ("dgxc2409-h100-nemotron4-340b-*", "NVIDIA's DGX Cloud NeMo 24.09 Nemotron-4 340B recipe: its distributed_fused_adam "
      "runs with optim.dtype bf16 (Apex DistributedFusedAdam's optimizer-state dtype; nemotron4-340b-synth.yaml), which "
      "the memory model holds in fp32 (12 bytes per parameter over the data-parallel ranks): at 128 GPUs (DP 2) 340B / 64 "
-     "model-parallel ranks / 2 is 32 GB of fp32 states against about 16 GB in bf16, the excess the row shows"),
+     "model-parallel ranks / 2 is 32 GB of fp32 states against about 16 GB in bf16, about 16 of the row's 24 GB "
+     "excess; the rest is not identified"),
     ("dgxc2409-*", "NVIDIA's DGX Cloud NeMo 24.09 Llama 3.1 recipes at micro-batch 1 and 8,192 tokens: the recipe sets "
      "no recomputation (its configure.sh overrides none and the README states none), so none is simulated"),
     ("llmfoundry-mpt30b-*-8gpu-*", "30B on 8 GPUs under FSDP: model states alone are 56 GiB; the 5% excess is within "

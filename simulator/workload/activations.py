@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from simulator.config.model import ModelConfig
 from simulator.config.scenario import Scenario
-from simulator.parallel import pipeline_order, pipeline_split
+from simulator.parallel import deferred_wgrad, pipeline_order, pipeline_split
 from simulator.workload import loss as wloss
 from simulator.workload import op_sac, recompute
 from simulator.workload.attention_core import fused_softmax_available
@@ -193,6 +193,16 @@ def logits_activation_bytes(
     return norm + per_logit * s * b * model.vocab_size / tp
 
 
+def deferred_wgrad_bytes(model: ModelConfig, b: int, s: int, tp: int, precision_bytes: int, sequence_parallel: bool,
+                         count: int) -> float:
+    """What the last pipeline stage holds for ``count`` deferred output-layer weight gradients
+    (``parallel.defer_embedding_wgrad_compute``) until its flush: per micro-batch the layer's output
+    gradient ``p·sbV/t`` and its input ``p·sbh`` (÷t with sequence parallelism: Megatron-Core's
+    ``ColumnParallelLinear`` keeps the rank's slice, which the drain all-gathers again;
+    ``grad_output_buffer``, ``embedding_activation_buffer``)."""
+    return count * precision_bytes * s * b * (model.vocab_size / tp + model.hidden_size / (tp if sequence_parallel else 1))
+
+
 def pipeline_blocks(scenario: Scenario) -> tuple[str, int, list[int]]:
     """(schedule, virtual stages, blocks per GPU stage) of the scenario's pipeline."""
     par = scenario.parallel
@@ -227,7 +237,8 @@ def stage_activations(scenario: Scenario) -> list[ActivationBytes]:
     ``n`` of a stage's blocks do (``simulator.workload.recompute.stage_counts``), the other ``n_s − n``
     keep a block's activations without recomputation, and ``per_layer`` is their mean. The first stage adds the embedding's
     dropout mask ``sbh`` (÷t with SP) per in-flight micro-batch when dropout is on; the last stage the
-    logits buffers of one micro-batch.
+    logits buffers of one micro-batch, and those its deferred weight gradients hold
+    (:func:`deferred_wgrad_bytes`).
     """
     m, tr, par = scenario.model, scenario.training, scenario.parallel
     b, s, t, pp = tr.micro_batch_size, tr.seq_len // par.cp, par.tp, par.pp
@@ -261,6 +272,7 @@ def stage_activations(scenario: Scenario) -> list[ActivationBytes]:
     n_micro = scenario.grad_accum_steps
     logits = logits_activation_bytes(m, b, s, t, pb, wloss.kind(scenario), sequence_parallel=sp,
                                      gathered_inputs=common["gathered_inputs"])
+    logits += deferred_wgrad_bytes(m, b, s, t, pb, sp, deferred_wgrad.deferred_count(par, n_micro))
     # training.recompute_layers: only these blocks of a stage store the checkpoint input; the others
     # keep a block's activations without recomputation (simulator.workload.recompute).
     partial = tr.activation_checkpointing == "full" and tr.recompute_layers is not None

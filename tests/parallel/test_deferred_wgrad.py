@@ -46,7 +46,74 @@ def test_two_stage_step_by_hand():
     drain = stage1["drain output-layer wgrads"]
     assert (drain.start_s, drain.end_s) == (pytest.approx(9e-3 + 2 * T), pytest.approx(10e-3 + 2 * T))
     assert stage1["optimizer"].start_s == pytest.approx(drain.end_s)  # the step follows the drain
-    assert _trace(defer_embedding_wgrad_compute=True, wgrad_deferral_limit=1).end_s == pytest.approx(12e-3 + 3 * T)
+    limited = _trace(defer_embedding_wgrad_compute=True, wgrad_deferral_limit=1)
+    assert limited.end_s == pytest.approx(12e-3 + 3 * T)
+    spans = {s.name: s for s in limited.spans if s.device == 1}
+    # the first micro-batch's head backward is the lean one (0.5 ms), the second keeps its weight gradient (1 ms)
+    assert [spans[n].end_s - spans[n].start_s for n in ("bwd H mb0", "bwd H mb1", "drain output-layer wgrads")] == [
+        pytest.approx(0.5e-3), pytest.approx(1e-3), pytest.approx(0.5e-3)]
+
+
+def test_interleaved_drain_on_the_last_gpu_stage():
+    """pp 2 x 2 virtual stages: the head is virtual stage 3, on GPU stage 1; its drain follows every backward there
+    and precedes both chunks' optimizer steps, and the stage's compute is the same total, moved."""
+    w = dataclasses.replace(work(n_layers=4), p2p_bytes=1e6, head_fwd=(TimedOp("logits", 0.5e-3),),
+                            head_bwd=(TimedOp("logits.dgrad", 0.5e-3), TimedOp("logits.wgrad", 0.5e-3)))
+
+    def trace(**par):
+        ctx = BuildContext(w, RankMesh(tp=1, dp=1, pp=2, gpus_per_node=8),
+                           ParallelConfig(pp=2, framework="ddp", virtual_stages=2, **par), 2, "bf16")
+        graph = build_step_graph(ctx)
+        costing = Costing(SumCompute(), AlphaBeta(ALPHA, BW), ctx.mesh, pcie_Bps=1e10, cpu_adam_params_per_s=1e9)
+        return simulate(graph, costing.costs(graph))
+
+    plain, deferred = trace(), trace(defer_embedding_wgrad_compute=True)
+    stage1 = [s for s in deferred.spans if s.device == 1]
+    drain = next(s for s in stage1 if s.name == "drain output-layer wgrads")
+    assert drain.end_s - drain.start_s == pytest.approx(1e-3)  # both micro-batches' 0.5 ms weight gradients
+    assert all(s.end_s <= drain.start_s + 1e-12 for s in stage1 if s.name.startswith("bwd"))
+    assert all(s.start_s >= drain.end_s - 1e-12 for s in stage1 if s.name == "optimizer")
+    assert not any(s.name == "drain output-layer wgrads" for s in deferred.spans if s.device == 0)
+
+    def busy(tr):
+        return sum(s.end_s - s.start_s for s in tr.spans if s.device == 1 and s.stream == "compute")
+    assert busy(deferred) == pytest.approx(busy(plain))
+    assert deferred.end_s <= plain.end_s
+
+
+def test_the_last_stage_holds_the_deferred_buffers():
+    """Until the flush, each deferred micro-batch keeps the output layer's output gradient (s·b·V/t) and its input
+    (s·b·h/t under sequence parallelism), 2 bytes each: Nemotron-4 340B at TP 8, 4,096 tokens, 22 deferred
+    micro-batches: 22 x 2 x 4,096 x (256,000 / 8 + 18,432 / 8) = 6.18 GB more on the last stage only."""
+    from simulator.config.loader import scenario_from_dict
+    from simulator.workload.activations import stage_activations
+
+    def stages(**extra):
+        return stage_activations(scenario_from_dict({
+            "name": "x", "model": "nemotron-4-340b", "cluster": {"topology": "dgx-h100", "nodes": 16},
+            "training": {"seq_len": 4096, "micro_batch_size": 1, "global_batch_size": 64, "precision": "bf16"},
+            "parallel": {"framework": "ddp", "distributed_optimizer": True, "tp": 8, "sequence_parallel": True, "pp": 8,
+                         "virtual_stages": 12, **extra}}))
+
+    plain, deferred = stages(), stages(defer_embedding_wgrad_compute=True, wgrad_deferral_limit=22)
+    assert deferred[-1].total_bytes - plain[-1].total_bytes == pytest.approx(22 * 2 * 4096 * (256000 / 8 + 18432 / 8))
+    assert [a.total_bytes for a in deferred[:-1]] == [a.total_bytes for a in plain[:-1]]
+
+
+def test_refused_with_multi_token_prediction():
+    """Megatron-Core's limit counts the output layer's calls, one per MTP depth as well: not simulated."""
+    from simulator.config.loader import scenario_from_dict
+    from simulator.errors import InputError
+    from simulator.parallel.checks import check_supported
+
+    scenario = scenario_from_dict({
+        "name": "x", "model": "deepseek-v3", "cluster": {"topology": "dgx-h100", "nodes": 32},
+        "training": {"seq_len": 4096, "micro_batch_size": 1, "global_batch_size": 512},
+        "parallel": {"framework": "ddp", "distributed_optimizer": True, "pp": 8, "ep": 32,
+                     "defer_embedding_wgrad_compute": True}})
+    scenario = scenario.model_copy(update={"model": scenario.model.model_copy(update={"mtp_layers": 1})})
+    with pytest.raises(InputError, match="mtp_layers"):
+        check_supported(scenario)
 
 
 @pytest.mark.parametrize(("limit", "n_micro", "expected"), [(0, 36, 36), (22, 36, 22), (22, 16, 16), (50, 64, 50)])
