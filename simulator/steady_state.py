@@ -38,9 +38,9 @@ Where a check fails (the pattern does not settle, GPipe's forward-then-backward 
 per-micro-batch pattern stretches with ``n``, ``n`` too small to gain anything) the whole step is
 simulated, as it is with ``exact=True`` (``dtsim run --exact``) and for a pipeline whose last stage
 defers the output layer's weight gradients of its first micro-batches (``parallel.deferred_wgrad``:
-those micro-batches differ from the rest, and the flush grows with their number). The extrapolated step carries no
-per-span trace: writing a Chrome trace or a timeline picture simulates everything.
-``tests/engine/test_steady_state.py`` compares both paths on every bundled scenario and on
+those micro-batches differ from the rest, and the flush grows with their number). The extrapolated
+step carries no per-span trace: writing a Chrome trace or a timeline picture simulates everything.
+``tests/test_steady_state.py`` compares both paths on every bundled scenario and on
 pipeline schedules.
 """
 

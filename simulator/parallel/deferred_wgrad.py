@@ -45,21 +45,16 @@ def deferred_count(parallel: Any, n_micro: int) -> int:
     return n_micro if limit == 0 else min(limit, n_micro)
 
 
-def without_wgrad(work: Any) -> Any:
-    """``work`` whose head backward leaves out the output layer's weight-gradient GEMM (the one op named
-    ``WGRAD_OP``: a head without it would defer nothing, so that is an error)."""
-    lean = tuple(op for op in work.head_bwd if op.name != WGRAD_OP)
-    if len(lean) != len(work.head_bwd) - 1:
-        raise ValueError(f"the head's backward has {len(work.head_bwd) - len(lean)} {WGRAD_OP} ops, not one")
-    return dataclasses.replace(work, head_bwd=lean)
+def split_head(work: Any) -> tuple[Any, tuple]:
+    """``work`` whose head backward leaves out the output layer's weight-gradient GEMM, and that GEMM (the
+    one op named ``WGRAD_OP``: a head without it would defer nothing, so that is an error)."""
+    wgrad = tuple(op for op in work.head_bwd if op.name == WGRAD_OP)
+    if len(wgrad) != 1:
+        raise ValueError(f"the head's backward has {len(wgrad)} {WGRAD_OP} ops, not one")
+    return dataclasses.replace(work, head_bwd=tuple(op for op in work.head_bwd if op.name != WGRAD_OP)), wgrad
 
 
-def wgrad_ops(work: Any) -> tuple:
-    """The head backward's weight-gradient GEMM(s) of one micro-batch."""
-    return tuple(op for op in work.head_bwd if op.name == WGRAD_OP)
-
-
-def drain(b: GraphBuilder, work: Any, count: int) -> int:
-    """The deferred weight-gradient GEMMs of ``count`` micro-batches as one compute task, issued after
-    everything the stage issued (its compute stream runs in issue order); returns the task."""
-    return b.compute("drain output-layer wgrads", "backward", wgrad_ops(work) * count)
+def drain(b: GraphBuilder, wgrad: tuple, count: int) -> int:
+    """The deferred weight-gradient GEMMs ``wgrad`` of ``count`` micro-batches as one compute task, issued
+    after everything the stage issued (its compute stream runs in issue order); returns the task."""
+    return b.compute("drain output-layer wgrads", "backward", wgrad * count)

@@ -131,7 +131,7 @@ def build(ctx: BuildContext, make_hooks: Callable[[BuildContext], Hooks],
         hooks = [_AfterSend(h, m - 1) for h in hooks]
     # defer_embedding_wgrad_compute: the head's first `deferred` backward passes without their weight gradient
     head, deferred = n_virtual - 1, deferred_wgrad.deferred_count(ctx.parallel, m)
-    lean_head = deferred_wgrad.without_wgrad(ctxs[head].work) if deferred else None
+    lean_head, wgrad = deferred_wgrad.split_head(ctxs[head].work) if deferred else (None, ())
 
     def backward_work(j: int, g: int) -> StepWork:
         return lean_head if j == head and g < deferred else ctxs[j].work
@@ -212,7 +212,7 @@ def build(ctx: BuildContext, make_hooks: Callable[[BuildContext], Hooks],
         assert progressed, f"{schedule} schedule cannot make progress"
     if deferred:  # the flush: after everything the last GPU stage issued, before its optimizer step
         b.device = pp - 1  # the last virtual stage's GPU stage
-        deferred_wgrad.drain(b, ctxs[head].work, deferred)
+        deferred_wgrad.drain(b, wgrad, deferred)
     meta: dict = {}
     for j in range(n_virtual):
         b.device = j % pp
