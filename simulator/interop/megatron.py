@@ -16,7 +16,8 @@ N-th layer full attention, ``is_layer_window_attention``: ``model.full_attention
 (``delayed`` default, ``tensorwise`` = current scaling, ``mxfp8``; ``training.kernels.fp8_recipe``),
 ``--recompute-granularity``
 (``full`` / ``selective``; ``--recompute-activations`` = selective), ``--recompute-modules`` (a list:
-``core_attn``, ``layernorm``, ``moe_act``, ``mla_up_proj``, ``mlp``; ``training.recompute_modules``), ``--tensor-model-parallel-size``,
+``core_attn``, ``layernorm``, ``moe_act``, ``mla_up_proj``, ``mlp``, ``moe``, ``shared_experts``;
+``training.recompute_modules``), ``--tensor-model-parallel-size``,
 ``--pipeline-model-parallel-size``, ``--context-parallel-size``, ``--sequence-parallel``,
 ``--num-layers-per-virtual-pipeline-stage``, ``--pipeline-model-parallel-layout`` (Megatron-Core's
 per-virtual-stage layout, ``parallel.pipeline_layout``), ``--use-distributed-optimizer``, ``--tp-comm-overlap``,
@@ -27,6 +28,9 @@ read when the command line includes them.
 
 from __future__ import annotations
 
+from typing import get_args
+
+from simulator.config.scenario import RecomputeModule
 from simulator.errors import InputError
 from simulator.interop import megatron_graphs, megatron_mla, megatron_moe
 from simulator.interop.common import Imported, as_float, as_int, set_recompute_layers, set_wgrad_deferral
@@ -42,7 +46,7 @@ LINEARS = {"local": "megatron", "transformer_engine": "te"}
 #: simulated.
 FP8_RECIPES = {"delayed": "delayed", "tensorwise": "current", "mxfp8": "mxfp8"}
 #: Megatron-Core recompute modules dtsim models (``training.recompute_modules``).
-RECOMPUTE_MODULES = ("core_attn", "layernorm", "moe_act", "mla_up_proj", "mlp")
+RECOMPUTE_MODULES = get_args(RecomputeModule)
 
 
 def import_args(text: str) -> Imported:

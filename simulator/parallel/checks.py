@@ -37,9 +37,7 @@ def check_layout(scenario: Any) -> None:
     if p.pp > m.n_layers:
         raise InputError(f"pp={p.pp} exceeds the model's {m.n_layers} layers", "parallel.pp")
     _check_activation_offload(scenario)
-    if "mla_up_proj" in (tr.recompute_modules or ()) and not m.is_mla:
-        raise InputError("recompute module mla_up_proj re-runs MLA's up projections, but the model has no MLA "
-                         "attention; remove it", "training.recompute_modules")
+    _check_recompute_modules(scenario)
     if p.pp > 1 and p.framework == "deepspeed" and p.pipeline_schedule != "1f1b":
         raise InputError(
             f"DeepSpeed's pipeline engine runs only its 1F1B TrainSchedule, not {p.pipeline_schedule!r}; use "
@@ -117,6 +115,28 @@ def _check_activation_offload(scenario: Any) -> None:
                          "recompute_granularity; set training.activation_checkpointing: none", field)
     if p.pp > 1:
         raise InputError("activation offloading with pipeline parallelism is not simulated; use pp 1", field)
+
+
+def _check_recompute_modules(scenario: Any) -> None:
+    """``training.recompute_modules`` that name a part the model lacks (Megatron-Core builds no such module,
+    so the flag would be a silent no-op: refused, as a misspelt key is), and ``moe`` with the combined 1F1B
+    schedule, which Megatron-Core's ``TransformerConfig`` refuses (``"moe" not in recompute_modules`` when
+    ``overlap_moe_expert_parallel_comm``: the layer's recompute re-runs the dispatch)."""
+    mods, m = scenario.training.recompute_modules or (), scenario.model
+    field = "training.recompute_modules"
+    if "mla_up_proj" in mods and not m.is_mla:
+        raise InputError("recompute module mla_up_proj re-runs MLA's up projections, but the model has no MLA "
+                         "attention; remove it", field)
+    for name in ("moe", "shared_experts"):
+        if name in mods and m.moe is None:
+            raise InputError(f"recompute module {name} re-runs part of an MoE layer, but the model has no MoE "
+                             "blocks; remove it", field)
+    if "shared_experts" in mods and not m.moe.n_shared_experts:
+        raise InputError("recompute module shared_experts re-runs the shared experts, but the model has none "
+                         "(model.moe.n_shared_experts 0); remove it", field)
+    if "moe" in mods and getattr(scenario.parallel, "moe_a2a_overlap", False):
+        raise InputError("recompute module moe with parallel.moe_a2a_overlap: Megatron-Core refuses it (the MoE "
+                         "layer's recompute re-runs the dispatch the overlap schedules); remove one", field)
 
 
 def check_flow_size(fidelity: str, nodes: int, field: str) -> None:

@@ -10,7 +10,8 @@ Per MoE block and micro-batch (Megatron-Core ``MoEAlltoAllTokenDispatcher``):
   received tokens over the ETP group] → grouped GEMM → [reduce-scatter over ETP] → **combine**
   all-to-all (the same volume back) → unpermute;
 * backward: the mirror image (combine's backward is a dispatch of output gradients, and so on);
-  full recomputation repeats the forward's all-to-alls;
+  full recomputation repeats the forward's all-to-alls, and so does Megatron-Core's ``moe`` recompute
+  module, which re-runs the MoE layer from its router (``backward_block``);
 * bytes: ``T·top_k·h·bytes`` per GPU, ``× imbalance`` for the most-loaded receiver, which sets the
   pace. With DeepEP (``moe_dispatcher: deepep``) the dispatch travels in FP8 and the combine in BF16
   when training in FP8 (DeepSeek-V3 report §3.3.2); Megatron-Core's alltoall dispatcher sends both in
@@ -120,6 +121,13 @@ class MoEWork:
     #: the backward (``expert_tp.tp_placed``; decided once per work, not per block and micro-batch).
     tp_placed_fwd: bool = False
     tp_placed_bwd: bool = False
+    #: Megatron-Core's ``moe`` recompute module: the MoE layer, from the router (``pre[router_at:]``) to
+    #: the unpermute, re-run with its all-to-alls before the block's backward (``backward_block``).
+    layer_recompute: bool = False
+    router_at: int = 0
+    #: The shared experts re-run before their backward (``moe`` or ``shared_experts`` recompute module),
+    #: their tensor-parallel collectives with them (``expert_tp.plain_tp_calls``).
+    shared_recompute: bool = False
 
     def slice(self, start: int, n: int) -> MoEWork:
         return dataclasses.replace(self, layers=self.layers[start:start + n])
@@ -180,11 +188,10 @@ def _attention_forward(b: GraphBuilder, work: Any, kind: str, name: str, deps, g
     return (b.compute(f"{name} attn+router", kind, mw.pre, deps=deps, micro_batch=g, layer=layer),)
 
 
-def forward_block(b: GraphBuilder, work: Any, kind: str, name: str, deps, g: int, layer: int) -> int:
-    """Forward (or full recompute) of one MoE block: pre → dispatch → experts → combine → post."""
-    mw: MoEWork = work.moe
-    ready = _attention_forward(b, work, kind, name, deps, g, layer)
-    pre = ready[0]
+def _routed(b: GraphBuilder, mw: MoEWork, kind: str, name: str, ready: tuple, pre: int, g: int, layer: int,
+            post: tuple) -> int:
+    """The MoE layer past its router: dispatch → experts (shared experts beside or after) → combine →
+    ``post``; ``pre`` is the task the shared experts follow when they overlap the dispatch."""
     d = _a2a(b, f"dispatch {name}", mw.dispatch_bytes, ready, g, layer, mw, gather=True)
     if mw.shared and mw.shared_overlap:
         b.compute(f"{name} shared experts", kind, mw.shared, deps=(pre,), micro_batch=g, layer=layer)
@@ -192,7 +199,25 @@ def forward_block(b: GraphBuilder, work: Any, kind: str, name: str, deps, g: int
     if mw.shared and not mw.shared_overlap:
         b.compute(f"{name} shared experts", kind, mw.shared, deps=(ex,), micro_batch=g, layer=layer)
     c = _a2a(b, f"combine {name}", mw.combine_bytes, (ex,), g, layer, mw, gather=False)
-    return b.compute(f"{name} unpermute", kind, mw.post, deps=c, micro_batch=g, layer=layer)
+    return b.compute(f"{name} unpermute", kind, post, deps=c, micro_batch=g, layer=layer)
+
+
+def forward_block(b: GraphBuilder, work: Any, kind: str, name: str, deps, g: int, layer: int) -> int:
+    """Forward (or full recompute) of one MoE block: pre → dispatch → experts → combine → post."""
+    mw: MoEWork = work.moe
+    ready = _attention_forward(b, work, kind, name, deps, g, layer)
+    return _routed(b, mw, kind, name, ready, ready[0], g, layer, mw.post)
+
+
+def _layer_recompute(b: GraphBuilder, mw: MoEWork, name: str, deps, g: int, layer: int) -> int:
+    """Megatron-Core's ``moe`` recompute module (``MoELayer.forward`` under ``tensor_parallel.checkpoint``
+    when ``"moe" in recompute_modules``): the whole MoE layer, router and preprocessing, dispatch, experts,
+    shared experts, combine, re-run from its stored input before the block's backward. The residual add
+    after the layer belongs to the transformer layer and is not re-run."""
+    router = b.compute(f"{name} router", "recompute", mw.pre[mw.router_at:], deps=tuple(deps), micro_batch=g,
+                       layer=layer)
+    post = tuple(op for op in mw.post if op.name != "output_residual_add")
+    return _routed(b, mw, "recompute", name, (router,), router, g, layer, post)
 
 
 def backward_block(b: GraphBuilder, work: Any, name: str, deps, g: int, layer: int) -> tuple[int, list]:
@@ -201,6 +226,8 @@ def backward_block(b: GraphBuilder, work: Any, name: str, deps, g: int, layer: i
     mw: MoEWork = work.moe
     if mw.recompute:
         deps = [forward_block(b, work, "recompute", f"recompute {layer} mb{g}", deps, g, layer)]
+    elif mw.layer_recompute:
+        deps = [_layer_recompute(b, mw, f"recompute {layer} mb{g}", deps, g, layer)]
     post = b.compute(f"{name} unpermute", "backward", mw.bwd_post, deps=deps, micro_batch=g, layer=layer)
     c = _a2a(b, f"combine-bwd {name}", mw.grad_bytes, (post,), g, layer, mw, gather=True)
     if mw.bwd_shared and mw.shared_overlap:
@@ -286,8 +313,9 @@ def attach(work: Any, scenario: Any, pb: int) -> Any:
 
     dispatcher = getattr(par, "moe_dispatcher", "alltoall")
     deepep = dispatcher == "deepep"
+    modules = wrecompute.modules(tr)
     ops = moe_ops.moe_block_ops(model, b, s, tp, pb, tr.kernels, wrecompute.attention_mode(tr, par.framework), ep, etp,
-                                modules=wrecompute.modules(tr),
+                                modules=modules,
                                 fp8=tr.active_fp8_recipe,
                                 streams=moe_ops.expert_streams(par.framework),
                                 sequence_parallel=bool(getattr(par, "sequence_parallel", False)),
@@ -347,6 +375,9 @@ def attach(work: Any, scenario: Any, pb: int) -> Any:
         experts_sync=ops.sync_at,
         tp_placed_fwd=placed[0],
         tp_placed_bwd=placed[1],
+        layer_recompute="moe" in modules,
+        router_at=ops.router_at,
+        shared_recompute=bool(ops.shared) and bool({"moe", "shared_experts"} & modules),
     )
     per_node = scenario.cluster.topology.gpus_per_node
     n_nodes = (ep * etp) // per_node if ep * etp > per_node else 1
@@ -357,27 +388,3 @@ def attach(work: Any, scenario: Any, pb: int) -> Any:
             inter_fraction=moe_ops.copies_per_gpu(n_nodes, e, k) if n_nodes > 1 else 0.0)
     changes["optimizer"] = optimizer
     return dataclasses.replace(work, **changes)
-
-
-def expand_layouts(layouts: list[dict[str, Any]], scenario: Any) -> list[dict[str, Any]]:
-    """Each dense layout × every valid (ep, etp) of an MoE model: ``ep`` divides the experts and
-    ``ep·etp`` the GPUs of a pipeline stage; ``etp`` is 1 or the layout's ``tp`` (Megatron-Core's
-    two common choices) and divides the expert width. TP > 1 turns sequence parallelism on
-    (Megatron-Core requires it with MoE)."""
-    moe = scenario.model.moe
-    n = scenario.n_gpus
-    out: list[dict[str, Any]] = []
-    for lay in layouts:
-        tp, pp = lay["parallel.tp"], lay["parallel.pp"]
-        stage = n // pp
-        for etp in sorted({1, tp}):
-            if moe.expert_ffn_hidden_size % etp:
-                continue
-            for ep in range(1, moe.n_experts + 1):
-                if moe.n_experts % ep or stage % (ep * etp):
-                    continue
-                extra = {"parallel.ep": ep, "parallel.etp": etp}
-                if tp > 1:
-                    extra["parallel.sequence_parallel"] = True
-                out.append({**lay, **extra})
-    return out

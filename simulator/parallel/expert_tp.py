@@ -41,12 +41,14 @@ def plain_tp_calls(work: Any, phase: str) -> int:
     MoE block in ``phase`` ("fwd" or "bwd"): the attention's unless the block placed them
     (:func:`tp_placed`), and the shared experts', a tensor-parallel MLP on the gathered tokens
     (Megatron-Core ``SharedExpertMLP``: column-parallel fc1, row-parallel fc2, like a dense block's MLP)
-    that no GEMM pairing covers; the backward also re-runs the forward's under full recomputation."""
+    that no GEMM pairing covers; the backward also re-runs the forward's under full recomputation, and the
+    shared experts' when a recompute module re-runs them (``MoEWork.shared_recompute``)."""
     shared = _shared_calls(work)
     fwd = int(not tp_placed(work, "fwd")) + shared
     if phase == "fwd":
         return fwd
-    return int(not tp_placed(work, "bwd")) + shared + (fwd if work.moe.recompute else 0)
+    again = fwd if work.moe.recompute else shared * work.moe.shared_recompute
+    return int(not tp_placed(work, "bwd")) + shared + again
 
 
 def combined_tp_calls(work: Any) -> int:

@@ -21,7 +21,7 @@ reason a framework would refuse the layout or a placement practitioners avoid:
   ``get_batch_on_this_cp_rank``) and at least ``MIN_CP_TOKENS`` tokens per rank;
   ``dp = GPUs / (tp · cp · pp)``. Elsewhere cp stays at the scenario's value.
 * MoE models: every ``ep`` dividing the experts and the GPUs of a stage, with ``etp`` 1 or ``tp``
-  (``simulator.parallel.expert.expand_layouts``).
+  (:func:`expand_layouts`).
 
 Ranking is the sweep's: it simulates each layout and orders by its objective. The list here is
 ordered by (tp, pp, micro-batch, v), deterministic for resumable sweeps.
@@ -70,8 +70,6 @@ def enumerate_layouts(scenario: Any, micro_batch_sizes: tuple[int, ...] | None =
         for cp in cps:
             out += _layouts(scenario, tp, cp, bs, no_pipeline, max_virtual_stages, with_cp)
     if model.moe is not None:
-        from simulator.parallel.expert import expand_layouts
-
         out = expand_layouts(out, scenario)
     return out
 
@@ -99,4 +97,28 @@ def _layouts(scenario: Any, tp: int, cp: int, bs: tuple[int, ...], no_pipeline: 
             for v in _divisors(per_stage):
                 if 1 < v <= max_virtual_stages:
                     out.append({**base, "parallel.pipeline_schedule": "interleaved", "parallel.virtual_stages": v})
+    return out
+
+
+def expand_layouts(layouts: list[dict[str, Any]], scenario: Any) -> list[dict[str, Any]]:
+    """Each dense layout × every valid (ep, etp) of an MoE model: ``ep`` divides the experts and
+    ``ep·etp`` the GPUs of a pipeline stage; ``etp`` is 1 or the layout's ``tp`` (Megatron-Core's
+    two common choices) and divides the expert width. TP > 1 turns sequence parallelism on
+    (Megatron-Core requires it with MoE)."""
+    moe = scenario.model.moe
+    n = scenario.n_gpus
+    out: list[dict[str, Any]] = []
+    for lay in layouts:
+        tp, pp = lay["parallel.tp"], lay["parallel.pp"]
+        stage = n // pp
+        for etp in sorted({1, tp}):
+            if moe.expert_ffn_hidden_size % etp:
+                continue
+            for ep in range(1, moe.n_experts + 1):
+                if moe.n_experts % ep or stage % (ep * etp):
+                    continue
+                extra = {"parallel.ep": ep, "parallel.etp": etp}
+                if tp > 1:
+                    extra["parallel.sequence_parallel"] = True
+                out.append({**lay, **extra})
     return out

@@ -128,7 +128,11 @@ MOE_CAUSES: tuple[tuple[str, str], ...] = (
      "and 14 s of exposed EP all-to-alls over the H800's 8 NVLink links (the recomputed forward re-runs each MoE "
      "layer's dispatch and combine: six all-to-alls of 1.07 GB per layer and micro-batch), exceeds the measured "
      "42.5 s step; how the issue split 94 blocks over pp 32 x vpp 3 is not stated (simulated with the embedding and "
-     "loss as layer slots, which leaves the last stage 13% heavier): too slow"),
+     "loss as layer slots, which leaves the last stage 13% heavier). The issue's TP 1 row at micro-batch 1 with "
+     "Megatron-Core's moe recompute module (pai658-h800-qwen3-235b-a22b-256gpu-tp1-mbs1-moe-bf16: the MoE layer and "
+     "its two forward all-to-alls re-run before each block's backward, 16% of dtsim's step) is -12%, where dtsim "
+     "gives the layout +2% without that module: in this source recomputation costs less than dtsim prices it: "
+     "too slow"),
     ("mbridge2511-b200-gpt-oss*", "25.11 container on DGX-B200, on top of GPT-OSS's own gap: the same preset "
      "(micro-batch 4, EP 8, recompute [layernorm, moe_act]) ran at 223 TFLOP/s/GPU in 25.11 and 373 in 26.02.01 "
      "(1.67x), where dtsim gives the two 1.16x apart (global batch 512 against 1,280: the optimizer step and "

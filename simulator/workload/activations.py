@@ -233,7 +233,8 @@ def stage_activations(scenario: Scenario) -> list[ActivationBytes]:
     placements). Sequence parallelism divides the norm/dropout region by ``t``; context parallelism
     makes every term one of the rank's ``s/cp`` tokens (Korthikanti's formulas with ``s → s/cp``).
     Full recomputation stores the block inputs and, while recomputing one block for its backward,
-    that block's full activations (Korthikanti Table 2 note); with ``training.recompute_layers`` only
+    that block's full activations (Korthikanti Table 2 note); Megatron-Core's ``moe`` and
+    ``shared_experts`` recompute modules one MoE layer's or its shared experts' (``moe_memory``); with ``training.recompute_layers`` only
     ``n`` of a stage's blocks do (``simulator.workload.recompute.stage_counts``), the other ``n_s − n``
     keep a block's activations without recomputation, and ``per_layer`` is their mean. The first stage adds the embedding's
     dropout mask ``sbh`` (÷t with SP) per in-flight micro-batch when dropout is on; the last stage the
@@ -254,19 +255,19 @@ def stage_activations(scenario: Scenario) -> list[ActivationBytes]:
     dense_mlp = recompute.mlp(tr) and m.moe is None and not m.is_mla
     per_layer = layer_activation_bytes(m, b, s, t, recompute=recompute.attention_mode(tr, par.framework),
                                        mlp_recompute=dense_mlp, **common)
-    if m.moe is not None or m.is_mla:  # routed tokens / MLA tensors instead of the dense ones
-        from simulator.workload import moe_memory
+    from simulator.workload import moe_memory  # imports this module
 
+    if m.moe is not None or m.is_mla:  # routed tokens / MLA tensors instead of the dense ones
         per_layer += moe_memory.activation_delta_per_layer(scenario, pb)
     kept = layer_activation_bytes(m, b, s, t, recompute="none", **common)  # a block without recomputation
     transient = 0.0
     if tr.activation_checkpointing == "selective_op":  # what the recompute rebuilds for one block
         transient = max(0.0, kept - per_layer)
+    if tr.activation_checkpointing == "selective":  # the moe / shared_experts modules rebuild one block's
+        transient = moe_memory.recompute_transient(scenario, pb)
     if tr.activation_checkpointing == "full":
         transient = kept
         if m.moe is not None or m.is_mla:  # the block being recomputed holds its routed tokens too
-            from simulator.workload import moe_memory
-
             transient += max(0.0, moe_memory.moe_block_extra(scenario, pb) + moe_memory.mla_block_extra(scenario, pb))
     schedule, v, blocks = pipeline_blocks(scenario)
     n_micro = scenario.grad_accum_steps

@@ -190,6 +190,8 @@ def step(
     recompute_fraction: float = 1.0,
     recompute_skipped: float = 0.0,
     mlp_recompute_blocks: int = 0,
+    moe_recompute_blocks: int = 0,
+    shared_recompute_blocks: int = 0,
 ) -> StepFlops:
     """FLOPs of one optimizer step of ``n_micro`` micro-batches of ``b`` sequences of length ``s``.
 
@@ -201,7 +203,10 @@ def step(
     ``l·F_layer`` (``recompute.fraction``: the share of blocks that recompute); early stop leaves
     ``recompute_skipped`` FLOPs of each recomputed block out (``recompute.skipped_flops_per_block``).
     Megatron-Core's ``mlp`` recompute module adds the MLP forward ``k_mlp·2·b·s·h·f`` of each of its
-    ``mlp_recompute_blocks`` dense blocks (``recompute.step_terms``).
+    ``mlp_recompute_blocks`` dense blocks (``recompute.step_terms``), its ``moe`` module the MoE layer's
+    (router, routed and shared experts: ``moe.layer_forward``) of each of ``moe_recompute_blocks``, its
+    ``shared_experts`` module the shared experts' ``k_mlp·2·b·s·h·f_s·n_s`` of each of
+    ``shared_recompute_blocks``.
     Non-causal, MHA, GELU-4h: ``model = 72·B·s·l·h²·(1 + s/6h + V/12lh)`` and full-recompute
     ``hardware = 96·B·s·l·h²·(1 + s/6h + V/16lh)`` with ``B = b·n_micro`` (Narayanan et al. SC'21
     Sec. 5.1 Eq. 3). Selective non-causal: ``72·B·s·l·h²·(1 + 2s/9h + V/12lh)`` (formulas.md §1.2).
@@ -219,6 +224,11 @@ def step(
                     for c, lay in groups)
     if mlp_recompute_blocks:
         extra += mlp_recompute_blocks * dense_layer_forward(model, b, s, causal).mlp
+    if moe_recompute_blocks or shared_recompute_blocks:
+        from simulator.workload import moe
+
+        extra += (moe_recompute_blocks * moe.layer_forward(model, b, s, causal, True).mlp
+                  + shared_recompute_blocks * moe.shared_forward(model, b, s))
     if model.mtp_layers:  # MTP modules (workload.mtp): a block of the last kind, eh_proj, the head again
         last, h = groups[-1][1], model.hidden_size
         extra += 3 * model.mtp_layers * (last.dense + f * last.attention_core + logits_forward(model, b, s)

@@ -202,6 +202,13 @@ def layer_forward(model: ModelConfig, b: int, s: int, causal: bool, moe_layer: b
                             out_proj=base.out_proj, mlp=mlp)
 
 
+def shared_forward(model: ModelConfig, b: int, s: int) -> float:
+    """Forward FLOPs of one MoE block's shared experts, ``2·k_mlp·T·h·f_s·n_s`` with ``T = b·s`` (the
+    shared term of :func:`layer_forward`)."""
+    m = model.moe
+    return 2.0 * model.mlp_matrices * b * s * model.hidden_size * m.n_shared_experts * m.shared_width
+
+
 def layer_groups(model: ModelConfig, b: int, s: int, causal: bool) -> list[tuple[int, object]]:
     """[(number of blocks, their ``LayerFlops``)] for the dense and the MoE blocks."""
     n_moe = n_moe_layers(model)

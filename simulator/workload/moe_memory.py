@@ -18,7 +18,8 @@ activations of routed tokens.
   width ``n_s·f_s``; ``T = etp·b·s/(tp·cp)``: with expert tensor parallelism a rank holds its ETP
   group's all-gathered tokens. The MLP input stays (it is the router's input), unless
   selective recomputation re-runs the pre-MLP norm (``training.recompute_modules: layernorm``); with
-  ``moe_act`` the activation output goes too.
+  ``moe_act`` the activation output goes too, with ``shared_experts`` the shared experts' tensors, with
+  ``moe`` all the layer's (rebuilt for one block at a time during the backward).
 * MLA blocks store, instead of Q, K, V and the out-projection input of width ``a·d_h``: the
   compressed query ``d_c'`` before and after its norm, the compressed KV ``d_c + d_r`` and its
   normalised ``d_c``, and Q, K (``a·d_qk`` each, ÷t), V and the out-projection input (``a·d_v``
@@ -70,12 +71,11 @@ def mla_block_extra(scenario: Any, pb: int) -> float:
     return sb * (mla - (pb * (m.q_dim + 2 * m.kv_dim) + out * m.q_dim) / tp)
 
 
-def moe_block_extra(scenario: Any, pb: int) -> float:
-    """Extra activation bytes of ONE MoE block over the dense block it replaces, one micro-batch
-    (also what a block being recomputed holds on top of the dense estimate)."""
+def _layer_parts(scenario: Any, pb: int) -> tuple[float, float, float]:
+    """Bytes one MoE block's MoE layer stores for its backward, one micro-batch: the routed experts'
+    (``moe_act``'s activation output left out), the shared experts', and the dense MLP's stored tensors
+    past its input that the layer replaces."""
     m, tr, par = scenario.model, scenario.training, scenario.parallel
-    if m.moe is None:
-        return 0.0
     b, s, tp = tr.micro_batch_size, tr.seq_len // par.cp, par.tp  # a CP rank holds s/cp tokens
     h, k_mlp, moe = m.hidden_size, m.mlp_matrices, m.moe
     lin = linear_input_bytes(scenario, pb)
@@ -84,24 +84,44 @@ def moe_block_extra(scenario: Any, pb: int) -> float:
     t = b * s / tp * moe.top_k * moe.effective_imbalance * par.etp
     width = moe.expert_ffn_hidden_size / par.etp
     routed = _mlp_stored(t, h, width, k_mlp, pb, lin)
+    if "moe_act" in recompute.modules(tr):  # the activation output, the experts' fc2 input (``lin`` bytes)
+        routed -= lin * t * width
     shared = (_mlp_stored(b * s, 0, moe.n_shared_experts * moe.shared_width / tp, k_mlp, pb, lin)
               if moe.n_shared_experts else 0)
-    return routed + shared - dense - _recomputed_module_bytes(scenario, pb, t, width, lin)
+    return routed, shared, dense
 
 
-def _recomputed_module_bytes(scenario: Any, pb: int, routed: float, width: float, lin: int) -> float:
-    """What selective recomputation's modules (``training.recompute_modules``) leave out of one MoE
-    block: ``layernorm`` the pre-MLP norm's output ``p·b·s·h`` (÷t with sequence parallelism, as the
-    norm region is), ``moe_act`` the experts' activation output ``p·T·k·f_e/etp`` (``routed`` token
-    copies on the most-loaded rank)."""
+def moe_block_extra(scenario: Any, pb: int) -> float:
+    """Extra activation bytes of ONE MoE block over the dense block it replaces, one micro-batch
+    (also what a block being recomputed holds on top of the dense estimate). Selective recomputation's
+    modules (``training.recompute_modules``) leave out: ``layernorm`` the pre-MLP norm's output
+    ``p·b·s·h`` (÷t with sequence parallelism, as the norm region is); ``moe_act`` the experts' activation
+    output ``p·T·k·f_e/etp``; ``shared_experts`` the shared experts' tensors; ``moe`` everything the MoE
+    layer stores past its input (Megatron-Core checkpoints the layer, keeping only its input, the norm
+    output; :func:`recompute_transient` holds one block's again during its backward)."""
+    if scenario.model.moe is None:
+        return 0.0
+    routed, shared, dense = _layer_parts(scenario, pb)
     mods, tr, par = recompute.modules(scenario.training), scenario.training, scenario.parallel
-    out = 0.0
+    if "moe" in mods:
+        routed = shared = 0.0
+    elif "shared_experts" in mods:
+        shared = 0.0
+    norm = 0.0
     if "layernorm" in mods:
         region = par.tp if par.sequence_parallel and par.tp > 1 else 1
-        out += pb * tr.micro_batch_size * (tr.seq_len // par.cp) * scenario.model.hidden_size / region
-    if "moe_act" in mods:  # the activation output, the experts' fc2 input (``lin`` bytes)
-        out += lin * routed * width
-    return out
+        norm = pb * tr.micro_batch_size * (tr.seq_len // par.cp) * scenario.model.hidden_size / region
+    return routed + shared - dense - norm
+
+
+def recompute_transient(scenario: Any, pb: int) -> float:
+    """Bytes a recompute module rebuilds for one MoE block while that block's backward runs: the MoE
+    layer's stored tensors (``moe``) or the shared experts' (``shared_experts``), 0 otherwise."""
+    if scenario.model.moe is None:
+        return 0.0
+    mods = recompute.modules(scenario.training)
+    routed, shared, _ = _layer_parts(scenario, pb)
+    return routed + shared if "moe" in mods else shared if "shared_experts" in mods else 0.0
 
 
 def model_states(scenario: Any, zero_model_states, shard_degree: int, stage: int, sizes: tuple) -> Any:

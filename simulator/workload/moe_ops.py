@@ -91,6 +91,10 @@ class MoEBlockOps:
     #: Index in ``experts`` of the op before which the forward synchronises the host with the GPU (0 =
     #: none): the clamped SwiGLU's quick-GeGLU offset tensor (comment at ``CLAMP_PASSES``).
     sync_at: int = 0
+    #: Index in ``pre`` of the MoE layer's first op (the router GEMM): ``pre[:router_at]`` is the attention
+    #: part with the pre-MLP norm, ``pre[router_at:]`` the router and the permute, which the ``moe`` recompute
+    #: module re-runs with the rest of the layer (``simulator.parallel.expert``).
+    router_at: int = 0
 
 
 #: Expert biases (``model.linear_bias``, GPT-OSS): Megatron-Core's ``TEGroupedMLP`` adds the fc2 bias
@@ -276,7 +280,8 @@ def moe_block_ops(model: ModelConfig, b: int, s: int, tp: int, pb: int, kernels,
     selective recomputation re-runs before the backward (``simulator.workload.recompute.modules``):
     ``layernorm`` the pre-MLP norm (the post-attention add + norm op, whose add is re-run with it when
     the two are one fused op), ``moe_act`` the experts' activation, ``mla_up_proj`` the MLA up
-    projections (``MLA_UP_PROJ_OPS``). ``fp8``: the training's FP8 recipe (the linear GEMMs, experts
+    projections (``MLA_UP_PROJ_OPS``), ``shared_experts`` the shared experts (``moe``, the whole layer with
+    its all-to-alls, is placed by ``simulator.parallel.expert``, not marked here). ``fp8``: the training's FP8 recipe (the linear GEMMs, experts
     included, in FP8: ``_linearize``). ``streams``: how the experts' GEMMs run (``expert_streams``).
     ``sequence_parallel``: the attention part's norms on the rank's tokens (``workload.ops.layer_ops``).
     ``fp8_padding``: the experts' FP8 row padding and unpadding run as kernels (module docstring).
@@ -335,6 +340,8 @@ def moe_block_ops(model: ModelConfig, b: int, s: int, tp: int, pb: int, kernels,
             wops.gemm("shared_down", b * s, h, fs, pb),
         ]
         shared = _linearize(shared, fp8)
+        if "shared_experts" in modules:  # checkpointed: re-run from their stored input before their backward
+            shared = [replace(op, recompute=True) for op in shared]
     post = [] if deepep else [wops.memory_op("unpermute", routed * h, 2 + 1, pb, wops.ADD_FLOPS)]
     if not kernels.fused_norm_residual:
         post.append(wops.memory_op("output_residual_add", b * s * h, 3, pb, wops.ADD_FLOPS))
@@ -342,4 +349,4 @@ def moe_block_ops(model: ModelConfig, b: int, s: int, tp: int, pb: int, kernels,
                if model.swiglu_limit else 0)
     return MoEBlockOps(tuple(_mark(pre, recompute)), tuple(_mark(experts, recompute)),
                        tuple(_mark(shared, recompute)), tuple(_mark(post, recompute)), routed, local_experts,
-                       sync_at)
+                       sync_at, router_at=len(att))

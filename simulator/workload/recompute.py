@@ -39,11 +39,16 @@ def modules(training: Any) -> frozenset[str]:
     ``core_attn`` checkpoints the attention core; ``layernorm`` the norms built as modules of their own,
     which with Transformer Engine is an MoE block's ``pre_mlp_layernorm`` (``TENorm``; the input norm and a
     dense MLP's norm are fused into ``TELayerNormColumnParallelLinear``, nothing separate to drop);
-    ``moe_act`` the experts' activation (``CheckpointWithoutOutput`` around ``activation_func``); ``mlp``
+    ``moe_act`` the experts' activation (``CheckpointWithoutOutput`` around ``activation_func``);
+    ``mla_up_proj`` the MLA up projections and their rotary embedding (Q, K and V rebuilt from the stored
+    compressed latents: ``MLASelfAttention`` ``recompute_up_proj``); ``mlp``
     a dense block's MLP (``TransformerLayer``: ``tensor_parallel.checkpoint(self.mlp, ...)`` when
     ``recompute_mlp``), Transformer Engine's ``linear_fc1`` with its fused pre-MLP norm, the activation
     and ``linear_fc2``, their tensor-parallel collectives included (an MoE block's experts are the
-    ``moe`` module, not simulated). A module checkpointed this way stores no output: its output is
+    ``moe`` module). ``moe`` an MoE block's whole MoE layer (``MoELayer.forward`` under
+    ``tensor_parallel.checkpoint``: router and preprocessing, dispatch, experts, shared experts, combine),
+    ``shared_experts`` its shared experts (``SharedExpertMLP``, its tensor-parallel collectives included).
+    A module checkpointed this way stores no output: its output is
     rebuilt from its stored input just before the backward needs it, one more forward of that module
     per micro-batch."""
     if training.activation_checkpointing != "selective":
@@ -143,13 +148,22 @@ def mlp_blocks(scenario: Any) -> int:
     return m.n_layers - (m.moe.n_moe_layers(m.n_layers) if m.moe is not None else 0)
 
 
+def moe_blocks(scenario: Any, module: str) -> int:
+    """MoE blocks whose MoE layer (``module`` ``moe``) or shared experts (``shared_experts``) selective
+    recomputation re-runs: every MoE block with the module, 0 without it."""
+    m = scenario.model
+    return m.moe.n_moe_layers(m.n_layers) if m.moe is not None and module in modules(scenario.training) else 0
+
+
 def step_terms(scenario: Any) -> dict[str, float]:
     """``flops.step``'s recompute arguments for the scenario: the share of blocks that recompute under
     full checkpointing (:func:`fraction`), the FLOPs early stop leaves out of each
-    (:func:`skipped_flops_per_block`) and the blocks whose MLP the ``mlp`` module re-runs
-    (:func:`mlp_blocks`)."""
+    (:func:`skipped_flops_per_block`), the blocks whose MLP the ``mlp`` module re-runs
+    (:func:`mlp_blocks`) and the MoE blocks whose MoE layer or shared experts the ``moe`` and
+    ``shared_experts`` modules re-run (:func:`moe_blocks`)."""
     return {"recompute_fraction": fraction(scenario), "recompute_skipped": skipped_flops_per_block(scenario),
-            "mlp_recompute_blocks": mlp_blocks(scenario)}
+            "mlp_recompute_blocks": mlp_blocks(scenario), "moe_recompute_blocks": moe_blocks(scenario, "moe"),
+            "shared_recompute_blocks": moe_blocks(scenario, "shared_experts")}
 
 
 def check(scenario: Any) -> str | None:

@@ -199,6 +199,9 @@ def test_megatron_recompute_modules_list():
     imp = import_args(base + "--recompute-modules layernorm moe_act --bf16")
     assert imp.get("training.recompute_modules") == ["layernorm", "moe_act"]
     assert imp.get("training.precision") == "bf16"  # the list stops at the next flag
+    # the MoE layer and the shared experts (Megatron-Core's moe and shared_experts modules)
+    imp = import_args(base + "--recompute-modules moe shared_experts layernorm")
+    assert imp.get("training.recompute_modules") == ["moe", "shared_experts", "layernorm"]
 
 
 @pytest.mark.parametrize("args, needle", [
@@ -212,7 +215,8 @@ def test_megatron_recompute_modules_list():
     ("--num-layers x --hidden-size 64 --num-attention-heads 4", "--num-layers: expected an integer"),
     ("--num-layers 2 --hidden-size 64 --num-attention-heads 4 --window-size 127,16", "causal sliding windows"),
     ("--num-layers 2 --hidden-size 64 --num-attention-heads 4 --recompute-granularity selective "
-     "--recompute-modules moe", "--recompute-modules moe: dtsim models core_attn, layernorm, moe_act, mla_up_proj, mlp"),
+     "--recompute-modules a2a_overlap_attn", "--recompute-modules a2a_overlap_attn: dtsim models core_attn, layernorm, "
+     "moe_act, mla_up_proj, mlp, moe, shared_experts"),
     ("--num-layers 2 --hidden-size 64 --num-attention-heads 4 --recompute-modules moe_act",
      "add --recompute-granularity selective"),
     ("--num-layers 2 --hidden-size 64 --num-attention-heads 4 --window-attn-skip-freq 2", "needs --window-size"),
