@@ -24,7 +24,7 @@ from simulator.hardware import power
 #: torchtitan's op-level policy (``simulator.workload.op_sac``: every second GEMM output and the SDPA
 #: output saved, the rest recomputed); ``full``: only block inputs kept.
 Recompute = Literal["none", "selective", "selective_op", "full"]
-#: Megatron-Core's selective-recompute modules (``TransformerConfig.recompute_modules``; ``training.recompute_modules``).
+#: Megatron-Core's selective-recompute modules (``TransformerConfig.recompute_modules``).
 RecomputeModule = Literal["core_attn", "layernorm", "moe_act", "mla_up_proj", "mlp", "moe", "shared_experts"]
 
 
@@ -232,9 +232,9 @@ class TrainingConfig(Frozen):
     #: torchtitan per-layer selective checkpointing, fms-fsdp ``selective_checkpointing``;
     #: ``simulator.workload.recompute``). None: every block.
     recompute_layers: PositiveInt | None = None
-    #: With ``activation_checkpointing: selective``, the modules Megatron-Core recomputes (``--recompute-modules``;
-    #: its default, and dtsim's, ``[core_attn]``): each keeps no output and re-runs before the backward
-    #: (what each module covers: ``simulator.workload.recompute.modules``).
+    #: With ``activation_checkpointing: selective``, the modules Megatron-Core recomputes
+    #: (``--recompute-modules``; its default, and dtsim's, ``[core_attn]``): each keeps no output and re-runs
+    #: before the backward (what each module covers: ``simulator.workload.recompute.modules``).
     recompute_modules: tuple[RecomputeModule, ...] | None = None
     #: Activation offloading to host memory (Megatron-Core ``cpu_offloading`` with
     #: ``cpu_offloading_num_layers``, Transformer Engine's ``get_cpu_offload_context``): the first ``n``

@@ -17,7 +17,8 @@ N-th layer full attention, ``is_layer_window_attention``: ``model.full_attention
 ``--recompute-granularity``
 (``full`` / ``selective``; ``--recompute-activations`` = selective), ``--recompute-modules`` (a list:
 ``core_attn``, ``layernorm``, ``moe_act``, ``mla_up_proj``, ``mlp``, ``moe``, ``shared_experts``;
-``training.recompute_modules``), ``--tensor-model-parallel-size``,
+``training.recompute_modules``; the deprecated ``--moe-layer-recompute`` adds ``moe``),
+``--tensor-model-parallel-size``,
 ``--pipeline-model-parallel-size``, ``--context-parallel-size``, ``--sequence-parallel``,
 ``--num-layers-per-virtual-pipeline-stage``, ``--pipeline-model-parallel-layout`` (Megatron-Core's
 per-virtual-stage layout, ``parallel.pipeline_layout``), ``--use-distributed-optimizer``, ``--tp-comm-overlap``,
@@ -197,8 +198,18 @@ def _training(flags: dict, integer, out: Imported) -> None:
         granularity = "selective"
     if granularity not in (None, "full", "selective"):
         raise InputError(f"--recompute-granularity {granularity!r} must be full or selective", FIELD)
+    # Megatron-Core's deprecated --moe-layer-recompute: selective granularity, with moe among the modules
+    # (TransformerConfig.__post_init__, which refuses it with full granularity)
+    moe_layer = bool(flags.get("moe-layer-recompute"))
+    if moe_layer and granularity == "full":
+        raise InputError("--moe-layer-recompute with --recompute-granularity full: Megatron-Core refuses it; "
+                         "remove one", FIELD)
+    granularity = "selective" if moe_layer else granularity
     out.set("training.activation_checkpointing", granularity or "none")
     modules = value_of(flags, "recompute-modules")
+    if moe_layer:
+        given = modules.replace(",", " ").split() if modules is not None else ["core_attn"]
+        modules = " ".join(given + ["moe"] * ("moe" not in given))
     if modules is not None:
         names = tuple(modules.replace(",", " ").split())
         other = [n for n in names if n not in RECOMPUTE_MODULES]

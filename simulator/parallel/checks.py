@@ -119,9 +119,10 @@ def _check_activation_offload(scenario: Any) -> None:
 
 def _check_recompute_modules(scenario: Any) -> None:
     """``training.recompute_modules`` that name a part the model lacks (Megatron-Core builds no such module,
-    so the flag would be a silent no-op: refused, as a misspelt key is), and ``moe`` with the combined 1F1B
-    schedule, which Megatron-Core's ``TransformerConfig`` refuses (``"moe" not in recompute_modules`` when
-    ``overlap_moe_expert_parallel_comm``: the layer's recompute re-runs the dispatch)."""
+    so the flag would be a silent no-op: refused, as a misspelt key is), ``moe`` with the combined 1F1B
+    schedule and ``shared_experts`` with the shared experts' overlap, which Megatron-Core's ``TransformerConfig``
+    refuses (``"moe" not in recompute_modules`` when ``overlap_moe_expert_parallel_comm``: the layer's recompute
+    re-runs the dispatch; "shared_experts recompute cannot work with --moe-shared-expert-overlap")."""
     mods, m = scenario.training.recompute_modules or (), scenario.model
     field = "training.recompute_modules"
     if "mla_up_proj" in mods and not m.is_mla:
@@ -134,6 +135,10 @@ def _check_recompute_modules(scenario: Any) -> None:
     if "shared_experts" in mods and not m.moe.n_shared_experts:
         raise InputError("recompute module shared_experts re-runs the shared experts, but the model has none "
                          "(model.moe.n_shared_experts 0); remove it", field)
+    if "shared_experts" in mods and getattr(scenario.parallel, "moe_shared_expert_overlap", False):
+        raise InputError("recompute module shared_experts with parallel.moe_shared_expert_overlap: Megatron-Core "
+                         "refuses it (\"shared_experts recompute cannot work with --moe-shared-expert-overlap\"); "
+                         "remove one", field)
     if "moe" in mods and getattr(scenario.parallel, "moe_a2a_overlap", False):
         raise InputError("recompute module moe with parallel.moe_a2a_overlap: Megatron-Core refuses it (the MoE "
                          "layer's recompute re-runs the dispatch the overlap schedules); remove one", field)

@@ -125,9 +125,10 @@ class MoEWork:
     #: the unpermute, re-run with its all-to-alls before the block's backward (``backward_block``).
     layer_recompute: bool = False
     router_at: int = 0
-    #: The shared experts re-run before their backward (``moe`` or ``shared_experts`` recompute module),
-    #: their tensor-parallel collectives with them (``expert_tp.plain_tp_calls``).
-    shared_recompute: bool = False
+    #: How often the shared experts re-run before their backward, their tensor-parallel collectives with them
+    #: (``expert_tp.plain_tp_calls``): once per ``moe`` / ``shared_experts`` recompute module (both: the
+    #: checkpoints nest, and the inner one re-runs again inside the outer's backward).
+    shared_reruns: int = 0
 
     def slice(self, start: int, n: int) -> MoEWork:
         return dataclasses.replace(self, layers=self.layers[start:start + n])
@@ -377,7 +378,7 @@ def attach(work: Any, scenario: Any, pb: int) -> Any:
         tp_placed_bwd=placed[1],
         layer_recompute="moe" in modules,
         router_at=ops.router_at,
-        shared_recompute=bool(ops.shared) and bool({"moe", "shared_experts"} & modules),
+        shared_reruns=len({"moe", "shared_experts"} & modules) if ops.shared else 0,
     )
     per_node = scenario.cluster.topology.gpus_per_node
     n_nodes = (ep * etp) // per_node if ep * etp > per_node else 1

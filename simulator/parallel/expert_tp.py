@@ -42,20 +42,21 @@ def plain_tp_calls(work: Any, phase: str) -> int:
     (:func:`tp_placed`), and the shared experts', a tensor-parallel MLP on the gathered tokens
     (Megatron-Core ``SharedExpertMLP``: column-parallel fc1, row-parallel fc2, like a dense block's MLP)
     that no GEMM pairing covers; the backward also re-runs the forward's under full recomputation, and the
-    shared experts' when a recompute module re-runs them (``MoEWork.shared_recompute``)."""
+    shared experts' as often as recompute modules re-run them (``MoEWork.shared_reruns``)."""
     shared = _shared_calls(work)
     fwd = int(not tp_placed(work, "fwd")) + shared
     if phase == "fwd":
         return fwd
-    again = fwd if work.moe.recompute else shared * work.moe.shared_recompute
+    again = fwd if work.moe.recompute else shared * work.moe.shared_reruns
     return int(not tp_placed(work, "bwd")) + shared + again
 
 
-def combined_tp_calls(work: Any) -> int:
+def combined_tp_calls(work: Any, phase: str) -> int:
     """``plain_tp_calls`` of a block that ``expert.combined_block`` pairs with another micro-batch's
     (``parallel.moe_a2a_overlap``): it keeps the attention's collectives on the compute stream, and the
-    shared experts' as any MoE block, in each pass."""
-    return 1 + _shared_calls(work)
+    shared experts' as any MoE block, in each pass ("fwd" or "bwd"), the backward's re-runs included."""
+    shared = _shared_calls(work)
+    return 1 + shared + (shared * work.moe.shared_reruns if phase == "bwd" else 0)
 
 
 def _shared_calls(work: Any) -> int:

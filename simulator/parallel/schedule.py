@@ -188,8 +188,8 @@ def forward_pass(b: GraphBuilder, work: StepWork, g: int, hooks: Hooks, after=()
 
 
 def _backward_block(b: GraphBuilder, work: StepWork, unit: int, g: int, hooks: Hooks, deps: list) -> tuple[int, list]:
-    """Recompute (full checkpointing) and the backward pieces of one block; returns the last compute
-    task and the overlapped TP collectives the next unit must wait for."""
+    """Recompute (full checkpointing, or selective recomputation's modules) and the backward pieces of one
+    block; returns the last compute task and the overlapped TP collectives the next unit must wait for."""
     if expert.is_moe(work, unit):
         tid, pending = expert.backward_block(b, work, f"bwd {unit} mb{g}", deps, g, unit)
         hooks.grads_ready(b, g, unit, tid)
@@ -283,9 +283,9 @@ def combined_pass(b: GraphBuilder, fwd: tuple[StepWork, int, Hooks, tuple],
         b_deps = [*bh.pre_backward(b, gb, bu), *(b_after if k == 0 else ())] if bu is not None else []
         if fu is not None and bu is not None and expert.is_moe(fw, fu) and expert.is_moe(bw, bu):
             f_tid, b_tid = expert.combined_block(b, fw, gf, fu, f_deps, bw, gb, bu, b_deps)
-            _tp(b, fw, f"fwd {fu} mb{gf}", f_tid, gf, fu, count=expert_tp.combined_tp_calls(fw))
+            _tp(b, fw, f"fwd {fu} mb{gf}", f_tid, gf, fu, count=expert_tp.combined_tp_calls(fw, "fwd"))
             bh.grads_ready(b, gb, bu, b_tid)
-            _tp(b, bw, f"bwd {bu} mb{gb}", b_tid, gb, bu, count=expert_tp.combined_tp_calls(bw))
+            _tp(b, bw, f"bwd {bu} mb{gb}", b_tid, gb, bu, count=expert_tp.combined_tp_calls(bw, "bwd"))
         else:
             if fu is not None:
                 f_tid, _ = forward_unit(b, fw, gf, fu, f_deps)

@@ -35,8 +35,10 @@ class ActivationBytes:
     """Activation memory of the in-flight micro-batches on the most-loaded pipeline stage.
 
     ``per_layer`` is what one block stores for one micro-batch under the recompute mode;
-    ``layers = per_layer · blocks_on_stage · in_flight`` (``in_flight`` in whole-stage units); ``recompute_transient`` is one block's
-    full activations, live while full recomputation rebuilds it; ``logits`` the output layer and
+    ``layers = per_layer · blocks_on_stage · in_flight`` (``in_flight`` in whole-stage units); ``recompute_transient`` is what a
+    recompute rebuilds for one block, live during that block's backward (full recomputation: the block's
+    full activations; ``selective_op`` and Megatron-Core's ``moe`` / ``shared_experts`` modules: what they
+    dropped); ``logits`` the output layer and
     cross-entropy buffers (last stage).
     """
 
@@ -234,7 +236,8 @@ def stage_activations(scenario: Scenario) -> list[ActivationBytes]:
     makes every term one of the rank's ``s/cp`` tokens (Korthikanti's formulas with ``s → s/cp``).
     Full recomputation stores the block inputs and, while recomputing one block for its backward,
     that block's full activations (Korthikanti Table 2 note); Megatron-Core's ``moe`` and
-    ``shared_experts`` recompute modules one MoE layer's or its shared experts' (``moe_memory``); with ``training.recompute_layers`` only
+    ``shared_experts`` recompute modules hold one MoE layer's or its shared experts' tensors again
+    (``moe_memory.recompute_transient``); with ``training.recompute_layers`` only
     ``n`` of a stage's blocks do (``simulator.workload.recompute.stage_counts``), the other ``n_s − n``
     keep a block's activations without recomputation, and ``per_layer`` is their mean. The first stage adds the embedding's
     dropout mask ``sbh`` (÷t with SP) per in-flight micro-batch when dropout is on; the last stage the

@@ -280,9 +280,9 @@ def moe_block_ops(model: ModelConfig, b: int, s: int, tp: int, pb: int, kernels,
     selective recomputation re-runs before the backward (``simulator.workload.recompute.modules``):
     ``layernorm`` the pre-MLP norm (the post-attention add + norm op, whose add is re-run with it when
     the two are one fused op), ``moe_act`` the experts' activation, ``mla_up_proj`` the MLA up
-    projections (``MLA_UP_PROJ_OPS``), ``shared_experts`` the shared experts (``moe``, the whole layer with
-    its all-to-alls, is placed by ``simulator.parallel.expert``, not marked here). ``fp8``: the training's FP8 recipe (the linear GEMMs, experts
-    included, in FP8: ``_linearize``). ``streams``: how the experts' GEMMs run (``expert_streams``).
+    projections (``MLA_UP_PROJ_OPS``), ``shared_experts`` the shared experts (``moe``, the whole layer
+    with its all-to-alls, is placed by ``simulator.parallel.expert``, not marked here). ``fp8``: the
+    training's FP8 recipe (the linear GEMMs, experts included, in FP8: ``_linearize``). ``streams``: how the experts' GEMMs run (``expert_streams``).
     ``sequence_parallel``: the attention part's norms on the rank's tokens (``workload.ops.layer_ops``).
     ``fp8_padding``: the experts' FP8 row padding and unpadding run as kernels (module docstring).
     ``dispatcher``: ``alltoall`` (Megatron-Core's permutes around the all-to-alls) or ``deepep`` (the

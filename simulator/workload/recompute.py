@@ -150,9 +150,12 @@ def mlp_blocks(scenario: Any) -> int:
 
 def moe_blocks(scenario: Any, module: str) -> int:
     """MoE blocks whose MoE layer (``module`` ``moe``) or shared experts (``shared_experts``) selective
-    recomputation re-runs: every MoE block with the module, 0 without it."""
+    recomputation re-runs: every MoE block with the module, the MTP modules' blocks included (blocks of the
+    last kind: ``flops.step``), 0 without it."""
     m = scenario.model
-    return m.moe.n_moe_layers(m.n_layers) if m.moe is not None and module in modules(scenario.training) else 0
+    if m.moe is None or module not in modules(scenario.training):
+        return 0
+    return m.moe.n_moe_layers(m.n_layers) + m.mtp_layers
 
 
 def step_terms(scenario: Any) -> dict[str, float]:

@@ -202,6 +202,16 @@ def test_megatron_recompute_modules_list():
     # the MoE layer and the shared experts (Megatron-Core's moe and shared_experts modules)
     imp = import_args(base + "--recompute-modules moe shared_experts layernorm")
     assert imp.get("training.recompute_modules") == ["moe", "shared_experts", "layernorm"]
+    # Megatron-Core's deprecated --moe-layer-recompute: selective, moe added to the modules (the default
+    # core_attn when none are given), refused with full granularity
+    plain = "--num-layers 4 --hidden-size 64 --num-attention-heads 4 "
+    imp = import_args(plain + "--moe-layer-recompute")
+    assert imp.get("training.activation_checkpointing") == "selective"
+    assert imp.get("training.recompute_modules") == ["core_attn", "moe"]
+    imp = import_args(base + "--recompute-modules layernorm --moe-layer-recompute")
+    assert imp.get("training.recompute_modules") == ["layernorm", "moe"]
+    with pytest.raises(InputError, match="Megatron-Core refuses it"):
+        import_args(plain + "--recompute-granularity full --moe-layer-recompute")
 
 
 @pytest.mark.parametrize("args, needle", [

@@ -96,6 +96,22 @@ def test_moe_recompute_modules_refused_where_megatron_builds_no_such_module():
         simulate(_scenario(["shared_experts"], model=no_shared))
     with pytest.raises(InputError, match="Megatron-Core refuses it"):
         simulate(_scenario(["moe"], moe_a2a_overlap=True))
+    with pytest.raises(InputError, match="shared_experts recompute cannot work with --moe-shared-expert-overlap"):
+        simulate(_scenario(["shared_experts"], moe_shared_expert_overlap=True))
+
+
+def test_shared_expert_collectives_rerun_as_often_as_the_shared_experts():
+    """TP 2 with sequence parallelism: per MoE block and micro-batch the backward's attention places its
+    collectives beside its GEMMs (Megatron's asynchronous TP backward, ``expert_tp.placement``), so the block
+    issues the shared expert's pair (1), plus one pair per re-run of the shared expert: once with moe, once
+    with shared_experts, twice with both (the checkpoints nest)."""
+    from simulator.parallel import expert_tp
+
+    def bwd_calls(modules):
+        return expert_tp.plain_tp_calls(from_scenario(_scenario(modules, tp=2, sequence_parallel=True)), "bwd")
+
+    assert [bwd_calls(m) for m in (["layernorm"], ["moe"], ["shared_experts"], ["moe", "shared_experts"])] == \
+        [1, 2, 2, 3]
 
 
 def test_shared_experts_rerun_before_their_backward():
