@@ -29,8 +29,8 @@ def _scenario(modules: list[str] | None, model: dict | None = None, **parallel):
     })
 
 
-def _a2a_tasks(modules: list[str]) -> list[str]:
-    graph = build_step_graph(context_for(_scenario(modules), gpus_per_node=8))
+def _a2a_tasks(modules: list[str], **parallel) -> list[str]:
+    graph = build_step_graph(context_for(_scenario(modules, **parallel), gpus_per_node=8))
     return [t.name for t in graph.tasks if t.name.startswith("ep all_to_all")]
 
 
@@ -42,6 +42,8 @@ def test_moe_recompute_runs_the_dispatch_and_combine_again():
     plain, again = _a2a_tasks(["layernorm"]), _a2a_tasks(["moe", "layernorm"])
     assert len(plain) == 2 * 4 and len(again) == 2 * 6
     assert sum("recompute" in n for n in again) == 2 * 2 and not any("recompute" in n for n in plain)
+    # DeepEP's dispatch inside one node is one all-to-all too: the same counts
+    assert len(_a2a_tasks(["moe"], moe_dispatcher="deepep")) == 2 * 6
 
 
 def test_moe_recompute_reruns_the_layer_from_the_router():
@@ -84,6 +86,9 @@ def test_moe_recompute_keeps_only_the_layer_input():
     assert moe_memory.recompute_transient(_scenario(["moe"]), 2) == routed + shared
     assert moe_memory.recompute_transient(_scenario(["shared_experts"]), 2) == shared
     assert moe_memory.recompute_transient(_scenario(["layernorm"]), 2) == 0
+    # and the stage's peak carries that transient (one block's, whatever the blocks in flight)
+    from simulator.workload import activations
+    assert activations.activations(_scenario(["moe"])).recompute_transient == routed + shared
 
 
 def test_moe_recompute_modules_refused_where_megatron_builds_no_such_module():
