@@ -36,6 +36,7 @@ from simulator.errors import InputError
 from simulator.interop import megatron_graphs, megatron_mla, megatron_moe
 from simulator.interop.common import Imported, as_float, as_int, set_recompute_layers, set_wgrad_deferral
 from simulator.interop.megatron_flags import read_flags, value_of
+from simulator.workload import recompute
 
 FIELD = "megatron"
 
@@ -207,11 +208,11 @@ def _training(flags: dict, integer, out: Imported) -> None:
     granularity = "selective" if moe_layer else granularity
     out.set("training.activation_checkpointing", granularity or "none")
     modules = value_of(flags, "recompute-modules")
-    if moe_layer:
-        given = modules.replace(",", " ").split() if modules is not None else ["core_attn"]
-        modules = " ".join(given + ["moe"] * ("moe" not in given))
-    if modules is not None:
-        names = tuple(modules.replace(",", " ").split())
+    names = modules.replace(",", " ").split() if modules is not None else None
+    if moe_layer:  # added to the list given, or to Megatron-Core's default one
+        names = list(names if names is not None else recompute.DEFAULT_MODULES)
+        names += ["moe"] * ("moe" not in names)
+    if names is not None:
         other = [n for n in names if n not in RECOMPUTE_MODULES]
         if other:
             raise InputError(f"--recompute-modules {other[0]}: dtsim models {', '.join(RECOMPUTE_MODULES)}; remove "
