@@ -176,7 +176,12 @@ class Costing:
         if hit is None or hit[0] is not ops:
             bound = getattr(self.compute, "host_bound", None)  # compute models without a host side have none
             excess = bound(ops) if bound is not None else 0.0
-            cost = TaskCost(self.compute.time(ops), {"host_bound_s": excess} if excess > 0 else {})
+            share = getattr(self.compute, "recompute_share", None)
+            redo = share(ops) if share is not None else 0.0
+            args = {"host_bound_s": excess} if excess > 0 else {}
+            if redo:
+                args["recompute_share"] = redo
+            cost = TaskCost(self.compute.time(ops), args)
             hit = self._ops[id(ops)] = (ops, cost)
         return hit[1]
 

@@ -1,6 +1,8 @@
 """Where the step's time went, measured from the recorded spans by interval arithmetic.
 
-* compute kinds (forward, backward, recompute, optimizer): busy time of their spans, s;
+* compute kinds (forward, backward, recompute, optimizer): busy time of their spans, s; the recompute
+  ops inside a backward span (an MoE block's op-level recomputes, ``training.recompute_modules``) count
+  as recompute, by their share of the span's GPU work (``args["recompute_share"]``);
 * each communication kind: ``on_link_s`` = time at least one of its collectives runs (union of its
   spans) and ``exposed_s`` = the part of that time when no compute kernel runs
   (``measure(union(kind) − union(compute))``);
@@ -40,9 +42,13 @@ def summarize(trace: Trace) -> dict[str, Any]:
     kept, never recomputed), so the figures equal those of a union of the raw spans bit for bit."""
     by: dict[tuple[str, str], list[tuple[float, float]]] = {}
     host_bound = 0.0
+    moved: dict[str, float] = {}  # recompute time inside other kinds' spans (an MoE block's backward)
     for s in trace.spans:
         if s.args and s.category == "compute":
             host_bound += s.args.get("host_bound_s", 0.0)
+            share = s.args.get("recompute_share", 0.0)
+            if share and s.kind != "recompute":
+                moved[s.kind] = moved.get(s.kind, 0.0) + share * (s.end_s - s.start_s)
         key = (s.category, s.kind)
         ivs = by.get(key)
         if ivs is None:
@@ -72,6 +78,9 @@ def summarize(trace: Trace) -> dict[str, Any]:
     out: dict[str, Any] = {"step_time_s": trace.end_s, "compute_busy_s": length(compute_iv)}
     for kind in COMPUTE_KINDS:
         out[f"{kind}_s"] = busy.get(("compute", kind), 0.0)
+    for kind, seconds in moved.items():
+        out[f"{kind}_s"] -= seconds
+        out["recompute_s"] += seconds
     out["cpu_optimizer_s"] = sum(v for (c, _), v in busy.items() if c == "host")
     out["optimizer_s"] += out["cpu_optimizer_s"]
     # "ep" (MoE token all-to-alls) appears only in runs that have them.

@@ -199,13 +199,23 @@ class RooflineComputeModel:
         return (total + measured * self.eff.host_dispatch_scale) * self.host_scale
 
     def _priced(self, ops: tuple) -> tuple:
-        """``(ops, max(Σ GPU op time, Σ host dispatch), host excess)``, computed once per ops tuple (builders
-        share one tuple across layers; the tuple is kept so its ``id`` is not reused)."""
+        """``(ops, max(Σ GPU op time, Σ host dispatch), host excess, recompute share)``, computed once per
+        ops tuple (builders share one tuple across layers; the tuple is kept so its ``id`` is not reused).
+        The recompute share is the part of the GPU time in ops that re-run a forward (``recompute.*``,
+        ``workload.ops.recompute_ops``)."""
         hit = self._cache.get(id(ops))
         if hit is None or hit[0] is not ops:
-            gpu, host = sum(self.op_time(op) for op in ops), self.host_time(ops)
-            hit = self._cache[id(ops)] = (ops, max(gpu, host), max(0.0, host - gpu))
+            times = [self.op_time(op) for op in ops]
+            gpu, host = sum(times), self.host_time(ops)
+            redo = sum(t for t, op in zip(times, ops, strict=True) if op.name.startswith("recompute."))
+            hit = self._cache[id(ops)] = (ops, max(gpu, host), max(0.0, host - gpu), redo / gpu if redo else 0.0)
         return hit
+
+    def recompute_share(self, ops: tuple) -> float:
+        """Share of ``ops``' GPU time that re-runs forward work: an MoE block's op-level recomputes
+        (``training.recompute_modules``) run inside its backward tasks, and the step's breakdown reports
+        that share of those tasks as recomputation (``engine.summary``)."""
+        return self._priced(ops)[3]
 
     def host_bound(self, ops: tuple) -> float:
         """Seconds by which issuing ``ops`` outlasts their GPU work (0 when GPU-bound): the part of
