@@ -87,10 +87,13 @@ GROUP_CAUSES: tuple[tuple[str, str], ...] = MOE_CAUSES + (
      "sequence-parallel collectives left exposed in a 19.6 s step, 0.55 s before it was modelled with MoE); the rest is "
      "Hopper's GEMM share on NVIDIA's tuned stacks (" + _HOPPER_GEMM + "); its FP8 sibling is -1.4%: too slow"),
     ("together-b200-llama3-70b-592gpu-*", "Together AI's cluster at 74 nodes: the same Megatron-FSDP preset is within "
-     "1% at 64 and 128 GPUs, then loses 6% at 256, 14% at 512 and 17% at 592 against dtsim's 1-3%; the repository "
-     "measures its fabric's all-pairs SendRecv falling from 44 GB/s per GPU at 4 nodes to 14.5 GB/s at 16-32 nodes "
-     "and attributes the loss to InfiniBand oversubscription (worklog/2026-04-10_network_fabric_analysis.md, "
-     "slurm/llama3.1-70b/fp8/results.md), without a ratio: dtsim keeps the non-blocking rail-optimised fat tree: too fast"),
+     "1% at 64 and 128 GPUs, then loses 6% at 256, 14% at 512 and 17% at 592 against dtsim's 1-3%. The repository "
+     "first blamed InfiniBand oversubscription (slurm/llama3.1-70b/fp8/results.md), but its later sweeps find the fabric "
+     "uniform (worklog/2026-04-28_ib_layer_investigation.md: 8 HCAs at about 47 GB/s on every node, a 2-node "
+     "all-to-all at 89.9 GB/s busbw where dtsim gives 88.8). Its ring all-reduce does run 8-17% below dtsim's "
+     "(worklog/2026-04-27_nccl_rebaseline_report.md: 344 to 288 GB/s busbw at 2-64 nodes, dtsim 376 to 333), "
+     "but at those rates (cluster.topology.nics.bandwidth_Gbps 336) dtsim gives these rows only 3 points slower. "
+     "Not identified: too fast"),
     ("together-b200-nemotron4-15b-*-bf16", "B200 BF16 GEMMs at the Blackwell GEMM share of MAMF (0.80 x 1,745 = 1,396 "
      "TFLOP/s in its leave-one-source-out fold, 1,344-1,380 on this block's 8,192-row GEMMs), where the measured step needs about 1,650 TFLOP/s of "
      "model FLOPs over the whole step (70% of the 2,250 peak); the share is fitted on FP8 rows (that fold's 13 runs all FP8; 22 of the full "
