@@ -91,6 +91,24 @@ def test_deepseek_v3_by_hand():
     assert round((c.active - c.embedding) / 1e9, 1) == 36.6
 
 
+def test_kimi_k2_by_hand():
+    """DeepSeek-V3's block with 64 heads, 384 experts and one dense block (Kimi-K2-Instruct config.json)."""
+    h, V, a = 7168, 163840, 64
+    qr, kvr, dn, dr, dv = 1536, 512, 128, 64, 128
+    mla = h * qr + qr + qr * a * (dn + dr) + h * (kvr + dr) + kvr + kvr * a * (dn + dv) + a * dv * h
+    expert = 3 * h * 2048
+    dense_block = mla + 2 * h + 3 * h * 18432
+    moe_other = mla + 2 * h + 384 * h + expert  # router + 1 shared expert
+    outside = 2 * V * h + h  # untied embedding and output layer, final norm
+    c = _count("kimi-k2")
+    assert c.total == outside + dense_block + 60 * (moe_other + 384 * expert)
+    assert c.active == outside + dense_block + 60 * (moe_other + 8 * expert)
+    # Hugging Face's safetensors count of the block-FP8 checkpoint, 1,026.5B, includes its scale tensors
+    # (one per 128 x 128 weight block, about 0.06B): 1,026.4B of weights
+    assert round(c.total / 1e9, 1) == 1026.4
+    assert round((c.active - c.embedding) / 1e9) == 32  # model card: 32B activated
+
+
 def test_deepseek_v2_by_hand():
     h, V, a = 5120, 102400, 128
     qr, kvr, dn, dr, dv = 1536, 512, 128, 64, 128
