@@ -18,6 +18,13 @@ def _count(name: str):
     return params.count(catalog.get_model(name))
 
 
+def _mla(h: int, a: int) -> int:
+    """One MLA block's attention parameters at DeepSeek's ranks (q 1,536, kv 512; head dims 128 + 64 rope,
+    value 128): q down and up (with the q norm), kv down (with the rope key) and up (with the kv norm), output."""
+    qr, kvr, dn, dr, dv = 1536, 512, 128, 64, 128
+    return h * qr + qr + qr * a * (dn + dr) + h * (kvr + dr) + kvr + kvr * a * (dn + dv) + a * dv * h
+
+
 def test_mixtral_8x7b_by_hand():
     h, f, L, V, E, k = 4096, 14336, 32, 32000, 8, 2
     attn = h * 4096 + 2 * h * 1024 + 4096 * h  # q, k, v (8 KV heads of 128), o
@@ -73,8 +80,7 @@ def test_qwen3_moe_by_hand(name, h, L, heads, kv, fe, card_total, card_active):
 
 def test_deepseek_v3_by_hand():
     h, L, V, a = 7168, 61, 129280, 128
-    qr, kvr, dn, dr, dv = 1536, 512, 128, 64, 128
-    mla = h * qr + qr + qr * a * (dn + dr) + h * (kvr + dr) + kvr + kvr * a * (dn + dv) + a * dv * h
+    mla = _mla(h, a)
     norms = 2 * h
     dense_mlp = 3 * h * 18432
     expert = 3 * h * 2048
@@ -94,8 +100,7 @@ def test_deepseek_v3_by_hand():
 def test_kimi_k2_by_hand():
     """DeepSeek-V3's block with 64 heads, 384 experts and one dense block (Kimi-K2-Instruct config.json)."""
     h, V, a = 7168, 163840, 64
-    qr, kvr, dn, dr, dv = 1536, 512, 128, 64, 128
-    mla = h * qr + qr + qr * a * (dn + dr) + h * (kvr + dr) + kvr + kvr * a * (dn + dv) + a * dv * h
+    mla = _mla(h, a)
     expert = 3 * h * 2048
     dense_block = mla + 2 * h + 3 * h * 18432
     moe_other = mla + 2 * h + 384 * h + expert  # router + 1 shared expert
@@ -111,8 +116,7 @@ def test_kimi_k2_by_hand():
 
 def test_deepseek_v2_by_hand():
     h, V, a = 5120, 102400, 128
-    qr, kvr, dn, dr, dv = 1536, 512, 128, 64, 128
-    mla = h * qr + qr + qr * a * (dn + dr) + h * (kvr + dr) + kvr + kvr * a * (dn + dv) + a * dv * h
+    mla = _mla(h, a)
     expert = 3 * h * 1536
     dense_block = mla + 2 * h + 3 * h * 12288
     moe_other = mla + 2 * h + 160 * h + 2 * expert  # router + 2 shared experts
