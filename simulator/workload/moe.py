@@ -195,16 +195,15 @@ def layer_forward(model: ModelConfig, b: int, s: int, causal: bool, moe_layer: b
     if not moe_layer or model.moe is None:
         return base
     m, h, t = model.moe, model.hidden_size, b * s
-    k = model.mlp_matrices
-    mlp = 2.0 * t * h * m.n_experts + 2.0 * k * t * h * (m.top_k * m.expert_ffn_hidden_size
-                                                        + m.n_shared_experts * m.shared_width)
+    mlp = (2.0 * t * h * m.n_experts + 2.0 * model.mlp_matrices * t * h * m.top_k * m.expert_ffn_hidden_size
+           + shared_forward(model, b, s))
     return flops.LayerFlops(q=base.q, kv=base.kv, scores=base.scores, attn_v=base.attn_v,
                             out_proj=base.out_proj, mlp=mlp)
 
 
 def shared_forward(model: ModelConfig, b: int, s: int) -> float:
-    """Forward FLOPs of one MoE block's shared experts, ``2·k_mlp·T·h·f_s·n_s`` with ``T = b·s`` (the
-    shared term of :func:`layer_forward`)."""
+    """Forward FLOPs of one MoE block's shared experts, ``2·k_mlp·T·h·f_s·n_s`` with ``T = b·s`` (also
+    :func:`layer_forward`'s shared term, and what Megatron-Core's ``shared_experts`` recompute module re-runs)."""
     m = model.moe
     return 2.0 * model.mlp_matrices * b * s * model.hidden_size * m.n_shared_experts * m.shared_width
 
