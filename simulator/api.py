@@ -154,6 +154,7 @@ def simulate(scenario: Scenario, *, efficiency: Efficiency | None = None, what_i
         "framework": par.framework,
         "zero_stage": par.effective_zero_stage,
         **({"bf16_optimizer": True} if par.bf16_optimizer(tr.precision) else {}),
+        **({"optimizer": "muon"} if tr.optimizer == "muon" else {}),
         "tp": par.tp, "pp": par.pp, "dp": ctx.mesh.dp, "cp": par.cp,
         **({"ep": par.ep, "etp": par.etp, "edp": ctx.mesh.size("edp")} if scenario.model.moe else {}),
         "sequence_parallel": par.sequence_parallel, "distributed_optimizer": par.distributed_optimizer,

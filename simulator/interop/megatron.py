@@ -165,6 +165,13 @@ def _training(flags: dict, integer, out: Imported) -> None:
     clip = value_of(flags, "clip-grad")  # Megatron clips when clip_grad > 0 (default 1.0)
     if clip is not None:
         out.set("training.grad_clipping", as_float(clip, "--clip-grad") > 0)
+    optimizer = value_of(flags, "optimizer")  # adam (default), sgd, muon, dist_muon (Muon, layer-wise distributed)
+    if optimizer in ("muon", "dist_muon"):
+        out.set("training.optimizer", "muon")
+        if integer("muon-num-ns-steps") is not None:
+            out.set("training.muon_ns_steps", integer("muon-num-ns-steps"))
+    elif optimizer not in (None, "adam"):
+        raise InputError(f"--optimizer {optimizer}: dtsim models adam, muon and dist_muon", FIELD)
     seq = integer("seq-length")
     if seq is not None:
         out.set("training.seq_len", seq)
@@ -259,7 +266,9 @@ def _parallel(flags: dict, integer, out: Imported) -> None:
         if value is not None:
             out.set(f"parallel.{key}", value)
     out.set("parallel.sequence_parallel", bool(flags.get("sequence-parallel")))
-    out.set("parallel.distributed_optimizer", bool(flags.get("use-distributed-optimizer")))
+    # dist_muon: Muon under Megatron-Core's layer-wise distributed optimizer (workload.muon)
+    distributed = bool(flags.get("use-distributed-optimizer")) or value_of(flags, "optimizer") == "dist_muon"
+    out.set("parallel.distributed_optimizer", distributed)
     out.set("parallel.tp_comm_overlap", bool(flags.get("tp-comm-overlap")))
     per_chunk, chunks = integer("num-layers-per-virtual-pipeline-stage"), integer("virtual-pipeline-model-parallel-size")
     if per_chunk is not None and chunks is not None:
@@ -302,8 +311,8 @@ def _parallel(flags: dict, integer, out: Imported) -> None:
     out.set("parallel.overlap_grad_reduce", bool(flags.get("overlap-grad-reduce")))
     if integer("ddp-bucket-size") is not None:
         out.set("parallel.ddp_bucket_size", integer("ddp-bucket-size"))
-    if flags.get("overlap-param-gather") and not flags.get("use-distributed-optimizer"):
-        raise InputError("--overlap-param-gather needs --use-distributed-optimizer", FIELD)
+    if flags.get("overlap-param-gather") and not distributed:
+        raise InputError("--overlap-param-gather needs --use-distributed-optimizer (or --optimizer dist_muon)", FIELD)
     if flags.get("overlap-param-gather"):
         out.set("parallel.overlap_param_gather", True)
     if flags.get("grad-reduce-in-bf16"):

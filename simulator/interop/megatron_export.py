@@ -120,7 +120,13 @@ def export_args(s: Scenario) -> Exported:
     if par.ddp_bucket_size is not None:
         lines.append(f"--ddp-bucket-size {par.ddp_bucket_size}")
     stage = par.effective_zero_stage
-    if par.framework == "ddp" and par.distributed_optimizer or par.framework != "ddp" and stage >= 1:
+    if tr.optimizer == "muon":  # Muon's distributed form is its layer-wise optimizer (workload.muon)
+        lines.append(f"--optimizer {'dist_muon' if par.distributed_optimizer else 'muon'}")
+        if tr.muon_ns_steps != 5:
+            lines.append(f"--muon-num-ns-steps {tr.muon_ns_steps}")
+        if par.overlap_param_gather:
+            lines.append("--overlap-param-gather")
+    elif par.framework == "ddp" and par.distributed_optimizer or par.framework != "ddp" and stage >= 1:
         lines.append("--use-distributed-optimizer")
         if par.overlap_param_gather:
             lines.append("--overlap-param-gather")

@@ -23,7 +23,7 @@ VALUE_FLAGS = (
     "num-layers-per-virtual-pipeline-stage", "virtual-pipeline-model-parallel-size", "pipeline-model-parallel-layout",
     "fp8-format", "window-size", "window-attn-skip-freq", "recompute-modules",
     "attention-backend", "nnodes", "nproc-per-node", "clip-grad", "fp8-recipe", "ddp-bucket-size",
-    "transformer-impl", "wgrad-deferral-limit",
+    "transformer-impl", "wgrad-deferral-limit", "optimizer", "muon-num-ns-steps",
 ) + megatron_moe.VALUE_FLAGS + megatron_graphs.VALUE_FLAGS + megatron_mla.VALUE_FLAGS
 #: Switches dtsim reads.
 BOOL_FLAGS = (
@@ -46,7 +46,9 @@ IGNORED = (
     *megatron_moe.IGNORED,
     (("lr", "min-lr", "lr-", "weight-decay", "start-weight-decay", "end-weight-decay", "adam-", "sgd-",
       "init-method-", "seed", "loss-scale", "initial-loss-scale", "min-loss-scale",
-      "loss-scale-window", "hysteresis", "optimizer", "override-opt-param-scheduler",
+      "loss-scale-window", "hysteresis", "muon-momentum", "muon-use-nesterov", "muon-nesterov", "muon-scale-mode",
+      "muon-extra-scale-factor", "muon-coefficient-type", "muon-fp32-matmul-prec", "muon-tp-mode",
+      "muon-scalar-optimizer", "override-opt-param-scheduler",
       "use-checkpoint-opt-param-scheduler", "rampup-batch-size", "decoupled-lr", "decoupled-min-lr"),
      _NO_STEP_EFFECT),
     (("data-path", "train-data-path", "valid-data-path", "test-data-path", "split", "tokenizer-", "vocab-file",

@@ -65,7 +65,8 @@ class DDPHooks(Hooks):
         self.final_unit = ready[-1][0] if ready else None
         self.total_elements = sum(bk.elements * bk.count for bk in buckets)
         self.last: int | None = None
-        self.op = "reduce_scatter" if p.distributed_optimizer else "all_reduce"
+        # Muon's layer-wise distributed optimizer all-reduces: its ranks own whole matrices, not slices
+        self.op = "reduce_scatter" if p.distributed_optimizer and not work.grads_all_reduced else "all_reduce"
         self.gathered: set = set()
 
     def pre_forward(self, b: GraphBuilder, g: int, unit):
@@ -107,16 +108,18 @@ make_hooks = DDPHooks
 
 def finish(b: GraphBuilder, ctx: BuildContext, hooks: DDPHooks) -> dict:
     """The optimizer step after the last bucket: on all local parameters, or on the ``1/dp`` shard
-    followed by the parameter all-gather under the distributed optimizer."""
+    followed by the parameter all-gather under the distributed optimizer (Megatron's, or Muon's layer-wise
+    one: ``simulator.workload.muon``)."""
     n = ctx.work.total_params
+    adam = ctx.work.embed_params + ctx.work.head_params  # Adam's share under Muon (workload.muon)
     dp = ctx.size("dp")
     if ctx.parallel.distributed_optimizer and dp > 1:
-        done = b.compute("optimizer", "optimizer", ctx.work.optimizer(n / dp), deps=(hooks.last,))
+        done = b.compute("optimizer", "optimizer", ctx.work.step_ops(n / dp, adam / dp), deps=(hooks.last,))
         if not ctx.parallel.overlap_param_gather:
             nbytes = model_gather_bytes(ctx.work, ctx.param_bytes, ctx.parallel.fp8_param_gather)
             b.collective("allgather updated params", "post_step_gather", "all_gather", "dp", nbytes, deps=(done,))
         return {"framework": "ddp", "distributed_optimizer": True, "n_micro": ctx.n_micro, "local_params": n / dp}
-    b.compute("optimizer", "optimizer", ctx.work.optimizer(n), deps=(hooks.last,))
+    b.compute("optimizer", "optimizer", ctx.work.step_ops(n, adam), deps=(hooks.last,))
     return {"framework": "ddp", "n_micro": ctx.n_micro, "local_params": n}
 
 

@@ -318,7 +318,7 @@ def finish(b: GraphBuilder, ctx: BuildContext, hooks: Zero012Hooks | Zero3Hooks)
         done = offload.cpu_step(b, local, ctx.param_bytes, tail, params_on_host=p.offload_param != "none",
                                 nvme=p.offload_optimizer == "nvme")
     else:
-        done = b.compute("optimizer", "optimizer", work.optimizer(local), deps=tail)
+        done = b.compute("optimizer", "optimizer", work.step_ops(local), deps=tail)
     if sharded and stage < 3 and n > 1:
         b.collective("allgather updated params", "post_step_gather", "all_gather", "dp",
                      work.total_params * ctx.param_bytes, deps=(done,))

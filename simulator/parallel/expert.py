@@ -130,6 +130,14 @@ class MoEWork:
     #: checkpoints nest, and the inner one re-runs again inside the outer's backward).
     shared_reruns: int = 0
 
+    #: Expert-DP ranks the optimizer step shards the experts over (1: every rank steps all of its experts).
+    optimizer_divisor: int = 1
+
+    @property
+    def optimizer_params(self) -> float:
+        """Expert parameters this (virtual) stage's GPU steps: its MoE blocks' experts over the optimizer's shards."""
+        return self.expert_params * sum(self.layers) / self.optimizer_divisor
+
     def slice(self, start: int, n: int) -> MoEWork:
         return dataclasses.replace(self, layers=self.layers[start:start + n])
 
@@ -285,8 +293,8 @@ def combined_block(b: GraphBuilder, fwork: Any, gf: int, f_unit: int, f_deps, bw
 
 def attach(work: Any, scenario: Any, pb: int) -> Any:
     """``work`` of an MoE / MLA model: per-block parameters without the experts (those reduce over
-    the expert-DP group here), the MoE blocks' ops and all-to-all volumes, and an optimizer step
-    that also updates this GPU's expert shard."""
+    the expert-DP group here), the MoE blocks' ops and all-to-all volumes, and the expert share the
+    optimizer steps (``MoEWork.optimizer_params``, ``StepWork.step_ops``)."""
     from simulator.parallel.work import scale_attention
     from simulator.workload import bias as wbias
     from simulator.workload import moe as wmoe
@@ -335,14 +343,6 @@ def attach(work: Any, scenario: Any, pb: int) -> Any:
     expert_local = wmoe.block_local(model, True, tp, ep, etp).experts
     stage = par.effective_zero_stage
     edp = scenario.n_gpus // (par.pp * ep * etp)
-    n_moe = sum(flags)
-    per_stage = -(-len(flags) // par.pp)
-    opt_params = expert_local * min(n_moe, per_stage) / (edp if stage >= 1 else 1)
-    inner_opt = work.optimizer
-
-    def optimizer(n: float) -> tuple:
-        return tuple(inner_opt(n + opt_params))
-
     full = tr.activation_checkpointing == "full"
 
     def bwd(fwd_ops: tuple) -> tuple:
@@ -369,6 +369,7 @@ def attach(work: Any, scenario: Any, pb: int) -> Any:
         expert_params=expert_local,
         expert_grad_dtype_bytes=float(par.ddp_grad_bytes(tr.precision)) if par.framework == "ddp" else float(pb),
         sharded_optimizer=stage >= 1,
+        optimizer_divisor=edp if stage >= 1 else 1,
         gather_bytes=weight_bytes if stage >= 3 else 0.0,
         step_gather_bytes=weight_bytes if stage in (1, 2) else 0.0,
         overlap_step_gather=bool(getattr(par, "overlap_param_gather", False)) and par.framework == "ddp",
@@ -387,5 +388,4 @@ def attach(work: Any, scenario: Any, pb: int) -> Any:
         changes["moe"] = dataclasses.replace(
             changes["moe"], intra_fraction=moe_ops.copies_per_gpu(ep, e, k),
             inter_fraction=moe_ops.copies_per_gpu(n_nodes, e, k) if n_nodes > 1 else 0.0)
-    changes["optimizer"] = optimizer
     return dataclasses.replace(work, **changes)

@@ -81,7 +81,7 @@ class ExpertGradHooks(WrappedHooks):
         if (g != ctx.n_micro - 1 and not every_micro_batch) or not is_moe(work, key) or ctx.mesh.size("edp") <= 1:
             return
         mw: MoEWork = work.moe
-        op = "reduce_scatter" if mw.sharded_optimizer else "all_reduce"
+        op = "reduce_scatter" if mw.sharded_optimizer and not work.grads_all_reduced else "all_reduce"
         b.collective(f"expert grad {op} {key}", "grad_reduce", op, "edp",
                      mw.expert_params * mw.expert_grad_dtype_bytes, stream=COMM, deps=(task,), micro_batch=g,
                      layer=key)

@@ -255,5 +255,5 @@ def finish(b: GraphBuilder, ctx: BuildContext, hooks: FSDPHooks) -> dict:
         offload.cpu_step(b, local, ctx.param_bytes, deps, params_on_host=False,
                          nvme=ctx.parallel.offload_optimizer == "nvme")
     else:
-        b.compute("optimizer", "optimizer", ctx.work.optimizer(local), deps=deps)
+        b.compute("optimizer", "optimizer", ctx.work.step_ops(local), deps=deps)
     return {"framework": "fsdp", "sharding_strategy": hooks.strategy, "n_micro": ctx.n_micro, "local_params": local}

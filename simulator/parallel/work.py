@@ -19,6 +19,7 @@ from simulator.workload import flops as wflops
 from simulator.workload import host as whost
 from simulator.workload import loss as wloss
 from simulator.workload import mtp as wmtp
+from simulator.workload import muon as wmuon
 from simulator.workload import ops as wops
 from simulator.workload import params as wparams
 from simulator.workload import recompute as wrecompute
@@ -45,7 +46,9 @@ class StepWork:
     layer_params: float
     embed_params: float
     head_params: float
-    optimizer: Callable[[float], tuple[Any, ...]]
+    #: The optimizer step's ops for ``(n, adam=0, experts=0)``: ``n`` parameters, of which ``adam`` stay on Adam
+    #: under Muon (embedding, output layer) and ``experts`` are routed-expert weights (``optimizer_ops``).
+    optimizer: Callable[..., tuple[Any, ...]]
     layer_persistent: float = 0.0
     head_persistent: float = 0.0
     #: A block's vector parameters on this rank (norm weights and biases, the QK-norms): what
@@ -91,6 +94,9 @@ class StepWork:
     #: A block's backward split where gradients become ready: ((name, ops, params), ...) in
     #: execution order; empty = one piece (``layer_bwd``, ``layer_params``).
     layer_bwd_pieces: tuple[tuple[str, tuple[Any, ...], float], ...] = ()
+    #: Muon's layer-wise distributed optimizer (``simulator.workload.muon``): with the distributed optimizer the
+    #: gradients are all-reduced, not reduce-scattered, each rank stepping whole matrices.
+    grads_all_reduced: bool = False
     #: Mixture-of-experts blocks (``simulator.parallel.expert.MoEWork``); None for a dense model.
     moe: Any = None
     #: Of the ``n_layers`` block units, the multi-token-prediction blocks at the end (``model.mtp_layers``,
@@ -118,6 +124,12 @@ class StepWork:
     @property
     def layer_modules(self) -> int:
         return max(1, len(self.layer_module_params))
+
+    def step_ops(self, n: float, adam: float = 0.0) -> tuple[Any, ...]:
+        """The optimizer step of this (virtual) stage on its GPU: ``n`` of its non-expert parameters (``adam`` of
+        them left to Adam under Muon) and its MoE blocks' share of the routed experts (``MoEWork.optimizer_params``)."""
+        experts = self.moe.optimizer_params if self.moe is not None else 0.0
+        return self.optimizer(n + experts, adam, experts)
 
     @property
     def total_params(self) -> float:
@@ -167,6 +179,8 @@ def from_scenario(scenario: Any, persistence_threshold: float = 1e5) -> StepWork
     blk = wparams.layer(model)
     small = wparams.block_vectors(model)
     fused = tr.kernels.fused_adam
+    muon = ((*wmuon.costs(model, tr.muon_ns_steps, tp, getattr(par, "etp", 1)), tr.muon_ns_steps)
+            if tr.optimizer == "muon" else None)
     layer_local = float(wparams.layer_local(model, tp))
     work = StepWork(
         n_layers=model.n_layers + model.mtp_layers,
@@ -182,8 +196,10 @@ def from_scenario(scenario: Any, persistence_threshold: float = 1e5) -> StepWork
         embed_params=float((counts.embedding + counts.embedding_norm) / tp),
         head_params=float(counts.lm_head / tp + counts.final_norm) + wmtp.params(model, tp),
         # plain te.Linear modules cast their weights in every forward instead (workload.fp8_casts)
-        optimizer=lambda n: tuple(optimizer_ops(n, fused, tr.grad_clipping, fp8_weight_cast=fp8 is not None
-                                                and tr.kernels.fp8_te_modules == "fused", fp8_recipe=fp8 or "")),
+        # optimizer(n, adam, experts): of n parameters, those Muon leaves to Adam and the routed experts'
+        optimizer=lambda n, adam=0.0, experts=0.0: tuple(optimizer_ops(
+            n, fused, tr.grad_clipping, fp8_weight_cast=fp8 is not None and tr.kernels.fp8_te_modules == "fused",
+            fp8_recipe=fp8 or "", muon=muon, adam_params=adam, expert_params=experts)),
         layer_persistent=float(min(_largest_tensor_below(persistence_threshold, small), blk.total)),
         layer_vector_params=float(sum(small)),
         head_persistent=float(counts.final_norm if counts.final_norm < persistence_threshold else 0),
@@ -203,6 +219,7 @@ def from_scenario(scenario: Any, persistence_threshold: float = 1e5) -> StepWork
         recompute_blocks=wrecompute.per_chunk(tr) or None,
         recompute_full=tr.activation_checkpointing == "full",
         recompute_mlp=recompute_mlp,
+        grads_all_reduced=tr.optimizer == "muon",
     )
     if model.moe is not None or model.is_mla:
         from simulator.parallel import expert

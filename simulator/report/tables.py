@@ -50,7 +50,8 @@ def render(report: StepReport, console: Console, interval: Any = None) -> None:
     cap = f" at {lay['gpu_power_limit_W']:g} W" if "gpu_power_limit_W" in lay else ""
     console.print(
         f"[bold]{escape(report.scenario)}[/]: {lay['framework']} ZeRO-{lay['zero_stage']}"
-        f"{' (BF16_Optimizer)' if lay.get('bf16_optimizer') else ''} on {report.n_gpus} x "
+        f"{' (BF16_Optimizer)' if lay.get('bf16_optimizer') else ''}{', Muon' if lay.get('optimizer') else ''}"
+        f" on {report.n_gpus} x "
         f"{lay['gpu']}{cap} (dp={lay['dp']}, tp={lay['tp']}{cp}, pp={lay['pp']}, "
         + (f"ep={lay['ep']}, etp={lay['etp']}, edp={lay['edp']}, " if "ep" in lay else "")
         + f"{n_micro} micro-batch{'' if n_micro == 1 else 'es'} of {lay['micro_batch_size']})"

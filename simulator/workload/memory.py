@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from simulator.config.scenario import Scenario
+from simulator.workload import muon as wmuon
 from simulator.workload import params
 from simulator.workload.activations import (  # noqa: F401  (re-exported: one memory model, one import)
     LOGPROB_BYTES,
@@ -25,6 +26,7 @@ from simulator.workload.activations import (  # noqa: F401  (re-exported: one me
     pipeline_blocks,
     stage_activations,
 )
+from simulator.workload.zero_states import ModelStateBytes, zero_model_states  # noqa: F401  (re-exported)
 
 #: DeepSpeed ZeRO-3 runs the optimizer step per sub-group of this many elements (``sub_group_size``
 #: default, ``deepspeed/runtime/zero/config.py``), so its fp32 gradient buffer is capped by it.
@@ -32,20 +34,6 @@ DEEPSPEED_SUB_GROUP = 1e9
 #: DeepSpeed stage 0 all-reduces flattened buckets of at most this many elements
 #: (``deepspeed/runtime/constants.py`` MEMORY_OPT_ALLREDUCE_SIZE).
 DEEPSPEED_ALLREDUCE_BUCKET = 5e8
-
-
-@dataclass(frozen=True)
-class ModelStateBytes:
-    """Per-GPU parameter, gradient and optimizer-state bytes; ``offloaded_bytes`` live in host memory."""
-
-    params_bytes: float
-    grads_bytes: float
-    optimizer_bytes: float
-    offloaded_bytes: float = 0.0
-
-    @property
-    def total_bytes(self) -> float:
-        return self.params_bytes + self.grads_bytes + self.optimizer_bytes
 
 
 @dataclass(frozen=True)
@@ -104,27 +92,6 @@ class MemoryBreakdown:
 
 
 # --- model states ------------------------------------------------------------------------------
-
-
-def zero_model_states(
-    n_params: float,
-    dp: int,
-    zero_stage: int,
-    param_bytes: float = 2,
-    grad_bytes: float = 2,
-    optimizer_bytes_per_param: float = 12,
-) -> ModelStateBytes:
-    """Model states per GPU under ZeRO (Rajbhandari et al. SC'20, Sec. 5.1 and Fig. 1).
-
-    Mixed-precision Adam: ``2Ψ`` params + ``2Ψ`` grads + ``KΨ`` optimizer (K = 12: fp32 master,
-    momentum, variance). Stage 1 divides the optimizer by ``N_d``, stage 2 also the gradients,
-    stage 3 also the parameters: ``16Ψ``, ``4Ψ + 12Ψ/N_d``, ``2Ψ + 14Ψ/N_d``, ``16Ψ/N_d`` bytes.
-    """
-    return ModelStateBytes(
-        params_bytes=param_bytes * n_params / (dp if zero_stage >= 3 else 1),
-        grads_bytes=grad_bytes * n_params / (dp if zero_stage >= 2 else 1),
-        optimizer_bytes=optimizer_bytes_per_param * n_params / (dp if zero_stage >= 1 else 1),
-    )
 
 
 def _local_params(scenario: Scenario, experts: bool = True) -> float:
@@ -190,7 +157,11 @@ def model_states(scenario: Scenario, psi: float | None = None) -> ModelStateByte
     if psi is None:
         psi = params.local(scenario.model, p.tp, p.pp)
     bf16_optimizer = p.bf16_optimizer(scenario.training.precision)
-    if bf16_optimizer:
+    expert_sizes = None
+    if scenario.training.optimizer == "muon":  # fp32 master and one momentum (workload.muon)
+        dense = _local_params(scenario, experts=False) if psi is None or scenario.model.moe is not None else psi
+        sizes, expert_sizes = wmuon.state_sizes(scenario, dense)
+    elif bf16_optimizer:
         sizes = (2, 2 + 4, 12)  # the bf16 gradients and BF16_Optimizer's unsharded fp32 accumulation buffer
     elif p.framework == "deepspeed" and is_16bit(scenario):
         sizes = (2, 2, 12)
@@ -208,7 +179,7 @@ def model_states(scenario: Scenario, psi: float | None = None) -> ModelStateByte
     if scenario.model.moe is not None:  # experts sharded over EP x ETP and expert-DP
         from simulator.workload import moe_memory
 
-        st = moe_memory.model_states(scenario, zero_model_states, _shard_degree(scenario), stage, sizes)
+        st = moe_memory.model_states(scenario, zero_model_states, _shard_degree(scenario), stage, sizes, expert_sizes)
     else:
         st = zero_model_states(psi, _shard_degree(scenario), stage, *sizes)
     pb, gb, ob, host = st.params_bytes, st.grads_bytes, st.optimizer_bytes, 0.0

@@ -124,14 +124,16 @@ def recompute_transient(scenario: Any, pb: int) -> float:
     return routed + shared if "moe" in mods else shared if "shared_experts" in mods else 0.0
 
 
-def model_states(scenario: Any, zero_model_states, shard_degree: int, stage: int, sizes: tuple) -> Any:
+def model_states(scenario: Any, zero_model_states, shard_degree: int, stage: int, sizes: tuple,
+                 expert_sizes: tuple | None = None) -> Any:
     """Model-state bytes of an MoE model: the dense part over ``shard_degree``, the experts over
-    the expert-DP group (both with ``zero_model_states`` and the framework's bytes per parameter)."""
+    the expert-DP group (both with ``zero_model_states`` and the framework's bytes per parameter; the experts'
+    ``expert_sizes`` where they differ: Muon)."""
     m, par = scenario.model, scenario.parallel
     split = wmoe.local(m, par.tp, par.pp, par.ep, par.etp)
     dense = zero_model_states(split.dense, shard_degree, stage, *sizes)
     edp = max(1, scenario.n_gpus // (par.pp * par.ep * par.etp))
-    exp = zero_model_states(split.experts, edp, stage, *sizes)
+    exp = zero_model_states(split.experts, edp, stage, *(expert_sizes or sizes))
     gathered = 0.0
     if stage >= 3 and edp > 1:  # two blocks' experts unsharded at a time, in the 16-bit working dtype
         block = wmoe.block_local(m, True, par.tp, par.ep, par.etp).experts

@@ -1,5 +1,6 @@
-"""Ops of the optimizer step on one GPU: Adam (fused or PyTorch's unfused passes), gradient clipping
-by global norm and the once-per-step FP8 weight cast, each as ``multi_tensor_apply`` launches.
+"""Ops of the optimizer step on one GPU: Adam (fused or PyTorch's unfused passes) or Muon
+(``simulator.workload.muon``), gradient clipping by global norm and the once-per-step FP8 weight cast, the
+multi-tensor passes as ``multi_tensor_apply`` launches.
 Memory-bound; FLOPs per formulas.md §1.2.
 """
 
@@ -7,6 +8,7 @@ from __future__ import annotations
 
 import math
 
+from simulator.workload import muon as wmuon
 from simulator.workload.fp8_casts import FP8_WEIGHT_CAST_BYTES, TRANSPOSED_COPY_BYTES, TRANSPOSED_RECIPES
 from simulator.workload.ops import Op
 
@@ -45,15 +47,20 @@ def _mta_launches(n: float) -> int:
 
 
 def optimizer_ops(n_params_local: float, fused_adam: bool, grad_clipping: bool = False,
-                  fp8_weight_cast: bool = False, fp8_recipe: str = "") -> list[Op]:
-    """Adam step over the ``n_params_local`` parameters this GPU updates (memory-bound).
+                  fp8_weight_cast: bool = False, fp8_recipe: str = "", muon: tuple | None = None,
+                  adam_params: float = 0.0, expert_params: float = 0.0) -> list[Op]:
+    """The optimizer step over the ``n_params_local`` parameters this GPU updates.
 
-    Fused: one op of ``30`` B/param. Unfused (torch ``foreach``): 8 elementwise passes, ``78`` B/param
+    Adam, fused: one op of ``30`` B/param. Unfused (torch ``foreach``): 8 elementwise passes, ``78`` B/param
     in total (table ``_ADAM_UNFUSED_PASSES``). FLOPs ``≈ 12`` per parameter either way. Each pass is
     ``multi_tensor_apply`` launches (``MTA_ELEMENTS_PER_LAUNCH``). ``grad_clipping`` adds the global-norm
     clipping before the step (``GRAD_CLIP_*``); ``fp8_weight_cast`` the once-per-step FP8 cast of
     the updated weights (``FP8_WEIGHT_CAST_BYTES``), whose transposed copy (a per-tensor ``fp8_recipe``)
     GPUs with any-layout FP8 GEMMs do not write (``fp8_casts.TRANSPOSED_RECIPES``).
+
+    ``muon = (dense NSCost, expert NSCost, Newton-Schulz steps)`` (``simulator.workload.muon``): Adam steps
+    only ``adam_params`` of them (embedding, output layer), Muon the ``expert_params`` routed-expert weights
+    and the rest of the blocks' weights.
     """
     n = float(n_params_local)
     mta = _mta_launches(n)
@@ -64,6 +71,14 @@ def optimizer_ops(n_params_local: float, fused_adam: bool, grad_clipping: bool =
     transposed = TRANSPOSED_COPY_BYTES * n if fp8_recipe in TRANSPOSED_RECIPES else 0.0
     cast = [Op("fp8_weight_cast", "memory", 0.0, FP8_WEIGHT_CAST_BYTES * n, launches=mta,
                transpose_bytes=transposed)] if fp8_weight_cast else []
+    if muon is not None:
+        dense, experts, steps = muon
+        out += wmuon.step_ops(n - adam_params - expert_params, dense, steps, "")
+        out += wmuon.step_ops(expert_params, experts, steps, "_experts")
+        n = float(adam_params)
+        mta = _mta_launches(n)
+        if n <= 0:
+            return out + cast
     if fused_adam:
         return out + [Op("adam", "memory", ADAM_FLOPS_PER_PARAM * n, _ADAM_FUSED_BYTES * n, launches=mta)] + cast
     per_kernel = ADAM_FLOPS_PER_PARAM / len(_ADAM_UNFUSED_PASSES)

@@ -897,3 +897,21 @@ def test_wgrad_deferral_flags_round_trip():
                         "  sequence_parallel: true\n  defer_embedding_wgrad_compute: true\n  wgrad_deferral_limit: 22")
     s, _, _ = import_scenario("nemo", text=nemo, topology="dgx-a100", nodes=2, overrides=["model.vocab_size=50304"])
     assert (s.parallel.defer_embedding_wgrad_compute, s.parallel.wgrad_deferral_limit) == (True, 22)
+
+
+def test_megatron_muon_round_trips():
+    """``--optimizer dist_muon`` is Muon under Megatron-Core's layer-wise distributed optimizer (no
+    ``--use-distributed-optimizer``: Megatron-Core refuses Muon with it); ``muon`` steps every matrix on every rank."""
+    base = "--num-layers 2 --hidden-size 1024 --num-attention-heads 16 --seq-length 512 --vocab-size 32000 --bf16"
+    imp = import_args(base + " --optimizer dist_muon --muon-num-ns-steps 6 --muon-momentum 0.95")
+    assert (imp.get("training.optimizer"), imp.get("training.muon_ns_steps")) == ("muon", 6)
+    assert imp.get("parallel.distributed_optimizer") is True
+    assert import_args(base + " --optimizer muon").get("parallel.distributed_optimizer") is False
+    assert import_args(base + " --optimizer adam").get("training.optimizer") is None
+    with pytest.raises(InputError, match="--optimizer sgd"):
+        import_args(base + " --optimizer sgd")
+    text = MEGATRON.replace("--use-distributed-optimizer", "--optimizer dist_muon")
+    s, _, _ = import_scenario("megatron", text=text, topology="dgx-h100")
+    assert s.training.optimizer == "muon" and s.parallel.distributed_optimizer
+    out = export_scenario(s, "megatron").text
+    assert "--optimizer dist_muon" in out and "--use-distributed-optimizer" not in out

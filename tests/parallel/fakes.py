@@ -60,7 +60,7 @@ def work(n_layers: int = 2, layer_params: float = 1e6, fwd_s: float = 1e-3, bwd_
         layer_params=layer_params,
         embed_params=embed_params,
         head_params=head_params,
-        optimizer=lambda n: (TimedOp("adam", opt_s),),
+        optimizer=lambda n, adam=0.0, experts=0.0: (TimedOp("adam", opt_s),),
         layer_persistent=persistent,
         recompute_full=recompute,  # the whole block forward again, as full checkpointing does
     )

@@ -1,0 +1,106 @@
+"""``training.kernels``: which kernels a framework runs (attention implementation, fusions, FP8 recipe,
+CUDA graphs, torch.compile). Re-exported by ``simulator.config.scenario``."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import model_validator
+
+from simulator.config.base import Frozen
+
+#: Attention kernel implementations (``simulator.hardware.attention``): ``auto`` picks per framework and GPU
+#: architecture; ``fa1`` FlashAttention 1.x; ``triton`` the Triton FlashAttention of 2022-23 stacks (llm-foundry
+#: ``attn_impl: triton``); ``fa2`` FlashAttention-2 (also PyTorch SDPA's flash backend); ``fa3`` FlashAttention-3
+#: (Hopper); ``cudnn`` cuDNN fused attention (Transformer Engine's default on Hopper and Blackwell); ``sdpa_math``
+#: and ``eager`` unfused attention (score matrix in HBM) around Megatron's fused scale-mask-softmax; ``hf_eager``
+#: Hugging Face's eager attention (scale, mask add, fp32 softmax and cast as separate PyTorch ops).
+AttentionImpl = Literal["auto", "fa1", "triton", "fa2", "fa3", "cudnn", "sdpa_math", "eager", "hf_eager"]
+UNFUSED_ATTENTION = ("sdpa_math", "eager", "hf_eager")
+#: Block-scaled MX FP8 GEMMs (``fp8_recipe: mxfp8``): NVIDIA Blackwell (sm_100/103) and AMD CDNA4 (MI350/355X).
+MXFP8_ARCHS = ("blackwell", "cdna4")
+#: FP8 recipes of torchao's float8 linears (no Transformer Engine modules).
+TORCHAO_RECIPES = ("tensorwise", "rowwise")
+
+
+class KernelConfig(Frozen):
+    """Kernel-level choices that change how many memory-bound passes a step makes."""
+
+    flash_attention: bool = True
+    #: Which attention kernel runs (``AttentionImpl``); ``sdpa_math``/``eager``/``hf_eager`` imply
+    #: ``flash_attention: false``.
+    attention: AttentionImpl = "auto"
+    fused_norm_residual: bool = True
+    #: Bias add and a GELU/ReLU activation in the linear GEMMs' epilogues, forward and backward (flash-attn's
+    #: ``fused_dense``, Apex's FusedDense: ``simulator.workload.bias``); gated MLPs keep their activation kernel.
+    gemm_epilogue: bool = False
+    #: Whose linears run, for their bias kernels (``simulator.workload.bias``): Megatron-LM's own
+    #: (``megatron``), Transformer Engine's (``te``) or PyTorch ``nn.Linear`` (``torch``); ``auto``: torch with
+    #: framework fsdp, te with ddp (Megatron-LM's default ``--transformer-impl``), megatron with deepspeed.
+    linear: Literal["auto", "megatron", "te", "torch"] = "auto"
+    fused_adam: bool = True
+    #: torch.compile (Inductor): elementwise chains fused into one kernel each, dispatched by generated
+    #: code instead of the eager dispatcher (``simulator.hardware.kernels``).
+    compile: bool = False
+    #: CUDA graphs: the code of these Megatron-Core ``--cuda-graph-scope`` parts is captured once and
+    #: replayed, so it costs the host no dispatch (``simulator.workload.host``): ``attn`` the attention
+    #: half of every block, ``mlp`` a dense block's MLP half, ``moe_router`` an MoE block's router (with
+    #: its pre-MLP norm), ``moe_preprocess`` its token dispatcher's preprocessing (``--cuda-graph-impl
+    #: transformer_engine``), ``moe`` an MoE block's whole MLP slot: router, dispatch, experts, combine and
+    #: shared experts (``--cuda-graph-scope moe``; Megatron-Core captures it only with static shapes, a
+    #: capacity factor with padding, so it needs ``model.moe.capacity_factor``; Megatron-Core's local
+    #: per-layer graphs of such a block capture it too); ``full_iteration`` the whole forward and backward
+    #: of every block (``--cuda-graph-impl local --cuda-graph-scope full_iteration``). Empty: eager.
+    cuda_graphs: tuple[Literal["attn", "mlp", "moe_router", "moe_preprocess", "moe", "full_iteration"], ...] = ()
+    #: FP8 scaling recipe when ``training.precision`` is fp8: Transformer Engine ``delayed`` or
+    #: ``current`` scaling, torchao float8 ``tensorwise`` or ``rowwise``, Blackwell ``mxfp8``.
+    fp8_recipe: Literal["delayed", "current", "tensorwise", "rowwise", "mxfp8"] = "delayed"
+    #: Which Transformer Engine modules carry the FP8 GEMMs (recipes delayed, current, mxfp8;
+    #: ``simulator.workload.fp8_casts``): ``fused``, TE's ``LayerNormLinear`` / ``LayerNormMLP`` as
+    #: Megatron-Core and NeMo build them (the norm and activation kernels write the FP8 input; the
+    #: weights are cast once per step, ``is_first_microbatch``); ``linear``, a ``te.Linear`` swapped in
+    #: for each ``nn.Linear`` (llm-foundry ``fc_type: te``, which its H100 FP8 benchmarks set): every
+    #: linear casts its own input in a kernel of its own and its weight in every forward.
+    fp8_te_modules: Literal["fused", "linear"] = "fused"
+    #: How the loss is computed, for its memory and traffic (``workload.loss.IMPLEMENTATIONS``): Megatron's
+    #: in-place vocab-parallel kernel (``fused``), PyTorch ``F.cross_entropy`` on upcast logits
+    #: (``eager``: torchtitan, FSDP trainers), or on the 16-bit logits (``eager_no_upcast``: NeMo
+    #: AutoModel's ``fp32_upcast: false``), or that under torch.compile (``compiled``), or
+    #: FlashAttention's fused cross-entropy kernel (``flash``: ``flash_attn.losses.cross_entropy``,
+    #: llm-foundry's MPT default ``loss_fn: fused_crossentropy``); ``auto``: eager with framework fsdp,
+    #: fused otherwise.
+    cross_entropy: Literal["auto", "fused", "eager", "eager_no_upcast", "compiled", "flash"] = "auto"
+    #: Full recomputation stops once every tensor the block's forward saved is rebuilt: PyTorch's
+    #: non-reentrant checkpoint (``torch.utils.checkpoint`` early stop, on by default) does not
+    #: re-run the block's last GEMM and residual add (``simulator.workload.recompute.early_stop``). None: on with
+    #: framework fsdp (``checkpoint_wrapper`` NO_REENTRANT: torchtitan, FSDP trainers), off for Megatron
+    #: (``ddp``) and DeepSpeed, whose reentrant checkpoints re-run the whole block.
+    checkpoint_early_stop: bool | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _attention_implies_flash(cls, data: Any) -> Any:
+        """An unfused ``attention`` turns ``flash_attention`` off; a fused one contradicts
+        ``flash_attention: false``."""
+        if not isinstance(data, dict) or "attention" not in data:
+            return data
+        impl, flash = data["attention"], data.get("flash_attention")
+        if impl in UNFUSED_ATTENTION:
+            if flash is True:
+                raise ValueError(f"training.kernels.attention {impl} is unfused attention but "
+                                 "training.kernels.flash_attention is true; remove one of them")
+            return {**data, "flash_attention": False}
+        if impl != "auto" and flash is False:
+            raise ValueError(f"training.kernels.attention {impl} is a fused (flash) kernel but "
+                             "training.kernels.flash_attention is false; use attention: eager, hf_eager or sdpa_math")
+        return data
+
+    @model_validator(mode="after")
+    def _te_modules_need_te(self) -> KernelConfig:
+        """``fp8_te_modules: linear`` describes Transformer Engine modules; torchao recipes have none."""
+        if self.fp8_te_modules == "linear" and self.fp8_recipe in TORCHAO_RECIPES:
+            raise ValueError(f"training.kernels.fp8_te_modules linear describes Transformer Engine modules, but "
+                             f"training.kernels.fp8_recipe {self.fp8_recipe} is torchao float8; use fp8_recipe "
+                             "delayed, current or mxfp8, or leave fp8_te_modules at fused")
+        return self
+
