@@ -127,9 +127,10 @@ def _stage_experts(scenario: Scenario, blocks: int) -> float:
     return (_local_params(scenario) - _local_params(scenario, experts=False)) * blocks / most
 
 
-def model_states(scenario: Scenario, psi: float | None = None) -> ModelStateBytes:
+def model_states(scenario: Scenario, psi: float | None = None, outside: float | None = None) -> ModelStateBytes:
     """Model states of a GPU holding ``psi`` parameters (default: the most-loaded stage's,
-    ``params.local(model, tp, pp)``).
+    ``params.local(model, tp, pp)``), ``outside`` of them embedding and output layer (default: the most-loaded
+    stage's; Muon leaves them to Adam).
 
     * DeepSpeed: the ZeRO formulas with 2/2/12 B per parameter in 16-bit training, 4/4/8 in fp32
       (no master copy). ``offload_optimizer`` moves the optimizer states and, from stage 2, the
@@ -160,7 +161,7 @@ def model_states(scenario: Scenario, psi: float | None = None) -> ModelStateByte
     expert_sizes = None
     if scenario.training.optimizer == "muon":  # fp32 master and one momentum (workload.muon)
         dense = _local_params(scenario, experts=False) if psi is None or scenario.model.moe is not None else psi
-        sizes, expert_sizes = wmuon.state_sizes(scenario, dense)
+        sizes, expert_sizes = wmuon.state_sizes(scenario, dense, None if scenario.model.moe else outside)
     elif bf16_optimizer:
         sizes = (2, 2 + 4, 12)  # the bf16 gradients and BF16_Optimizer's unsharded fp32 accumulation buffer
     elif p.framework == "deepspeed" and is_16bit(scenario):
@@ -342,7 +343,7 @@ def breakdown(scenario: Scenario) -> MemoryBreakdown:
     rows = []
     for st in range(par.pp):
         psi = params.stage_local(m, par.tp, par.pp, st, blocks[st])
-        states = model_states(scenario, psi)
+        states = model_states(scenario, psi, psi - blocks[st] * params.layer_local(m, par.tp))
         buf = buffers(scenario, psi, blocks[st])
         v = _verdict(scenario, states, buf, acts[st].total_bytes)
         rows.append({"stage": st, "layers": blocks[st], "in_flight": acts[st].in_flight,
