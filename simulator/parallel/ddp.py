@@ -111,7 +111,8 @@ def finish(b: GraphBuilder, ctx: BuildContext, hooks: DDPHooks) -> dict:
     followed by the parameter all-gather under the distributed optimizer (Megatron's, or Muon's layer-wise
     one: ``simulator.workload.muon``)."""
     n = ctx.work.total_params
-    adam = ctx.work.embed_params + ctx.work.head_params  # Adam's share under Muon (workload.muon)
+    # Adam's share under Muon (workload.muon): the embedding and output layer, not the MTP modules' matrices
+    adam = ctx.work.embed_params + ctx.work.head_params - ctx.work.head_mtp_params
     dp = ctx.size("dp")
     if ctx.parallel.distributed_optimizer and dp > 1:
         done = b.compute("optimizer", "optimizer", ctx.work.step_ops(n / dp, adam / dp), deps=(hooks.last,))

@@ -56,6 +56,7 @@ def stage_work(work: StepWork, stage: int, layers: list[int]) -> StepWork:
         head_fwd=work.head_fwd if last else (),
         head_bwd=work.head_bwd if last else (),
         head_params=work.head_params if last else 0.0,
+        head_mtp_params=work.head_mtp_params if last else 0.0,
         head_persistent=work.head_persistent if last else 0.0,
     )
 

@@ -94,6 +94,9 @@ class StepWork:
     #: A block's backward split where gradients become ready: ((name, ops, params), ...) in
     #: execution order; empty = one piece (``layer_bwd``, ``layer_params``).
     layer_bwd_pieces: tuple[tuple[str, tuple[Any, ...], float], ...] = ()
+    #: The multi-token-prediction modules' share of ``head_params`` (weight matrices, which Muon steps; the
+    #: embedding and output layer it leaves to Adam).
+    head_mtp_params: float = 0.0
     #: Muon's layer-wise distributed optimizer (``simulator.workload.muon``): with the distributed optimizer the
     #: gradients are all-reduced, not reduce-scattered, each rank stepping whole matrices.
     grads_all_reduced: bool = False
@@ -195,6 +198,7 @@ def from_scenario(scenario: Any, persistence_threshold: float = 1e5) -> StepWork
         layer_params=layer_local,
         embed_params=float((counts.embedding + counts.embedding_norm) / tp),
         head_params=float(counts.lm_head / tp + counts.final_norm) + wmtp.params(model, tp),
+        head_mtp_params=wmtp.params(model, tp),
         # plain te.Linear modules cast their weights in every forward instead (workload.fp8_casts)
         # optimizer(n, adam, experts): of n parameters, those Muon leaves to Adam and the routed experts'
         optimizer=lambda n, adam=0.0, experts=0.0: tuple(optimizer_ops(

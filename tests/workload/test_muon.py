@@ -127,3 +127,17 @@ def test_muon_state_bytes_by_hand():
         assert blocks.optimizer_bytes == pytest.approx((8 + cast) * psi)
         assert embed.optimizer_bytes == pytest.approx((12 + cast) * psi)
         assert blocks.params_bytes == 2 * psi and blocks.grads_bytes == (4 if fp32 else 2) * psi
+
+
+def test_the_mtp_projection_is_muons_not_adams():
+    """The MTP module's eh_proj (2h -> h) sits in the output stage's parameters beside the output layer; Muon
+    steps it (a weight matrix), so the Adam share the step gets excludes it: 2 x 7,168^2 + 2 x 7,168 for
+    DeepSeek-V3's one MTP module (eh_proj and its two norms)."""
+    from simulator.parallel.work import from_scenario
+
+    sc = scenario_from_dict({
+        "name": "d", "model": "deepseek-v3", "cluster": {"topology": "dgx-h100", "nodes": 32},
+        "training": {"seq_len": 4096, "micro_batch_size": 1, "global_batch_size": 1024, "optimizer": "muon"},
+        "parallel": {"framework": "ddp", "distributed_optimizer": True, "pp": 8, "ep": 32}},
+        overrides=["model.mtp_layers=1"])
+    assert from_scenario(sc).head_mtp_params == 2 * 7168**2 + 2 * 7168 == 102_774_784
