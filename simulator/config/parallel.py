@@ -352,6 +352,11 @@ class ParallelConfig(Frozen):
         (or fp8) training, else 4."""
         return 2 if not self.grad_reduce_in_fp32 and precision in ("bf16", "fp16", "fp8") else 4
 
+    def step_grad_copy_bytes(self, precision: str) -> int:
+        """Bytes per parameter of the fp32 copy a Megatron optimizer makes of a 16-bit ``main_grad`` for its
+        step (4 with ``grad_buffer_bytes`` 2; with an fp32 buffer the gradient is used in place: 0)."""
+        return 4 if self.grad_buffer_bytes(precision) == 2 else 0
+
     def bf16_optimizer(self, precision: str) -> bool:
         """DeepSpeed trains bf16 without ZeRO through its ``BF16_Optimizer`` (``engine.py``: bf16 at
         ``zero_optimization.stage`` 0, BigScience's BLOOM-176B setup: "The new BF16_Optimizer implements its

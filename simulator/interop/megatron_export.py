@@ -120,19 +120,18 @@ def export_args(s: Scenario) -> Exported:
     if par.ddp_bucket_size is not None:
         lines.append(f"--ddp-bucket-size {par.ddp_bucket_size}")
     stage = par.effective_zero_stage
+    distributed = par.framework == "ddp" and par.distributed_optimizer or par.framework != "ddp" and stage >= 1
     if tr.optimizer == "muon":  # Muon's distributed form is its layer-wise optimizer (workload.muon)
-        lines.append(f"--optimizer {'dist_muon' if par.distributed_optimizer else 'muon'}")
+        lines.append(f"--optimizer {'dist_muon' if distributed else 'muon'}")
         if tr.muon_ns_steps != 5:
             lines.append(f"--muon-num-ns-steps {tr.muon_ns_steps}")
-        if par.overlap_param_gather:
-            lines.append("--overlap-param-gather")
-    elif par.framework == "ddp" and par.distributed_optimizer or par.framework != "ddp" and stage >= 1:
+    elif distributed:
         lines.append("--use-distributed-optimizer")
-        if par.overlap_param_gather:
-            lines.append("--overlap-param-gather")
-        if stage >= 2 and par.framework != "ddp":
-            notes.append(f"{par.framework} ZeRO-{stage} sharding: Megatron-LM's distributed optimizer shards "
-                         "optimizer states only (ZeRO-1); parameters and gradients stay replicated")
+    if distributed and par.overlap_param_gather:
+        lines.append("--overlap-param-gather")
+    if distributed and stage >= 2 and par.framework != "ddp":
+        notes.append(f"{par.framework} ZeRO-{stage} sharding: Megatron-LM's distributed optimizer shards "
+                     "optimizer states only (ZeRO-1); parameters and gradients stay replicated")
     if par.fp8_param_gather:
         lines.append("--fp8-param-gather")
     if par.framework == "ddp" and not par.grad_reduce_in_fp32:

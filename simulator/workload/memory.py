@@ -160,16 +160,17 @@ def model_states(scenario: Scenario, psi: float | None = None, outside: float | 
     bf16_optimizer = p.bf16_optimizer(scenario.training.precision)
     expert_sizes = None
     if scenario.training.optimizer == "muon":  # fp32 master and one momentum (workload.muon)
-        dense = _local_params(scenario, experts=False) if psi is None or scenario.model.moe is not None else psi
-        sizes, expert_sizes = wmuon.state_sizes(scenario, dense, None if scenario.model.moe else outside)
+        moe = scenario.model.moe is not None  # an MoE model's states come from its most-loaded split
+        dense = _local_params(scenario, experts=False) if psi is None or moe else psi
+        sizes, expert_sizes = wmuon.state_sizes(scenario, dense, None if moe else outside)
     elif bf16_optimizer:
         sizes = (2, 2 + 4, 12)  # the bf16 gradients and BF16_Optimizer's unsharded fp32 accumulation buffer
     elif p.framework == "deepspeed" and is_16bit(scenario):
         sizes = (2, 2, 12)
     elif p.framework == "ddp" and p.distributed_optimizer and is_16bit(scenario):
-        grad = p.grad_buffer_bytes(scenario.training.precision)
+        prec = scenario.training.precision
         # a 16-bit main_grad buffer: the optimizer casts its shard to fp32 for the step (+4/d B)
-        sizes = (2, grad, 12 if grad == 4 else 16)
+        sizes = (2, p.grad_buffer_bytes(prec), 12 + p.step_grad_copy_bytes(prec))
     elif p.framework == "ddp":
         sizes = (4, p.grad_buffer_bytes(scenario.training.precision), 8)
     else:

@@ -34,6 +34,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from simulator.workload import params
 from simulator.workload.op import Op
 
 #: ``OrthogonalizedOptimizer.step`` memory traffic per Muon parameter (module docstring), bytes.
@@ -141,12 +142,11 @@ def state_sizes(scenario: Any, dense_params: float, outside: float | None = None
     weight, the gradient buffer (``grad_reduce_in_fp32``) and the fp32 master with Muon's one momentum buffer
     (``MUON_STATE_BYTES``), Adam's 12 B for the ``outside`` embedding and output-layer parameters (default the
     most-loaded GPU's, ``params.outside_local``; norm and bias vectors counted as Muon's: under 0.1% of a block); a 16-bit gradient
-    buffer adds its fp32 copy for the step (4 B), as Megatron's distributed optimizer does."""
-    from simulator.workload import params
-
+    buffer adds its fp32 copy for the step (``ParallelConfig.step_grad_copy_bytes``), as Megatron's distributed
+    optimizer does."""
     m, p = scenario.model, scenario.parallel
     grad = p.grad_buffer_bytes(scenario.training.precision)
-    cast = 4 if grad == 2 else 0
+    cast = p.step_grad_copy_bytes(scenario.training.precision)
     adam = min(float(params.outside_local(m, p.tp, p.pp) if outside is None else outside), dense_params)
     dense = (MUON_STATE_BYTES * (dense_params - adam) + 12 * adam) / dense_params if dense_params else MUON_STATE_BYTES
     return (2, grad, dense + cast), (2, grad, MUON_STATE_BYTES + cast)

@@ -71,16 +71,18 @@ def optimizer_ops(n_params_local: float, fused_adam: bool, grad_clipping: bool =
     transposed = TRANSPOSED_COPY_BYTES * n if fp8_recipe in TRANSPOSED_RECIPES else 0.0
     cast = [Op("fp8_weight_cast", "memory", 0.0, FP8_WEIGHT_CAST_BYTES * n, launches=mta,
                transpose_bytes=transposed)] if fp8_weight_cast else []
-    if muon is not None:
-        dense, experts, steps = muon
-        out += wmuon.step_ops(n - adam_params - expert_params, dense, steps, "")
-        out += wmuon.step_ops(expert_params, experts, steps, "_experts")
-        n = float(adam_params)
-        mta = _mta_launches(n)
-        if n <= 0:
-            return out + cast
-    if fused_adam:
-        return out + [Op("adam", "memory", ADAM_FLOPS_PER_PARAM * n, _ADAM_FUSED_BYTES * n, launches=mta)] + cast
+    if muon is None:
+        return out + _adam_ops(n, fused_adam) + cast
+    dense, experts, steps = muon
+    return (out + wmuon.step_ops(n - adam_params - expert_params, dense, steps, "")
+            + wmuon.step_ops(expert_params, experts, steps, "_experts")
+            + (_adam_ops(adam_params, fused_adam) if adam_params > 0 else []) + cast)
+
+
+def _adam_ops(n: float, fused: bool) -> list[Op]:
+    """Adam's step over ``n`` parameters: one fused pass, or PyTorch's unfused passes."""
+    mta = _mta_launches(n)
+    if fused:
+        return [Op("adam", "memory", ADAM_FLOPS_PER_PARAM * n, _ADAM_FUSED_BYTES * n, launches=mta)]
     per_kernel = ADAM_FLOPS_PER_PARAM / len(_ADAM_UNFUSED_PASSES)
-    return out + [Op(name, "memory", per_kernel * n, (rd + wr) * n, launches=mta)
-                  for name, rd, wr in _ADAM_UNFUSED_PASSES] + cast
+    return [Op(name, "memory", per_kernel * n, (rd + wr) * n, launches=mta) for name, rd, wr in _ADAM_UNFUSED_PASSES]
