@@ -48,9 +48,10 @@ CAUSES: dict[str, str] = {
     "TP overlap carried the whole GEMM's host time, which made its blocks host-bound on Grace: too fast",
     "mbridge2511-gb300-qwen3-235b-a22b-64gpu-mxfp8": "TP 2 with the recipe's tp_comm_overlap=True "
     "(Megatron-Bridge qwen3_llm_pretrain.py), simulated (0.06 s of the attention's sequence-parallel collectives "
-    "left exposed in a 16.8 s step); the 5.0 s of EP all-to-alls are all exposed; and at TP 2 and micro-batch 1 on Grace "
-    "(host.dispatch_scale 2.75) the MoE block's host time (1.8 ms forward with the recipe's graphed router and "
-    "preprocessing, against 0.8 ms of GPU work) binds, -7% -> -26%: either the attention was graphed too (its "
+    "left exposed in a 21.7 s step); the 5.0 s of EP all-to-alls are all exposed; and at TP 2 and micro-batch 1 on Grace "
+    "(host.dispatch_scale 2.75) the MoE block's host time (2.7 ms forward with the recipe's graphed router and "
+    "preprocessing and Megatron-Core's code factors, host.MCORE_HOST, against 0.8 ms of GPU work) binds, -11% -> "
+    "-44%: either the attention was graphed too (its "
     "26.02 GB200 sibling graphs attn) or Transformer Engine's CPU micro-optimisations of late 2025 "
     "(TransformerEngine PR #2146) narrowed Grace's gap: too slow",
     "mbridge2511r-gb300-qwen3-235b-a22b-256gpu-bf16": "simulated as printed (EP 16, virtual pipeline 12, micro-batch "
@@ -74,8 +75,9 @@ CAUSES: dict[str, str] = {
     "\"2X slower\" on H100 and B200 with the dropless schedule than with token drop; the 25.09 table's same layout ran "
     "10,494 tokens/s/GPU against 5,275 here, which dtsim's -5% matches) on top of the preset's moe_a2a_overlap: the "
     "alltoall dispatcher's per-layer host synchronisation (dropless only: token_dispatcher.py "
-    "_maybe_dtoh_and_synchronize) exposes Megatron-Core's host time per MoE layer, which dtsim models at its "
-    "plain-PyTorch lower bound (simulator/workload/moe_host.py, without Transformer Engine's module overhead): "
+    "_maybe_dtoh_and_synchronize) exposes Megatron-Core's host time per MoE layer, which dtsim takes from "
+    "Megatron-Core's own code run on a CPU (simulator/workload/moe_host.py, without Transformer Engine's module "
+    "overhead): "
     "hidden behind micro-batch 2's GPU work there: too fast",
 }
 

@@ -43,7 +43,10 @@ vTrain's host-bound Megatron-DeepSpeed steps (``simulator.validation.host_calibr
 Which block applies: compiled blocks (``kernels.compile``: Inductor's wrapper calls its kernels
 directly, with no views, module calls or per-op autograd) keep the per-kernel dispatch; eager blocks
 with RMSNorm not fused (``fused_norm_residual: false``) are torchtitan/HF-style code (``llama``); every
-other eager block is Megatron-style code (``megatron``, or ``megatron-flash`` with FlashAttention).
+other eager block is Megatron-style code (``megatron``, or ``megatron-flash`` with FlashAttention). The
+rebuilds follow Megatron-LM's legacy layer; Megatron-Core's ``TransformerLayer`` (NeMo, Megatron-Bridge,
+Megatron-LM with Transformer Engine) makes as many ATen calls but more Python around them, measured by
+running it (``MCORE_HOST``: 1.68× forward, 1.08× backward).
 
 The CPU runs ahead of the GPU within a block, so what matters is the block's host time against its GPU
 time. The engine, though, prices each compute task on its own, and a block is split into several tasks
@@ -59,6 +62,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
+from simulator.workload.bias import linear_impl
 from simulator.workload.op import Op
 
 #: (forward, backward) host seconds per block (module docstring; ``benchmarks/host_dispatch.py``).
@@ -95,6 +99,32 @@ FSDP_UNIT_HOST: dict[int, tuple[float, float]] = {1: (2.12, 1.89), 2: (1.48, 1.1
 #: (forward, backward) fractions of the block's host time: ``python benchmarks/host_dispatch_moe.py``,
 #: 150 of 323 µs forward and 151 of 400 µs backward (torch 2.13, 2 December 2026).
 ATTENTION_HALF = (0.464, 0.376)
+
+
+#: Megatron-Core's own layer code over the plain-PyTorch rebuilds, (forward, backward) host time: ``python
+#: benchmarks/host_dispatch_mcore.py`` runs Megatron-Core 0.16.1's ``TransformerLayer`` on the rebuilds' CPU
+#: tensors in the same process (torch 2.13, 6 December 2026, the 2-core development machine; median of three
+#: runs). ``dense``: the local-spec layer over the ``megatron-flash`` block (forward 1.62-1.69, backward
+#: 1.00-1.12; 511-584 / 400-479 against 311-348 / 374-426 µs); ``moe``: an MoE layer outside its experts
+#: (attention half, router, alltoall dispatcher, combine; Transformer Engine's fused ops one call each, as in
+#: the rebuild) over ``moe_host``'s pieces, each run's median over 2-16 experts (1.76 forward in all three,
+#: 1.98-2.01 backward). The real layers make no more ATen calls than the rebuilds (39 / 67 against 42 / 86 dense):
+#: what they add is Megatron-Core's Python per call (module indirections, config branches, viewless-tensor
+#: wrapping, the dispatcher's own autograd functions backward). Transformer Engine's modules (which need CUDA)
+#: and the experts' ``GroupedLinear`` keep the rebuilds' figures, so these are lower bounds too.
+MCORE_HOST: dict[str, tuple[float, float]] = {"dense": (1.68, 1.08), "moe": (1.76, 1.99)}
+
+
+def mcore_scale(model: Any, kernels: Any, framework: str, kind: str) -> tuple[float, float]:
+    """``MCORE_HOST[kind]`` for an eager Megatron-style block of Megatron-Core (framework ``ddp`` with
+    Transformer Engine linears: NeMo, Megatron-Bridge, Megatron-LM's default ``--transformer-impl``;
+    ``bias.linear_impl``), else ``(1, 1)``: the rebuilds follow Megatron-LM's legacy layer, which
+    Megatron-DeepSpeed and Megatron-LM with its own linears run, and torchtitan-style blocks are not
+    Megatron code."""
+    megatron_code = block_style(model, kernels) in ("megatron", "megatron-flash")
+    if megatron_code and framework == "ddp" and linear_impl(kernels, framework) == "te":
+        return MCORE_HOST[kind]
+    return 1.0, 1.0
 
 
 def graphed(kernels: Any) -> frozenset[str]:
@@ -180,7 +210,8 @@ def attach(fwd: list, recompute: tuple, bwd: tuple, model: Any, kernels: Any,
     graphs (``training.kernels.cuda_graphs``) take their scopes' share off the block's host time
     (``eager_share``); the gradient hooks stay (they run on the parameters' AccumulateGrad nodes, outside
     the captured graph). Under FSDP (``fsdp_version`` 1 or 2) the forward starts and the backward ends with
-    the unit's hooks (``fsdp_unit_ops``); recomputation runs inside the unit and does not repeat them."""
+    the unit's hooks (``fsdp_unit_ops``); recomputation runs inside the unit and does not repeat them.
+    Megatron-Core's layer code costs ``mcore_scale`` times the rebuild's."""
     unit_f, unit_b = fsdp_unit_ops(fsdp_version)
     style = block_style(model, kernels)
     if style is None:
@@ -188,7 +219,9 @@ def attach(fwd: list, recompute: tuple, bwd: tuple, model: Any, kernels: Any,
     fwd_s, bwd_s = BLOCK_HOST_S[style]
     # ops whose code makes more calls than the reference block's (Op.extra_host_calls), and their autograd nodes
     extra = sum(op.extra_host_calls for op in fwd) * HOST_PER_CALL_S[style]
-    fwd_s, bwd_s = (fwd_s + extra) * eager_share(kernels, 0), (bwd_s + extra) * eager_share(kernels, 1)
+    code_f, code_b = mcore_scale(model, kernels, framework, "dense")
+    fwd_s = (fwd_s + extra) * eager_share(kernels, 0) * code_f
+    bwd_s = (bwd_s + extra) * eager_share(kernels, 1) * code_b
     if framework in HOOKED_FRAMEWORKS:
         bwd_s += GRAD_HOOK_S * block_param_tensors(model)
     fwd_t = spread(fwd, fwd_s)

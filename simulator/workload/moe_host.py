@@ -36,6 +36,10 @@ preprocessing has no backward). ``attn`` takes the attention half off, ``moe`` t
 dispatcher, experts and combine, with the shared experts and GPT-OSS's eager extras), ``full_iteration``
 everything.
 A block with shared experts adds the reference block's MLP half (1 − the attention half) for them.
+The table is the rebuild's; Megatron-Core's own code, run on the CPU by ``python
+benchmarks/host_dispatch_mcore.py``, costs ``host.MCORE_HOST["moe"]`` times it outside the experts (1.76
+forward, 1.99 backward), which multiplies every piece but the experts (and their clamp and bias loop)
+under Megatron-Core (``host.mcore_scale``); the experts' ``GroupedLinear`` needs CUDA and keeps the table.
 
 Where the host time goes: spread over the block's ops in proportion to their work, forward and backward,
 as for a dense block (``host.spread``), so the block is host-bound exactly when its host time exceeds its
@@ -96,17 +100,19 @@ def param_tensors(model: Any, local_experts: int) -> int:
     return whost.block_param_tensors(model) - 2 * per_linear + 1 + 2 * local_experts * per_linear + shared
 
 
-def _host(piece: str, way: int, local_experts: int, fp8: bool, scopes: frozenset[str]) -> float:
+def _host(piece: str, way: int, local_experts: int, fp8: bool, scopes: frozenset[str], code: float = 1.0) -> float:
     """``piece``'s eager host time in reference-block units (module table), less what the CUDA-graph
-    ``scopes`` capture (``host.graphed``, where ``full_iteration`` includes ``moe``)."""
+    ``scopes`` capture (``host.graphed``, where ``full_iteration`` includes ``moe``); outside the experts
+    times ``code``, Megatron-Core's code over the rebuild's (``host.mcore_scale``)."""
     if "moe" in scopes:  # the whole MoE slot replays as graphs
         return 0.0
     a, slope = PIECES[piece][way]
     if piece == "experts" and fp8:
         slope += FP8_EXPERT_SLOPE[way]
-    eager = 1.0
+    eager = 1.0 if piece == "experts" else code
     if piece == "pre":
-        eager -= ROUTER_SHARE * ("moe_router" in scopes) + PREPROCESS_SHARE * ("moe_preprocess" in scopes) * (way == 0)
+        eager -= code * (ROUTER_SHARE * ("moe_router" in scopes)
+                         + PREPROCESS_SHARE * ("moe_preprocess" in scopes) * (way == 0))
     return (a + slope * local_experts) * eager
 
 
@@ -120,17 +126,19 @@ def _spread(pieces: tuple, seconds: float) -> tuple:
     return tuple(out)
 
 
-def _extras(model: Any, kernels: Any, way: int, local_experts: int, scopes: frozenset[str]) -> dict[str, float]:
+def _extras(model: Any, kernels: Any, way: int, local_experts: int, scopes: frozenset[str],
+            code: float = 1.0) -> dict[str, float]:
     """The ``EXTRAS`` of this block's code in reference-block units (``way`` 0 forward, 1 backward), less
     what the CUDA-graph ``scopes`` capture (the clamp and the bias loop are the experts' code, the RoPE
-    the attention's)."""
+    the attention's, which costs ``code`` times the rebuild's)."""
     slot = "moe" not in scopes
     present = {"yarn_rope": wops.megatron_eager_yarn(model, kernels) and "attn" not in scopes,
                "geglu_clamp": bool(model.swiglu_limit) and slot, "expert_bias": bool(model.linear_bias) and slot}
-    return {k: EXTRAS[k][way][0] + EXTRAS[k][way][1] * local_experts for k, on in present.items() if on}
+    return {k: (EXTRAS[k][way][0] + EXTRAS[k][way][1] * local_experts) * (code if k == "yarn_rope" else 1.0)
+            for k, on in present.items() if on}
 
 
-def forward(ops: Any, model: Any, kernels: Any, local_experts: int, fp8: bool) -> Any:
+def forward(ops: Any, model: Any, kernels: Any, framework: str, local_experts: int, fp8: bool) -> Any:
     """``ops`` (``moe_ops.MoEBlockOps``) with the block's forward host time spread over them by work
     (module docstring); unchanged when the block is compiled.
 
@@ -146,16 +154,17 @@ def forward(ops: Any, model: Any, kernels: Any, local_experts: int, fp8: bool) -
     if style is None:
         return ops
     ref, scopes = whost.BLOCK_HOST_S[style][0], whost.graphed(kernels)
-    extras = _extras(model, kernels, 0, local_experts, scopes)
-    seconds = (whost.ATTENTION_HALF[0] * ("attn" not in scopes) + sum(extras.values())
-               + sum(_host(p, 0, local_experts, fp8, scopes) for p in PIECES))
+    code = whost.mcore_scale(model, kernels, framework, "moe")[0]
+    extras = _extras(model, kernels, 0, local_experts, scopes, code)
+    seconds = (whost.ATTENTION_HALF[0] * ("attn" not in scopes) * code + sum(extras.values())
+               + sum(_host(p, 0, local_experts, fp8, scopes, code) for p in PIECES))
     if ops.shared and "moe" not in scopes:
-        seconds += 1 - whost.ATTENTION_HALF[0]
+        seconds += (1 - whost.ATTENTION_HALF[0]) * code
     if not ops.sync_at or "moe" in scopes:
         pre, experts, shared, post = _spread((ops.pre, ops.experts, ops.shared, ops.post), seconds * ref)
         return replace(ops, pre=pre, experts=experts, shared=shared, post=post)
     # the router and the preprocessing come before the dispatcher's synchronisation, graphed or not
-    between = (_host("pre", 0, local_experts, fp8, frozenset()) * (1 - ROUTER_SHARE - PREPROCESS_SHARE)
+    between = (_host("pre", 0, local_experts, fp8, frozenset(), code) * (1 - ROUTER_SHARE - PREPROCESS_SHARE)
                + FC1_SHARE * _host("experts", 0, local_experts, fp8, scopes) + extras.get("geglu_clamp", 0.0))
     # DeepEP's dispatch has no permute before it: its synchronisation follows the whole pre piece
     cut = next((i for i, op in enumerate(ops.pre) if op.name == "permute"), len(ops.pre))
@@ -173,11 +182,12 @@ def backward(bwd: tuple, model: Any, kernels: Any, framework: str, local_experts
     if style is None:
         return bwd
     ref, scopes = whost.BLOCK_HOST_S[style][1], whost.graphed(kernels)
-    total = (whost.ATTENTION_HALF[1] * ("attn" not in scopes)
-             + sum(_extras(model, kernels, 1, local_experts, scopes).values())
-             + sum(_host(p, 1, local_experts, fp8, scopes) for p in PIECES)) * ref
+    code = whost.mcore_scale(model, kernels, framework, "moe")[1]
+    total = (whost.ATTENTION_HALF[1] * ("attn" not in scopes) * code
+             + sum(_extras(model, kernels, 1, local_experts, scopes, code).values())
+             + sum(_host(p, 1, local_experts, fp8, scopes, code) for p in PIECES)) * ref
     if bwd[2] and "moe" not in scopes:
-        total += (1 - whost.ATTENTION_HALF[1]) * ref
+        total += (1 - whost.ATTENTION_HALF[1]) * code * ref
     if framework in whost.HOOKED_FRAMEWORKS:
         total += whost.GRAD_HOOK_S * param_tensors(model, local_experts)
     own = tuple(tuple(op for op in p if not op.name.startswith("recompute.")) for p in bwd)

@@ -23,7 +23,10 @@ CPU_ONLY = replace(for_gpu(A100), host_dispatch_scale=1.0)
 
 
 def _scenario(h=1024, mbs=1, tp=1, flash=False, compile_=False, mlp="gelu", norm="layernorm", fused=True,
-              checkpointing="none", framework="ddp"):
+              checkpointing="none", framework="ddp", linear=None):
+    # Megatron-LM's own linears under ddp by default: the legacy layer the reference blocks rebuild (Transformer
+    # Engine's linears mean Megatron-Core's layer, whose code costs host.MCORE_HOST times as much)
+    linear = linear or ("megatron" if framework == "ddp" else "auto")
     model = {"name": f"gpt-h{h}", "n_layers": 24, "hidden_size": h, "n_heads": h // 64, "ffn_hidden_size": 4 * h,
              "vocab_size": 50304, "mlp": mlp, "norm": norm, "linear_bias": mlp == "gelu",
              "position_embedding": "learned" if mlp == "gelu" else "rope", "max_position_embeddings": 1024,
@@ -31,7 +34,8 @@ def _scenario(h=1024, mbs=1, tp=1, flash=False, compile_=False, mlp="gelu", norm
     raw = {"name": "small", "model": model, "cluster": {"topology": "dgx-a100", "nodes": 1},
            "training": {"seq_len": 1024, "micro_batch_size": mbs, "global_batch_size": 4 * mbs * (8 // tp),
                         "precision": "bf16", "activation_checkpointing": checkpointing,
-                        "kernels": {"flash_attention": flash, "compile": compile_, "fused_norm_residual": fused}},
+                        "kernels": {"flash_attention": flash, "compile": compile_, "fused_norm_residual": fused,
+                                        "linear": linear}},
            "parallel": {"framework": framework, "tp": tp}}
     return scenario_from_dict(raw)
 
@@ -41,7 +45,7 @@ def _host(model, ops):
 
 
 def test_a_megatron_block_costs_its_measured_host_time():
-    # benchmarks/host_dispatch.py measured Megatron-LM's block at 714 µs forward and 667 µs backward
+    # benchmarks/host_dispatch.py measured Megatron-LM's legacy block (its own linears) at 714 µs forward and 667 µs backward
     # (unfused attention core), 493 and 573 µs with SDPA; Megatron DDP's gradient hook adds 4.5 µs in the
     # backward for each of the block's 12 parameter tensors (QKV, projection, fc1, fc2: weight and bias;
     # two LayerNorms: weight and bias): 12 × 4.5 = 54 µs
@@ -212,3 +216,20 @@ def test_the_report_names_the_cpu_bound_part_of_compute():
     busy = small["forward_s"] + small["backward_s"] + small["recompute_s"] + small["optimizer_s"]
     assert 0 < small["host_bound_s"] < busy
     assert simulate(_scenario(h=4096, mbs=4)).breakdown["host_bound_s"] == 0.0
+
+
+def test_megatron_core_code_costs_its_measured_factor_over_the_rebuild():
+    # benchmarks/host_dispatch_mcore.py: Megatron-Core's TransformerLayer took 1.68x the rebuild's forward host time
+    # and 1.08x its backward (medians of three runs); with Transformer Engine's linears (Megatron-Core) the SDPA
+    # block's 493 / 573 µs become 493 × 1.68 = 828.24 and 573 × 1.08 = 618.84 µs; the gradient hooks (12 × 4.5 µs)
+    # are not layer code
+    model = RooflineComputeModel(A100, "bf16", CPU_ONLY, launch=kernels.EAGER)
+    mcore = pwork.from_scenario(_scenario(flash=True, linear="te"))
+    assert _host(model, mcore.layer_fwd) == pytest.approx(828.24e-6)
+    assert _host(model, mcore.layer_bwd) == pytest.approx(618.84e-6 + 54e-6)
+    # Megatron-LM's own linears: the legacy layer, the rebuild's figures
+    legacy = pwork.from_scenario(_scenario(flash=True, linear="megatron"))
+    assert _host(model, legacy.layer_fwd) == pytest.approx(493e-6)
+    # torchtitan-style code under ddp is not Megatron-Core's layer, whatever its linears
+    llama = pwork.from_scenario(_scenario(mlp="swiglu", norm="rmsnorm", fused=False, flash=True, linear="te"))
+    assert _host(model, llama.layer_fwd) == pytest.approx(540e-6)

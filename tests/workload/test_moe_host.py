@@ -23,8 +23,10 @@ MODEL = RooflineComputeModel(H100, "bf16", for_gpu(H100), launch=kernels.EAGER) 
 FWD, BWD = 493e-6, 573e-6  # the megatron-flash reference block
 
 
-def _mixtral(ep=2, precision="bf16", graphs=(), compile_=False, capacity=None):
-    kern = {"cuda_graphs": list(graphs), "compile": compile_}
+def _mixtral(ep=2, precision="bf16", graphs=(), compile_=False, capacity=None, linear="megatron"):
+    # Megatron-LM's own linears by default: the rebuilt layer's figures (Transformer Engine's mean Megatron-Core's
+    # layer, whose code outside the experts costs host.MCORE_HOST["moe"] times as much)
+    kern = {"cuda_graphs": list(graphs), "compile": compile_, "linear": linear}
     sets = ["model.moe.imbalance=1.0"] + ([f"model.moe.capacity_factor={capacity}"] if capacity else [])
     raw = {"name": "t", "model": "mixtral-8x7b", "cluster": {"topology": "dgx-h100", "nodes": 1},
            "training": {"seq_len": 4096, "micro_batch_size": 1, "global_batch_size": 64, "precision": precision,
@@ -47,6 +49,15 @@ def test_an_moe_block_forward_costs_its_code_spread_by_work():
     ops = mw.pre + mw.experts + mw.post
     rates = {op.host_s / (op.flops + 200.0 * op.bytes) for op in ops}
     assert max(rates) == pytest.approx(min(rates))
+
+
+def test_megatron_core_code_outside_the_experts_costs_its_measured_factor():
+    # benchmarks/host_dispatch_mcore.py: Megatron-Core's MoE layer outside its experts took 1.76x the rebuild's
+    # forward host time and 1.99x its backward (medians of three runs); the experts (GroupedLinear, not runnable without CUDA) keep theirs
+    mw = _mixtral(linear="te")
+    assert _fwd(mw) == pytest.approx(((0.464 + 0.781 + 0.167) * 1.76 + 0.5158) * FWD)
+    total = ((0.376 + 0.1806 + 0.0398) * 1.99 + 0.5278) * BWD + 13 * 4.5e-6
+    assert _h(mw.bwd_pre) + _h(mw.bwd_experts) + _h(mw.bwd_post) == pytest.approx(total)
 
 
 def test_the_backward_spreads_the_block_host_time_and_adds_the_gradient_hooks():
@@ -142,7 +153,7 @@ def test_grace_hosts_dispatch_at_their_measured_speed():
 def _gpt_oss(ep=8, graphs=()):
     raw = {"name": "g", "model": "gpt-oss-120b", "cluster": {"topology": "dgx-h100", "nodes": max(1, ep // 8)},
            "training": {"seq_len": 4096, "micro_batch_size": 1, "global_batch_size": 128,
-                        "kernels": {"cuda_graphs": list(graphs)}},
+                        "kernels": {"cuda_graphs": list(graphs), "linear": "megatron"}},  # as _mixtral
            "parallel": {"framework": "ddp", "distributed_optimizer": True, "ep": ep}}
     return pwork.from_scenario(scenario_from_dict(raw, overrides=["model.moe.imbalance=1.0"])).moe
 
