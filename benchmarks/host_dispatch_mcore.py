@@ -17,7 +17,11 @@ prints the real layer's host time over the rebuild's, forward and backward:
   chunk sort and unpermute) stood in for by one call each way, as the rebuild counts them, and its
   experts replaced by the rebuild's ``TEGroupedMLP`` stand-in (Transformer Engine's ``GroupedLinear``
   does not run without CUDA), so that the two sides differ only in the router, dispatcher and layer code.
-  The experts' own time (stamped at their input and output, both ways) is subtracted on both sides.
+  The experts' own time (stamped at their input and output, both ways) is subtracted on both sides;
+* MLA: a DeepSeek-style dense layer (RMSNorm, SwiGLU) with ``MLASelfAttention`` (low-rank q and kv with their
+  norms, ``apply_rope_fusion``'s MLA RoPE kernels one call each way) against the same layer with standard
+  self-attention, both with the one-call core attention: what MLA's code adds, as fractions of the rebuild's
+  reference block.
 
 The CUDA stream and event calls of the dispatcher's device-to-host copy run as no-ops on the CPU
 (``_Stream``); on a GPU host they are a few host calls more, so the MoE figure is a lower bound as the
@@ -28,7 +32,9 @@ branches, ``make_viewless_tensor``, the submodule indirections).
 Three runs (torch 2.13.0+cpu, Megatron-Core 0.16.1, the 2-core development machine, 6 December 2026):
 dense forward 1.68 / 1.62 / 1.69x, backward 1.12 / 1.00 / 1.08x; MoE outside the experts, median over the
 expert counts, forward 1.76x in all three, backward 2.01 / 1.98 / 1.99x. Their medians are
-``simulator.workload.host.MCORE_HOST``. ``python benchmarks/host_dispatch_mcore.py`` (about 35 s).
+``simulator.workload.host.MCORE_HOST``; three later runs gave 1.64-1.69 / 1.03-1.12 and 1.69-1.71 / 1.90-1.99,
+and MLA 1.02 / 0.95 / 0.97 forward and 0.82 / 0.48 / 0.61 backward, whose medians are ``MLA_HOST_EXTRA``.
+``python benchmarks/host_dispatch_mcore.py`` (about 45 s).
 """
 
 from __future__ import annotations
@@ -88,10 +94,10 @@ def _cpu_shims() -> None:
 _cpu_shims()
 from megatron.core import parallel_state  # noqa: E402  (after the process group)
 from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec  # noqa: E402
-from megatron.core.transformer import dot_product_attention  # noqa: E402
+from megatron.core.transformer import dot_product_attention, multi_latent_attention  # noqa: E402
 from megatron.core.transformer.moe import moe_utils  # noqa: E402
 from megatron.core.transformer.spec_utils import build_module  # noqa: E402
-from megatron.core.transformer.transformer_config import TransformerConfig  # noqa: E402
+from megatron.core.transformer.transformer_config import MLATransformerConfig, TransformerConfig  # noqa: E402
 
 parallel_state.initialize_model_parallel(1, 1, expert_model_parallel_size=1)
 
@@ -156,6 +162,58 @@ def _fused_stand_ins() -> None:
 
 dot_product_attention.DotProductAttention.forward = _sdpa
 _fused_stand_ins()
+
+
+class _CoreAttention(torch.nn.Module):
+    """The core attention as one SDPA call, for any attention module (MLA passes ``k_channels`` /
+    ``v_channels`` that the local ``DotProductAttention`` does not take)."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__()
+
+    forward = _sdpa
+
+
+class _RopeQ(torch.autograd.Function):
+    """``fused_apply_mla_rope_for_q`` (a Triton kernel under ``apply_rope_fusion``): one call each way."""
+
+    @staticmethod
+    def forward(ctx, q, width):
+        ctx.shape = q.shape
+        return q.new_zeros(q.shape[:-1] + (width,))
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad.new_zeros(ctx.shape), None
+
+
+class _RopeKV(torch.autograd.Function):
+    """``fused_apply_mla_rope_for_kv``: one kernel, the key and value out (one allocation each)."""
+
+    @staticmethod
+    def forward(ctx, kv, k_pos, k_width, v_width):
+        ctx.shapes = kv.shape, k_pos.shape
+        return kv.new_zeros(kv.shape[:-1] + (k_width,)), kv.new_zeros(kv.shape[:-1] + (v_width,))
+
+    @staticmethod
+    def backward(ctx, grad_k, grad_v):
+        return grad_k.new_zeros(ctx.shapes[0]), grad_k.new_zeros(ctx.shapes[1]), None, None
+
+
+def _mla_stand_ins() -> None:
+    """MLA's fused RoPE kernels as one call each, and Transformer Engine's classes (absent here, mocks)
+    as a class no module is, for ``MLASelfAttention``'s ``isinstance`` checks."""
+    multi_latent_attention.fused_apply_mla_rope_for_q = (
+        lambda q, cos, sin, qk, pe, *a: _RopeQ.apply(q, qk + pe))
+    multi_latent_attention.fused_apply_mla_rope_for_kv = (
+        lambda kv, k_pos, cos, sin, pe, qk, v, *a: _RopeKV.apply(kv, k_pos, qk + pe, v))
+    absent = type("NoTransformerEngine", (), {})
+    for name in ("TELinear", "TEColumnParallelLinear"):
+        if not isinstance(getattr(multi_latent_attention, name, None), type):
+            setattr(multi_latent_attention, name, absent)
+
+
+_mla_stand_ins()
 
 
 class _Experts(torch.nn.Module):
@@ -242,6 +300,40 @@ def real_layer(experts: int) -> tuple[tuple[float, float], tuple[float, float]]:
     return best
 
 
+def mla_layer(mla: bool) -> tuple[float, float]:
+    """Min over ``REPEATS`` of a ``LAYERS`` stack: per-layer (forward, backward) host seconds of a dense
+    DeepSeek-style layer (RMSNorm, SwiGLU, no biases) with ``MLASelfAttention`` (low-rank q and kv, the
+    fused RoPE, ``apply_rope_fusion``) or standard self-attention, both with the one-call core attention."""
+    kw = dict(num_layers=LAYERS, hidden_size=HIDDEN, num_attention_heads=HEADS, ffn_hidden_size=4 * HIDDEN,
+              use_cpu_initialization=True, params_dtype=torch.float32, add_bias_linear=False, gated_linear_unit=True,
+              activation_func=F.silu, bias_activation_fusion=False, bias_dropout_fusion=False,
+              masked_softmax_fusion=False, persist_layer_norm=False, gradient_accumulation_fusion=False,
+              hidden_dropout=0.0, attention_dropout=0.0, normalization="RMSNorm")
+    if mla:
+        config = MLATransformerConfig(**kw, q_lora_rank=32, kv_lora_rank=32, qk_head_dim=16, qk_pos_emb_head_dim=8,
+                                      v_head_dim=16, apply_rope_fusion=False)
+        config.apply_rope_fusion = True  # after __post_init__'s check for the fused kernels' import
+    else:
+        config = TransformerConfig(**kw, apply_rope_fusion=False)
+    spec = get_gpt_layer_local_spec(multi_latent_attention=mla, normalization="RMSNorm")
+    spec.submodules.self_attention.submodules.core_attention = _CoreAttention
+    layers = [build_module(spec, config=config, layer_number=i + 1) for i in range(LAYERS)]
+    x = torch.randn(TOKENS, 1, HIDDEN, requires_grad=True)
+    best = None
+    for i in range(REPEATS + 3):
+        t0 = time.perf_counter()
+        y = x
+        for layer in layers:
+            y, _ = layer(y, attention_mask=None)
+        t1 = time.perf_counter()
+        y.sum().backward()
+        t2 = time.perf_counter()
+        row = ((t1 - t0) / LAYERS, (t2 - t1) / LAYERS)
+        if i >= 3 and (best is None or sum(row) < sum(best)):
+            best = row
+    return best
+
+
 def _min_of_rounds(run):
     rows = [run() for _ in range(ROUNDS)]
     return min(rows, key=lambda r: sum(r[0]))
@@ -296,6 +388,11 @@ def main() -> None:
               f"{rb / reb_b:.2f} | {cb[0]}+{cb[1]} / {cr[0]}+{cr[1]} |")
     print(f"median over the expert counts: forward {statistics.median(r[0] for r in ratios):.2f}x, "
           f"backward {statistics.median(r[1] for r in ratios):.2f}x")
+    mha = min((mla_layer(False) for _ in range(ROUNDS)), key=sum)
+    mla = min((mla_layer(True) for _ in range(ROUNDS)), key=sum)
+    print(f"\nMLA over standard attention (Megatron-Core both): {mla[0] * 1e6:.0f} / {mla[1] * 1e6:.0f} against "
+          f"{mha[0] * 1e6:.0f} / {mha[1] * 1e6:.0f} µs per layer; the difference as fractions of the rebuild's "
+          f"reference block: forward {(mla[0] - mha[0]) / ref_f:.2f}, backward {(mla[1] - mha[1]) / ref_b:.2f}")
 
 
 if __name__ == "__main__":

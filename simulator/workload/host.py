@@ -108,11 +108,35 @@ ATTENTION_HALF = (0.464, 0.376)
 #: 1.00-1.12; 511-584 / 400-479 against 311-348 / 374-426 µs); ``moe``: an MoE layer outside its experts
 #: (attention half, router, alltoall dispatcher, combine; Transformer Engine's fused ops one call each, as in
 #: the rebuild) over ``moe_host``'s pieces, each run's median over 2-16 experts (1.76 forward in all three,
-#: 1.98-2.01 backward). The real layers make no more ATen calls than the rebuilds (39 / 67 against 42 / 86 dense):
+#: 1.98-2.01 backward; three later runs 1.64-1.69 / 1.03-1.12 dense and 1.69-1.71 / 1.90-1.99 MoE, within the
+#: shared machine's scatter). The real layers make no more ATen calls than the rebuilds (39 / 67 against 42 / 86 dense):
 #: what they add is Megatron-Core's Python per call (module indirections, config branches, viewless-tensor
 #: wrapping, the dispatcher's own autograd functions backward). Transformer Engine's modules (which need CUDA)
 #: and the experts' ``GroupedLinear`` keep the rebuilds' figures, so these are lower bounds too.
 MCORE_HOST: dict[str, tuple[float, float]] = {"dense": (1.68, 1.08), "moe": (1.76, 1.99)}
+#: Megatron-Core's ``MLASelfAttention`` over its standard self-attention: the host time it adds to a block, as
+#: (forward, backward) fractions of the ``megatron-flash`` reference block timed in the same run (``python
+#: benchmarks/host_dispatch_mcore.py``, median of three runs: 1.02 / 0.95 / 0.97 and 0.82 / 0.48 / 0.61; a
+#: DeepSeek-style layer, low-rank q and kv with their norms, the fused MLA RoPE one call each way, both layers
+#: with the one-call core attention): its down and up projections, norms, splits and concatenations.
+MLA_HOST_EXTRA = (0.97, 0.61)
+
+
+def is_megatron_core(model: Any, kernels: Any, framework: str) -> bool:
+    """An eager Megatron-style block of Megatron-Core: framework ``ddp`` with Transformer Engine linears
+    (``mcore_scale``)."""
+    megatron_code = block_style(model, kernels) in ("megatron", "megatron-flash")
+    return megatron_code and framework == "ddp" and linear_impl(kernels, framework) == "te"
+
+
+def mla_host_s(model: Any, kernels: Any, framework: str) -> tuple[float, float]:
+    """Host seconds an MLA block's attention adds to a Megatron-Core block, forward and backward
+    (``MLA_HOST_EXTRA`` of the ``megatron-flash`` reference block); none under an ``attn`` CUDA graph, which
+    captures it, for other attention or outside Megatron-Core (unmeasured there)."""
+    if not (model.is_mla and is_megatron_core(model, kernels, framework)) or "attn" in graphed(kernels):
+        return 0.0, 0.0
+    ref_f, ref_b = BLOCK_HOST_S["megatron-flash"]
+    return MLA_HOST_EXTRA[0] * ref_f, MLA_HOST_EXTRA[1] * ref_b
 
 
 def mcore_scale(model: Any, kernels: Any, framework: str, kind: str) -> tuple[float, float]:
@@ -120,11 +144,9 @@ def mcore_scale(model: Any, kernels: Any, framework: str, kind: str) -> tuple[fl
     Transformer Engine linears: NeMo, Megatron-Bridge, Megatron-LM's default ``--transformer-impl``;
     ``bias.linear_impl``), else ``(1, 1)``: the rebuilds follow Megatron-LM's legacy layer, which
     Megatron-DeepSpeed and Megatron-LM with its own linears run, and torchtitan-style blocks are not
-    Megatron code."""
-    megatron_code = block_style(model, kernels) in ("megatron", "megatron-flash")
-    if megatron_code and framework == "ddp" and linear_impl(kernels, framework) == "te":
-        return MCORE_HOST[kind]
-    return 1.0, 1.0
+    Megatron code. Megatron-LM's ``--transformer-impl local`` on Megatron-Core models (the spec measured) is
+    ``linear: megatron`` too, which dtsim cannot tell from the legacy layer: it keeps the lower bound there."""
+    return MCORE_HOST[kind] if is_megatron_core(model, kernels, framework) else (1.0, 1.0)
 
 
 def graphed(kernels: Any) -> frozenset[str]:
@@ -211,7 +233,8 @@ def attach(fwd: list, recompute: tuple, bwd: tuple, model: Any, kernels: Any,
     (``eager_share``); the gradient hooks stay (they run on the parameters' AccumulateGrad nodes, outside
     the captured graph). Under FSDP (``fsdp_version`` 1 or 2) the forward starts and the backward ends with
     the unit's hooks (``fsdp_unit_ops``); recomputation runs inside the unit and does not repeat them.
-    Megatron-Core's layer code costs ``mcore_scale`` times the rebuild's."""
+    Megatron-Core's layer code costs ``mcore_scale`` times the rebuild's, and its MLA attention
+    ``mla_host_s`` more."""
     unit_f, unit_b = fsdp_unit_ops(fsdp_version)
     style = block_style(model, kernels)
     if style is None:
@@ -220,8 +243,9 @@ def attach(fwd: list, recompute: tuple, bwd: tuple, model: Any, kernels: Any,
     # ops whose code makes more calls than the reference block's (Op.extra_host_calls), and their autograd nodes
     extra = sum(op.extra_host_calls for op in fwd) * HOST_PER_CALL_S[style]
     code_f, code_b = mcore_scale(model, kernels, framework, "dense")
-    fwd_s = (fwd_s + extra) * eager_share(kernels, 0) * code_f
-    bwd_s = (bwd_s + extra) * eager_share(kernels, 1) * code_b
+    mla_f, mla_b = mla_host_s(model, kernels, framework)
+    fwd_s = (fwd_s + extra) * eager_share(kernels, 0) * code_f + mla_f
+    bwd_s = (bwd_s + extra) * eager_share(kernels, 1) * code_b + mla_b
     if framework in HOOKED_FRAMEWORKS:
         bwd_s += GRAD_HOOK_S * block_param_tensors(model)
     fwd_t = spread(fwd, fwd_s)

@@ -40,6 +40,7 @@ The table is the rebuild's; Megatron-Core's own code, run on the CPU by ``python
 benchmarks/host_dispatch_mcore.py``, costs ``host.MCORE_HOST["moe"]`` times it outside the experts (1.76
 forward, 1.99 backward), which multiplies every piece but the experts (and their clamp and bias loop)
 under Megatron-Core (``host.mcore_scale``); the experts' ``GroupedLinear`` needs CUDA and keeps the table.
+An MLA block's attention adds ``host.mla_host_s`` (measured the same way) to the attention half.
 
 Where the host time goes: spread over the block's ops in proportion to their work, forward and backward,
 as for a dense block (``host.spread``), so the block is host-bound exactly when its host time exceeds its
@@ -160,8 +161,9 @@ def forward(ops: Any, model: Any, kernels: Any, framework: str, local_experts: i
                + sum(_host(p, 0, local_experts, fp8, scopes, code) for p in PIECES))
     if ops.shared and "moe" not in scopes:
         seconds += (1 - whost.ATTENTION_HALF[0]) * code
+    mla = whost.mla_host_s(model, kernels, framework)[0]  # the attention's, before the synchronisation
     if not ops.sync_at or "moe" in scopes:
-        pre, experts, shared, post = _spread((ops.pre, ops.experts, ops.shared, ops.post), seconds * ref)
+        pre, experts, shared, post = _spread((ops.pre, ops.experts, ops.shared, ops.post), seconds * ref + mla)
         return replace(ops, pre=pre, experts=experts, shared=shared, post=post)
     # the router and the preprocessing come before the dispatcher's synchronisation, graphed or not
     between = (_host("pre", 0, local_experts, fp8, frozenset(), code) * (1 - ROUTER_SHARE - PREPROCESS_SHARE)
@@ -169,7 +171,7 @@ def forward(ops: Any, model: Any, kernels: Any, framework: str, local_experts: i
     # DeepEP's dispatch has no permute before it: its synchronisation follows the whole pre piece
     cut = next((i for i, op in enumerate(ops.pre) if op.name == "permute"), len(ops.pre))
     (pre_a, ex_b, shared, post), (pre_b, ex_a) = (
-        _spread((ops.pre[:cut], ops.experts[ops.sync_at:], ops.shared, ops.post), (seconds - between) * ref),
+        _spread((ops.pre[:cut], ops.experts[ops.sync_at:], ops.shared, ops.post), (seconds - between) * ref + mla),
         _spread((ops.pre[cut:], ops.experts[:ops.sync_at]), between * ref))
     return replace(ops, pre=pre_a + pre_b, experts=ex_a + ex_b, shared=shared, post=post)
 
@@ -188,6 +190,7 @@ def backward(bwd: tuple, model: Any, kernels: Any, framework: str, local_experts
              + sum(_host(p, 1, local_experts, fp8, scopes, code) for p in PIECES)) * ref
     if bwd[2] and "moe" not in scopes:
         total += (1 - whost.ATTENTION_HALF[1]) * code * ref
+    total += whost.mla_host_s(model, kernels, framework)[1]
     if framework in whost.HOOKED_FRAMEWORKS:
         total += whost.GRAD_HOOK_S * param_tensors(model, local_experts)
     own = tuple(tuple(op for op in p if not op.name.startswith("recompute.")) for p in bwd)
