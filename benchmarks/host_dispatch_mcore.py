@@ -275,6 +275,18 @@ def _layers(experts: int) -> list:
     return layers
 
 
+def _pass(layers: list, x: torch.Tensor) -> tuple[float, float]:
+    """One forward and backward of the stack: (forward, backward) host seconds per layer."""
+    t0 = time.perf_counter()
+    y = x
+    for layer in layers:
+        y, _ = layer(y, attention_mask=None)
+    t1 = time.perf_counter()
+    y.sum().backward()
+    t2 = time.perf_counter()
+    return (t1 - t0) / LAYERS, (t2 - t1) / LAYERS
+
+
 def real_layer(experts: int) -> tuple[tuple[float, float], tuple[float, float]]:
     """Min over ``REPEATS`` of a ``LAYERS`` stack: per-layer (forward, backward) host seconds of the real
     layer, and of its experts (zero for a dense layer)."""
@@ -285,16 +297,10 @@ def real_layer(experts: int) -> tuple[tuple[float, float], tuple[float, float]]:
         for layer in layers:
             if experts:
                 layer.mlp.experts.fwd_s = layer.mlp.experts.bwd_s = 0.0
-        t0 = time.perf_counter()
-        y = x
-        for layer in layers:
-            y, _ = layer(y, attention_mask=None)
-        t1 = time.perf_counter()
-        y.sum().backward()
-        t2 = time.perf_counter()
+        times = _pass(layers, x)
         ex = ((sum(layer.mlp.experts.fwd_s for layer in layers), sum(layer.mlp.experts.bwd_s for layer in layers))
               if experts else (0.0, 0.0))
-        row = ((t1 - t0) / LAYERS, (t2 - t1) / LAYERS), (ex[0] / LAYERS, ex[1] / LAYERS)
+        row = times, (ex[0] / LAYERS, ex[1] / LAYERS)
         if i >= 3 and (best is None or sum(row[0]) < sum(best[0])):
             best = row
     return best
@@ -321,14 +327,7 @@ def mla_layer(mla: bool) -> tuple[float, float]:
     x = torch.randn(TOKENS, 1, HIDDEN, requires_grad=True)
     best = None
     for i in range(REPEATS + 3):
-        t0 = time.perf_counter()
-        y = x
-        for layer in layers:
-            y, _ = layer(y, attention_mask=None)
-        t1 = time.perf_counter()
-        y.sum().backward()
-        t2 = time.perf_counter()
-        row = ((t1 - t0) / LAYERS, (t2 - t1) / LAYERS)
+        row = _pass(layers, x)
         if i >= 3 and (best is None or sum(row) < sum(best)):
             best = row
     return best
