@@ -94,7 +94,7 @@ def _cpu_shims() -> None:
 _cpu_shims()
 from megatron.core import parallel_state  # noqa: E402  (after the process group)
 from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec  # noqa: E402
-from megatron.core.transformer import dot_product_attention, multi_latent_attention  # noqa: E402
+from megatron.core.transformer import multi_latent_attention  # noqa: E402
 from megatron.core.transformer.moe import moe_utils  # noqa: E402
 from megatron.core.transformer.spec_utils import build_module  # noqa: E402
 from megatron.core.transformer.transformer_config import MLATransformerConfig, TransformerConfig  # noqa: E402
@@ -160,18 +160,24 @@ def _fused_stand_ins() -> None:
         setattr(moe_utils, name, fn)
 
 
-dot_product_attention.DotProductAttention.forward = _sdpa
 _fused_stand_ins()
 
 
 class _CoreAttention(torch.nn.Module):
-    """The core attention as one SDPA call, for any attention module (MLA passes ``k_channels`` /
-    ``v_channels`` that the local ``DotProductAttention`` does not take)."""
+    """The core attention as one SDPA call, for standard and MLA attention alike (MLA passes ``k_channels`` /
+    ``v_channels``, which the local ``DotProductAttention`` does not take)."""
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__()
 
     forward = _sdpa
+
+
+def _spec(**kwargs):
+    """``get_gpt_layer_local_spec(**kwargs)`` with the one-call core attention."""
+    spec = get_gpt_layer_local_spec(**kwargs)
+    spec.submodules.self_attention.submodules.core_attention = _CoreAttention
+    return spec
 
 
 class _RopeQ(torch.autograd.Function):
@@ -265,7 +271,7 @@ def _config(experts: int) -> TransformerConfig:
 
 def _layers(experts: int) -> list:
     config = _config(experts)
-    spec = get_gpt_layer_local_spec(num_experts=experts or None, moe_grouped_gemm=False)
+    spec = _spec(num_experts=experts or None, moe_grouped_gemm=False)
     layers = [build_module(spec, config=config, layer_number=i + 1) for i in range(LAYERS)]
     if experts:
         for layer in layers:
@@ -321,8 +327,7 @@ def mla_layer(mla: bool) -> tuple[float, float]:
         config.apply_rope_fusion = True  # after __post_init__'s check for the fused kernels' import
     else:
         config = TransformerConfig(**kw, apply_rope_fusion=False)
-    spec = get_gpt_layer_local_spec(multi_latent_attention=mla, normalization="RMSNorm")
-    spec.submodules.self_attention.submodules.core_attention = _CoreAttention
+    spec = _spec(multi_latent_attention=mla, normalization="RMSNorm")
     layers = [build_module(spec, config=config, layer_number=i + 1) for i in range(LAYERS)]
     x = torch.randn(TOKENS, 1, HIDDEN, requires_grad=True)
     best = None

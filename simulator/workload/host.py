@@ -124,7 +124,10 @@ MLA_HOST_EXTRA = (0.97, 0.61)
 
 def is_megatron_core(model: Any, kernels: Any, framework: str) -> bool:
     """An eager Megatron-style block of Megatron-Core: framework ``ddp`` with Transformer Engine linears
-    (``mcore_scale``)."""
+    (NeMo, Megatron-Bridge, Megatron-LM's default ``--transformer-impl``; ``bias.linear_impl``). Not the
+    legacy layer the rebuilds follow (Megatron-DeepSpeed, Megatron-LM with its own linears) nor torchtitan-style
+    code. Megatron-LM's ``--transformer-impl local`` on Megatron-Core models (the spec measured) is ``linear:
+    megatron`` too, which dtsim cannot tell from the legacy layer: it keeps the lower bound there."""
     megatron_code = block_style(model, kernels) in ("megatron", "megatron-flash")
     return megatron_code and framework == "ddp" and linear_impl(kernels, framework) == "te"
 
@@ -140,12 +143,8 @@ def mla_host_s(model: Any, kernels: Any, framework: str) -> tuple[float, float]:
 
 
 def mcore_scale(model: Any, kernels: Any, framework: str, kind: str) -> tuple[float, float]:
-    """``MCORE_HOST[kind]`` for an eager Megatron-style block of Megatron-Core (framework ``ddp`` with
-    Transformer Engine linears: NeMo, Megatron-Bridge, Megatron-LM's default ``--transformer-impl``;
-    ``bias.linear_impl``), else ``(1, 1)``: the rebuilds follow Megatron-LM's legacy layer, which
-    Megatron-DeepSpeed and Megatron-LM with its own linears run, and torchtitan-style blocks are not
-    Megatron code. Megatron-LM's ``--transformer-impl local`` on Megatron-Core models (the spec measured) is
-    ``linear: megatron`` too, which dtsim cannot tell from the legacy layer: it keeps the lower bound there."""
+    """``MCORE_HOST[kind]`` for a Megatron-Core block (``is_megatron_core``), else ``(1, 1)``: the rebuilds'
+    own figures."""
     return MCORE_HOST[kind] if is_megatron_core(model, kernels, framework) else (1.0, 1.0)
 
 
