@@ -269,9 +269,10 @@ def _config(experts: int) -> TransformerConfig:
     return TransformerConfig(**kw)
 
 
-def _layers(experts: int) -> list:
+def _layers(experts: int, spec_fn=None) -> list:
+    """A ``LAYERS`` stack built from ``spec_fn`` (default ``_spec``, the local spec), the experts stood in."""
     config = _config(experts)
-    spec = _spec(num_experts=experts or None, moe_grouped_gemm=False)
+    spec = (spec_fn or _spec)(num_experts=experts or None, moe_grouped_gemm=False)
     layers = [build_module(spec, config=config, layer_number=i + 1) for i in range(LAYERS)]
     if experts:
         for layer in layers:
@@ -293,10 +294,10 @@ def _pass(layers: list, x: torch.Tensor) -> tuple[float, float]:
     return (t1 - t0) / LAYERS, (t2 - t1) / LAYERS
 
 
-def real_layer(experts: int) -> tuple[tuple[float, float], tuple[float, float]]:
+def real_layer(experts: int, spec_fn=None) -> tuple[tuple[float, float], tuple[float, float]]:
     """Min over ``REPEATS`` of a ``LAYERS`` stack: per-layer (forward, backward) host seconds of the real
-    layer, and of its experts (zero for a dense layer)."""
-    layers = _layers(experts)
+    layer (``spec_fn``, as ``_layers``), and of its experts (zero for a dense layer)."""
+    layers = _layers(experts, spec_fn)
     x = torch.randn(TOKENS, 1, HIDDEN, requires_grad=True)
     best = None
     for i in range(REPEATS + 3):

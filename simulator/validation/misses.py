@@ -40,18 +40,12 @@ CAUSES: dict[str, str] = {
     "4,096-token twin's tokens (+5%) at the same 21 micro-batches per step: model states alone are 56 GiB of the 80 "
     "and dtsim's peak reaches the usable memory (fit_check); near that limit PyTorch's caching allocator frees its "
     "cache and retries (cudaFree synchronises the device), time dtsim does not model (not measured): too fast",
-    "nemo2504-gb200-llama3.1-405b-128gpu-fp8": "NeMo 25.04, NVIDIA's first GB200 software for this model: its later "
-    "tables measure Llama 3.1 405B FP8 on GB200 at 1,782 (Megatron-Bridge 25.11, 128 GPUs: "
-    "mbridge2511-gb200-llama3.1-405b-128gpu-fp8cs, +12% here) and 2,065 TFLOP/s/GPU (26.04.01, 256 GPUs: "
-    "mbridge260401-gb200-llama3.1-405b-256gpu-fp8, -0.3% here) against this row's 1,763; dtsim models one software "
-    "state. Until 5 December 2026 this row came out -6.6%, from a double count: each chunk of a GEMM split by the "
-    "TP overlap carried the whole GEMM's host time, which made its blocks host-bound on Grace: too fast",
     "mbridge2511-gb300-qwen3-235b-a22b-64gpu-mxfp8": "TP 2 with the recipe's tp_comm_overlap=True "
     "(Megatron-Bridge qwen3_llm_pretrain.py), simulated (0.06 s of the attention's sequence-parallel collectives "
     "left exposed in a 21.7 s step); the 5.0 s of EP all-to-alls are all exposed; and at TP 2 and micro-batch 1 on Grace "
-    "(host.dispatch_scale 2.75) the MoE block's host time (2.7 ms forward with the recipe's graphed router and "
-    "preprocessing and Megatron-Core's code factors, host.MCORE_HOST, against 0.8 ms of GPU work) binds, -11% -> "
-    "-44%: either the attention was graphed too (its "
+    "(host.dispatch_scale 2.75) the MoE block's host time (3.7 ms forward with the recipe's graphed router and "
+    "preprocessing, Megatron-Core's code and Transformer Engine's modules, host.MCORE_HOST and TE_HOST, against 0.8 ms "
+    "of GPU work) binds, -11% -> -54%: either the attention was graphed too (its "
     "26.02 GB200 sibling graphs attn) or Transformer Engine's CPU micro-optimisations of late 2025 "
     "(TransformerEngine PR #2146) narrowed Grace's gap: too slow",
     "mbridge2511r-gb300-qwen3-235b-a22b-256gpu-bf16": "simulated as printed (EP 16, virtual pipeline 12, micro-batch "

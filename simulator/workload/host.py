@@ -46,7 +46,8 @@ with RMSNorm not fused (``fused_norm_residual: false``) are torchtitan/HF-style 
 other eager block is Megatron-style code (``megatron``, or ``megatron-flash`` with FlashAttention). The
 rebuilds follow Megatron-LM's legacy layer; Megatron-Core's ``TransformerLayer`` (NeMo, Megatron-Bridge,
 Megatron-LM with Transformer Engine) makes as many ATen calls but more Python around them, measured by
-running it (``MCORE_HOST``: 1.68× forward, 1.08× backward).
+running it (``MCORE_HOST``: 1.68× forward, 1.08× backward), and Transformer Engine's modules add their
+Python on top (``TE_HOST``: 1.29× / 1.27× of that layer, TE 2.12 run on the CPU).
 
 The CPU runs ahead of the GPU within a block, so what matters is the block's host time against its GPU
 time. The engine, though, prices each compute task on its own, and a block is split into several tasks
@@ -111,9 +112,19 @@ ATTENTION_HALF = (0.464, 0.376)
 #: 1.98-2.01 backward; three later runs 1.64-1.69 / 1.03-1.12 dense and 1.69-1.71 / 1.90-1.99 MoE, within the
 #: shared machine's scatter). The real layers make no more ATen calls than the rebuilds (39 / 67 against 42 / 86 dense):
 #: what they add is Megatron-Core's Python per call (module indirections, config branches, viewless-tensor
-#: wrapping, the dispatcher's own autograd functions backward). Transformer Engine's modules (which need CUDA)
-#: and the experts' ``GroupedLinear`` keep the rebuilds' figures, so these are lower bounds too.
+#: wrapping, the dispatcher's own autograd functions backward). Transformer Engine's modules: ``TE_HOST``.
 MCORE_HOST: dict[str, tuple[float, float]] = {"dense": (1.68, 1.08), "moe": (1.76, 1.99)}
+#: Transformer Engine's modules over Megatron-Core's local ones, (forward, backward) host time of the same
+#: layer: ``python benchmarks/host_dispatch_te.py`` runs TE 2.12's Python (the release of Megatron-Core 0.16's
+#: containers; its C++/CUDA extension stood in for by the ATen calls its C++ makes, ``benchmarks/te_cpu.py``)
+#: in the TE-spec layer (``TELayerNormColumnParallelLinear``, ``TERowParallelLinear``, ``TENorm``) against the
+#: local-spec layer ``MCORE_HOST`` measures (torch 2.13, 6 December 2026, median of three runs). ``dense``:
+#: forward 1.27 / 1.29 / 1.30, backward 1.27 / 1.27 / 1.33 (650-674 / 506-541 against 508-519 / 392-426 µs);
+#: ``moe``: the MoE layer outside its experts, each run's median over 2-16 experts (1.23 / 1.23 / 1.25 and
+#: 1.24 / 1.27 / 1.23). TE's quantizer bookkeeping under FP8 does not run there (lower bound); TE 2.9 (the
+#: 25.11 containers) cost more (dense forward 1.55-1.66, backward 1.26-1.34 in the same set-up). The experts'
+#: ``GroupedLinear``: ``moe_host.TE_EXPERTS``.
+TE_HOST: dict[str, tuple[float, float]] = {"dense": (1.29, 1.27), "moe": (1.23, 1.24)}
 #: Megatron-Core's ``MLASelfAttention`` over its standard self-attention: the host time it adds to a block, as
 #: (forward, backward) fractions of the ``megatron-flash`` reference block timed in the same run (``python
 #: benchmarks/host_dispatch_mcore.py``, median of three runs: 1.02 / 0.95 / 0.97 and 0.82 / 0.48 / 0.61; a
@@ -143,9 +154,12 @@ def mla_host_s(model: Any, kernels: Any, framework: str) -> tuple[float, float]:
 
 
 def mcore_scale(model: Any, kernels: Any, framework: str, kind: str) -> tuple[float, float]:
-    """``MCORE_HOST[kind]`` for a Megatron-Core block (``is_megatron_core``), else ``(1, 1)``: the rebuilds'
-    own figures."""
-    return MCORE_HOST[kind] if is_megatron_core(model, kernels, framework) else (1.0, 1.0)
+    """``MCORE_HOST[kind]`` times ``TE_HOST[kind]`` (Megatron-Core's layer code with Transformer Engine's
+    modules) for a Megatron-Core block (``is_megatron_core``), else ``(1, 1)``: the rebuilds' own figures."""
+    if not is_megatron_core(model, kernels, framework):
+        return 1.0, 1.0
+    (code_f, code_b), (te_f, te_b) = MCORE_HOST[kind], TE_HOST[kind]
+    return code_f * te_f, code_b * te_b
 
 
 def graphed(kernels: Any) -> frozenset[str]:

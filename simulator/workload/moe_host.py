@@ -39,7 +39,12 @@ A block with shared experts adds the reference block's MLP half (1 − the atten
 The table is the rebuild's; Megatron-Core's own code, run on the CPU by ``python
 benchmarks/host_dispatch_mcore.py``, costs ``host.MCORE_HOST["moe"]`` times it outside the experts (1.76
 forward, 1.99 backward), which multiplies every piece but the experts (and their clamp and bias loop)
-under Megatron-Core (``host.mcore_scale``); the experts' ``GroupedLinear`` needs CUDA and keeps the table.
+under Megatron-Core (``host.mcore_scale``, with Transformer Engine's modules' ``host.TE_HOST``). Its
+experts, ``TEGroupedMLP`` on TE's ``GroupedLinear``, add ``TE_EXPERTS`` to the table's experts: ``python
+benchmarks/host_dispatch_te.py`` runs TE 2.12's Python (its C++/CUDA extension stood in for by the ATen
+calls its C++ makes) against the rebuild's stand-in at 2-16 local experts, BF16 (per-expert lists,
+quantizer-usage loops, the per-expert weight-gradient bookkeeping backward; TE's FP8 quantizers do not run
+there, so FP8 experts keep only the table's extra quantize slope).
 An MLA block's attention adds ``host.mla_host_s`` (measured the same way) to the attention half.
 
 Where the host time goes: spread over the block's ops in proportion to their work, forward and backward,
@@ -68,6 +73,12 @@ PIECES: dict[str, tuple[tuple[float, float], tuple[float, float]]] = {
     "experts": ((0.357, 0.0397), (0.289, 0.0597)),
     "post": ((0.161, 0.0015), (0.037, 0.0007)),
 }
+#: What Transformer Engine's ``TEGroupedMLP`` adds to the experts' piece under Megatron-Core, (intercept, slope
+#: per local expert) as fractions of the reference block, forward then backward (module docstring; torch 2.13,
+#: TE 2.12, Megatron-Core 0.16.1, 6 December 2026, median of three runs: forward 0.296 / 0.290 / 0.300 +
+#: 0.0258 / 0.0257 / 0.0175 e, backward 0.181 / 0.190 / 0.188 + 0.0292 / 0.0326 / 0.0269 e; at 16 experts
+#: 489-574 / 749-871 against the stand-in's 316-355 / 514-576 µs).
+TE_EXPERTS: tuple[tuple[float, float], tuple[float, float]] = ((0.296, 0.0257), (0.188, 0.0292))
 #: Shares of ``pre``'s forward host time in the router (with the pre-MLP norm) and in the preprocessing.
 ROUTER_SHARE, PREPROCESS_SHARE = 0.53, 0.14
 #: The experts' extra slope under FP8 (the per-expert input / gradient quantize), forward and backward.
@@ -101,15 +112,19 @@ def param_tensors(model: Any, local_experts: int) -> int:
     return whost.block_param_tensors(model) - 2 * per_linear + 1 + 2 * local_experts * per_linear + shared
 
 
-def _host(piece: str, way: int, local_experts: int, fp8: bool, scopes: frozenset[str], code: float = 1.0) -> float:
+def _host(piece: str, way: int, local_experts: int, fp8: bool, scopes: frozenset[str], code: float = 1.0,
+          te: bool = False) -> float:
     """``piece``'s eager host time in reference-block units (module table), less what the CUDA-graph
     ``scopes`` capture (``host.graphed``, where ``full_iteration`` includes ``moe``); outside the experts
-    times ``code``, Megatron-Core's code over the rebuild's (``host.mcore_scale``)."""
+    times ``code``, Megatron-Core's code over the rebuild's (``host.mcore_scale``); the experts plus
+    ``TE_EXPERTS`` where ``te`` (Megatron-Core's ``TEGroupedMLP``)."""
     if "moe" in scopes:  # the whole MoE slot replays as graphs
         return 0.0
     a, slope = PIECES[piece][way]
     if piece == "experts" and fp8:
         slope += FP8_EXPERT_SLOPE[way]
+    if piece == "experts" and te:
+        a, slope = a + TE_EXPERTS[way][0], slope + TE_EXPERTS[way][1]
     eager = 1.0 if piece == "experts" else code
     if piece == "pre":
         eager -= code * (ROUTER_SHARE * ("moe_router" in scopes)
@@ -155,10 +170,10 @@ def forward(ops: Any, model: Any, kernels: Any, framework: str, local_experts: i
     if style is None:
         return ops
     ref, scopes = whost.BLOCK_HOST_S[style][0], whost.graphed(kernels)
-    code = whost.mcore_scale(model, kernels, framework, "moe")[0]
+    code, te = whost.mcore_scale(model, kernels, framework, "moe")[0], whost.is_megatron_core(model, kernels, framework)
     extras = _extras(model, kernels, 0, local_experts, scopes, code)
     seconds = (whost.ATTENTION_HALF[0] * ("attn" not in scopes) * code + sum(extras.values())
-               + sum(_host(p, 0, local_experts, fp8, scopes, code) for p in PIECES))
+               + sum(_host(p, 0, local_experts, fp8, scopes, code, te) for p in PIECES))
     if ops.shared and "moe" not in scopes:
         seconds += (1 - whost.ATTENTION_HALF[0]) * code
     mla = whost.mla_host_s(model, kernels, framework)[0]  # the attention's, before the synchronisation
@@ -167,7 +182,7 @@ def forward(ops: Any, model: Any, kernels: Any, framework: str, local_experts: i
         return replace(ops, pre=pre, experts=experts, shared=shared, post=post)
     # the router and the preprocessing come before the dispatcher's synchronisation, graphed or not
     between = (_host("pre", 0, local_experts, fp8, frozenset(), code) * (1 - ROUTER_SHARE - PREPROCESS_SHARE)
-               + FC1_SHARE * _host("experts", 0, local_experts, fp8, scopes) + extras.get("geglu_clamp", 0.0))
+               + FC1_SHARE * _host("experts", 0, local_experts, fp8, scopes, te=te) + extras.get("geglu_clamp", 0.0))
     # DeepEP's dispatch has no permute before it: its synchronisation follows the whole pre piece
     cut = next((i for i, op in enumerate(ops.pre) if op.name == "permute"), len(ops.pre))
     (pre_a, ex_b, shared, post), (pre_b, ex_a) = (
@@ -184,10 +199,10 @@ def backward(bwd: tuple, model: Any, kernels: Any, framework: str, local_experts
     if style is None:
         return bwd
     ref, scopes = whost.BLOCK_HOST_S[style][1], whost.graphed(kernels)
-    code = whost.mcore_scale(model, kernels, framework, "moe")[1]
+    code, te = whost.mcore_scale(model, kernels, framework, "moe")[1], whost.is_megatron_core(model, kernels, framework)
     total = (whost.ATTENTION_HALF[1] * ("attn" not in scopes) * code
              + sum(_extras(model, kernels, 1, local_experts, scopes, code).values())
-             + sum(_host(p, 1, local_experts, fp8, scopes, code) for p in PIECES)) * ref
+             + sum(_host(p, 1, local_experts, fp8, scopes, code, te) for p in PIECES)) * ref
     if bwd[2] and "moe" not in scopes:
         total += (1 - whost.ATTENTION_HALF[1]) * code * ref
     total += whost.mla_host_s(model, kernels, framework)[1]
