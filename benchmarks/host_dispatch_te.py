@@ -14,13 +14,17 @@ in the same process and on the same tensors as that script, and prints, forward 
 * experts: ``TEGroupedMLP`` (TE ``GroupedLinear`` fc1 and fc2, BF16, Megatron-Core's expert code, the
   weighted SwiGLU one call as in the rebuild) against the rebuild's ``TEGroupedMLP`` stand-in at 2-16 local
   experts: the host time TE adds, as a Theil-Sen line (intercept + slope per local expert) in fractions of
-  the rebuild's ``megatron-flash`` reference block timed in the same run.
+  the rebuild's ``megatron-flash`` reference block timed in the same run;
+* FP8, per Transformer Engine recipe (delayed, current scaling, MXFP8; ``benchmarks/te_cpu_fp8.py`` stands in
+  for the quantizers' extension calls): the dense layer and the MoE layer outside its experts over their
+  BF16 selves, and what FP8 adds to ``TEGroupedMLP`` (a line in reference-block fractions as above).
 
 Setup (a separate virtualenv; no GPU): ``pip install torch megatron-core==0.16.1 pydantic einops`` and
 ``pip install --no-deps --target DIR transformer-engine==2.12.0`` (the pure-Python wheel; 2.12 is the
 release of Megatron-Core 0.16's containers); run ``python benchmarks/host_dispatch_te.py --te DIR``
-(about 3 minutes). Results (torch 2.13.0+cpu, the 2-core development machine, 6 December 2026): see
-``simulator.workload.host.TE_HOST`` and ``simulator.workload.moe_host.TE_EXPERTS``.
+(about 6 minutes). Results (torch 2.13.0+cpu, the 2-core development machine, 6 December 2026): see
+``simulator.workload.host.TE_HOST`` / ``TE_FP8_HOST`` and ``simulator.workload.moe_host.TE_EXPERTS`` /
+``TE_FP8_EXPERTS``.
 """
 
 from __future__ import annotations
@@ -65,8 +69,9 @@ def te_spec(**kwargs):
     return spec
 
 
-def _expert_config(experts: int) -> TransformerConfig:
+def _expert_config(experts: int, fp8: str | None = None) -> TransformerConfig:
     return TransformerConfig(
+        fp8="e4m3" if fp8 else None, fp8_recipe=fp8 or "delayed",
         num_layers=LAYERS, hidden_size=HIDDEN, num_attention_heads=4, ffn_hidden_size=4 * HIDDEN,
         use_cpu_initialization=True, params_dtype=torch.float32, add_bias_linear=False, gated_linear_unit=True,
         activation_func=F.silu, bias_activation_fusion=True, gradient_accumulation_fusion=False,
@@ -74,9 +79,9 @@ def _expert_config(experts: int) -> TransformerConfig:
         moe_grouped_gemm=True, moe_ffn_hidden_size=FFN, apply_rope_fusion=False, masked_softmax_fusion=False)
 
 
-def _te_experts(experts: int) -> list:
+def _te_experts(experts: int, fp8: str | None = None) -> list:
     spec = get_gpt_layer_with_transformer_engine_spec(num_experts=experts, moe_grouped_gemm=True)
-    config, groups = _expert_config(experts), get_default_pg_collection()
+    config, groups = _expert_config(experts, fp8), get_default_pg_collection()
     return [build_module(spec.submodules.mlp.submodules.experts, num_local_experts=experts, config=config,
                          pg_collection=groups) for _ in range(LAYERS)]
 
@@ -135,9 +140,43 @@ def main() -> None:
         real = _min_rounds(lambda e=e: experts_time(_te_experts(e), e))
         added.append(((real[0] - stand_in[0]) / ref_f, (real[1] - stand_in[1]) / ref_b))
         print(f"experts, {e} local: TEGroupedMLP {_ratio(real, stand_in)} (the rebuild's stand-in)")
+    _print_line("TE's experts add", added)
+    fp8(te, (ref_f, ref_b))
+
+
+def _print_line(what: str, added: list) -> None:
     for way, name in ((0, "forward"), (1, "backward")):
         a, s = _line(list(EXPERT_COUNTS), [x[way] for x in added])
-        print(f"TE's experts add, {name}: {a:.3f} + {s:.4f} x local experts of the reference block")
+        print(f"{what}, {name}: {a:.3f} + {s:.4f} x local experts of the reference block")
+
+
+def fp8(bf16_dense: tuple, ref: tuple) -> None:
+    """Per FP8 recipe (``te_cpu_fp8``), under TE's autocast: the dense
+    TE-spec layer and the MoE layer outside its experts over the same in BF16, and what ``TEGroupedMLP``
+    adds over its BF16 self (``Fp8Padding`` and the per-expert quantizes), at the same 2-16 local experts.
+    Megatron-Core quantizes the weights at a step's first micro-batch only (``is_first_microbatch``): these
+    are the later micro-batches'."""
+    from transformer_engine.common.recipe import DelayedScaling, Float8CurrentScaling, MXFP8BlockScaling
+    from transformer_engine.pytorch import autocast
+    # dtsim's training.kernels.fp8_recipe, Megatron-Core's fp8_recipe, TE's recipe
+    for name, mcore, recipe in (("delayed", "delayed", DelayedScaling), ("current", "tensorwise", Float8CurrentScaling),
+                                ("mxfp8", "mxfp8", MXFP8BlockScaling)):
+        with autocast(enabled=True, recipe=recipe()):
+            dense = _min_rounds(lambda: real_layer(0, te_spec)[0])
+            outside = [_min_rounds(lambda e=e: real_layer(e, te_spec)) for e in EXPERT_COUNTS]
+            real = [_min_rounds(lambda e=e, m=mcore: experts_time(_te_experts(e, m), e)) for e in EXPERT_COUNTS]
+        bf16 = [_min_rounds(lambda e=e: real_layer(e, te_spec)) for e in EXPERT_COUNTS]
+        plain = [_min_rounds(lambda e=e: experts_time(_te_experts(e), e)) for e in EXPERT_COUNTS]
+        ratios = [((f[0][0] - f[1][0]) / (b[0][0] - b[1][0]), (f[0][1] - f[1][1]) / (b[0][1] - b[1][1]))
+                  for f, b in zip(outside, bf16, strict=True)]
+        print(f"FP8 {name}: dense TE spec {_ratio(dense, bf16_dense)} (BF16): forward "
+              f"{dense[0] / bf16_dense[0]:.2f}x, backward {dense[1] / bf16_dense[1]:.2f}x; MoE layer outside its "
+              f"experts: medians {statistics.median(r[0] for r in ratios):.2f}x / "
+              f"{statistics.median(r[1] for r in ratios):.2f}x")
+        for e, f, b in zip(EXPERT_COUNTS, real, plain, strict=True):
+            print(f"  experts, {e} local: FP8 {_ratio(f, b)} (BF16)")
+        _print_line(f"FP8 {name} experts add over BF16",
+                    [((f[0] - b[0]) / ref[0], (f[1] - b[1]) / ref[1]) for f, b in zip(real, plain, strict=True)])
 
 
 if __name__ == "__main__":

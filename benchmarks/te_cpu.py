@@ -9,7 +9,8 @@ with its statistics; the grouped GEMM's C++ loop, one GEMM per expert), and the 
 makes outside its kernels (device, capability, stream capture, NVTX ranges, ``.cuda()``) are no-ops.
 Enum-like attributes the BF16 path only passes through (quantizer indices, overlap types) are inert
 objects. What TE's C++ costs beyond those ATen calls (pybind argument conversion, its own checks) is left
-out: the figures are TE's Python, a lower bound of its host time. FP8 paths (quantizers) do not run.
+out: the figures are TE's Python, a lower bound of its host time. The FP8 paths' calls (quantizers, GEMMs on
+quantized operands): ``te_cpu_fp8``.
 
 Use: put a directory holding ``transformer_engine``'s Python first on ``sys.path`` (``pip install
 --no-deps --target DIR transformer-engine==2.12.0``: a pure-Python wheel), then ``import te_cpu``.
@@ -26,6 +27,7 @@ import re
 import sys
 import types
 
+import te_cpu_fp8
 import torch
 
 os.environ.setdefault("NVTE_PROJECT_BUILDING", "1")  # skip loading TE's shared library at import
@@ -89,6 +91,9 @@ def _dtype_enum() -> type:
     return enum.IntEnum("DType", {n: i for i, n in enumerate(names)})
 
 
+TEX = _module("transformer_engine_torch")
+
+
 def _t(x: torch.Tensor, trans: bool) -> torch.Tensor:
     return x.t() if trans else x
 
@@ -96,21 +101,27 @@ def _t(x: torch.Tensor, trans: bool) -> torch.Tensor:
 def generic_gemm(A, transa, B, transb, out, quantizer, out_dtype, bias, bias_dtype, gelu, gelu_in, grad,
                  workspace, workspace_size, accumulate, split_accumulator, **kwargs):
     """cuBLAS's column-major ``D = op(A) op(B)``, i.e. row-major ``op(B) @ op(A)`` over the flattened leading
-    dimensions; the bias (forward) or its gradient (backward) in the epilogue."""
-    a = A.reshape(-1, A.shape[-1]) if A.dim() > 2 else A
-    b = B.reshape(-1, B.shape[-1]) if B.dim() > 2 else B
+    dimensions; the bias (forward) or its gradient (backward) in the epilogue; a quantized operand's data
+    (``te_cpu_fp8.operand``) into the same GEMM, and an output quantizer's quantize after it."""
+    a, b = te_cpu_fp8.operand(A), te_cpu_fp8.operand(B)
+    shape_b = b.shape
+    a = a.reshape(-1, a.shape[-1]) if a.dim() > 2 else a
+    b = b.reshape(-1, b.shape[-1]) if b.dim() > 2 else b
     bias_grad = None
     if bias is not None and not grad:
-        r = torch.addmm(bias, _t(b, transb), _t(a, transa))
+        # FP8 GEMMs take a BF16 bias whatever the activations' dtype (TE casts an FP32 one): into the epilogue
+        r = torch.addmm(bias if bias.dtype == b.dtype else bias.to(b.dtype), _t(b, transb), _t(a, transa))
     else:
         r = torch.matmul(_t(b, transb), _t(a, transa))
         if grad and bias is not None:
             bias_grad = b.sum(0)
-    if not transb and B.dim() > 2:
-        r = r.view(*B.shape[:-1], r.shape[-1])
+    if not transb and len(shape_b) > 2:
+        r = r.view(*shape_b[:-1], r.shape[-1])
     if out is not None:
         (out.add_ if accumulate else out.copy_)(r.view_as(out))
         r = out
+    if quantizer is not None:
+        r = TEX.quantize(r, quantizer)
     return r, bias_grad, None, None
 
 
@@ -118,14 +129,15 @@ def te_general_grouped_gemm(A, transa, B, transb, out, out_dtype, m_splits, bias
                             pre_gelu_out, grad, workspaces, workspace_size, accumulate, split_accumulator,
                             sm_margin):
     """The grouped GEMM's C++ loop: one GEMM per group (``nvte_multi_stream_cublas_gemm``)."""
+    ops = [(te_cpu_fp8.operand(a), te_cpu_fp8.operand(b)) for a, b in zip(A, B, strict=True)]
     if single_output:
         start = 0
-        for a, b, m in zip(A, B, m_splits, strict=True):
+        for (a, b), m in zip(ops, m_splits, strict=True):
             if m:
                 torch.matmul(_t(b, transb), _t(a, transa), out=out[0][start:start + m])
                 start += m
     else:
-        for a, b, o in zip(A, B, out, strict=True):
+        for (a, b), o in zip(ops, out, strict=True):
             if accumulate:
                 o.add_(torch.matmul(_t(b, transb), _t(a, transa)))
             else:
@@ -135,12 +147,15 @@ def te_general_grouped_gemm(A, transa, B, transb, out, out_dtype, m_splits, bias
 
 def _norms(tex: types.ModuleType) -> None:
     """The norm kernels: output and statistics forward, the input and weight (bias) gradients backward."""
+    def q(y, quantizer):  # the norm kernel writes its output quantized when given a quantizer
+        return y if quantizer is None else tex.quantize(y, quantizer)
+
     def rmsnorm_fwd(x, weight, eps, ln_out, quantizer, out_dtype, sm_margin, zero_centered_gamma):
-        return torch.nn.functional.rms_norm(x, (x.shape[-1],), weight, eps), None, x.mean(-1)
+        return q(torch.nn.functional.rms_norm(x, (x.shape[-1],), weight, eps), quantizer), None, x.mean(-1)
 
     def layernorm_fwd(x, weight, bias, eps, ln_out, quantizer, out_dtype, sm_margin, zero_centered_gamma):
         mu = x.mean(-1)
-        return torch.nn.functional.layer_norm(x, (x.shape[-1],), weight, bias, eps), mu, mu
+        return q(torch.nn.functional.layer_norm(x, (x.shape[-1],), weight, bias, eps), quantizer), mu, mu
 
     def rmsnorm_bwd(dz, x, rsigma, gamma, sm_margin, zero_centered_gamma):
         return dz * gamma, (dz * x).sum(0)
@@ -177,9 +192,10 @@ def _cuda_runtime() -> None:
 
 def install() -> None:
     """The stand-in extension and the no-op CUDA calls; then ``transformer_engine.pytorch`` imports."""
-    tex = _module("transformer_engine_torch")
+    tex = TEX
     tex.DType = _dtype_enum()
     tex.generic_gemm, tex.te_general_grouped_gemm = generic_gemm, te_general_grouped_gemm
+    te_cpu_fp8.install(tex)
     tex.get_num_cublas_streams = lambda: 4
     _norms(tex)
     sys.modules["transformer_engine_torch"] = tex
@@ -192,6 +208,7 @@ def install() -> None:
     transformer_engine.common.load_framework_extension = lambda framework: None
     _cuda_runtime()
     import transformer_engine.pytorch  # noqa: F401
+    te_cpu_fp8.cpu_recipe_states()
     from transformer_engine.pytorch.module import base
     if hasattr(base, "_multi_stream_cublas_workspace"):  # TE <= 2.10 caches its cuBLAS workspaces there
         base._cublas_workspace = torch.empty(1, dtype=torch.uint8)

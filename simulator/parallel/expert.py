@@ -332,7 +332,7 @@ def attach(work: Any, scenario: Any, pb: int) -> Any:
                                 dispatcher=dispatcher,
                                 linear=wbias.linear_impl(tr.kernels, par.framework))
     ops = dataclasses.replace(ops, pre=tuple(scale_attention(op, cp, model, tr) for op in ops.pre))
-    local_experts, fp8_host = ops.local_experts, tr.precision == "fp8"
+    local_experts, fp8_host = ops.local_experts, tr.active_fp8_recipe
     ops = moe_host.forward(ops, model, tr.kernels, par.framework, local_experts, fp8_host)
     imb = model.moe.effective_imbalance
     act_bytes = ops.routed_tokens * model.hidden_size * imb

@@ -43,9 +43,9 @@ CAUSES: dict[str, str] = {
     "mbridge2511-gb300-qwen3-235b-a22b-64gpu-mxfp8": "TP 2 with the recipe's tp_comm_overlap=True "
     "(Megatron-Bridge qwen3_llm_pretrain.py), simulated (0.06 s of the attention's sequence-parallel collectives "
     "left exposed in a 21.7 s step); the 5.0 s of EP all-to-alls are all exposed; and at TP 2 and micro-batch 1 on Grace "
-    "(host.dispatch_scale 2.75) the MoE block's host time (3.7 ms forward with the recipe's graphed router and "
-    "preprocessing, Megatron-Core's code and Transformer Engine's modules, host.MCORE_HOST and TE_HOST, against 0.8 ms "
-    "of GPU work) binds, -11% -> -54%: either the attention was graphed too (its "
+    "(host.dispatch_scale 2.75) the MoE block's host time (5.1 ms forward with the recipe's graphed router and "
+    "preprocessing, Megatron-Core's code and Transformer Engine's modules with their MXFP8 bookkeeping, host.MCORE_HOST, "
+    "TE_HOST and TE_FP8_HOST, against 0.8 ms of GPU work) binds, -11% -> -64%: either the attention was graphed too (its "
     "26.02 GB200 sibling graphs attn) or Transformer Engine's CPU micro-optimisations of late 2025 "
     "(TransformerEngine PR #2146) narrowed Grace's gap: too slow",
     "mbridge2511r-gb300-qwen3-235b-a22b-256gpu-bf16": "simulated as printed (EP 16, virtual pipeline 12, micro-batch "
@@ -70,9 +70,8 @@ CAUSES: dict[str, str] = {
     "10,494 tokens/s/GPU against 5,275 here, which dtsim's -5% matches) on top of the preset's moe_a2a_overlap: the "
     "alltoall dispatcher's per-layer host synchronisation (dropless only: token_dispatcher.py "
     "_maybe_dtoh_and_synchronize) exposes Megatron-Core's host time per MoE layer, which dtsim takes from "
-    "Megatron-Core's own code run on a CPU (simulator/workload/moe_host.py, without Transformer Engine's module "
-    "overhead): "
-    "hidden behind micro-batch 2's GPU work there: too fast",
+    "Megatron-Core's own code and Transformer Engine's Python with its FP8 bookkeeping run on a CPU "
+    "(simulator/workload/moe_host.py, a lower bound): hidden behind micro-batch 2's GPU work there: too fast",
 }
 
 
@@ -136,10 +135,6 @@ GROUP_CAUSES: tuple[tuple[str, str], ...] = MOE_CAUSES + (
     ("mbridge*-h100-llama3.1-405b-*", "Megatron-Bridge H100 FP8 TP/PP: too slow like the NeMo H100 runs; the table "
      "does not print the recipe's TP-overlap setting (simulated without) and the Hopper GEMM rate is fitted "
      "mostly on FSDP runs (issue 12)"),
-    ("mbridge2511-gb*-llama3.1-405b-*-mxfp8", "25.11 container, MXFP8 on NVL72: its 405B MXFP8 rows are 20-25% below "
-     "its own FP8-CS rows of the same layout (GB200 1,420 vs 1,782, GB300 1,610 vs 2,145 TFLOP/s/GPU), a gap the "
-     "26.02 container closes to 7% (GB300 2,394 vs 2,585); dtsim prices MXFP8 GEMMs at Transformer Engine's "
-     "measured 0.95 of per-tensor FP8 (B300 GEMM profiling guide), which gives the 26.02 gap, not 25.11's: too fast"),
     ("mbridge*-h100-llama3-70b-*", "Megatron-Bridge H100 FP8: TP overlap and parameter-gather overlap simulated; "
      "too slow like the NeMo H100 runs: the Hopper GEMM rate is fitted mostly on llm-foundry's BF16 FSDP runs "
      "(issue 12)"),

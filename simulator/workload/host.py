@@ -121,10 +121,26 @@ MCORE_HOST: dict[str, tuple[float, float]] = {"dense": (1.68, 1.08), "moe": (1.7
 #: local-spec layer ``MCORE_HOST`` measures (torch 2.13, 6 December 2026, median of three runs). ``dense``:
 #: forward 1.27 / 1.29 / 1.30, backward 1.27 / 1.27 / 1.33 (650-674 / 506-541 against 508-519 / 392-426 µs);
 #: ``moe``: the MoE layer outside its experts, each run's median over 2-16 experts (1.23 / 1.23 / 1.25 and
-#: 1.24 / 1.27 / 1.23). TE's quantizer bookkeeping under FP8 does not run there (lower bound); TE 2.9 (the
-#: 25.11 containers) cost more (dense forward 1.55-1.66, backward 1.26-1.34 in the same set-up). The experts'
-#: ``GroupedLinear``: ``moe_host.TE_EXPERTS``.
+#: 1.24 / 1.27 / 1.23); BF16. TE 2.9 (the 25.11 containers) cost more (dense forward 1.55-1.66, backward
+#: 1.26-1.34 in the same set-up). The experts' ``GroupedLinear``: ``moe_host.TE_EXPERTS``.
 TE_HOST: dict[str, tuple[float, float]] = {"dense": (1.29, 1.27), "moe": (1.23, 1.24)}
+#: The same layers under FP8, per ``training.kernels.fp8_recipe`` of Transformer Engine, over their BF16 selves:
+#: TE's quantizer bookkeeping (a quantized-tensor object per quantize, built by the C++ from TE's Python classes
+#: and a copied quantizer; the amax, scale and cast kernels of current scaling, one cast for delayed scaling
+#: and MXFP8; MXFP8 weights' scales swizzled for each GEMM) run on the CPU by ``benchmarks/te_cpu_fp8.py``
+#: (Blackwell semantics, no FP8 transposes) in ``python benchmarks/host_dispatch_te.py``, the weights cached
+#: after a step's first micro-batch (``is_first_microbatch``). Median of three runs (torch 2.13, TE 2.12, 6
+#: December 2026; dense forward / backward, then the MoE layer outside its experts, each run's median over
+#: 2-16 experts): delayed 1.46 / 1.41 / 1.35 and 1.38 / 1.36 / 1.31, 1.01 / 1.14 / 1.09 and 1.00 / 1.22 / 1.11;
+#: current 1.63 / 1.57 / 1.50 and 1.58 / 1.61 / 1.49, 1.32 / 1.13 / 1.16 and 1.32 / 1.16 / 1.19; MXFP8 1.66 /
+#: 1.49 / 1.40 and 1.67 / 1.54 / 1.40, 1.10 / 1.18 / 1.08 and 1.14 / 1.20 / 1.10. TE issue #761 (H100, TE 1.x)
+#: saw a te.Linear's FP8 forward take "more than 2x" its BF16 host time; the layers here add the norms,
+#: attention and Megatron-Core's code that FP8 leaves alone (the MoE layer's router and dispatcher too).
+TE_FP8_HOST: dict[str, dict[str, tuple[float, float]]] = {
+    "delayed": {"dense": (1.41, 1.36), "moe": (1.09, 1.11)},
+    "current": {"dense": (1.57, 1.58), "moe": (1.16, 1.19)},
+    "mxfp8": {"dense": (1.49, 1.54), "moe": (1.10, 1.14)},
+}
 #: Megatron-Core's ``MLASelfAttention`` over its standard self-attention: the host time it adds to a block, as
 #: (forward, backward) fractions of the ``megatron-flash`` reference block timed in the same run (``python
 #: benchmarks/host_dispatch_mcore.py``, median of three runs: 1.02 / 0.95 / 0.97 and 0.82 / 0.48 / 0.61; a
@@ -153,13 +169,15 @@ def mla_host_s(model: Any, kernels: Any, framework: str) -> tuple[float, float]:
     return MLA_HOST_EXTRA[0] * ref_f, MLA_HOST_EXTRA[1] * ref_b
 
 
-def mcore_scale(model: Any, kernels: Any, framework: str, kind: str) -> tuple[float, float]:
+def mcore_scale(model: Any, kernels: Any, framework: str, kind: str, fp8: str | None = None) -> tuple[float, float]:
     """``MCORE_HOST[kind]`` times ``TE_HOST[kind]`` (Megatron-Core's layer code with Transformer Engine's
-    modules) for a Megatron-Core block (``is_megatron_core``), else ``(1, 1)``: the rebuilds' own figures."""
+    modules), times ``TE_FP8_HOST[fp8][kind]`` under an FP8 recipe ``fp8`` (``TrainingConfig.active_fp8_recipe``),
+    for a Megatron-Core block (``is_megatron_core``), else ``(1, 1)``: the rebuilds' own figures."""
     if not is_megatron_core(model, kernels, framework):
         return 1.0, 1.0
     (code_f, code_b), (te_f, te_b) = MCORE_HOST[kind], TE_HOST[kind]
-    return code_f * te_f, code_b * te_b
+    fp8_f, fp8_b = TE_FP8_HOST[fp8][kind] if fp8 in TE_FP8_HOST else (1.0, 1.0)
+    return code_f * te_f * fp8_f, code_b * te_b * fp8_b
 
 
 def graphed(kernels: Any) -> frozenset[str]:
@@ -236,7 +254,7 @@ def fsdp_unit_ops(fsdp_version: int) -> tuple[tuple, tuple]:
 
 
 def attach(fwd: list, recompute: tuple, bwd: tuple, model: Any, kernels: Any,
-           framework: str, fsdp_version: int = 0) -> tuple[tuple, tuple, tuple]:
+           framework: str, fsdp_version: int = 0, fp8: str | None = None) -> tuple[tuple, tuple, tuple]:
     """The block's forward, recompute and backward ops with their host time (compiled blocks keep the
     per-kernel dispatch, ``Op.host_s`` None).
     Recomputation re-runs the forward code: each recomputed op carries its forward op's share. Under a
@@ -246,8 +264,8 @@ def attach(fwd: list, recompute: tuple, bwd: tuple, model: Any, kernels: Any,
     (``eager_share``); the gradient hooks stay (they run on the parameters' AccumulateGrad nodes, outside
     the captured graph). Under FSDP (``fsdp_version`` 1 or 2) the forward starts and the backward ends with
     the unit's hooks (``fsdp_unit_ops``); recomputation runs inside the unit and does not repeat them.
-    Megatron-Core's layer code costs ``mcore_scale`` times the rebuild's, and its MLA attention
-    ``mla_host_s`` more."""
+    Megatron-Core's layer code costs ``mcore_scale`` times the rebuild's (under the FP8 recipe ``fp8``), and
+    its MLA attention ``mla_host_s`` more."""
     unit_f, unit_b = fsdp_unit_ops(fsdp_version)
     style = block_style(model, kernels)
     if style is None:
@@ -255,7 +273,7 @@ def attach(fwd: list, recompute: tuple, bwd: tuple, model: Any, kernels: Any,
     fwd_s, bwd_s = BLOCK_HOST_S[style]
     # ops whose code makes more calls than the reference block's (Op.extra_host_calls), and their autograd nodes
     extra = sum(op.extra_host_calls for op in fwd) * HOST_PER_CALL_S[style]
-    code_f, code_b = mcore_scale(model, kernels, framework, "dense")
+    code_f, code_b = mcore_scale(model, kernels, framework, "dense", fp8)
     mla_f, mla_b = mla_host_s(model, kernels, framework)
     fwd_s = (fwd_s + extra) * eager_share(kernels, 0) * code_f + mla_f
     bwd_s = (bwd_s + extra) * eager_share(kernels, 1) * code_b + mla_b

@@ -79,9 +79,24 @@ PIECES: dict[str, tuple[tuple[float, float], tuple[float, float]]] = {
 #: 0.0258 / 0.0257 / 0.0175 e, backward 0.181 / 0.190 / 0.188 + 0.0292 / 0.0326 / 0.0269 e; at 16 experts
 #: 489-574 / 749-871 against the stand-in's 316-355 / 514-576 µs).
 TE_EXPERTS: tuple[tuple[float, float], tuple[float, float]] = ((0.296, 0.0257), (0.188, 0.0292))
+#: What FP8 adds to ``TEGroupedMLP`` over its BF16 self, per Transformer Engine recipe, (intercept, slope per local
+#: expert) forward then backward in reference-block units: per expert and ``GroupedLinear`` call a quantized
+#: tensor built for its input (``split_quantize``) and, backward, for its output gradient, with their kernels;
+#: ``Fp8Padding`` / ``Fp8Unpadding`` (``python benchmarks/host_dispatch_te.py``, ``host.TE_FP8_HOST``; median
+#: of three runs, Theil-Sen over 2-16 experts: delayed 0.443 / 0.419 / 0.258 + 0.1281 / 0.1466 / 0.1171 e and
+#: 0.153 / 0.164 / 0.071 + 0.0927 / 0.0882 / 0.0820 e; current 0.294 / 0.449 / 0.388 + 0.1769 / 0.1470 / 0.1262 e
+#: and 0.111 / 0.152 / 0.153 + 0.1227 / 0.1098 / 0.0953 e; MXFP8 0.498 / 0.616 / 0.277 + 0.1866 / 0.1857 /
+#: 0.1950 e and 0.171 / 0.238 / 0.075 + 0.1561 / 0.1544 / 0.1595 e; at 16 experts 1,203-1,688 / 1,337-1,883
+#: against 542-642 / 815-943 µs in BF16).
+TE_FP8_EXPERTS: dict[str, tuple[tuple[float, float], tuple[float, float]]] = {
+    "delayed": ((0.419, 0.1281), (0.153, 0.0882)),
+    "current": ((0.388, 0.1470), (0.152, 0.1098)),
+    "mxfp8": ((0.498, 0.1866), (0.171, 0.1561)),
+}
 #: Shares of ``pre``'s forward host time in the router (with the pre-MLP norm) and in the preprocessing.
 ROUTER_SHARE, PREPROCESS_SHARE = 0.53, 0.14
-#: The experts' extra slope under FP8 (the per-expert input / gradient quantize), forward and backward.
+#: The experts' extra slope under FP8 (the per-expert input / gradient quantize), forward and backward, in the
+#: rebuild (experts other than Megatron-Core's ``TEGroupedMLP``, which has ``TE_FP8_EXPERTS``).
 FP8_EXPERT_SLOPE = (0.0140, 0.0114)
 #: Eager code of GPT-OSS's blocks beyond the module table's layer, as what it adds in (intercept, slope
 #: per local expert) fractions of the reference block, forward then backward: ``python
@@ -112,19 +127,21 @@ def param_tensors(model: Any, local_experts: int) -> int:
     return whost.block_param_tensors(model) - 2 * per_linear + 1 + 2 * local_experts * per_linear + shared
 
 
-def _host(piece: str, way: int, local_experts: int, fp8: bool, scopes: frozenset[str], code: float = 1.0,
+def _host(piece: str, way: int, local_experts: int, fp8: str | None, scopes: frozenset[str], code: float = 1.0,
           te: bool = False) -> float:
     """``piece``'s eager host time in reference-block units (module table), less what the CUDA-graph
     ``scopes`` capture (``host.graphed``, where ``full_iteration`` includes ``moe``); outside the experts
     times ``code``, Megatron-Core's code over the rebuild's (``host.mcore_scale``); the experts plus
-    ``TE_EXPERTS`` where ``te`` (Megatron-Core's ``TEGroupedMLP``)."""
+    ``TE_EXPERTS`` where ``te`` (Megatron-Core's ``TEGroupedMLP``), and ``TE_FP8_EXPERTS`` under its FP8 recipe
+    ``fp8``; other FP8 experts the rebuild's ``FP8_EXPERT_SLOPE``."""
     if "moe" in scopes:  # the whole MoE slot replays as graphs
         return 0.0
     a, slope = PIECES[piece][way]
-    if piece == "experts" and fp8:
-        slope += FP8_EXPERT_SLOPE[way]
     if piece == "experts" and te:
-        a, slope = a + TE_EXPERTS[way][0], slope + TE_EXPERTS[way][1]
+        (te_a, te_slope), (fp8_a, fp8_slope) = TE_EXPERTS[way], TE_FP8_EXPERTS.get(fp8, ((0.0, 0.0),) * 2)[way]
+        a, slope = a + te_a + fp8_a, slope + te_slope + fp8_slope
+    elif piece == "experts" and fp8:
+        slope += FP8_EXPERT_SLOPE[way]
     eager = 1.0 if piece == "experts" else code
     if piece == "pre":
         eager -= code * (ROUTER_SHARE * ("moe_router" in scopes)
@@ -154,7 +171,7 @@ def _extras(model: Any, kernels: Any, way: int, local_experts: int, scopes: froz
             for k, on in present.items() if on}
 
 
-def forward(ops: Any, model: Any, kernels: Any, framework: str, local_experts: int, fp8: bool) -> Any:
+def forward(ops: Any, model: Any, kernels: Any, framework: str, local_experts: int, fp8: str | None) -> Any:
     """``ops`` (``moe_ops.MoEBlockOps``) with the block's forward host time spread over them by work
     (module docstring); unchanged when the block is compiled.
 
@@ -170,7 +187,7 @@ def forward(ops: Any, model: Any, kernels: Any, framework: str, local_experts: i
     if style is None:
         return ops
     ref, scopes = whost.BLOCK_HOST_S[style][0], whost.graphed(kernels)
-    code, te = whost.mcore_scale(model, kernels, framework, "moe")[0], whost.is_megatron_core(model, kernels, framework)
+    code, te = whost.mcore_scale(model, kernels, framework, "moe", fp8)[0], whost.is_megatron_core(model, kernels, framework)
     extras = _extras(model, kernels, 0, local_experts, scopes, code)
     seconds = (whost.ATTENTION_HALF[0] * ("attn" not in scopes) * code + sum(extras.values())
                + sum(_host(p, 0, local_experts, fp8, scopes, code, te) for p in PIECES))
@@ -191,7 +208,7 @@ def forward(ops: Any, model: Any, kernels: Any, framework: str, local_experts: i
     return replace(ops, pre=pre_a + pre_b, experts=ex_a + ex_b, shared=shared, post=post)
 
 
-def backward(bwd: tuple, model: Any, kernels: Any, framework: str, local_experts: int, fp8: bool) -> tuple:
+def backward(bwd: tuple, model: Any, kernels: Any, framework: str, local_experts: int, fp8: str | None) -> tuple:
     """The block's backward pieces (pre, experts, shared, post) with the backward host time spread over
     their ops by work; recomputed ops keep their forward op's share. Under a
     ``host.HOOKED_FRAMEWORKS`` engine the backward also runs ``host.GRAD_HOOK_S`` per parameter tensor."""
@@ -199,7 +216,7 @@ def backward(bwd: tuple, model: Any, kernels: Any, framework: str, local_experts
     if style is None:
         return bwd
     ref, scopes = whost.BLOCK_HOST_S[style][1], whost.graphed(kernels)
-    code, te = whost.mcore_scale(model, kernels, framework, "moe")[1], whost.is_megatron_core(model, kernels, framework)
+    code, te = whost.mcore_scale(model, kernels, framework, "moe", fp8)[1], whost.is_megatron_core(model, kernels, framework)
     total = (whost.ATTENTION_HALF[1] * ("attn" not in scopes) * code
              + sum(_extras(model, kernels, 1, local_experts, scopes, code).values())
              + sum(_host(p, 1, local_experts, fp8, scopes, code, te) for p in PIECES)) * ref

@@ -23,7 +23,7 @@ CPU_ONLY = replace(for_gpu(A100), host_dispatch_scale=1.0)
 
 
 def _scenario(h=1024, mbs=1, tp=1, flash=False, compile_=False, mlp="gelu", norm="layernorm", fused=True,
-              checkpointing="none", framework="ddp", linear=None):
+              checkpointing="none", framework="ddp", linear=None, topology="dgx-a100", precision="bf16"):
     # Megatron-LM's own linears under ddp by default: the legacy layer the reference blocks rebuild (Transformer
     # Engine's linears mean Megatron-Core's layer, whose code costs host.MCORE_HOST times as much)
     linear = linear or ("megatron" if framework == "ddp" else "auto")
@@ -31,11 +31,11 @@ def _scenario(h=1024, mbs=1, tp=1, flash=False, compile_=False, mlp="gelu", norm
              "vocab_size": 50304, "mlp": mlp, "norm": norm, "linear_bias": mlp == "gelu",
              "position_embedding": "learned" if mlp == "gelu" else "rope", "max_position_embeddings": 1024,
              "tied_embeddings": True}
-    raw = {"name": "small", "model": model, "cluster": {"topology": "dgx-a100", "nodes": 1},
+    raw = {"name": "small", "model": model, "cluster": {"topology": topology, "nodes": 1},
            "training": {"seq_len": 1024, "micro_batch_size": mbs, "global_batch_size": 4 * mbs * (8 // tp),
-                        "precision": "bf16", "activation_checkpointing": checkpointing,
+                        "precision": precision, "activation_checkpointing": checkpointing,
                         "kernels": {"flash_attention": flash, "compile": compile_, "fused_norm_residual": fused,
-                                        "linear": linear}},
+                                    "linear": linear, "fp8_recipe": "mxfp8" if precision == "fp8" else "delayed"}},
            "parallel": {"framework": framework, "tp": tp}}
     return scenario_from_dict(raw)
 
@@ -234,6 +234,16 @@ def test_megatron_core_code_costs_its_measured_factor_over_the_rebuild():
     # torchtitan-style code under ddp is not Megatron-Core's layer, whatever its linears
     llama = pwork.from_scenario(_scenario(mlp="swiglu", norm="rmsnorm", fused=False, flash=True, linear="te"))
     assert _host(model, llama.layer_fwd) == pytest.approx(540e-6)
+
+
+def test_fp8_under_transformer_engine_costs_its_measured_factor():
+    # benchmarks/host_dispatch_te.py under TE's MXFP8 recipe: the TE-spec layer took 1.49x / 1.54x its BF16 host
+    # time (medians of three runs): 493 × 1.68 × 1.29 × 1.49 = 1,591.960104 and 573 × 1.08 × 1.27 × 1.54 =
+    # 1,210.327272 µs, and the gradient hooks (12 × 4.5 µs)
+    model = RooflineComputeModel(A100, "bf16", CPU_ONLY, launch=kernels.EAGER)
+    fp8 = pwork.from_scenario(_scenario(flash=True, linear="te", topology="dgx-b200", precision="fp8"))
+    assert _host(model, fp8.layer_fwd) == pytest.approx(1591.960104e-6)
+    assert _host(model, fp8.layer_bwd) == pytest.approx(1210.327272e-6 + 54e-6)
 
 
 def test_mla_attention_host_extra_applies_to_eager_megatron_core_blocks_only():
