@@ -22,7 +22,7 @@ in the same process and on the same tensors as that script, and prints, forward 
 Setup (a separate virtualenv; no GPU): ``pip install torch megatron-core==0.16.1 pydantic einops`` and
 ``pip install --no-deps --target DIR transformer-engine==2.12.0`` (the pure-Python wheel; 2.12 is the
 release of Megatron-Core 0.16's containers); run ``python benchmarks/host_dispatch_te.py --te DIR``
-(about 6 minutes). Results (torch 2.13.0+cpu, the 2-core development machine, 6 December 2026): see
+(about 2.5 minutes). Results (torch 2.13.0+cpu, the 2-core development machine, 6 December 2026): see
 ``simulator.workload.host.TE_HOST`` / ``TE_FP8_HOST`` and ``simulator.workload.moe_host.TE_EXPERTS`` /
 ``TE_FP8_EXPERTS``.
 """
@@ -125,23 +125,31 @@ def main() -> None:
     te = _min_rounds(lambda: real_layer(0, te_spec)[0])
     print(f"dense: TE spec {_ratio(te, local)} (local spec): forward {te[0] / local[0]:.2f}x, "
           f"backward {te[1] / local[1]:.2f}x")
-    ratios = []
+    te_moe, ratios = {}, []
     for e in EXPERT_COUNTS:
-        (lf, lb), (ef, eb) = _min_rounds(lambda e=e: real_layer(e))
-        (tf, tb), (xf, xb) = _min_rounds(lambda e=e: real_layer(e, te_spec))
-        ratios.append(((tf - xf) / (lf - ef), (tb - xb) / (lb - eb)))
+        local_moe = _min_rounds(lambda e=e: real_layer(e))
+        te_moe[e] = _min_rounds(lambda e=e: real_layer(e, te_spec))
+        ratios.append(_outside_ratio(te_moe[e], local_moe))
     print("MoE layer outside its experts, TE spec over local spec at "
           f"{', '.join(map(str, EXPERT_COUNTS))} experts: forward {', '.join(f'{r[0]:.2f}' for r in ratios)}, "
-          f"backward {', '.join(f'{r[1]:.2f}' for r in ratios)}; medians "
-          f"{statistics.median(r[0] for r in ratios):.2f}x / {statistics.median(r[1] for r in ratios):.2f}x")
-    added = []
+          f"backward {', '.join(f'{r[1]:.2f}' for r in ratios)}; medians {_medians(ratios)}")
+    added, te_experts = [], {}
     for e in EXPERT_COUNTS:
         stand_in = _min_rounds(lambda e=e: experts_time([_Experts(e) for _ in range(LAYERS)], e))
-        real = _min_rounds(lambda e=e: experts_time(_te_experts(e), e))
+        real = te_experts[e] = _min_rounds(lambda e=e: experts_time(_te_experts(e), e))
         added.append(((real[0] - stand_in[0]) / ref_f, (real[1] - stand_in[1]) / ref_b))
         print(f"experts, {e} local: TEGroupedMLP {_ratio(real, stand_in)} (the rebuild's stand-in)")
     _print_line("TE's experts add", added)
-    fp8(te, (ref_f, ref_b))
+    fp8(te, te_moe, te_experts, (ref_f, ref_b))
+
+
+def _outside_ratio(num: tuple, den: tuple) -> tuple[float, float]:
+    """(forward, backward) ratio of two MoE layers' host time outside their experts (``real_layer`` results)."""
+    return tuple((num[0][way] - num[1][way]) / (den[0][way] - den[1][way]) for way in (0, 1))
+
+
+def _medians(ratios: list) -> str:
+    return f"{statistics.median(r[0] for r in ratios):.2f}x / {statistics.median(r[1] for r in ratios):.2f}x"
 
 
 def _print_line(what: str, added: list) -> None:
@@ -150,12 +158,11 @@ def _print_line(what: str, added: list) -> None:
         print(f"{what}, {name}: {a:.3f} + {s:.4f} x local experts of the reference block")
 
 
-def fp8(bf16_dense: tuple, ref: tuple) -> None:
-    """Per FP8 recipe (``te_cpu_fp8``), under TE's autocast: the dense
-    TE-spec layer and the MoE layer outside its experts over the same in BF16, and what ``TEGroupedMLP``
-    adds over its BF16 self (``Fp8Padding`` and the per-expert quantizes), at the same 2-16 local experts.
-    Megatron-Core quantizes the weights at a step's first micro-batch only (``is_first_microbatch``): these
-    are the later micro-batches'."""
+def fp8(bf16_dense: tuple, bf16_moe: dict, bf16_experts: dict, ref: tuple) -> None:
+    """Per FP8 recipe (``te_cpu_fp8``), under TE's autocast: the dense TE-spec layer and the MoE layer outside
+    its experts over the same in BF16 (``main``'s), and what ``TEGroupedMLP`` adds over its BF16 self
+    (``Fp8Padding`` and the per-expert quantizes), at the same 2-16 local experts. Megatron-Core quantizes the
+    weights at a step's first micro-batch only (``is_first_microbatch``): these are the later micro-batches'."""
     from transformer_engine.common.recipe import DelayedScaling, Float8CurrentScaling, MXFP8BlockScaling
     from transformer_engine.pytorch import autocast
     # dtsim's training.kernels.fp8_recipe, Megatron-Core's fp8_recipe, TE's recipe
@@ -163,21 +170,16 @@ def fp8(bf16_dense: tuple, ref: tuple) -> None:
                                 ("mxfp8", "mxfp8", MXFP8BlockScaling)):
         with autocast(enabled=True, recipe=recipe()):
             dense = _min_rounds(lambda: real_layer(0, te_spec)[0])
-            outside = [_min_rounds(lambda e=e: real_layer(e, te_spec)) for e in EXPERT_COUNTS]
-            real = [_min_rounds(lambda e=e, m=mcore: experts_time(_te_experts(e, m), e)) for e in EXPERT_COUNTS]
-        bf16 = [_min_rounds(lambda e=e: real_layer(e, te_spec)) for e in EXPERT_COUNTS]
-        plain = [_min_rounds(lambda e=e: experts_time(_te_experts(e), e)) for e in EXPERT_COUNTS]
-        ratios = [((f[0][0] - f[1][0]) / (b[0][0] - b[1][0]), (f[0][1] - f[1][1]) / (b[0][1] - b[1][1]))
-                  for f, b in zip(outside, bf16, strict=True)]
+            ratios = [_outside_ratio(_min_rounds(lambda e=e: real_layer(e, te_spec)), bf16_moe[e])
+                      for e in EXPERT_COUNTS]
+            real = {e: _min_rounds(lambda e=e, m=mcore: experts_time(_te_experts(e, m), e)) for e in EXPERT_COUNTS}
         print(f"FP8 {name}: dense TE spec {_ratio(dense, bf16_dense)} (BF16): forward "
               f"{dense[0] / bf16_dense[0]:.2f}x, backward {dense[1] / bf16_dense[1]:.2f}x; MoE layer outside its "
-              f"experts: medians {statistics.median(r[0] for r in ratios):.2f}x / "
-              f"{statistics.median(r[1] for r in ratios):.2f}x")
-        for e, f, b in zip(EXPERT_COUNTS, real, plain, strict=True):
-            print(f"  experts, {e} local: FP8 {_ratio(f, b)} (BF16)")
+              f"experts: medians {_medians(ratios)}")
+        for e in EXPERT_COUNTS:
+            print(f"  experts, {e} local: FP8 {_ratio(real[e], bf16_experts[e])} (BF16)")
         _print_line(f"FP8 {name} experts add over BF16",
-                    [((f[0] - b[0]) / ref[0], (f[1] - b[1]) / ref[1]) for f, b in zip(real, plain, strict=True)])
-
+                    [tuple((real[e][w] - bf16_experts[e][w]) / ref[w] for w in (0, 1)) for e in EXPERT_COUNTS])
 
 if __name__ == "__main__":
     main()

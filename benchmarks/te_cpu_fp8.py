@@ -28,6 +28,7 @@ whatever the numbers.
 
 from __future__ import annotations
 
+import functools
 import math
 import types
 
@@ -54,6 +55,11 @@ class _Classes:
         self.current, self.mx = Float8CurrentScalingQuantizer, MXFP8Quantizer
         self.f8, self.f8_storage, self.mx_tensor, self.mx_storage = (Float8Tensor, Float8TensorStorage,
                                                                    MXFP8Tensor, MXFP8TensorStorage)
+
+
+@functools.cache
+def _classes() -> _Classes:
+    return _Classes()
 
 
 def _create(c: _Classes, q, shape: list, dtype: torch.dtype):
@@ -98,15 +104,8 @@ def _kernels(c: _Classes, q, src: torch.Tensor, out) -> None:
 
 def install(tex: types.ModuleType) -> None:
     """The FP8 extension calls on ``tex`` (``te_cpu``'s stand-in module)."""
-    state: dict = {}
-
-    def classes() -> _Classes:
-        if "c" not in state:
-            state["c"] = _Classes()
-        return state["c"]
-
     def quantize(tensor, quantizer, output=None, noop_flag=None):
-        c = classes()
+        c = _classes()
         tensor = tensor.contiguous()
         if output is None:
             output = _create(c, quantizer, list(tensor.shape), tensor.dtype)
@@ -117,7 +116,7 @@ def install(tex: types.ModuleType) -> None:
         return output
 
     def split_quantize(tensor, split_sections, quantizer_list, *args, **kwargs):
-        c = classes()
+        c = _classes()
         tensor = tensor.contiguous()
         tail = list(tensor.shape[1:])
         outs = [_create(c, q, [m, *tail], tensor.dtype) for q, m in zip(quantizer_list, split_sections, strict=True)]
