@@ -8,7 +8,8 @@ and prints dtsim's TFLOP/s/GPU (the row's FLOP convention) beside the measured o
 also differ in kernels dtsim does not distinguish (the write-up's fusions, NUMA binding, DeepEP's MNNVL
 bandwidth), so the comparison shows how much each switch moves the step in dtsim, not a fit.
 ``--dispatch-scale S ...`` repeats the states with Grace's host scale (``cluster.topology.host.dispatch_scale``,
-2.75 in the topology) set to each ``S``: how much more host time per MoE block the eager states imply;
+2.75 in the topology, and Transformer Engine's 1.88 in proportion) set to each ``S``: how much more host time per
+MoE block the eager states imply;
 ``--rows GLOB`` prints the signed error of those validation runs at each scale instead (any host).
 
     python benchmarks/dsv3_gb200_history.py [--dispatch-scale 6 10]
@@ -37,8 +38,15 @@ STATES = (
 
 
 def _at_scale(run, scale: float | None, scenario: dict | None = None):
-    """``run`` (with ``scenario`` in place of its own) with the host's dispatch scale set to ``scale``."""
-    sets = run.overrides + ((f"cluster.topology.host.dispatch_scale={scale}",) if scale is not None else ())
+    """``run`` (with ``scenario`` in place of its own) with the host's dispatch scale set to ``scale`` and, where
+    the topology sets one, Transformer Engine's (``te_dispatch_scale``) in proportion."""
+    sets = run.overrides
+    if scale is not None:
+        host = scenario_for(run).cluster.topology.host
+        sets += (f"cluster.topology.host.dispatch_scale={scale}",)
+        if host.te_dispatch_scale is not None:
+            te = scale * host.te_dispatch_scale / host.dispatch_scale
+            sets += (f"cluster.topology.host.te_dispatch_scale={te}",)
     return dataclasses.replace(run, scenario=scenario or run.scenario, overrides=sets)
 
 

@@ -15,6 +15,9 @@ in the same process and on the same tensors as that script, and prints, forward 
   weighted SwiGLU one call as in the rebuild) against the rebuild's ``TEGroupedMLP`` stand-in at 2-16 local
   experts: the host time TE adds, as a Theil-Sen line (intercept + slope per local expert) in fractions of
   the rebuild's ``megatron-flash`` reference block timed in the same run;
+* Grace: a ``te.Linear`` forward over a ``torch.nn.Linear`` one, the excess at dtsim's x86 reference block,
+  and the Grace factor for TE's share it gives with TransformerEngine issue #2053's GB200 figures
+  (``HostConfig.te_dispatch_scale``);
 * FP8, per Transformer Engine recipe (delayed, current scaling, MXFP8; ``benchmarks/te_cpu_fp8.py`` stands in
   for the quantizers' extension calls): the dense layer and the MoE layer outside its experts over their
   BF16 selves, and what FP8 adds to ``TEGroupedMLP`` (a line in reference-block fractions as above).
@@ -58,6 +61,10 @@ from megatron.core.transformer.spec_utils import build_module  # noqa: E402
 from megatron.core.transformer.transformer_config import TransformerConfig  # noqa: E402
 
 EXPERT_COUNTS = (2, 4, 8, 16)
+#: CPU µs per forward of ``torch.nn.Linear`` and ``te.Linear`` on a GB200's Grace (TransformerEngine issue #2053:
+#: BF16, hidden 2,048, 8,192 tokens, TE of August 2025), and dtsim's x86 reference-block forward
+#: (``simulator.workload.host.BLOCK_HOST_S["megatron-flash"][0]``), for the Grace factor of TE's share.
+GRACE_LINEAR_US, REFERENCE_FWD_US = (37.08, 99.66), 493.0
 # the experts' fused weighted SwiGLU kernel, one call each way as in the rebuild's stand-in
 mcore_experts.weighted_bias_swiglu_impl = lambda x, bias, probs, *a: _WeightedSwiGLU.apply(x, probs)
 
@@ -121,6 +128,7 @@ def main() -> None:
           f"min of {REPEATS} repeats and {ROUNDS} rounds; µs per layer")
     ref_f, ref_b = _min_rounds(lambda: host_time(lambda: MegatronLayer(flash=True), (TOKENS, 1, HIDDEN)))
     print(f"reference block (megatron-flash rebuild): {ref_f * 1e6:.0f} / {ref_b * 1e6:.0f}")
+    grace_te(ref_f)
     local = _min_rounds(lambda: real_layer(0)[0])
     te = _min_rounds(lambda: real_layer(0, te_spec)[0])
     print(f"dense: TE spec {_ratio(te, local)} (local spec): forward {te[0] / local[0]:.2f}x, "
@@ -141,6 +149,32 @@ def main() -> None:
         print(f"experts, {e} local: TEGroupedMLP {_ratio(real, stand_in)} (the rebuild's stand-in)")
     _print_line("TE's experts add", added)
     fp8(te, te_moe, te_experts, (ref_f, ref_b))
+
+
+def _linear_forward(make) -> float:
+    """Min over rounds and repeats of the forward host seconds per call of ``LAYERS`` ``make()`` linears."""
+    mods, x, best = [make() for _ in range(LAYERS)], torch.randn(TOKENS, HIDDEN, requires_grad=True), float("inf")
+    for i in range(ROUNDS * REPEATS + 3):
+        t0 = time.perf_counter()
+        for m in mods:
+            m(x)
+        if i >= 3:  # warm-up
+            best = min(best, (time.perf_counter() - t0) / LAYERS)
+    return best
+
+
+def grace_te(ref_f: float) -> None:
+    """``te.Linear``'s forward host time over ``torch.nn.Linear``'s (both FP32 on the CPU tensors), in reference-
+    block units and at dtsim's x86 reference block, and the Grace factor for TE's share it gives with issue #2053's
+    GB200 figures: (99.66 - 37.08) µs over that excess (``HostConfig.te_dispatch_scale``)."""
+    import transformer_engine.pytorch as te
+    te_s = _linear_forward(lambda: te.Linear(HIDDEN, HIDDEN, bias=False, params_dtype=torch.float32, device="cpu"))
+    pt_s = _linear_forward(lambda: torch.nn.Linear(HIDDEN, HIDDEN, bias=False))
+    excess = (te_s - pt_s) / ref_f * REFERENCE_FWD_US
+    print(f"te.Linear forward {te_s * 1e6:.1f} against torch.nn.Linear {pt_s * 1e6:.1f} µs: TE adds "
+          f"{(te_s - pt_s) / ref_f:.4f} of the reference block, {excess:.1f} µs at dtsim's x86 block; Grace "
+          f"(TE #2053): ({GRACE_LINEAR_US[1]} - {GRACE_LINEAR_US[0]}) / {excess:.1f} = "
+          f"{(GRACE_LINEAR_US[1] - GRACE_LINEAR_US[0]) / excess:.2f}")
 
 
 def _outside_ratio(num: tuple, den: tuple) -> tuple[float, float]:

@@ -89,6 +89,15 @@ class HostConfig(Frozen):
     #: slower: NVIDIA TransformerEngine issue #2053 times ``torch.nn.Linear``'s forward on the CPU at
     #: 37.08 µs on GB200 and 33.17 µs on GH200 against 13.48 µs on a DGX H100 (Xeon Platinum 8480C).
     dispatch_scale: PositiveFloat = 1.0
+    #: The same for Transformer Engine's share of a Megatron-Core block's host time (what its modules add
+    #: over Megatron-Core's local ones, ``simulator.workload.host.te_share``), where it differs; None:
+    #: ``dispatch_scale``. Grace 1.88: TE issue #2053 times a ``te.Linear`` forward at 99.66 µs on GB200
+    #: against 37.08 for ``torch.nn.Linear``, where ``benchmarks/host_dispatch_te.py`` prices a te.Linear's
+    #: excess over torch.nn.Linear at 30-40 µs on dtsim's x86 host (TE 2.12; (99.66 - 37.08) / that excess:
+    #: 1.58-2.12 over six runs, median 1.88), not the 2.75 x (82-110 µs) that ``dispatch_scale`` would give. An
+    #: upper bound: #2053's TE (August 2025) predates the releases that cut TE's CPU work (TE 2.12's te.Linear
+    #: costs 0.6 of TE 2.9's on the same stand-in).
+    te_dispatch_scale: PositiveFloat | None = None
 
 
 class NICConfig(Frozen):

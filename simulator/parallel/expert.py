@@ -297,6 +297,7 @@ def attach(work: Any, scenario: Any, pb: int) -> Any:
     optimizer steps (``MoEWork.optimizer_params``, ``StepWork.step_ops``)."""
     from simulator.parallel.work import scale_attention
     from simulator.workload import bias as wbias
+    from simulator.workload import host as whost
     from simulator.workload import moe as wmoe
     from simulator.workload import moe_host, moe_ops
     from simulator.workload import ops as wops
@@ -333,7 +334,8 @@ def attach(work: Any, scenario: Any, pb: int) -> Any:
                                 linear=wbias.linear_impl(tr.kernels, par.framework))
     ops = dataclasses.replace(ops, pre=tuple(scale_attention(op, cp, model, tr) for op in ops.pre))
     local_experts, fp8_host = ops.local_experts, tr.active_fp8_recipe
-    ops = moe_host.forward(ops, model, tr.kernels, par.framework, local_experts, fp8_host)
+    te_share = whost.te_share(scenario.cluster.topology.host)
+    ops = moe_host.forward(ops, model, tr.kernels, par.framework, local_experts, fp8_host, te_share)
     imb = model.moe.effective_imbalance
     act_bytes = ops.routed_tokens * model.hidden_size * imb
     # FP8 dispatch is DeepEP's (DeepSeek-V3 report §3.3.2: activations quantized before the dispatch);
@@ -354,7 +356,7 @@ def attach(work: Any, scenario: Any, pb: int) -> Any:
     weight_bytes = expert_local * (DTYPE_BYTES["fp8"] if par.fp8_param_gather else pb)
     bwd_pre, bwd_experts, bwd_shared, bwd_post = moe_host.backward(
         tuple(bwd(p) for p in (ops.pre, ops.experts, ops.shared, ops.post)), model, tr.kernels, par.framework,
-        local_experts, fp8_host)
+        local_experts, fp8_host, te_share)
     placed = placement(work, ops.pre, bwd_pre)
     changes["moe"] = MoEWork(
         layers=flags,

@@ -172,7 +172,8 @@ def from_scenario(scenario: Any, persistence_threshold: float = 1e5) -> StepWork
     recompute = tuple(op for op in bwd_all if op.name.startswith("recompute."))
     bwd = tuple(op for op in bwd_all if not op.name.startswith("recompute."))
     fwd, recompute, bwd = whost.attach(fwd, recompute, bwd, model, tr.kernels, par.framework,
-                                       whost.pytorch_fsdp_version(par), tr.active_fp8_recipe)
+                                       whost.pytorch_fsdp_version(par), tr.active_fp8_recipe,
+                                       whost.te_share(scenario.cluster.topology.host))
     head_all = wops.head_ops(model, b, s, tp, pb, tr.kernels, sequence_parallel=sp,
                              cross_entropy=wloss.kind(scenario))
     n_embed = 2 if model.embedding_norm else 1

@@ -43,9 +43,10 @@ CAUSES: dict[str, str] = {
     "mbridge2511-gb300-qwen3-235b-a22b-64gpu-mxfp8": "TP 2 with the recipe's tp_comm_overlap=True "
     "(Megatron-Bridge qwen3_llm_pretrain.py), simulated (0.06 s of the attention's sequence-parallel collectives "
     "left exposed in a 21.7 s step); the 5.0 s of EP all-to-alls are all exposed; and at TP 2 and micro-batch 1 on Grace "
-    "(host.dispatch_scale 2.75) the MoE block's host time (5.1 ms forward with the recipe's graphed router and "
-    "preprocessing, Megatron-Core's code and Transformer Engine's modules with their MXFP8 bookkeeping, host.MCORE_HOST, "
-    "TE_HOST and TE_FP8_HOST, against 0.8 ms of GPU work) binds, -11% -> -64%: either the attention was graphed too (its "
+    "(host.dispatch_scale 2.75, Transformer Engine's share te_dispatch_scale 1.88) the MoE block's host time (4.3 ms "
+    "forward with the recipe's graphed router and preprocessing, Megatron-Core's code and Transformer Engine's modules "
+    "with their MXFP8 bookkeeping, host.MCORE_HOST, TE_HOST and TE_FP8_HOST, against 0.8 ms of GPU work) binds, -11% "
+    "-> -59%: either the attention was graphed too (its "
     "26.02 GB200 sibling graphs attn) or Transformer Engine's CPU micro-optimisations of late 2025 "
     "(TransformerEngine PR #2146) narrowed Grace's gap: too slow",
     "mbridge2511r-gb300-qwen3-235b-a22b-256gpu-bf16": "simulated as printed (EP 16, virtual pipeline 12, micro-batch "
@@ -77,7 +78,17 @@ CAUSES: dict[str, str] = {
 
 #: Causes shared by groups of corpus runs (``runs_corpus.yaml``; docs/validation-corpus.md), by id
 #: glob, first match wins; ``CAUSES`` takes precedence.
-GROUP_CAUSES: tuple[tuple[str, str], ...] = MOE_CAUSES + (
+#: Dense rows whose glob the MoE file's broader Grace entry would match first.
+_DENSE_FIRST: tuple[tuple[str, str], ...] = (
+    ("mbridge2511-gb*-llama3.1-405b-*-mxfp8", "25.11 container, MXFP8 on NVL72: its 405B MXFP8 rows (TP 4, PP 8, CP 2, "
+     "VP 8) run 20-25% below its own FP8-CS rows (Megatron FSDP with TP 2; GB200 1,420 vs 1,782, GB300 1,610 vs "
+     "2,145 TFLOP/s/GPU), and 26.04.01's GB200 / GB300 MXFP8 rows of the same model run within 3 / 5% of dtsim "
+     "(mbridge260401-gb*-llama3.1-405b-256gpu-mxfp8); dtsim prices MXFP8 GEMMs at Transformer Engine's measured 0.95 "
+     "of per-tensor FP8 (B300 GEMM profiling guide) and models one software state; at micro-batch 1 with TP 4 and CP "
+     "2 its Grace host (Transformer Engine's share at 1.88, docs/accuracy-history.md item 57) leaves these blocks "
+     "GPU-bound: too fast"),
+)
+GROUP_CAUSES: tuple[tuple[str, str], ...] = _DENSE_FIRST + MOE_CAUSES + (
     ("dgxc2505-h100-grok1-314b-512gpu-bf16", "the recipe's tensor-parallel communication overlap is simulated (0.08 s of "
      "sequence-parallel collectives left exposed in a 19.6 s step, 0.55 s before it was modelled with MoE); the rest is "
      "Hopper's GEMM share on NVIDIA's tuned stacks (" + _HOPPER_GEMM + "); its FP8 sibling is -1.4%: too slow"),

@@ -15,12 +15,13 @@ MOE_CAUSES: tuple[tuple[str, str], ...] = (
      "iterations 30-45, 2% from dtsim's 296: the README's value is kept as the recipe's own: too fast"),
     ("*-gb[23]00-*8*", "MoE in FP8 on Grace: Transformer Engine's FP8 bookkeeping per local expert (a quantized "
      "tensor built per expert and GroupedLinear call, its cast kernels, MXFP8's scale swizzles; host.TE_FP8_HOST, "
-     "moe_host.TE_FP8_EXPERTS, measured on an x86 CPU by benchmarks/host_dispatch_te.py) scaled by Grace's 2.75 "
-     "(host.dispatch_scale: TransformerEngine issue #2053, torch.nn.Linear's forward in BF16 with TE 2.5-era code). "
-     "The same host work brings the x86 DGX-B200 MoE rows in (B200 23.0% -> 17.8%, docs/accuracy-history.md item 56) "
-     "and takes these Grace rows too slow (-1..-16% -> -15..-52% for the eager Qwen3 and DeepSeek-V3 layers): "
-     "either TE's quantizer code runs nearer x86 speed on Grace than a torch.nn.Linear call does, or TE's CPU "
-     "work since (PR #2146, TE 2.9+) narrowed Grace's gap; neither is measured: too slow"),
+     "moe_host.TE_FP8_EXPERTS, measured on an x86 CPU by benchmarks/host_dispatch_te.py) at Grace's factor for "
+     "Transformer Engine's share, host.te_dispatch_scale 1.88 (TransformerEngine issue #2053's te.Linear on GB200), "
+     "the rest of the block at 2.75. The same host work brings the x86 DGX-B200 MoE rows in (B200 23.0% -> 17.8%, "
+     "docs/accuracy-history.md item 56); these Grace rows stay too slow (-9..-42% for the eager Qwen3 and "
+     "DeepSeek-V3 FP8 layers; -15..-52% at 2.75 before item 57): 1.88 is an upper bound (the issue's TE of August "
+     "2025 predates the releases that cut TE's CPU work; TE 2.9's te.Linear gives about 1.2), and Megatron-Core's "
+     "own code keeps 2.75, unmeasured on Grace: too slow"),
     ("mlmrecipes-b*-qwen3-235b-*", "eager Qwen3-235B-A22B layer on x86 DGX-B200 / DGX-B300 hosts (no or partial CUDA "
      "graphs, TP 2, EP 16): too fast like Megatron-Bridge's DGX-B200 / B300 Qwen3-235B rows; the source's fully "
      "graphed GB200 / GB300 variants are within 5%, its partial-graph GB200 variant 15% too fast: see "
@@ -76,7 +77,7 @@ MOE_CAUSES: tuple[tuple[str, str], ...] = (
      "TFLOP/s between its baseline (494) and 970: graphs +8.6%, NUMA binding +10%, no up-projection recompute \"due to CPU "
      "overhead\" +7.9%. dtsim, whose MoE host time is Megatron-Core's own code and Transformer Engine's Python run on "
      "a CPU (moe_host.py, host.MCORE_HOST, TE_HOST, TE_FP8_HOST, MLA_HOST_EXTRA, moe_host.TE_EXPERTS, TE_FP8_EXPERTS; "
-     "TE's C++ not), gives that eager GB200 state 595 and the graphs +38% (docs/moe.md). 1.5x on these x86 hosts "
+     "TE's C++ not), gives that eager GB200 state 670 and the graphs +35% (docs/moe.md). 1.5x on these x86 hosts "
      "brings these rows to -1..+2% (python benchmarks/dsv3_gb200_history.py --rows 'mbridge*-b200-deepseek*' "
      "--dispatch-scale 1 1.5 2 2.5). That factor is DeepSeek-V3's: the 25.09 DGX-B200 Qwen3-235B token-drop rows, "
      "eager as these, are -8% / -15% at 1x (their Qwen3-30B sibling's per-layer graphs capture its whole token-drop layer, "

@@ -169,15 +169,25 @@ def mla_host_s(model: Any, kernels: Any, framework: str) -> tuple[float, float]:
     return MLA_HOST_EXTRA[0] * ref_f, MLA_HOST_EXTRA[1] * ref_b
 
 
-def mcore_scale(model: Any, kernels: Any, framework: str, kind: str, fp8: str | None = None) -> tuple[float, float]:
+def te_share(host: Any) -> float:
+    """The factor on Transformer Engine's share of a block's host time that makes it cost the host's
+    ``te_dispatch_scale`` instead of its ``dispatch_scale`` (``HostConfig``; the compute model multiplies every
+    host time by ``dispatch_scale``): 1 where the topology sets none."""
+    return 1.0 if host.te_dispatch_scale is None else host.te_dispatch_scale / host.dispatch_scale
+
+
+def mcore_scale(model: Any, kernels: Any, framework: str, kind: str, fp8: str | None = None,
+                te: float = 1.0) -> tuple[float, float]:
     """``MCORE_HOST[kind]`` times ``TE_HOST[kind]`` (Megatron-Core's layer code with Transformer Engine's
     modules), times ``TE_FP8_HOST[fp8][kind]`` under an FP8 recipe ``fp8`` (``TrainingConfig.active_fp8_recipe``),
-    for a Megatron-Core block (``is_megatron_core``), else ``(1, 1)``: the rebuilds' own figures."""
+    for a Megatron-Core block (``is_megatron_core``), else ``(1, 1)``: the rebuilds' own figures. What Transformer
+    Engine adds over Megatron-Core's local modules is weighted by ``te`` (``te_share``):
+    ``code * (1 + (te_host * fp8_host - 1) * te)``."""
     if not is_megatron_core(model, kernels, framework):
         return 1.0, 1.0
     (code_f, code_b), (te_f, te_b) = MCORE_HOST[kind], TE_HOST[kind]
     fp8_f, fp8_b = TE_FP8_HOST[fp8][kind] if fp8 in TE_FP8_HOST else (1.0, 1.0)
-    return code_f * te_f * fp8_f, code_b * te_b * fp8_b
+    return code_f * (1 + (te_f * fp8_f - 1) * te), code_b * (1 + (te_b * fp8_b - 1) * te)
 
 
 def graphed(kernels: Any) -> frozenset[str]:
@@ -254,7 +264,8 @@ def fsdp_unit_ops(fsdp_version: int) -> tuple[tuple, tuple]:
 
 
 def attach(fwd: list, recompute: tuple, bwd: tuple, model: Any, kernels: Any,
-           framework: str, fsdp_version: int = 0, fp8: str | None = None) -> tuple[tuple, tuple, tuple]:
+           framework: str, fsdp_version: int = 0, fp8: str | None = None,
+           te: float = 1.0) -> tuple[tuple, tuple, tuple]:
     """The block's forward, recompute and backward ops with their host time (compiled blocks keep the
     per-kernel dispatch, ``Op.host_s`` None).
     Recomputation re-runs the forward code: each recomputed op carries its forward op's share. Under a
@@ -264,8 +275,8 @@ def attach(fwd: list, recompute: tuple, bwd: tuple, model: Any, kernels: Any,
     (``eager_share``); the gradient hooks stay (they run on the parameters' AccumulateGrad nodes, outside
     the captured graph). Under FSDP (``fsdp_version`` 1 or 2) the forward starts and the backward ends with
     the unit's hooks (``fsdp_unit_ops``); recomputation runs inside the unit and does not repeat them.
-    Megatron-Core's layer code costs ``mcore_scale`` times the rebuild's (under the FP8 recipe ``fp8``), and
-    its MLA attention ``mla_host_s`` more."""
+    Megatron-Core's layer code costs ``mcore_scale`` times the rebuild's (under the FP8 recipe ``fp8``, Transformer
+    Engine's share weighted by ``te``), and its MLA attention ``mla_host_s`` more."""
     unit_f, unit_b = fsdp_unit_ops(fsdp_version)
     style = block_style(model, kernels)
     if style is None:
@@ -273,7 +284,7 @@ def attach(fwd: list, recompute: tuple, bwd: tuple, model: Any, kernels: Any,
     fwd_s, bwd_s = BLOCK_HOST_S[style]
     # ops whose code makes more calls than the reference block's (Op.extra_host_calls), and their autograd nodes
     extra = sum(op.extra_host_calls for op in fwd) * HOST_PER_CALL_S[style]
-    code_f, code_b = mcore_scale(model, kernels, framework, "dense", fp8)
+    code_f, code_b = mcore_scale(model, kernels, framework, "dense", fp8, te)
     mla_f, mla_b = mla_host_s(model, kernels, framework)
     fwd_s = (fwd_s + extra) * eager_share(kernels, 0) * code_f + mla_f
     bwd_s = (bwd_s + extra) * eager_share(kernels, 1) * code_b + mla_b

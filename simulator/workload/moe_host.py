@@ -128,18 +128,18 @@ def param_tensors(model: Any, local_experts: int) -> int:
 
 
 def _host(piece: str, way: int, local_experts: int, fp8: str | None, scopes: frozenset[str], code: float = 1.0,
-          te: bool = False) -> float:
+          te: float = 0.0) -> float:
     """``piece``'s eager host time in reference-block units (module table), less what the CUDA-graph
     ``scopes`` capture (``host.graphed``, where ``full_iteration`` includes ``moe``); outside the experts
     times ``code``, Megatron-Core's code over the rebuild's (``host.mcore_scale``); the experts plus
-    ``TE_EXPERTS`` where ``te`` (Megatron-Core's ``TEGroupedMLP``), and ``TE_FP8_EXPERTS`` under its FP8 recipe
-    ``fp8``; other FP8 experts the rebuild's ``FP8_EXPERT_SLOPE``."""
+    ``TE_EXPERTS`` times ``te`` where non-zero (Megatron-Core's ``TEGroupedMLP``, ``te`` its ``host.te_share``),
+    and ``TE_FP8_EXPERTS`` under its FP8 recipe ``fp8``; other FP8 experts the rebuild's ``FP8_EXPERT_SLOPE``."""
     if "moe" in scopes:  # the whole MoE slot replays as graphs
         return 0.0
     a, slope = PIECES[piece][way]
     if piece == "experts" and te:
         (te_a, te_slope), (fp8_a, fp8_slope) = TE_EXPERTS[way], TE_FP8_EXPERTS.get(fp8, ((0.0, 0.0),) * 2)[way]
-        a, slope = a + te_a + fp8_a, slope + te_slope + fp8_slope
+        a, slope = a + (te_a + fp8_a) * te, slope + (te_slope + fp8_slope) * te
     elif piece == "experts" and fp8:
         slope += FP8_EXPERT_SLOPE[way]
     eager = 1.0 if piece == "experts" else code
@@ -171,7 +171,8 @@ def _extras(model: Any, kernels: Any, way: int, local_experts: int, scopes: froz
             for k, on in present.items() if on}
 
 
-def forward(ops: Any, model: Any, kernels: Any, framework: str, local_experts: int, fp8: str | None) -> Any:
+def forward(ops: Any, model: Any, kernels: Any, framework: str, local_experts: int, fp8: str | None,
+            te_share: float = 1.0) -> Any:
     """``ops`` (``moe_ops.MoEBlockOps``) with the block's forward host time spread over them by work
     (module docstring); unchanged when the block is compiled.
 
@@ -187,7 +188,8 @@ def forward(ops: Any, model: Any, kernels: Any, framework: str, local_experts: i
     if style is None:
         return ops
     ref, scopes = whost.BLOCK_HOST_S[style][0], whost.graphed(kernels)
-    code, te = whost.mcore_scale(model, kernels, framework, "moe", fp8)[0], whost.is_megatron_core(model, kernels, framework)
+    code = whost.mcore_scale(model, kernels, framework, "moe", fp8, te_share)[0]
+    te = te_share * whost.is_megatron_core(model, kernels, framework)
     extras = _extras(model, kernels, 0, local_experts, scopes, code)
     seconds = (whost.ATTENTION_HALF[0] * ("attn" not in scopes) * code + sum(extras.values())
                + sum(_host(p, 0, local_experts, fp8, scopes, code, te) for p in PIECES))
@@ -208,7 +210,8 @@ def forward(ops: Any, model: Any, kernels: Any, framework: str, local_experts: i
     return replace(ops, pre=pre_a + pre_b, experts=ex_a + ex_b, shared=shared, post=post)
 
 
-def backward(bwd: tuple, model: Any, kernels: Any, framework: str, local_experts: int, fp8: str | None) -> tuple:
+def backward(bwd: tuple, model: Any, kernels: Any, framework: str, local_experts: int, fp8: str | None,
+             te_share: float = 1.0) -> tuple:
     """The block's backward pieces (pre, experts, shared, post) with the backward host time spread over
     their ops by work; recomputed ops keep their forward op's share. Under a
     ``host.HOOKED_FRAMEWORKS`` engine the backward also runs ``host.GRAD_HOOK_S`` per parameter tensor."""
@@ -216,7 +219,8 @@ def backward(bwd: tuple, model: Any, kernels: Any, framework: str, local_experts
     if style is None:
         return bwd
     ref, scopes = whost.BLOCK_HOST_S[style][1], whost.graphed(kernels)
-    code, te = whost.mcore_scale(model, kernels, framework, "moe", fp8)[1], whost.is_megatron_core(model, kernels, framework)
+    code = whost.mcore_scale(model, kernels, framework, "moe", fp8, te_share)[1]
+    te = te_share * whost.is_megatron_core(model, kernels, framework)
     total = (whost.ATTENTION_HALF[1] * ("attn" not in scopes) * code
              + sum(_extras(model, kernels, 1, local_experts, scopes, code).values())
              + sum(_host(p, 1, local_experts, fp8, scopes, code, te) for p in PIECES)) * ref

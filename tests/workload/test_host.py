@@ -23,7 +23,7 @@ CPU_ONLY = replace(for_gpu(A100), host_dispatch_scale=1.0)
 
 
 def _scenario(h=1024, mbs=1, tp=1, flash=False, compile_=False, mlp="gelu", norm="layernorm", fused=True,
-              checkpointing="none", framework="ddp", linear=None, topology="dgx-a100", precision="bf16"):
+              checkpointing="none", framework="ddp", linear=None, topology="dgx-a100", precision="bf16", gpus=None):
     # Megatron-LM's own linears under ddp by default: the legacy layer the reference blocks rebuild (Transformer
     # Engine's linears mean Megatron-Core's layer, whose code costs host.MCORE_HOST times as much)
     linear = linear or ("megatron" if framework == "ddp" else "auto")
@@ -31,7 +31,8 @@ def _scenario(h=1024, mbs=1, tp=1, flash=False, compile_=False, mlp="gelu", norm
              "vocab_size": 50304, "mlp": mlp, "norm": norm, "linear_bias": mlp == "gelu",
              "position_embedding": "learned" if mlp == "gelu" else "rope", "max_position_embeddings": 1024,
              "tied_embeddings": True}
-    raw = {"name": "small", "model": model, "cluster": {"topology": topology, "nodes": 1},
+    cluster = {"topology": topology, "nodes": 1} | ({"gpus": gpus} if gpus else {})
+    raw = {"name": "small", "model": model, "cluster": cluster,
            "training": {"seq_len": 1024, "micro_batch_size": mbs, "global_batch_size": 4 * mbs * (8 // tp),
                         "precision": precision, "activation_checkpointing": checkpointing,
                         "kernels": {"flash_attention": flash, "compile": compile_, "fused_norm_residual": fused,
@@ -244,6 +245,18 @@ def test_fp8_under_transformer_engine_costs_its_measured_factor():
     fp8 = pwork.from_scenario(_scenario(flash=True, linear="te", topology="dgx-b200", precision="fp8"))
     assert _host(model, fp8.layer_fwd) == pytest.approx(1591.960104e-6)
     assert _host(model, fp8.layer_bwd) == pytest.approx(1210.327272e-6 + 54e-6)
+
+
+def test_transformer_engines_share_costs_the_grace_te_factor():
+    # On a GB200 rack (host.dispatch_scale 2.75, te_dispatch_scale 1.88) the MXFP8 Megatron-Core layer's local-spec
+    # code runs at 2.75x and what Transformer Engine adds over it (1.29 x 1.49 - 1 forward, 1.27 x 1.54 - 1
+    # backward) at 1.88x: 493 µs x 1.68 x (2.75 + 0.9221 x 1.88) = 3,713.4... µs forward; 573 µs x 1.08 x (2.75 +
+    # 0.9558 x 1.88) and the 12 gradient hooks of 4.5 µs at 2.75x backward
+    work = pwork.from_scenario(_scenario(flash=True, linear="te", topology="gb200-nvl72", precision="fp8", gpus=8))
+    grace = RooflineComputeModel(A100, "bf16", CPU_ONLY, launch=kernels.EAGER, host_scale=2.75)
+    assert _host(grace, work.layer_fwd) == pytest.approx(493e-6 * 1.68 * (2.75 + (1.29 * 1.49 - 1) * 1.88))
+    assert _host(grace, work.layer_bwd) == pytest.approx(573e-6 * 1.08 * (2.75 + (1.27 * 1.54 - 1) * 1.88)
+                                                         + 2.75 * 54e-6)
 
 
 def test_mla_attention_host_extra_applies_to_eager_megatron_core_blocks_only():
