@@ -177,17 +177,17 @@ def te_share(host: Any) -> float:
 
 
 def mcore_scale(model: Any, kernels: Any, framework: str, kind: str, fp8: str | None = None,
-                te: float = 1.0) -> tuple[float, float]:
+                te_share: float = 1.0) -> tuple[float, float]:
     """``MCORE_HOST[kind]`` times ``TE_HOST[kind]`` (Megatron-Core's layer code with Transformer Engine's
     modules), times ``TE_FP8_HOST[fp8][kind]`` under an FP8 recipe ``fp8`` (``TrainingConfig.active_fp8_recipe``),
     for a Megatron-Core block (``is_megatron_core``), else ``(1, 1)``: the rebuilds' own figures. What Transformer
-    Engine adds over Megatron-Core's local modules is weighted by ``te`` (``te_share``):
-    ``code * (1 + (te_host * fp8_host - 1) * te)``."""
+    Engine adds over Megatron-Core's local modules is weighted by ``te_share`` (the function of that name):
+    ``code * (1 + (te_host * fp8_host - 1) * te_share)``."""
     if not is_megatron_core(model, kernels, framework):
         return 1.0, 1.0
     (code_f, code_b), (te_f, te_b) = MCORE_HOST[kind], TE_HOST[kind]
     fp8_f, fp8_b = TE_FP8_HOST[fp8][kind] if fp8 in TE_FP8_HOST else (1.0, 1.0)
-    return code_f * (1 + (te_f * fp8_f - 1) * te), code_b * (1 + (te_b * fp8_b - 1) * te)
+    return code_f * (1 + (te_f * fp8_f - 1) * te_share), code_b * (1 + (te_b * fp8_b - 1) * te_share)
 
 
 def graphed(kernels: Any) -> frozenset[str]:
@@ -265,7 +265,7 @@ def fsdp_unit_ops(fsdp_version: int) -> tuple[tuple, tuple]:
 
 def attach(fwd: list, recompute: tuple, bwd: tuple, model: Any, kernels: Any,
            framework: str, fsdp_version: int = 0, fp8: str | None = None,
-           te: float = 1.0) -> tuple[tuple, tuple, tuple]:
+           te_share: float = 1.0) -> tuple[tuple, tuple, tuple]:
     """The block's forward, recompute and backward ops with their host time (compiled blocks keep the
     per-kernel dispatch, ``Op.host_s`` None).
     Recomputation re-runs the forward code: each recomputed op carries its forward op's share. Under a
@@ -276,7 +276,7 @@ def attach(fwd: list, recompute: tuple, bwd: tuple, model: Any, kernels: Any,
     the captured graph). Under FSDP (``fsdp_version`` 1 or 2) the forward starts and the backward ends with
     the unit's hooks (``fsdp_unit_ops``); recomputation runs inside the unit and does not repeat them.
     Megatron-Core's layer code costs ``mcore_scale`` times the rebuild's (under the FP8 recipe ``fp8``, Transformer
-    Engine's share weighted by ``te``), and its MLA attention ``mla_host_s`` more."""
+    Engine's share weighted by ``te_share``), and its MLA attention ``mla_host_s`` more."""
     unit_f, unit_b = fsdp_unit_ops(fsdp_version)
     style = block_style(model, kernels)
     if style is None:
@@ -284,7 +284,7 @@ def attach(fwd: list, recompute: tuple, bwd: tuple, model: Any, kernels: Any,
     fwd_s, bwd_s = BLOCK_HOST_S[style]
     # ops whose code makes more calls than the reference block's (Op.extra_host_calls), and their autograd nodes
     extra = sum(op.extra_host_calls for op in fwd) * HOST_PER_CALL_S[style]
-    code_f, code_b = mcore_scale(model, kernels, framework, "dense", fp8, te)
+    code_f, code_b = mcore_scale(model, kernels, framework, "dense", fp8, te_share)
     mla_f, mla_b = mla_host_s(model, kernels, framework)
     fwd_s = (fwd_s + extra) * eager_share(kernels, 0) * code_f + mla_f
     bwd_s = (bwd_s + extra) * eager_share(kernels, 1) * code_b + mla_b
