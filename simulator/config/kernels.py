@@ -19,6 +19,9 @@ AttentionImpl = Literal["auto", "fa1", "triton", "fa2", "fa3", "cudnn", "sdpa_ma
 UNFUSED_ATTENTION = ("sdpa_math", "eager", "hf_eager")
 #: Block-scaled MX FP8 GEMMs (``fp8_recipe: mxfp8``): NVIDIA Blackwell (sm_100/103) and AMD CDNA4 (MI350/355X).
 MXFP8_ARCHS = ("blackwell", "cdna4")
+#: NVFP4 GEMMs (``fp8_recipe: nvfp4``: E2M1 values with an E4M3 scale per 16 elements and a per-tensor FP32
+#: scale, Transformer Engine's ``NVFP4BlockScaling``): NVIDIA Blackwell only (sm_100/103).
+NVFP4_ARCHS = ("blackwell",)
 #: FP8 recipes of torchao's float8 linears (no Transformer Engine modules).
 TORCHAO_RECIPES = ("tensorwise", "rowwise")
 
@@ -52,10 +55,12 @@ class KernelConfig(Frozen):
     #: per-layer graphs of such a block capture it too); ``full_iteration`` the whole forward and backward
     #: of every block (``--cuda-graph-impl local --cuda-graph-scope full_iteration``). Empty: eager.
     cuda_graphs: tuple[Literal["attn", "mlp", "moe_router", "moe_preprocess", "moe", "full_iteration"], ...] = ()
-    #: FP8 scaling recipe when ``training.precision`` is fp8: Transformer Engine ``delayed`` or
-    #: ``current`` scaling, torchao float8 ``tensorwise`` or ``rowwise``, Blackwell ``mxfp8``.
-    fp8_recipe: Literal["delayed", "current", "tensorwise", "rowwise", "mxfp8"] = "delayed"
-    #: Which Transformer Engine modules carry the FP8 GEMMs (recipes delayed, current, mxfp8;
+    #: Low-precision GEMM recipe when ``training.precision`` is fp8: Transformer Engine ``delayed`` or
+    #: ``current`` scaling, torchao float8 ``tensorwise`` or ``rowwise``, Blackwell ``mxfp8``, or Blackwell
+    #: ``nvfp4`` (the linear layers' GEMMs in NVFP4, Megatron ``--fp4-format e2m1 --fp4-recipe nvfp4``;
+    #: the rest of the step keeps precision fp8's mixed-precision layout: BF16 weights, attention and logits).
+    fp8_recipe: Literal["delayed", "current", "tensorwise", "rowwise", "mxfp8", "nvfp4"] = "delayed"
+    #: Which Transformer Engine modules carry the FP8 GEMMs (recipes delayed, current, mxfp8, nvfp4;
     #: ``simulator.workload.fp8_casts``): ``fused``, TE's ``LayerNormLinear`` / ``LayerNormMLP`` as
     #: Megatron-Core and NeMo build them (the norm and activation kernels write the FP8 input; the
     #: weights are cast once per step, ``is_first_microbatch``); ``linear``, a ``te.Linear`` swapped in
@@ -101,6 +106,6 @@ class KernelConfig(Frozen):
         if self.fp8_te_modules == "linear" and self.fp8_recipe in TORCHAO_RECIPES:
             raise ValueError(f"training.kernels.fp8_te_modules linear describes Transformer Engine modules, but "
                              f"training.kernels.fp8_recipe {self.fp8_recipe} is torchao float8; use fp8_recipe "
-                             "delayed, current or mxfp8, or leave fp8_te_modules at fused")
+                             "delayed, current, mxfp8 or nvfp4, or leave fp8_te_modules at fused")
         return self
 

@@ -16,6 +16,7 @@ from simulator.config.base import Frozen
 from simulator.config.hardware import Dtype, GPUSpec
 from simulator.config.kernels import (  # noqa: F401
     MXFP8_ARCHS,
+    NVFP4_ARCHS,
     TORCHAO_RECIPES,
     UNFUSED_ATTENTION,
     AttentionImpl,
@@ -313,4 +314,12 @@ class Scenario(Frozen):
             raise ValueError(f"training.kernels.fp8_recipe mxfp8 needs block-scaled (MX) FP8 GEMMs, which "
                              f"{gpu.name} ({gpu.arch}) does not have ({', '.join(MXFP8_ARCHS)} only); use delayed "
                              "or current (Transformer Engine) or tensorwise or rowwise (torchao)")
+        if t.active_fp8_recipe == "nvfp4":
+            if gpu.arch not in NVFP4_ARCHS:
+                raise ValueError(f"training.kernels.fp8_recipe nvfp4 needs NVFP4 GEMMs, which {gpu.name} ({gpu.arch}) "
+                                 f"does not have ({', '.join(NVFP4_ARCHS)} only); use delayed or current (Transformer Engine)")
+            if p.fp8_param_gather:
+                raise ValueError("parallel.fp8_param_gather with training.kernels.fp8_recipe nvfp4: Megatron-Core "
+                                 "gathers an NVFP4 model's weights in BF16 (Megatron-Bridge: \"fp4_param and "
+                                 "fp4_param_gather are not supported for now\"); set parallel.fp8_param_gather false")
         return self

@@ -43,7 +43,15 @@ MXFP8 GEMM (1×32 UE8M0 scales loaded beside each operand tile) runs at ``MXFP8_
 Transformer Engine's GEMM profiling guide (``docs/examples/gemm_profiling``, B300 SXM6, the twelve
 pre-quantized GEMMs of a 4,096-wide layer with a 16,384-wide MLP at 15,872 tokens, kernel time only)
 times them at 7.161 ms per layer in MXFP8 against 6.812 in FP8 current scaling (forward 2.365 / 2.158,
-data gradient 2.397 / 2.329, weight gradient 2.400 / 2.325).
+data gradient 2.397 / 2.329, weight gradient 2.400 / 2.325). An NVFP4 GEMM (E2M1 operands, an E4M3 scale per
+16 elements) runs at ``NVFP4_GEMM_RATE`` of it: the same guide times the same twelve GEMMs at 3.764 ms per
+layer in NVFP4 (forward 1.254, data gradient 1.305, weight gradient 1.205), 1.81x the per-tensor FP8 rate
+where B300's datasheet FP4 peak is 3.1x its FP8 peak (14,000 against 4,500 TFLOP/s): at these shapes the
+FP4 kernels reach 36% of that peak against FP8's 66%. The rate is taken over FP8's on every Blackwell part,
+not scaled by each part's FP4 / FP8 peak ratio (2 on B200 / GB200, 3 on GB300): no NVFP4 GEMM timing of a
+B200 or GB200 is published (U); NVIDIA's NVFP4 / MXFP8 throughput ratios for Llama 3.1 405B (each at its preset's
+layout), 1.40-1.48 on GB200 against 1.43-1.50 on GB300 (Megatron-Bridge performance summary), show no sign of the
+peaks' ratio.
 """
 
 from __future__ import annotations
@@ -71,6 +79,10 @@ FP8_FAST_ACCUM_SPEEDUP: dict[str, float] = {"hopper": 1.15}
 NON_TN_FP8_ARCHS = ("blackwell",)
 #: MXFP8 GEMM rate over the per-tensor FP8 GEMM rate (module docstring: 6.812 / 7.161 ms, B300).
 MXFP8_GEMM_RATE = 6.812 / 7.161
+#: NVFP4 GEMM rate over the per-tensor FP8 GEMM rate (module docstring: 6.812 / 3.764 ms, B300).
+NVFP4_GEMM_RATE = 6.812 / 3.764
+#: The linear GEMMs' rate over a per-tensor FP8 GEMM's, per block-scaled recipe.
+BLOCK_SCALED_GEMM_RATE: dict[str, float] = {"mxfp8": MXFP8_GEMM_RATE, "nvfp4": NVFP4_GEMM_RATE}
 
 
 class RooflineComputeModel:
@@ -96,8 +108,8 @@ class RooflineComputeModel:
             # for BF16, hardware.md §4 [S1]); the fitted sustained fraction applies to both.
             self.gemm_peak *= gpu.mamf_fraction_fp8 / (efficiency.gemm_fraction / efficiency.gemm_sustained_of_mamf)
         self.fast_accum = FP8_FAST_ACCUM_SPEEDUP.get(gpu.arch, 1.0) if self.fp8 else 1.0
-        #: the FP8 linear GEMMs' rate over a per-tensor FP8 GEMM's (block-scaled MXFP8: module docstring)
-        self.fp8_gemm_rate = MXFP8_GEMM_RATE if self.fp8 and fp8_recipe == "mxfp8" else 1.0
+        #: the FP8 linear GEMMs' rate over a per-tensor FP8 GEMM's (block-scaled MXFP8, NVFP4: module docstring)
+        self.fp8_gemm_rate = BLOCK_SCALED_GEMM_RATE.get(fp8_recipe, 1.0) if self.fp8 else 1.0
         #: FP8 casts make no transposed copies on this GPU (``NON_TN_FP8_ARCHS``)
         self.non_tn_fp8 = gpu.arch in NON_TN_FP8_ARCHS
         self.attn_peak = gpu.sustained_peak_flops(attn_dtype) * flops_scale

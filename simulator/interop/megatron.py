@@ -14,6 +14,7 @@ N-th layer full attention, ``is_layer_window_attention``: ``model.full_attention
 ``--make-vocab-size-divisible-by`` (128) × tp (``_vocab_size_with_padding``), ``--seq-length``,
 ``--micro-batch-size``, ``--global-batch-size``, ``--bf16`` / ``--fp16``, ``--fp8-format`` with ``--fp8-recipe``
 (``delayed`` default, ``tensorwise`` = current scaling, ``mxfp8``; ``training.kernels.fp8_recipe``),
+``--fp4-format e2m1`` with ``--fp4-recipe nvfp4`` (``fp8_recipe: nvfp4``),
 ``--recompute-granularity``
 (``full`` / ``selective``; ``--recompute-activations`` = selective), ``--recompute-modules`` (a list:
 ``core_attn``, ``layernorm``, ``moe_act``, ``mla_up_proj``, ``mlp``, ``moe``, ``shared_experts``;
@@ -189,10 +190,19 @@ def _training(flags: dict, integer, out: Imported) -> None:
     precision = "bf16" if flags.get("bf16") else "fp16" if flags.get("fp16") else "fp32"
     if value_of(flags, "fp8-format"):
         precision = "fp8"
+    fp4 = value_of(flags, "fp4-format")
+    if fp4 is not None:
+        if precision == "fp8":
+            raise InputError("--fp4-format contradicts --fp8-format (Megatron runs one of them); keep one", FIELD)
+        fp4_recipe = value_of(flags, "fp4-recipe") or "nvfp4"
+        if fp4_recipe != "nvfp4":
+            raise InputError(f"--fp4-recipe {fp4_recipe!r}: dtsim simulates nvfp4; give --fp4-recipe nvfp4", FIELD)
+        precision = "fp8"  # dtsim's low-precision path, with the NVFP4 GEMM recipe (training.kernels.fp8_recipe)
+        out.set("training.kernels.fp8_recipe", "nvfp4")
     out.set("training.precision", precision)
     recipe = value_of(flags, "fp8-recipe")
     if recipe is not None:
-        if precision != "fp8":
+        if not value_of(flags, "fp8-format"):
             raise InputError(f"--fp8-recipe {recipe} needs --fp8-format (FP8 training)", FIELD)
         if recipe not in FP8_RECIPES:
             raise InputError(f"--fp8-recipe {recipe!r}: dtsim simulates {', '.join(FP8_RECIPES)}; give one of them",

@@ -54,7 +54,9 @@ def export_args(s: Scenario) -> Exported:
     lines += export_moe(s)
     lines += [f"--seq-length {tr.seq_len}", f"--micro-batch-size {tr.micro_batch_size}",
               f"--global-batch-size {tr.global_batch_size}"]
-    if tr.precision == "fp8":
+    if tr.active_fp8_recipe == "nvfp4":
+        lines += ["--bf16", "--fp4-format e2m1", "--fp4-recipe nvfp4"]
+    elif tr.precision == "fp8":
         lines += ["--bf16", "--fp8-format hybrid"]
         recipe = {"delayed": "delayed", "current": "tensorwise", "mxfp8": "mxfp8"}.get(tr.kernels.fp8_recipe)
         if recipe is None:

@@ -23,7 +23,7 @@ VALUE_FLAGS = (
     "num-layers-per-virtual-pipeline-stage", "virtual-pipeline-model-parallel-size", "pipeline-model-parallel-layout",
     "fp8-format", "window-size", "window-attn-skip-freq", "recompute-modules",
     "attention-backend", "nnodes", "nproc-per-node", "clip-grad", "fp8-recipe", "ddp-bucket-size",
-    "transformer-impl", "wgrad-deferral-limit", "optimizer", "muon-num-ns-steps",
+    "transformer-impl", "wgrad-deferral-limit", "optimizer", "muon-num-ns-steps", "fp4-format", "fp4-recipe",
 ) + megatron_moe.VALUE_FLAGS + megatron_graphs.VALUE_FLAGS + megatron_mla.VALUE_FLAGS
 #: Switches dtsim reads.
 BOOL_FLAGS = (

@@ -89,6 +89,18 @@ _DENSE_FIRST: tuple[tuple[str, str], ...] = (
      "GPU-bound: too fast"),
 )
 GROUP_CAUSES: tuple[tuple[str, str], ...] = _DENSE_FIRST + MOE_CAUSES + (
+    ("mbridge260401-gb300-llama3*-nvfp4", "GB300's measured NVFP4 gain on the same layout is 1.54x over MXFP8 (70B, "
+     "7,296 against 4,736 tokens/s/GPU) and 1.41x over FP8-CS (405B, 1,440 against 1,024) where dtsim gives 1.39x and "
+     "1.36x, and GB200's NVFP4 rows are -5..-8%: dtsim prices NVFP4 GEMMs at Transformer Engine's B300 figure, 1.81x the per-tensor FP8 rate "
+     "(GEMM profiling guide, pre-quantized), on every Blackwell part; whether the 1,400 W GB300 sustains more of its "
+     "FP4 peak (3x its FP8 peak, GB200's 2x) than the guide's B300 did is not measured: too slow"),
+    ("together-b200-llama3.1-405b-256gpu-nvfp4", "pipeline stalls on Together AI's cluster at PP 16: the repository "
+     "profiles a 43% pipeline bubble for this layout and 15.5% at PP 8 (slurm/llama3.1-405b/nvfp4/results.md; \"P2P "
+     "bandwidth degrades from 42 GB/s (2-4 nodes) to 14.5 GB/s (32+ nodes)\"), where dtsim's reported stage idles 11% "
+     "of its 60.2 s step; its PP 8, VP 4 run of the same recipe (every block recomputed, -rl 8: 2,006 TFLOP/s/GPU, "
+     "61.8 s per step) dtsim gives 58.1 s (+6%): the layouts' ratio is 1.28 measured and 1.04 here. NVIDIA's GB200 "
+     "rows of the model in NVFP4 at PP 16 are -8% / +3% (mbridge26*-gb200-llama3.1-405b-256gpu-nvfp4): what the "
+     "16 stages lose on this cluster's pipeline links is not modelled: too fast"),
     ("dgxc2505-h100-grok1-314b-512gpu-bf16", "the recipe's tensor-parallel communication overlap is simulated (0.08 s of "
      "sequence-parallel collectives left exposed in a 19.6 s step, 0.55 s before it was modelled with MoE); the rest is "
      "Hopper's GEMM share on NVIDIA's tuned stacks (" + _HOPPER_GEMM + "); its FP8 sibling is -1.4%: too slow"),

@@ -16,7 +16,7 @@ from simulator.workload import loss as wloss
 from simulator.workload import op_sac, recompute
 from simulator.workload.attention_core import fused_softmax_available
 from simulator.workload.flops import Recompute
-from simulator.workload.fp8_casts import SAVES_FP8_INPUTS
+from simulator.workload.fp8_casts import SAVED_INPUT_BYTES, SAVES_FP8_INPUTS
 from simulator.workload.loss import LOGPROB_BYTES  # noqa: F401  (re-exported for workload.memory)
 
 #: Linears whose input is split over tensor-parallel ranks (Megatron row-parallel): each rank's GEMM
@@ -67,11 +67,11 @@ def out_proj_input_bytes(pb: int, lin: int, flash_attention: bool) -> int:
     return lin + (pb if flash_attention else 0)
 
 
-def linear_input_bytes(scenario: Scenario, pb: int) -> int:
+def linear_input_bytes(scenario: Scenario, pb: int) -> float:
     """Bytes per element of a linear layer's saved input: 1 under a Transformer Engine FP8 recipe
-    (``fp8_casts.SAVES_FP8_INPUTS``), else the training dtype's ``pb``."""
-    tr = scenario.training
-    return 1 if tr.active_fp8_recipe in SAVES_FP8_INPUTS else pb
+    (``fp8_casts.SAVES_FP8_INPUTS``; NVFP4's ``SAVED_INPUT_BYTES``), else the training dtype's ``pb``."""
+    recipe = scenario.training.active_fp8_recipe
+    return SAVED_INPUT_BYTES.get(recipe, 1) if recipe in SAVES_FP8_INPUTS else pb
 
 
 def layer_activation_bytes(
@@ -87,6 +87,7 @@ def layer_activation_bytes(
     precision_bytes: int = 2,
     dropout: bool = False,
     fp8_inputs: bool = False,
+    fp8_input_bytes: float = 1.0,
     gathered_inputs: bool = False,
     mlp_recompute: bool = False,
 ) -> float:
@@ -119,7 +120,7 @@ def layer_activation_bytes(
     the block input, ``p·sbh`` (÷t with SP); see :func:`activations` for the transient.
 
     ``fp8_inputs`` (Transformer Engine FP8 recipes, ``fp8_casts.SAVES_FP8_INPUTS``): the linear inputs
-    are kept in FP8, 1 B instead of ``p``: the attention and MLP inputs (the norm outputs) and the
+    are kept in FP8, ``fp8_input_bytes`` (1 B; NVFP4 0.5625) instead of ``p``: the attention and MLP inputs (the norm outputs) and the
     MLP-down input (the activation output); the out projection's FP8 copy of the attention output comes
     on top of the 16-bit output a fused attention kernel keeps (``out_proj_input_bytes``).
 
@@ -134,7 +135,7 @@ def layer_activation_bytes(
         return p * sbh / region_div
     if recompute == "selective_op":
         return op_sac_layer_bytes(model, b, s, t, sequence_parallel=sequence_parallel, precision_bytes=p)
-    lin = 1 if fp8_inputs else p  # bytes per element of a saved linear-layer input
+    lin = fp8_input_bytes if fp8_inputs else p  # bytes per element of a saved linear-layer input
     inputs = 1 if mlp_recompute else 2  # the attention's and the MLP's norm outputs
     replicated = sbh * (2 * p + 2 * mask + (0 if gathered_inputs else inputs * lin))
     gathered = inputs * lin * sbh if gathered_inputs else 0.0  # kept whole on every rank
@@ -249,9 +250,10 @@ def stage_activations(scenario: Scenario) -> list[ActivationBytes]:
     pb = 2 if is_16bit(scenario) else 4
     dropout = m.dropout > 0
     sp = par.sequence_parallel and t > 1
+    lin = linear_input_bytes(scenario, pb)
     common = dict(flash_attention=tr.kernels.flash_attention, hf_eager=tr.kernels.attention == "hf_eager",
                   precision_bytes=pb, dropout=dropout,
-                  sequence_parallel=sp, fp8_inputs=linear_input_bytes(scenario, pb) == 1,
+                  sequence_parallel=sp, fp8_inputs=lin < pb, fp8_input_bytes=lin,
                   gathered_inputs=sp and par.framework == "fsdp")  # DTensor TP (torchtitan)
     # the mlp module's saving is modelled for dense models; an MoE / MLA model's few dense blocks keep
     # their MLP's tensors here (an overestimate)

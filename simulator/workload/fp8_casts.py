@@ -25,6 +25,11 @@ from simulator.workload.op import Op
 #: (without ``compile`` the eager chain abs/amax/scale/clamp/cast/transpose is 4 kernels).
 #: ``mxfp8`` (Blackwell, 1×32 block scales, local amax; a rowwise and a columnwise copy, 4 B): like
 #: ``delayed``, except that a norm cannot produce it (``NORM_UNFUSED_RECIPES``).
+#: ``nvfp4`` (Blackwell, Transformer Engine ``NVFP4BlockScaling``: E2M1 data, an E4M3 scale per 16 elements and
+#: a per-tensor FP32 scale, so the tensor's amax is needed first; a 16-point random Hadamard transform on the
+#: weight-gradient GEMM's inputs, stochastic rounding of the gradients): a pass for the amax, then the
+#: quantize, never fused into the producer (U: TE's fused norm and activation kernels are not read for NVFP4),
+#: 2 kernels at ``NVFP4_CAST_BYTES`` per element.
 #: The weights are cast once per optimizer step (TE caches the FP8 weights across the micro-batches of
 #: a step; torchao with FSDP casts the shard before the FP8 all-gather): ``optimizer_ops``. Plain
 #: ``te.Linear`` modules (``KernelConfig.fp8_te_modules: linear``) cast their input standalone whatever
@@ -38,6 +43,13 @@ FP8_RECIPES: dict[str, tuple[float, int, tuple[float, int] | None]] = {
     "rowwise": (6.0, 2, None),
     "mxfp8": (4.0, 1, (1.0, 0)),
 }
+#: NVFP4's cast bytes per element: MXFP8's standalone 4 B scaled by what quantizing costs each in Transformer
+#: Engine's GEMM profiling guide (``docs/examples/gemm_profiling``, B300 SXM6, the twelve GEMMs of a 4,096-wide
+#: layer at 15,872 tokens, per layer: autocast time less pre-quantized time, NVFP4 6.453 - 3.764 = 2.689 ms,
+#: MXFP8 8.984 - 7.161 = 1.823 ms): the amax pass, the Hadamard transform and the stochastic rounding make
+#: NVFP4's quantization 1.48x MXFP8's.
+NVFP4_CAST_BYTES = 4.0 * (6.453 - 3.764) / (8.984 - 7.161)
+FP8_RECIPES["nvfp4"] = (NVFP4_CAST_BYTES, 2, None)
 FP8_EAGER_TORCHAO_LAUNCHES = 4
 #: Recipes whose cast a norm kernel cannot produce: Transformer Engine computes the norm in high precision
 #: and quantizes it in a second kernel for an MXFP8 quantizer (``pytorch/csrc/extensions/normalization.cpp``:
@@ -53,7 +65,10 @@ FP8_WEIGHT_CAST_BYTES = 4
 #: from TE 2.x only the column-wise copy: "Discard row-wise data since it is not needed in backward
 #: pass", ``module/linear.py``). torchao's float8 linears save the high-precision input and cast it again
 #: in the backward (``matmul_with_hp_or_float8_args``), so tensorwise and rowwise are not listed.
-SAVES_FP8_INPUTS = ("delayed", "current", "mxfp8")
+SAVES_FP8_INPUTS = ("delayed", "current", "mxfp8", "nvfp4")
+#: Bytes per element of such a saved input: 1 (FP8), or NVFP4's column-wise copy, 0.5 B of E2M1 data and one
+#: 1-byte E4M3 scale per 16 elements.
+SAVED_INPUT_BYTES: dict[str, float] = {"nvfp4": 0.5 + 1 / 16}
 #: Recipes whose backward GEMMs rescale their output in a pass of their own. torchao's rowwise recipe
 #: runs the two backward GEMMs with precise accumulation (``Float8LinearConfig`` leaves
 #: ``gemm_config_grad_input`` / ``gemm_config_grad_weight`` at ``use_fast_accum=False``), and for axiswise
@@ -75,7 +90,7 @@ RESCALE_BYTES = 4
 #: shard and gathered (``_all_gather_mxfp8``): ``SP_GATHERED_COLUMNWISE``.
 TRANSPOSED_COPY_BYTES = 1
 SP_TRANSPOSE_BYTES = 2
-SP_GATHERED_COLUMNWISE = ("mxfp8",)
+SP_GATHERED_COLUMNWISE = ("mxfp8", "nvfp4")
 #: Recipes whose column-wise copy is the transpose of the row-wise FP8 data (Transformer Engine's
 #: per-tensor ``Float8Quantizer`` and ``Float8CurrentScalingQuantizer``): needed only where FP8 GEMMs take
 #: the TN layout alone. On Blackwell Transformer Engine makes none (``quantizer.cpp``: ``create_transpose =

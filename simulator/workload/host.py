@@ -141,6 +141,9 @@ TE_FP8_HOST: dict[str, dict[str, tuple[float, float]]] = {
     "current": {"dense": (1.57, 1.58), "moe": (1.16, 1.19)},
     "mxfp8": {"dense": (1.49, 1.54), "moe": (1.10, 1.14)},
 }
+#: NVFP4's quantizer bookkeeping is not run on the CPU (``benchmarks/te_cpu_fp8.py`` has no NVFP4 quantizer):
+#: it takes MXFP8's, the other block-scaled recipe of the same Transformer Engine modules (U).
+TE_FP8_HOST["nvfp4"] = TE_FP8_HOST["mxfp8"]
 #: Megatron-Core's ``MLASelfAttention`` over its standard self-attention: the host time it adds to a block, as
 #: (forward, backward) fractions of the ``megatron-flash`` reference block timed in the same run (``python
 #: benchmarks/host_dispatch_mcore.py``, median of three runs: 1.02 / 0.95 / 0.97 and 0.82 / 0.48 / 0.61; a

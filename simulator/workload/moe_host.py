@@ -93,6 +93,7 @@ TE_FP8_EXPERTS: dict[str, tuple[tuple[float, float], tuple[float, float]]] = {
     "current": ((0.388, 0.1470), (0.152, 0.1098)),
     "mxfp8": ((0.498, 0.1866), (0.171, 0.1561)),
 }
+TE_FP8_EXPERTS["nvfp4"] = TE_FP8_EXPERTS["mxfp8"]  # NVFP4 not run on the CPU: MXFP8's (``host.TE_FP8_HOST``, U)
 #: Shares of ``pre``'s forward host time in the router (with the pre-MLP norm) and in the preprocessing.
 ROUTER_SHARE, PREPROCESS_SHARE = 0.53, 0.14
 #: The experts' extra slope under FP8 (the per-expert input / gradient quantize), forward and backward, in the

@@ -915,3 +915,17 @@ def test_megatron_muon_round_trips():
     assert s.training.optimizer == "muon" and s.parallel.distributed_optimizer
     out = export_scenario(s, "megatron").text
     assert "--optimizer dist_muon" in out and "--use-distributed-optimizer" not in out
+
+
+def test_megatron_nvfp4_imports_and_round_trips():
+    """Megatron-LM's --fp4-format e2m1 --fp4-recipe nvfp4 (arguments.py; Megatron-Bridge's bf16_with_nvfp4_mixed)
+    is the NVFP4 recipe on dtsim's low-precision path; the exporter writes the same flags; FP4 with FP8 is refused."""
+    text = MEGATRON.replace("--bf16", "--bf16 --fp4-format e2m1 --fp4-recipe nvfp4")
+    s, _, _ = import_scenario("megatron", text=text, topology="dgx-b200")
+    assert (s.training.precision, s.training.kernels.fp8_recipe) == ("fp8", "nvfp4")
+    exported = export_scenario(s, "megatron").text
+    assert "--fp4-format e2m1" in exported and "--fp4-recipe nvfp4" in exported and "--fp8-format" not in exported
+    back, _, _ = import_scenario("megatron", text=exported, topology="dgx-b200")
+    assert back.training.kernels.fp8_recipe == "nvfp4"
+    with pytest.raises(InputError, match="contradicts --fp8-format"):
+        import_scenario("megatron", text=text.replace("--bf16", "--bf16 --fp8-format hybrid"), topology="dgx-b200")
