@@ -120,7 +120,8 @@ def layer_activation_bytes(
     the block input, ``p·sbh`` (÷t with SP); see :func:`activations` for the transient.
 
     ``fp8_inputs`` (Transformer Engine FP8 recipes, ``fp8_casts.SAVES_FP8_INPUTS``): the linear inputs
-    are kept in FP8, ``fp8_input_bytes`` (1 B; NVFP4 0.5625) instead of ``p``: the attention and MLP inputs (the norm outputs) and the
+    are kept quantized, ``fp8_input_bytes`` (1 B; NVFP4 0.5625) instead of ``p``: the attention and MLP
+    inputs (the norm outputs) and the
     MLP-down input (the activation output); the out projection's FP8 copy of the attention output comes
     on top of the 16-bit output a fused attention kernel keeps (``out_proj_input_bytes``).
 

@@ -11,6 +11,12 @@ from dataclasses import replace
 from simulator.config.scenario import TORCHAO_RECIPES
 from simulator.workload.op import Op
 
+#: NVFP4's cast bytes per element: MXFP8's standalone 4 B scaled by what quantizing costs each in Transformer
+#: Engine's GEMM profiling guide (``docs/examples/gemm_profiling``, B300 SXM6, the twelve GEMMs of a 4,096-wide
+#: layer at 15,872 tokens, per layer: autocast time less pre-quantized time, NVFP4 6.453 - 3.764 = 2.689 ms,
+#: MXFP8 8.984 - 7.161 = 1.823 ms): the amax pass, the Hadamard transform and the stochastic rounding make
+#: NVFP4's quantization 1.48x MXFP8's.
+NVFP4_CAST_BYTES = 4.0 * (6.453 - 3.764) / (8.984 - 7.161)
 #: The FP8 casts around one linear GEMM, per recipe: extra HBM bytes per element of the 16-bit tensor
 #: cast, and kernels, for a standalone cast and for a cast fused into the kernel that produces the
 #: tensor (``None``: never fused). Each cast writes the FP8 tensor and a transposed FP8 copy for the
@@ -42,14 +48,8 @@ FP8_RECIPES: dict[str, tuple[float, int, tuple[float, int] | None]] = {
     "tensorwise": (6.0, 2, None),
     "rowwise": (6.0, 2, None),
     "mxfp8": (4.0, 1, (1.0, 0)),
+    "nvfp4": (NVFP4_CAST_BYTES, 2, None),
 }
-#: NVFP4's cast bytes per element: MXFP8's standalone 4 B scaled by what quantizing costs each in Transformer
-#: Engine's GEMM profiling guide (``docs/examples/gemm_profiling``, B300 SXM6, the twelve GEMMs of a 4,096-wide
-#: layer at 15,872 tokens, per layer: autocast time less pre-quantized time, NVFP4 6.453 - 3.764 = 2.689 ms,
-#: MXFP8 8.984 - 7.161 = 1.823 ms): the amax pass, the Hadamard transform and the stochastic rounding make
-#: NVFP4's quantization 1.48x MXFP8's.
-NVFP4_CAST_BYTES = 4.0 * (6.453 - 3.764) / (8.984 - 7.161)
-FP8_RECIPES["nvfp4"] = (NVFP4_CAST_BYTES, 2, None)
 FP8_EAGER_TORCHAO_LAUNCHES = 4
 #: Recipes whose cast a norm kernel cannot produce: Transformer Engine computes the norm in high precision
 #: and quantizes it in a second kernel for an MXFP8 quantizer (``pytorch/csrc/extensions/normalization.cpp``:
@@ -58,6 +58,7 @@ FP8_EAGER_TORCHAO_LAUNCHES = 4
 #: the QKV and MLP-up inputs pay the standalone cast, the MLP-down input the fused one.
 NORM_UNFUSED_RECIPES = ("mxfp8",)
 #: Once-per-step weight cast: read 2 B, write the FP8 weight and its transpose (1 + 1 B).
+#: NVFP4's weight cast (16 x 16 block scales) is priced the same (U).
 FP8_WEIGHT_CAST_BYTES = 4
 #: Recipes whose linear layers keep their FP8 input (1 B per element, its scale negligible) for the
 #: weight-gradient GEMM instead of the 16-bit one: Transformer Engine's ``Linear`` / ``LayerNormLinear``
