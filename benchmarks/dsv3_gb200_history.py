@@ -24,6 +24,7 @@ import dataclasses
 
 from simulator.api import simulate
 from simulator.validation.suite import load_runs, scenario_for, select
+from simulator.workload import host as whost
 
 ROW = "megatronlm-dsv3-gb200-256gpu-mxfp8-hybridep"
 GRAPHS = ["attn", "moe_router", "moe_preprocess"]
@@ -45,8 +46,7 @@ def _at_scale(run, scale: float | None, scenario: dict | None = None):
         host = scenario_for(run).cluster.topology.host
         sets += (f"cluster.topology.host.dispatch_scale={scale}",)
         if host.te_dispatch_scale is not None:
-            te = scale * host.te_dispatch_scale / host.dispatch_scale
-            sets += (f"cluster.topology.host.te_dispatch_scale={te}",)
+            sets += (f"cluster.topology.host.te_dispatch_scale={scale * whost.te_share(host)}",)
     return dataclasses.replace(run, scenario=scenario or run.scenario, overrides=sets)
 
 

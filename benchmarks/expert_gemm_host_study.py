@@ -43,7 +43,7 @@ _UNPATCHED = moe_host._host
 def _priced(extra_s: float):
     """``moe_host._host`` with ``extra_s`` seconds per expert GEMM on the experts piece, in reference-block
     units (the ``megatron-flash`` block's, which every Megatron-Core MoE block uses)."""
-    def _host(piece: str, way: int, local_experts: int, fp8: bool, scopes: frozenset[str], *rest) -> float:
+    def _host(piece: str, way: int, local_experts: int, fp8: str | None, scopes: frozenset[str], *rest) -> float:
         base = _UNPATCHED(piece, way, local_experts, fp8, scopes, *rest)
         if piece != "experts" or "moe" in scopes:
             return base
