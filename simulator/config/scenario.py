@@ -22,6 +22,7 @@ from simulator.config.kernels import (  # noqa: F401
     AttentionImpl,
     KernelConfig,
 )
+from simulator.config.lora import LoraConfig
 from simulator.config.model import ModelConfig
 from simulator.config.parallel import Framework, Offload, ParallelConfig  # noqa: F401  (re-exported)
 from simulator.config.run import CostConfig, ReliabilityConfig
@@ -179,6 +180,9 @@ class TrainingConfig(Frozen):
     optimizer: Literal["adam", "muon"] = "adam"
     #: Newton-Schulz iterations per Muon step (Megatron-Core ``--muon-num-ns-steps``, default 5).
     muon_ns_steps: PositiveInt = 5
+    #: LoRA fine-tuning: frozen base weights and trainable low-rank adapters (``simulator.workload.lora``);
+    #: None: every weight trains.
+    lora: LoraConfig | None = None
 
     @property
     def active_fp8_recipe(self) -> str | None:
@@ -290,9 +294,9 @@ class Scenario(Frozen):
         if t.activation_checkpointing == "selective_op" and (m.moe is not None or m.is_mla):
             raise ValueError("training.activation_checkpointing: selective_op (torchtitan's op-level policy) is "
                              "modelled for dense blocks only; use selective or full for an MoE or MLA model")
-        from simulator.workload import muon, recompute
+        from simulator.workload import lora, muon, recompute
 
-        problem = recompute.check(self) or muon.check(self)
+        problem = recompute.check(self) or muon.check(self) or lora.check(self)
         if problem:
             raise ValueError(problem)
         if "moe" in t.kernels.cuda_graphs and (m.moe is None or m.moe.capacity_factor is None):

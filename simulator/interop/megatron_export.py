@@ -140,6 +140,10 @@ def export_args(s: Scenario) -> Exported:
         lines.append("--grad-reduce-in-bf16")
     if par.offload_optimizer != "none" or par.offload_param != "none":
         notes.append("optimizer/parameter offload: not a Megatron-LM option")
+    if tr.lora is not None:
+        notes.append(f"training.lora (rank {tr.lora.rank} on {', '.join(tr.lora.modules)}): Megatron-LM has no LoRA "
+                     "flag; NeMo / Megatron-Bridge PEFT (LoRA dim and target_modules linear_qkv, linear_proj, "
+                     "linear_fc1, linear_fc2) sets it in the recipe")
     if tr.activation_offload_layers:
         notes.append(f"training.activation_offload_layers {tr.activation_offload_layers}: Megatron-Core's "
                      "TransformerConfig cpu_offloading / cpu_offloading_num_layers, set in the model config")

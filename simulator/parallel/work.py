@@ -17,6 +17,7 @@ from simulator.units import DTYPE_BYTES
 from simulator.workload import bias as wbias
 from simulator.workload import flops as wflops
 from simulator.workload import host as whost
+from simulator.workload import lora as wlora
 from simulator.workload import loss as wloss
 from simulator.workload import mtp as wmtp
 from simulator.workload import muon as wmuon
@@ -168,6 +169,9 @@ def from_scenario(scenario: Any, persistence_threshold: float = 1e5) -> StepWork
                for op in wops.layer_ops(model, b, s, tp, pb, tr.kernels, mode, fp8=fp8,
                                         early_stop=wrecompute.early_stop(scenario), sequence_parallel=sp,
                                         mlp_recompute=recompute_mlp, linear=linear)]
+    lora = tr.lora
+    if lora is not None:  # frozen linears, each targeted one with its adapter (workload.lora)
+        fwd = wlora.block_ops(fwd, lora, pb)
     bwd_all = wops.backward_ops(fwd)
     recompute = tuple(op for op in bwd_all if op.name.startswith("recompute."))
     bwd = tuple(op for op in bwd_all if not op.name.startswith("recompute."))
@@ -179,6 +183,9 @@ def from_scenario(scenario: Any, persistence_threshold: float = 1e5) -> StepWork
     n_embed = 2 if model.embedding_norm else 1
     embed_fwd, head_fwd = head_all[:n_embed], head_all[n_embed:]
     head_fwd = head_fwd + wmtp.head_ops(model, b, s, tp, pb, head_fwd)
+    embed_bwd = tuple(wops.backward_ops(list(embed_fwd)))
+    if lora is not None:  # frozen output layer; a frozen embedding has no backward
+        head_fwd, embed_bwd = wlora.head_ops(head_fwd), ()
     counts = wparams.count(model)
     blk = wparams.layer(model)
     small = wparams.block_vectors(model)
@@ -186,6 +193,15 @@ def from_scenario(scenario: Any, persistence_threshold: float = 1e5) -> StepWork
     muon = ((*wmuon.costs(model, tr.muon_ns_steps, tp, getattr(par, "etp", 1)), tr.muon_ns_steps)
             if tr.optimizer == "muon" else None)
     layer_local = float(wparams.layer_local(model, tp))
+    embed_params = float((counts.embedding + counts.embedding_norm) / tp)
+    head_params = float(counts.lm_head / tp + counts.final_norm) + wmtp.params(model, tp)
+    cast_scale, vectors = 1.0, float(sum(small))
+    if lora is not None:  # the adapters train (workload.lora); the FP8 weight cast covers the frozen weights,
+        # and the 16-bit adapters are all a block gathers in the parameter dtype (layer_vector_params)
+        trained = wlora.block_params(model, lora, tp)
+        cast_scale = wlora.cast_scale(par, model.n_layers * layer_local + embed_params + head_params,
+                                      model.n_layers * trained)
+        layer_local, embed_params, head_params, vectors = trained, 0.0, 0.0, trained
     work = StepWork(
         n_layers=model.n_layers + model.mtp_layers,
         mtp_layers=model.mtp_layers,
@@ -193,20 +209,21 @@ def from_scenario(scenario: Any, persistence_threshold: float = 1e5) -> StepWork
         layer_bwd=bwd,
         layer_recompute=recompute,
         embed_fwd=tuple(embed_fwd),
-        embed_bwd=tuple(wops.backward_ops(list(embed_fwd))),
+        embed_bwd=embed_bwd,
         head_fwd=tuple(head_fwd),
         head_bwd=tuple(wops.backward_ops(list(head_fwd))),
         layer_params=layer_local,
-        embed_params=float((counts.embedding + counts.embedding_norm) / tp),
-        head_params=float(counts.lm_head / tp + counts.final_norm) + wmtp.params(model, tp),
+        embed_params=embed_params,
+        head_params=head_params,
         head_mtp_params=wmtp.params(model, tp),
         # plain te.Linear modules cast their weights in every forward instead (workload.fp8_casts)
         # optimizer(n, adam, experts): of n parameters, those Muon leaves to Adam and the routed experts'
         optimizer=lambda n, adam=0.0, experts=0.0: tuple(optimizer_ops(
-            n, fused, tr.grad_clipping, fp8_weight_cast=fp8 is not None and tr.kernels.fp8_te_modules == "fused",
-            fp8_recipe=fp8 or "", muon=muon, adam_params=adam, expert_params=experts)),
+            n, fused, tr.grad_clipping,
+            fp8_weight_cast=fp8 is not None and tr.kernels.fp8_te_modules == "fused" and cast_scale > 0,
+            fp8_recipe=fp8 or "", muon=muon, adam_params=adam, expert_params=experts, cast_params=n * cast_scale)),
         layer_persistent=float(min(_largest_tensor_below(persistence_threshold, small), blk.total)),
-        layer_vector_params=float(sum(small)),
+        layer_vector_params=vectors,
         head_persistent=float(counts.final_norm if counts.final_norm < persistence_threshold else 0),
         layer_module_names=model.linear_modules,
         layer_module_params=_module_params(model, layer_local - min(_largest_tensor_below(persistence_threshold, small),

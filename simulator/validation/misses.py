@@ -148,16 +148,13 @@ GROUP_CAUSES: tuple[tuple[str, str], ...] = _DENSE_FIRST + MOE_CAUSES + (
      "casts and the blocks' small kernels weigh most (issue 12)"),
     ("llmfoundry-*-h100-*-seq*", "H100 too fast: the benchmark ran llm-foundry's Triton FlashAttention "
      "(submit_benchmarks.py --attn_impl default 'triton'; image mosaicml/pytorch:2.1.0_cu121-nightly20230827 for the "
-     "A100 and H100 rows alike), priced at 0.88 of FlashAttention-2's H100 rate as these rows' sequence sweeps "
+     "A100 and H100 rows alike), priced at 0.84 of FlashAttention-2's H100 rate as these rows' sequence sweeps "
      "measure it (attention.TRITON_OF_FA2, benchmarks/triton_rate.py). What remains is the level: at the Hopper "
-     "shares of their leave-one-source-out fold (0.80 / 0.62, fitted on NVIDIA's, torchtitan's, IBM's and "
-     "FlagPerf's stacks) the 36 rows are +0..+30% (mean +7%), small models the most (MPT-760m at 2,048 tokens +20% "
-     "where its 512- and 16k-token twins are +8 / +7%), and the eager MPT-760m block timed on an H200 takes 12% "
+     "shares of their leave-one-source-out fold (0.77 / 0.63, fitted on NVIDIA's, torchtitan's, IBM's and "
+     "FlagPerf's stacks) the 36 rows are -3..+26% (mean +4%), small models the most (MPT-760m at 2,048 tokens +16% "
+     "where its 512- and 16k-token twins are +5 / +4%), and the eager MPT-760m block timed on an H200 takes 12% "
      "(forward) and 20% (backward) longer than dtsim prices it at cuDNN's microbenchmark rates "
      "(tests/hardware/test_blocks_measured.py): small MPT blocks miss time dtsim does not identify"),
-    ("mbridge*-h100-llama3.1-405b-*", "Megatron-Bridge H100 FP8 TP/PP: too slow like the NeMo H100 runs; the table "
-     "does not print the recipe's TP-overlap setting (simulated without) and the Hopper GEMM rate is fitted "
-     "mostly on FSDP runs (issue 12)"),
     ("mbridge*-h100-llama3-70b-*", "Megatron-Bridge H100 FP8: TP overlap and parameter-gather overlap simulated; "
      "too slow like the NeMo H100 runs: the Hopper GEMM rate is fitted mostly on llm-foundry's BF16 FSDP runs "
      "(issue 12)"),

@@ -192,12 +192,4 @@ MOE_CAUSES: tuple[tuple[str, str], ...] = (
      "DeepSeek-V3 557 vs 725 TFLOP/s/GPU); dtsim models one software state. The presets ran eager (no CUDA "
      "graphs): the eager MoE layer's host time, which NVIDIA's DeepSeek-V3 GB200 write-up measures and dtsim's "
      "CPU-measured lower bound leaves out (the mbridge2509 DGX-B200 DeepSeek-V3 rows, docs/moe.md): too fast"),
-    ("*qwen3*", "MoE in FP8: the experts' grouped GEMMs are priced at the dense FP8 GEMM rate (Transformer "
-     "Engine's GroupedLinear under fp8_autocast) with tile and wave quantisation and the fixed time per GEMM, which "
-     "FP8 pays no more than BF16 (measured on an H200: one FP8 GEMM per expert on four streams, 2.5-3.4 us each; "
-     "benchmarks/gpu_kernels.py); the efficiency of Transformer Engine's FP8 quantize kernels for the experts is "
-     "not measured here. Megatron-Bridge's HybridEP / DeepEP dispatchers are simulated as DeepEP "
-     "(parallel.moe_dispatcher deepep: one copy of a token per GPU holding its experts) where a row's preset is "
-     "known to run them, as the alltoall dispatcher where a row takes an earlier row's settings; the recipes' CUDA "
-     "graphs take their scopes' host time off"),
 )

@@ -17,7 +17,7 @@ from typing import Literal, NamedTuple  # noqa: F401
 
 from simulator.config.model import ModelConfig
 from simulator.config.scenario import Recompute, Scenario, TrainingConfig  # noqa: F401  (Recompute re-exported)
-from simulator.workload import op_sac
+from simulator.workload import lora, op_sac
 from simulator.workload import recompute as recompute_mod
 
 
@@ -192,6 +192,7 @@ def step(
     mlp_recompute_blocks: int = 0,
     moe_recompute_blocks: int = 0,
     shared_recompute_blocks: int = 0,
+    lora_forward: float | None = None,
 ) -> StepFlops:
     """FLOPs of one optimizer step of ``n_micro`` micro-batches of ``b`` sequences of length ``s``.
 
@@ -212,6 +213,9 @@ def step(
     Sec. 5.1 Eq. 3). Selective non-causal: ``72·B·s·l·h²·(1 + 2s/9h + V/12lh)`` (formulas.md §1.2).
     ``model.mtp_layers`` modules add ``3·(F_last + F_logits + 4·b·s·h²)`` each to the hardware FLOPs only
     (their block, ``eh_proj`` and the head again; model FLOPs count the main model, as DeepSeek-V3 does).
+    ``lora_forward`` (``training.lora``, ``simulator.workload.lora``): the adapters' forward FLOPs per micro-batch,
+    added to ``F``; the frozen weight GEMMs (``l·F_dense + F_logits``) run no weight gradient, so both counts
+    drop one forward of them: ``model = 3F − l·F_dense − F_logits``.
     """
     groups = _groups(model, b, s, causal)  # [(blocks, LayerFlops)]: one group unless MoE/MLA
     f = attention_fraction  # packed documents and sliding windows (attention_span)
@@ -233,13 +237,17 @@ def step(
         last, h = groups[-1][1], model.hidden_size
         extra += 3 * model.mtp_layers * (last.dense + f * last.attention_core + logits_forward(model, b, s)
                                          + 2.0 * b * s * 2 * h * h)
+    no_wgrad = 0.0
+    if lora_forward is not None:
+        no_wgrad = sum(c * lay.dense for c, lay in groups) + logits_forward(model, b, s)
+        forward += lora_forward
     return StepFlops(
         tokens=b * s * n_micro,
         causal=causal,
         recompute=recompute,
         forward_flops=n_micro * forward,
-        model_flops=n_micro * 3 * forward,
-        hardware_flops=n_micro * (3 * forward + extra),
+        model_flops=n_micro * (3 * forward - no_wgrad),
+        hardware_flops=n_micro * (3 * forward - no_wgrad + extra),
     )
 
 
@@ -267,5 +275,7 @@ def for_scenario(scenario: Scenario, executed: bool = False) -> StepFlops:
         causal=flash if executed else t.attention_flops == "causal",
         recompute=recompute,
         attention_fraction=attention_span(scenario.model, t.seq_len, t.document_tokens, flash).fraction,
+        lora_forward=(None if t.lora is None else scenario.model.n_layers
+                      * lora.block_forward_flops(scenario.model, t.lora, t.micro_batch_size * t.seq_len)),
         **recompute_mod.step_terms(scenario),
     )

@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from simulator.config.scenario import Scenario
+from simulator.workload import lora as wlora
 from simulator.workload import muon as wmuon
 from simulator.workload import params
 from simulator.workload.activations import (  # noqa: F401  (re-exported: one memory model, one import)
@@ -322,8 +323,10 @@ def breakdown(scenario: Scenario) -> MemoryBreakdown:
     Every GPU pipeline stage is evaluated with its own parameters (``params.stage_local``, blocks from
     ``pipeline_split``), model states, buffers and activations (:func:`stage_activations`); the
     stage with the largest total is reported, and with ``p > 1`` every stage's totals are listed
-    under ``stages``. The activations and the optimizer-step transient (:class:`BufferBytes`) are
-    never live together, so the peak counts the larger: ``peak_transient = max(activations,
+    under ``stages``. Under ``training.lora`` the gradients, buckets and optimizer states are the
+    adapters' and the base weights are frozen (``workload.lora.model_states``). The activations and the
+    optimizer-step transient (:class:`BufferBytes`) are never live together, so the peak counts the
+    larger: ``peak_transient = max(activations,
     optimizer_step)``. ``fragmentation = memory.fragmentation × (states + peak_transient + buffers −
     NCCL)``: the caching allocator's reserve over what it hands out (formulas.md §2.6; NCCL allocates
     outside it). ``total = states + peak_transient + buffers + cuda_context + fragmentation``, what a
@@ -344,8 +347,13 @@ def breakdown(scenario: Scenario) -> MemoryBreakdown:
     rows = []
     for st in range(par.pp):
         psi = params.stage_local(m, par.tp, par.pp, st, blocks[st])
-        states = model_states(scenario, psi, psi - blocks[st] * params.layer_local(m, par.tp))
-        buf = buffers(scenario, psi, blocks[st])
+        outside = psi - blocks[st] * params.layer_local(m, par.tp)
+        if scenario.training.lora is None:
+            states, trained = model_states(scenario, psi, outside), psi
+        else:  # frozen base weights; gradients, buckets and optimizer states for the adapters only
+            states = wlora.model_states(scenario, psi, outside, blocks[st], model_states)
+            trained = wlora.adapters_local(scenario, blocks[st])
+        buf = buffers(scenario, trained, blocks[st])
         v = _verdict(scenario, states, buf, acts[st].total_bytes)
         rows.append({"stage": st, "layers": blocks[st], "in_flight": acts[st].in_flight,
                      "activations_bytes": acts[st].total_bytes, "total_bytes": v["total_bytes"]})

@@ -75,6 +75,9 @@ class Op:
     #: model drops them on GPUs whose FP8 GEMMs take any layout (``hardware.compute.NON_TN_FP8_ARCHS``).
     transpose_bytes: float = 0.0
     transpose_launches: int = 0
+    #: A GEMM with a frozen weight (``training.lora``'s base layers): its backward computes the input
+    #: gradient only, no weight gradient (``workload.ops.backward_ops``).
+    frozen: bool = False
 
     @property
     def shape(self) -> tuple[int, int, int] | None:

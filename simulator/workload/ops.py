@@ -274,11 +274,11 @@ def _backward(op: Op) -> list[Op]:
     if op.kind == "gemm":
         m, n, k = op.m, op.n, op.k
         # dgrad dA (m×k) = dC (m×n)·Bᵀ; wgrad dB (k×n) = Aᵀ·dC: each 2mnk FLOPs and the same three
-        # operand sizes, hence the forward's bytes.
-        return [
-            replace(op, name=f"{op.name}.dgrad", m=m, n=k, k=n, recompute=False, backward=True),
-            replace(op, name=f"{op.name}.wgrad", m=k, n=n, k=m, recompute=False, backward=True),
-        ]
+        # operand sizes, hence the forward's bytes. A frozen weight gets no wgrad.
+        dgrad = replace(op, name=f"{op.name}.dgrad", m=m, n=k, k=n, recompute=False, backward=True)
+        if op.frozen:
+            return [dgrad]
+        return [dgrad, replace(op, name=f"{op.name}.wgrad", m=k, n=n, k=m, recompute=False, backward=True)]
     launches = op.bwd_launches or op.launches
     if op.kind == "attention":
         return [
@@ -317,7 +317,8 @@ def backward_ops(fwd_ops: list[Op]) -> list[Op]:
     """Backward kernels for a list of forward ops: the recomputed forward ops first, then the
     backward of each op in reverse order.
 
-    GEMM: dgrad + wgrad, each the forward FLOPs (backward = 2× forward; formulas.md §1.2).
+    GEMM: dgrad + wgrad, each the forward FLOPs (backward = 2× forward; formulas.md §1.2); a frozen
+    GEMM (``Op.frozen``) dgrad only.
     FlashAttention: ``2.5×`` forward FLOPs (formulas.md §1.1), ``2×`` bytes (reads Q, K, V, O, dO,
     LSE; writes dQ, dK, dV). Memory-bound ops: ``2×`` bytes and FLOPs.
     """

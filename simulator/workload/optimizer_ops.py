@@ -48,7 +48,7 @@ def _mta_launches(n: float) -> int:
 
 def optimizer_ops(n_params_local: float, fused_adam: bool, grad_clipping: bool = False,
                   fp8_weight_cast: bool = False, fp8_recipe: str = "", muon: tuple | None = None,
-                  adam_params: float = 0.0, expert_params: float = 0.0) -> list[Op]:
+                  adam_params: float = 0.0, expert_params: float = 0.0, cast_params: float | None = None) -> list[Op]:
     """The optimizer step over the ``n_params_local`` parameters this GPU updates.
 
     Adam, fused: one op of ``30`` B/param. Unfused (torch ``foreach``): 8 elementwise passes, ``78`` B/param
@@ -56,7 +56,8 @@ def optimizer_ops(n_params_local: float, fused_adam: bool, grad_clipping: bool =
     ``multi_tensor_apply`` launches (``MTA_ELEMENTS_PER_LAUNCH``). ``grad_clipping`` adds the global-norm
     clipping before the step (``GRAD_CLIP_*``); ``fp8_weight_cast`` the once-per-step FP8 cast of
     the updated weights (``FP8_WEIGHT_CAST_BYTES``), whose transposed copy (a per-tensor ``fp8_recipe``)
-    GPUs with any-layout FP8 GEMMs do not write (``fp8_casts.TRANSPOSED_RECIPES``).
+    GPUs with any-layout FP8 GEMMs do not write (``fp8_casts.TRANSPOSED_RECIPES``), over ``cast_params`` weights
+    (default ``n_params_local``; more under ``training.lora``, whose frozen weights are cast too).
 
     ``muon = (dense NSCost, expert NSCost, Newton-Schulz steps)`` (``simulator.workload.muon``): Adam steps
     only ``adam_params`` of them (embedding, output layer), Muon the ``expert_params`` routed-expert weights
@@ -68,8 +69,9 @@ def optimizer_ops(n_params_local: float, fused_adam: bool, grad_clipping: bool =
     if grad_clipping:
         out += [Op("grad_norm", "memory", n, GRAD_CLIP_NORM_BYTES * n, launches=mta + GRAD_CLIP_SMALL_KERNELS),
                 Op("grad_clip_scale", "memory", n, GRAD_CLIP_SCALE_BYTES * n, launches=mta)]
-    transposed = TRANSPOSED_COPY_BYTES * n if fp8_recipe in TRANSPOSED_RECIPES else 0.0
-    cast = [Op("fp8_weight_cast", "memory", 0.0, FP8_WEIGHT_CAST_BYTES * n, launches=mta,
+    nc = n if cast_params is None else float(cast_params)
+    transposed = TRANSPOSED_COPY_BYTES * nc if fp8_recipe in TRANSPOSED_RECIPES else 0.0
+    cast = [Op("fp8_weight_cast", "memory", 0.0, FP8_WEIGHT_CAST_BYTES * nc, launches=_mta_launches(nc),
                transpose_bytes=transposed)] if fp8_weight_cast else []
     if muon is None:
         return out + _adam_ops(n, fused_adam) + cast
