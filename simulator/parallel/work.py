@@ -220,7 +220,7 @@ def from_scenario(scenario: Any, persistence_threshold: float = 1e5) -> StepWork
         # optimizer(n, adam, experts): of n parameters, those Muon leaves to Adam and the routed experts'
         optimizer=lambda n, adam=0.0, experts=0.0: tuple(optimizer_ops(
             n, fused, tr.grad_clipping,
-            fp8_weight_cast=fp8 is not None and tr.kernels.fp8_te_modules == "fused" and cast_scale > 0,
+            fp8_weight_cast=fp8 is not None and tr.kernels.fp8_te_modules == "fused",
             fp8_recipe=fp8 or "", muon=muon, adam_params=adam, expert_params=experts, cast_params=n * cast_scale)),
         layer_persistent=float(min(_largest_tensor_below(persistence_threshold, small), blk.total)),
         layer_vector_params=vectors,

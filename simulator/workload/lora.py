@@ -116,13 +116,13 @@ def head_ops(head_fwd: tuple) -> tuple:
     return tuple(replace(op, frozen=True) if op.kind == "gemm" else op for op in head_fwd)
 
 
-def model_states(scenario: Any, psi: float, outside: float, blocks: int, states: Callable[..., Any]) -> Any:
+def model_states(scenario: Any, psi: float, outside: float, adapters: float, states: Callable[..., Any]) -> Any:
     """Model states of a GPU holding ``psi`` base parameters (``outside`` of them the embedding and output layer)
-    and the adapters of its ``blocks`` blocks: the adapters' weights, gradients and optimizer states as
+    and ``adapters`` adapter parameters (``adapters_local``): the adapters' weights, gradients and optimizer states as
     ``states`` (``workload.memory.model_states``) gives them, plus the base weights at the parameter bytes it
     gives the whole model (16-bit under Megatron's distributed optimizer, fp32 under AMP DDP; 1 B stored in FP8
     under ``parallel.fp8_param_gather``), with no gradient or optimizer state."""
-    st = states(scenario, adapters_local(scenario, blocks), 0.0)
+    st = states(scenario, adapters, 0.0)
     if scenario.parallel.fp8_param_gather:  # FP8 primary weights in the blocks' linears; embedding, output 16-bit
         frozen = DTYPE_BYTES["fp8"] * (psi - outside) + DTYPE_BYTES["bf16"] * outside
     else:

@@ -351,8 +351,8 @@ def breakdown(scenario: Scenario) -> MemoryBreakdown:
         if scenario.training.lora is None:
             states, trained = model_states(scenario, psi, outside), psi
         else:  # frozen base weights; gradients, buckets and optimizer states for the adapters only
-            states = wlora.model_states(scenario, psi, outside, blocks[st], model_states)
             trained = wlora.adapters_local(scenario, blocks[st])
+            states = wlora.model_states(scenario, psi, outside, trained, model_states)
         buf = buffers(scenario, trained, blocks[st])
         v = _verdict(scenario, states, buf, acts[st].total_bytes)
         rows.append({"stage": st, "layers": blocks[st], "in_flight": acts[st].in_flight,

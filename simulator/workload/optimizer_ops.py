@@ -57,7 +57,7 @@ def optimizer_ops(n_params_local: float, fused_adam: bool, grad_clipping: bool =
     clipping before the step (``GRAD_CLIP_*``); ``fp8_weight_cast`` the once-per-step FP8 cast of
     the updated weights (``FP8_WEIGHT_CAST_BYTES``), whose transposed copy (a per-tensor ``fp8_recipe``)
     GPUs with any-layout FP8 GEMMs do not write (``fp8_casts.TRANSPOSED_RECIPES``), over ``cast_params`` weights
-    (default ``n_params_local``; more under ``training.lora``, whose frozen weights are cast too).
+    (default ``n_params_local``; more under ``training.lora``, whose frozen weights are cast too; none, no op).
 
     ``muon = (dense NSCost, expert NSCost, Newton-Schulz steps)`` (``simulator.workload.muon``): Adam steps
     only ``adam_params`` of them (embedding, output layer), Muon the ``expert_params`` routed-expert weights
@@ -72,7 +72,7 @@ def optimizer_ops(n_params_local: float, fused_adam: bool, grad_clipping: bool =
     nc = n if cast_params is None else float(cast_params)
     transposed = TRANSPOSED_COPY_BYTES * nc if fp8_recipe in TRANSPOSED_RECIPES else 0.0
     cast = [Op("fp8_weight_cast", "memory", 0.0, FP8_WEIGHT_CAST_BYTES * nc, launches=_mta_launches(nc),
-               transpose_bytes=transposed)] if fp8_weight_cast else []
+               transpose_bytes=transposed)] if fp8_weight_cast and nc > 0 else []
     if muon is None:
         return out + _adam_ops(n, fused_adam) + cast
     dense, experts, steps = muon
