@@ -13,12 +13,11 @@ GPU architecture with such runs (``simulator.validation.calibration``):
    (the out-of-fold error, the honest figure; every fold is printed and written); an architecture's
    only publication is predicted with the other architectures' mean parameters
    (``calibration.transferred``);
-3. the out-of-fold residuals feed the prediction intervals of ``dtsim run``.
+3. the out-of-fold errors are what ``dtsim validate`` reports for these runs; with every other validated
+   run's they feed the prediction intervals of ``dtsim run`` (``dtsim validate --intervals``).
 
 Outputs (generated; do not edit by hand): the calibrated block of ``simulator/hardware/efficiency.yaml``
-(parameters, provenance, folds), ``simulator/validation/intervals.yaml`` (out-of-fold log residuals per
-``arch/framework``, ``arch`` and ``all``) and ``docs/calibration.md`` (the folds and the out-of-fold MAPE
-by group).
+(parameters, provenance, folds) and ``docs/calibration.md`` (the folds and the out-of-fold MAPE by group).
 
 Run: ``python benchmarks/calibrate.py`` (writes), ``--check`` (refit and exit 1 when the stored
 values differ), ``--dry-run`` (print only), ``--profile`` (the overlap slowdown's objective profile).
@@ -27,7 +26,6 @@ values differ), ``--dry-run`` (print only), ``--profile`` (the overlap slowdown'
 from __future__ import annotations
 
 import argparse
-import math
 import re
 import sys
 import time
@@ -36,12 +34,10 @@ from pathlib import Path
 import yaml
 
 from simulator.validation import calibration as cal
-from simulator.validation.intervals import group_stats
 from simulator.validation.suite import load_runs, scenario_for
 
 ROOT = Path(__file__).resolve().parents[1]
 EFFICIENCY = ROOT / "simulator" / "hardware" / "efficiency.yaml"
-INTERVALS = ROOT / "simulator" / "validation" / "intervals.yaml"
 DOC = ROOT / "docs" / "calibration.md"
 BEGIN = "# >>> calibrated: written by benchmarks/calibrate.py from simulator/validation/runs.yaml; do not edit"
 END = "# <<< calibrated"
@@ -55,13 +51,12 @@ def _framework(run) -> str:
     return scenario_for(run).parallel.framework
 
 
-def calibrate(log=print) -> tuple[dict, dict, str]:
-    """(efficiency block as a dict, intervals data, markdown report) from ``load_runs()``."""
+def calibrate(log=print) -> tuple[dict, str]:
+    """(efficiency block as a dict, markdown report) from ``load_runs()``."""
     runs = load_runs()
     by_arch = cal.fitting_cases(runs)
     block: dict = {}
     provenance: dict = {}
-    residuals: dict[str, list[float]] = {}
     oof: list[tuple[str, str, str, str, float]] = []  # (arch, framework, source, run id, error)
     all_folds: list[cal.Fold] = []
     # every architecture's full fit first: a fold that holds out an architecture's only publication
@@ -88,9 +83,6 @@ def calibrate(log=print) -> tuple[dict, dict, str]:
                 run = next(c.run for c in cases if c.run.id == run_id)
                 fw = _framework(run)
                 oof.append((arch, fw, f.source, run_id, err))
-                r = round(math.log1p(err), 6)
-                for key in (f"{arch}/{fw}", arch, "all"):
-                    residuals.setdefault(key, []).append(r)
         all_folds += folds
         errs = [e for f in folds for e in f.errors]
         block[arch] = full.params
@@ -127,11 +119,7 @@ def calibrate(log=print) -> tuple[dict, dict, str]:
         "network": "not refitted here: network efficiencies are fitted by the network layer against nccl-tests",
         **provenance,
     }
-    intervals = {
-        "source": "benchmarks/calibrate.py: leave-one-source-out residuals ln(predicted/measured tokens/s)",
-        "groups": {k: {**group_stats(v), "residuals": v} for k, v in sorted(residuals.items())},
-    }
-    return block, intervals, render_doc(block, all_folds, oof)
+    return block, render_doc(block, all_folds, oof)
 
 
 def _held(arch: str, name: str) -> str:
@@ -204,10 +192,8 @@ def replace_block(text: str, begin: str, end: str, new: str) -> str:
     return text.rstrip("\n") + "\n" + new
 
 
-def write(block: dict, intervals: dict, doc: str) -> None:
+def write(block: dict, doc: str) -> None:
     EFFICIENCY.write_text(replace_block(EFFICIENCY.read_text(), BEGIN, END, render_block(block)))
-    INTERVALS.write_text("# written by benchmarks/calibrate.py; do not edit\n"
-                         + yaml.safe_dump(intervals, sort_keys=False, width=110, default_flow_style=None))
     DOC.write_text(doc)
 
 
@@ -228,7 +214,7 @@ def main(argv: list[str] | None = None) -> int:
                     print(f"{arch} ({name} profile): {f.params}: objective {f.objective:.4f}", flush=True)
         return 0
     t0 = time.perf_counter()
-    block, intervals, doc = calibrate(log=lambda s: print(s, flush=True))
+    block, doc = calibrate(log=lambda s: print(s, flush=True))
     print(render_block(block))
     print(f"calibration took {time.perf_counter() - t0:.0f} s")
     if args.check:
@@ -237,8 +223,8 @@ def main(argv: list[str] | None = None) -> int:
         print("stored parameters reproduced" if same else "stored parameters DIFFER: rerun benchmarks/calibrate.py")
         return 0 if same else 1
     if not args.dry_run:
-        write(block, intervals, doc)
-        print(f"wrote {EFFICIENCY.relative_to(ROOT)}, {INTERVALS.relative_to(ROOT)} and {DOC.relative_to(ROOT)}")
+        write(block, doc)
+        print(f"wrote {EFFICIENCY.relative_to(ROOT)} and {DOC.relative_to(ROOT)}")
     return 0
 
 

@@ -1,9 +1,13 @@
-"""``dtsim validate [--only GLOB] [--kind pure_dp|tp_pp] [--json] [--max-mape PCT] [--png F] [--markdown F]``.
+"""``dtsim validate [--only GLOB] [--kind pure_dp|tp_pp] [--json] [--max-mape PCT] [--png F] [--markdown F]
+[--readme F] [--intervals F]``.
 
 Simulates every run of the bundled validation suite (``simulator/validation/runs.yaml``,
 ``runs_corpus.yaml`` and the vTrain runs of ``simulator.validation.vtrain``), prints measured vs predicted in the source's own terms with the signed error,
 and MAPE overall, for the pure data-parallel runs and their held-out part, by GPU, framework,
-parallelism kind, model size and precision, plus the worst five. Runs without a scenario, or that dtsim refuses (``InputError``), are listed as skipped.
+parallelism kind, model size and precision, plus the worst five, and how often ``dtsim run``'s 80 % interval
+built without a run's publication holds it. Runs without a scenario, or that dtsim refuses (``InputError``), are
+listed as skipped. ``--intervals`` writes the prediction-interval table of ``dtsim run``
+(``simulator/validation/intervals.yaml``) from the residuals of the whole suite.
 
 Exit codes: 0 ok; 1 MAPE of the simulated runs above ``--max-mape``, or no run simulated (every
 selected run skipped: nothing was validated); 2 bad input.
@@ -36,30 +40,35 @@ PngOption = Annotated[Path | None, typer.Option("--png", help="write a predicted
 MdOption = Annotated[Path | None, typer.Option("--markdown", help="write the markdown report (docs/validation.md)")]
 MemoryOption = Annotated[bool, typer.Option("--memory", help="validate the memory model against measured peak "
                                              "memory per GPU (simulator/validation/memory_runs.yaml)")]
+IntervalsOption = Annotated[Path | None, typer.Option("--intervals", help="write the prediction-interval table "
+                                                        "of dtsim run (simulator/validation/intervals.yaml) from "
+                                                        "this pass's residuals; needs the whole suite")]
 ReadmeOption = Annotated[Path | None, typer.Option("--readme", help="replace the report between the "
                                                      "validation markers of this file (README.md)")]
 
 
 def validate_command(only: OnlyOption = None, kind: KindOption = None, json_out: JsonOption = False,
                      max_mape: MaxOption = None, png: PngOption = None, markdown_out: MdOption = None,
-                     readme: ReadmeOption = None, memory_runs: MemoryOption = False) -> None:
+                     readme: ReadmeOption = None, memory_runs: MemoryOption = False,
+                     intervals_out: IntervalsOption = None) -> None:
     """Simulate the published runs of the validation suite; measured vs predicted, MAPE by group."""
     if memory_runs:
         code = _validate_memory(only, json_out, max_mape)
     else:
-        code = _validate(only, kind, json_out, max_mape, png, markdown_out, readme)
+        code = _validate(only, kind, json_out, max_mape, png, markdown_out, readme, intervals_out)
     if code:
         raise typer.Exit(code)
 
 
 def _command_line(only: str | None, kind: str | None, png: Path | None, md: Path | None,
-                  readme: Path | None = None) -> str:
+                  readme: Path | None = None, intervals_out: Path | None = None) -> str:
     parts = ["dtsim validate"]
     parts += [f"--only '{only}'"] if only else []
     parts += [f"--kind {kind}"] if kind else []
     parts += [f"--png {png}"] if png else []
     parts += [f"--markdown {md}"] if md else []
     parts += [f"--readme {readme}"] if readme else []
+    parts += [f"--intervals {intervals_out}"] if intervals_out else []
     return " ".join(parts)
 
 
@@ -126,9 +135,13 @@ def _simulate_all(runs: list, show: bool) -> list[dict]:
 
 @handle_errors
 def _validate(only: str | None, kind: str | None, json_out: bool, max_mape: float | None, png: Path | None,
-              md: Path | None, readme: Path | None = None) -> int:
+              md: Path | None, readme: Path | None = None, intervals_out: Path | None = None) -> int:
     check_output(png, "--png", (".png",))
     check_output(md, "--markdown", (".md", ".markdown"), (png,))
+    check_output(intervals_out, "--intervals", (".yaml", ".yml"), (png, md, readme))
+    if intervals_out is not None and (only or kind):
+        raise InputError("--intervals writes the table dtsim run uses from the whole suite; drop --only / --kind",
+                         "--intervals")
     if readme is not None:
         if not readme.is_file():
             raise InputError(f"file not found: {readme}", "--readme")
@@ -149,7 +162,9 @@ def _validate(only: str | None, kind: str | None, json_out: bool, max_mape: floa
         print_table(rows, summary, stdout if stdout.is_terminal else Console(width=170))
     if png is not None:
         scatter_png(rows, png)
-    command = _command_line(only, kind, png, md, readme)
+    if intervals_out is not None:
+        _write_intervals(rows, intervals_out)
+    command = _command_line(only, kind, png, md, readme, intervals_out)
     if md is not None:
         md.write_text(markdown(rows, summary, command))
     if readme is not None:
@@ -161,6 +176,20 @@ def _validate(only: str | None, kind: str | None, json_out: bool, max_mape: floa
     return _exit_code(summary["simulated"] == 0,
                       f"no run was simulated ({summary['skipped']} of {summary['runs']} skipped)", "MAPE",
                       summary["mape"], max_mape)
+
+
+def _write_intervals(rows: list[dict], path: Path) -> None:
+    """``intervals.build`` of the simulated rows' residuals, as YAML."""
+    import yaml
+
+    from simulator.validation.intervals import build
+    from simulator.validation.summary import residuals
+
+    table = build(residuals([r for r in rows if "error" in r]),
+                  "dtsim validate --intervals: out-of-sample residuals ln(predicted/measured tokens/s) of every "
+                  "simulated run of the suite")
+    path.write_text("# written by dtsim validate --intervals; do not edit\n"
+                    + yaml.safe_dump(table, sort_keys=False, width=110, default_flow_style=None))
 
 
 def _exit_code(nothing: bool, nothing_text: str, label: str, mape: float | None, max_mape: float | None) -> int:

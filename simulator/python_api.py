@@ -105,10 +105,12 @@ def run_scenario(scenario: Scenario, profile: Any = None, exact: bool = False) -
     if profile is not None and eff is None:
         warnings.append(f"{profile.path} has no fitted values for {arch}; the bundled efficiencies are used")
     ev = evaluate(scenario, efficiency=eff, exact=exact)
+    moe = scenario.model.moe is not None
     if eff is not None and profile.intervals:
-        interval = step_time_interval(ev.step.step_time_s, arch, ev.step.layout["framework"], data=profile.intervals)
+        interval = step_time_interval(ev.step.step_time_s, arch, ev.step.layout["framework"], data=profile.intervals,
+                                      moe=moe)
     else:
-        interval = interval_for_report(ev.step, arch)
+        interval = interval_for_report(ev.step, arch, moe=moe)
     return Result(scenario, ev.step, ev.run, interval), warnings
 
 

@@ -27,6 +27,7 @@ WRITERS = [
     (["topology", "show", "dgx-h100"], "--graphml", ".graphml"),
     (["validate", "--only", "megatron-sc21-t1-1.7B"], "--markdown", ".md"),
     (["validate", "--only", "megatron-sc21-t1-1.7B"], "--png", ".png"),
+    (["validate", "--only", "megatron-sc21-t1-1.7B"], "--intervals", ".yaml"),
 ]
 
 
@@ -46,6 +47,13 @@ def test_bad_output_paths_are_refused_before_any_work(tmp_path, cmd, option, suf
     _refused([*cmd, option, f"/proc/x{suffix}"], "cannot write")
     _refused([*cmd, option, str(tmp_path / "noext")], "ending in")
     assert set(tmp_path.iterdir()) == before
+
+
+def test_interval_table_needs_the_whole_suite(tmp_path):
+    """dtsim run's interval table comes from every validated run: a filtered pass may not write it."""
+    _refused(["validate", "--only", "megatron-sc21-t1-1.7B", "--intervals", str(tmp_path / "i.yaml")],
+             "drop --only / --kind")
+    assert not list(tmp_path.iterdir())
 
 
 def test_trace_would_overwrite_the_scenario(tmp_path):

@@ -46,8 +46,8 @@ exactly reproducible.
 Cross-validation: every publication (``source_key``) is held out once: the parameters are refitted on
 the other sources' runs of the architecture, by the same search from the same ``START`` as the full
 fit (not from the full fit, which has seen the held-out source: a local descent started there keeps
-some of it), and the held-out source's runs are predicted with them. These out-of-fold errors are the honest accuracy and
-feed the prediction intervals of ``dtsim run``.
+some of it), and the held-out source's runs are predicted with them. These out-of-fold errors are the honest accuracy and,
+with every other validated run's errors, feed the prediction intervals of ``dtsim run`` (``intervals``).
 """
 
 from __future__ import annotations

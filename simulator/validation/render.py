@@ -52,6 +52,11 @@ def print_table(rows: Sequence[dict[str, Any]], summary: dict[str, Any], console
     for g, k, n, m in _groups(summary):
         groups.add_row(g, k, str(n), _pct(m))
     console.print(groups)
+    check = summary.get("intervals") or {}
+    if check.get("groups"):
+        console.print("80% intervals built without each run's publication hold "
+                      + ", ".join(f"{k} {_pct(g['covered'])} ({g['n']})" for k, g in _distinct(check["groups"]).items()),
+                      highlight=False, soft_wrap=True)
     console.print("worst five: " + ", ".join(f"{w['id']} ({100 * w['error']:+.1f}%)" for w in summary["worst"]),
                   highlight=False, soft_wrap=True)
     tol = summary.get("tolerance", 0.15)
@@ -163,6 +168,7 @@ def markdown(rows: Sequence[dict[str, Any]], summary: dict[str, Any], command: s
                   f"their reasons: {runs_at}."]
     else:
         lines += _runs_table(rows, h)
+    lines += _intervals_section(summary, h)
     tol = summary.get("tolerance", 0.15)
     misses = summary.get("misses", [])
     shared = shared_texts([m["cause"] for m in misses])
@@ -205,6 +211,28 @@ def markdown(rows: Sequence[dict[str, Any]], summary: dict[str, Any], command: s
     lines += [f"| {s['id']} | {_cell(s['reason'], shared, 'shared reason')} |" for s in skipped]
     lines += _shared_list(shared, "shared reason")
     return "\n".join(lines) + "\n"
+
+
+def _intervals_section(summary: dict[str, Any], h: str) -> list[str]:
+    """How often ``dtsim run``'s 80 % interval, built without a run's publication, holds its measured step."""
+    check = summary.get("intervals") or {}
+    groups = check.get("groups") or {}
+    if not groups:
+        return []
+    lines = ["", f"{h}# Prediction intervals", "",
+             "`dtsim run` gives an 80% interval of the real step time from the residuals of these runs "
+             "(`simulator/validation/intervals.py`, table written by `dtsim validate --intervals`): per GPU "
+             "architecture, framework and dense / MoE model, its width calibrated by publication (split-conformal: "
+             f"z = {check['z']:.3f} standard deviations, where a normal model would give 1.282). Built without "
+             "each run's own publication, the interval holds the measured step time of:", "",
+             "| runs | count | covered |", "|---|---:|---:|"]
+    lines += [f"| {k} | {g['n']} | {_pct(g['covered'])} |" for k, g in _distinct(groups).items()]
+    return lines
+
+
+def _distinct(groups: dict[str, Any]) -> dict[str, Any]:
+    """Coverage groups without an ``arch/dense`` or ``arch/moe`` line that repeats its architecture's (all its runs)."""
+    return {k: g for k, g in groups.items() if "/" not in k or g["n"] != groups[k.split("/")[0]]["n"]}
 
 
 def scatter_png(rows: Sequence[dict[str, Any]], path: Path) -> None:

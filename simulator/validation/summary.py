@@ -10,10 +10,12 @@ the throughput error. MAPE = mean of ``|error|``.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Sequence
 from typing import Any
 
 from simulator.validation.fit_check import overestimates
+from simulator.validation.intervals import Residual, coverage_check
 from simulator.validation.misses import TOLERANCE, misses, stale
 from simulator.validation.suite import Outcome, scenario_for
 from simulator.workload.memory import allocated_bytes
@@ -43,6 +45,9 @@ def row(outcome: Outcome) -> dict[str, Any]:
     pred_tok = outcome.predicted_tokens_per_s_per_gpu
     scenario = scenario_for(run)
     params = count(scenario.model).total
+    # what groups the run's prediction interval (simulator.validation.intervals)
+    out.update(arch=scenario.cluster.gpu_spec.arch, parallel_framework=scenario.parallel.framework,
+               moe=scenario.model.moe is not None, publication=run.publication)
     out.update(model_params=params, model_size=size_class(params),
                precision=scenario.training.precision.upper(),
                measured_tokens_per_s_per_gpu=run.measured_tokens_per_s_per_gpu,
@@ -96,7 +101,8 @@ def _by_size(rows: Sequence[dict[str, Any]]) -> dict[str, dict[str, Any]]:
 def summarize(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """Counts, MAPE overall / pure-DP / held-out (``split: test``), by GPU, framework, parallelism
     kind, model size (``SIZE_CLASSES``) and training precision, the worst five runs, every miss beyond the per-run tolerance with its cause
-    (``simulator.validation.misses``), and the skipped runs with their reasons."""
+    (``simulator.validation.misses``), the skipped runs with their reasons, and how often the 80 % prediction
+    interval built without a run's publication holds its measured step (``intervals.coverage_check``)."""
     done = [r for r in rows if "error" in r]
     pure = [r for r in done if r["parallelism"] == KINDS["pure_dp"]]
     held = [r for r in pure if r["split"] == "test"]
@@ -121,7 +127,14 @@ def summarize(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
         "fit_check": {"runs": sum(1 for r in done if "memory_of_usable" in r), "over": overestimates(done)},
         "skipped_runs": [{"id": r["id"], "reason": r["skipped"]} for r in rows if "skipped" in r],
         "folds": _folds(done),
+        "intervals": coverage_check(residuals(done)),
     }
+
+
+def residuals(done: Sequence[dict[str, Any]]) -> list[Residual]:
+    """The simulated rows' out-of-sample log residuals ``ln(1 + error)`` with their interval groups."""
+    return [Residual(r["publication"], r["arch"], r["parallel_framework"], r["moe"], math.log1p(r["error"]))
+            for r in done]
 
 
 def _folds(done: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
