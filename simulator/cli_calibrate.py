@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from statistics import NormalDist
 from typing import Annotated
 
 import typer
@@ -15,6 +14,7 @@ from rich.table import Table
 from simulator.cli_common import handle_errors, print_json, stdout
 from simulator.cli_output import check_output
 from simulator.errors import InputError
+from simulator.validation.intervals import COVERAGE, z_for
 
 
 def calibrate_command(
@@ -28,8 +28,8 @@ def calibrate_command(
     _calibrate(measured, out, json_out)
 
 
-def _band(group: dict, coverage: float = 0.8) -> tuple[float, float]:
-    z = NormalDist().inv_cdf((1 + coverage) / 2)
+def _band(group: dict, coverage: float = COVERAGE) -> tuple[float, float]:
+    z = z_for({}, coverage)  # a profile's table has no held-out scores: the normal quantile
     return math.exp(group["mu"] - z * group["sigma"]), math.exp(group["mu"] + z * group["sigma"])
 
 

@@ -97,7 +97,7 @@ def run_scenario(scenario: Scenario, profile: Any = None, exact: bool = False) -
     warnings about the profile. ``dtsim run`` calls this; ``exact`` simulates every micro-batch
     (no steady-state extrapolation) and keeps the per-span trace."""
     from simulator.study import evaluate
-    from simulator.validation.intervals import interval_for_report, step_time_interval
+    from simulator.validation.intervals import step_time_interval
 
     warnings = []
     eff = profile.efficiency(scenario) if profile is not None else None
@@ -105,12 +105,9 @@ def run_scenario(scenario: Scenario, profile: Any = None, exact: bool = False) -
     if profile is not None and eff is None:
         warnings.append(f"{profile.path} has no fitted values for {arch}; the bundled efficiencies are used")
     ev = evaluate(scenario, efficiency=eff, exact=exact)
-    moe = scenario.model.moe is not None
-    if eff is not None and profile.intervals:
-        interval = step_time_interval(ev.step.step_time_s, arch, ev.step.layout["framework"], data=profile.intervals,
-                                      moe=moe)
-    else:
-        interval = interval_for_report(ev.step, arch, moe=moe)
+    table = profile.intervals if eff is not None and profile.intervals else None  # None: the bundled table
+    interval = step_time_interval(ev.step.step_time_s, arch, ev.step.layout["framework"], data=table,
+                                  moe=scenario.model.moe is not None)
     return Result(scenario, ev.step, ev.run, interval), warnings
 
 

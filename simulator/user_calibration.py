@@ -17,10 +17,10 @@ runs, ``calibration.fitting_cases``) is read too,
 so the bundled calibration can be reproduced with this command.
 
 Procedure: that of the bundled calibration (``simulator.validation.calibration``, used through
-``fit`` / ``errors`` only): per GPU architecture, the four efficiencies are fitted by bounded
-steepest descent on the train rows; 2-fold cross-validation (fit on train, test on test, and the
-reverse) gives every row one held-out residual ``ln(predicted / measured tokens/s)``; the stored
-parameters are those fitted on the train rows. The profile holds the parameters, the errors and the
+``fit`` / ``errors`` only): per GPU architecture, the efficiencies are fitted by bounded steepest
+descent on every row, then each fold (a row's ``source_key``, else its ``split``) is held out once and
+predicted with the parameters fitted without it, which gives every row one held-out residual
+``ln(predicted / measured tokens/s)`` (``calibrate``). The profile holds the parameters, the errors and the
 residual groups from which ``dtsim run --efficiency`` draws its prediction interval
 (``simulator.validation.intervals``).
 """

@@ -8,11 +8,13 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
+from statistics import NormalDist
 from typing import Any
 
 from rich.console import Console
 from rich.table import Table
 
+from simulator.validation.intervals import COVERAGE
 from simulator.validation.summary import headline
 
 
@@ -54,7 +56,7 @@ def print_table(rows: Sequence[dict[str, Any]], summary: dict[str, Any], console
     console.print(groups)
     check = summary.get("intervals") or {}
     if check.get("groups"):
-        console.print("80% intervals built without each run's publication hold "
+        console.print(f"{100 * COVERAGE:.0f}% intervals built without each run's publication hold "
                       + ", ".join(f"{k} {_pct(g['covered'])} ({g['n']})" for k, g in _distinct(check["groups"]).items()),
                       highlight=False, soft_wrap=True)
     console.print("worst five: " + ", ".join(f"{w['id']} ({100 * w['error']:+.1f}%)" for w in summary["worst"]),
@@ -214,25 +216,32 @@ def markdown(rows: Sequence[dict[str, Any]], summary: dict[str, Any], command: s
 
 
 def _intervals_section(summary: dict[str, Any], h: str) -> list[str]:
-    """How often ``dtsim run``'s 80 % interval, built without a run's publication, holds its measured step."""
+    """How often ``dtsim run``'s interval, built without a run's publication, holds its measured step."""
     check = summary.get("intervals") or {}
     groups = check.get("groups") or {}
     if not groups:
         return []
+    pct = f"{100 * COVERAGE:.0f}%"
     lines = ["", f"{h}# Prediction intervals", "",
-             "`dtsim run` gives an 80% interval of the real step time from the residuals of these runs "
+             f"`dtsim run` gives an {pct} interval of the real step time from the residuals of these runs "
              "(`simulator/validation/intervals.py`, table written by `dtsim validate --intervals`): per GPU "
-             "architecture, framework and dense / MoE model, its width calibrated by publication (split-conformal: "
-             f"z = {check['z']:.3f} standard deviations, where a normal model would give 1.282). Built without "
-             "each run's own publication, the interval holds the measured step time of:", "",
+             "architecture, framework and dense / MoE model, its width from leave-one-publication-out scores "
+             f"(z = {check['z']:.3f} standard deviations, where a normal model would give "
+             f"{NormalDist().inv_cdf((1 + COVERAGE) / 2):.3f}). Built without each run's own publication (its "
+             "group's stats and z both), the interval holds the measured step time of these shares of the runs "
+             "(`group` rows: the group `dtsim run` uses):", "",
              "| runs | count | covered |", "|---|---:|---:|"]
     lines += [f"| {k} | {g['n']} | {_pct(g['covered'])} |" for k, g in _distinct(groups).items()]
     return lines
 
 
 def _distinct(groups: dict[str, Any]) -> dict[str, Any]:
-    """Coverage groups without an ``arch/dense`` or ``arch/moe`` line that repeats its architecture's (all its runs)."""
-    return {k: g for k, g in groups.items() if "/" not in k or g["n"] != groups[k.split("/")[0]]["n"]}
+    """Coverage groups without an ``arch/dense`` or ``arch/moe`` line that repeats its architecture's (all its
+    runs); ``group …`` lines (the groups ``dtsim run`` uses) are kept."""
+    def repeats(k: str, g: dict[str, Any]) -> bool:
+        return not k.startswith("group ") and "/" in k and g["n"] == groups[k.split("/")[0]]["n"]
+
+    return {k: g for k, g in groups.items() if not repeats(k, g)}
 
 
 def scatter_png(rows: Sequence[dict[str, Any]], path: Path) -> None:
