@@ -154,9 +154,7 @@ def _validate(only: str | None, kind: str | None, json_out: bool, max_mape: floa
     if not runs:
         raise InputError(f"no validation run matches --only {only!r}" + (f" and --kind {kind}" if kind else ""))
     rows = _simulate_all(runs, show=not json_out and sys.stderr.isatty())
-    summary = summarize(rows)
-    if only or kind:  # a filtered pass's coverage is not that of the table dtsim run uses
-        summary["intervals"] = None
+    summary = summarize(rows, intervals=not (only or kind))
     if json_out:
         print_json({"rows": rows, "summary": summary})
     else:

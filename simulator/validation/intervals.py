@@ -128,6 +128,7 @@ def step_time_interval(step_time_s: float, arch: str, framework: str, coverage: 
 
 
 def _groups(residuals: Iterable[Residual]) -> dict[str, list[float]]:
+    """The residuals of every group (``group_keys``) the runs fall in."""
     out: dict[str, list[float]] = {}
     for r in residuals:
         for key in group_keys(r.arch, r.framework, r.moe):
@@ -159,9 +160,14 @@ def _score(r: Residual, g: dict[str, float]) -> float:
     return d / g["sigma"] if g["sigma"] > 0 else (0.0 if d == 0 else math.inf)
 
 
+def _scored(residuals: Sequence[Residual]) -> list[tuple[Residual, float]]:
+    """Each run with its ``_score`` against its held-out group stats (``_held_out``), in ``_held_out``'s order."""
+    return [(r, _score(r, g)) for r, g in _held_out(residuals)]
+
+
 def held_out_scores(residuals: Sequence[Residual]) -> list[float]:
-    """Each run's ``_score`` against its held-out group stats (``_held_out``), in ``_held_out``'s order."""
-    return [_score(r, g) for r, g in _held_out(residuals)]
+    """The runs' held-out scores (``_scored``)."""
+    return [score for _, score in _scored(residuals)]
 
 
 def build(residuals: Sequence[Residual], source: str) -> dict[str, Any]:
@@ -178,10 +184,9 @@ def coverage_check(residuals: Sequence[Residual], coverage: float = COVERAGE) ->
     held-out group stats and ``z`` from the other publications' runs' held-out scores. Overall, by
     architecture, by architecture and dense / MoE, and by the group ``dtsim run`` would use for it (``group``
     rows: ``choose_group`` over all runs). ``{"z": z of all runs, "groups": {name: {"n", "covered"}}}``."""
-    held = _held_out(residuals)
-    if not held:
+    scored = _scored(residuals)
+    if not scored:
         return {"z": None, "groups": {}}
-    scored = [(r, _score(r, g)) for r, g in held]
     full = _table(_groups(residuals))
     z_without = {pub: conformal_z([s for r, s in scored if r.publication != pub], coverage)
                  for pub in {r.publication for r, _ in scored}}
