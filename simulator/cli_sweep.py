@@ -79,6 +79,13 @@ def _sweep(path: Path, grid_specs, out, workers, backend, address, resume, objec
             raise InputError(f"{export_best} exists and is not a folder", "--export-best")
         if not export_best.exists() and not export_best.resolve().parent.is_dir():
             raise InputError(f"folder {export_best.resolve().parent} does not exist", "--export-best")
+        from simulator.interop.pipeline import EXPORT_FILES
+
+        inputs = {path.resolve()}
+        clash = sorted(n for n in (*EXPORT_FILES.values(), "scenario.yaml") if (export_best / n).resolve() in inputs)
+        if clash:
+            raise InputError(f"exporting into {export_best} would overwrite this sweep's input {clash[0]}; "
+                             "give another folder", "--export-best")
     path = resolve_scenario_path(path)
     check_output(out, "--out", (".csv", ".jsonl", ".parquet"), (path,))
     check_output(png, "--png", (".png",), (path, out))

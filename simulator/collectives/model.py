@@ -269,7 +269,9 @@ class CollectiveModel:
         scale-up ``intra`` (A100 240, H100 370.8 GB/s) and, across nodes, the NICs next to the member
         GPUs (one per GPU on rail-optimised nodes; fewer NICs than members share them). Channels: one
         ring channel per ~20 GB/s of NVLink in one node (NCCL's per-link model bandwidth, topo.h),
-        two per NIC across nodes (NCCL duplicates each NIC's channel, connect.cc), 2..32.
+        two per NIC across nodes (NCCL duplicates each NIC's channel, connect.cc), 2..32. A channel crosses
+        nodes through one NIC, half of it once duplicated: where the channel cap leaves NICs unused (an NVL72
+        rack's 72), the channels' bandwidth is that half, not the rack's NICs shared out.
         """
         c, cal = self.cluster, self.calibration
         topo = c.topology
@@ -281,7 +283,7 @@ class CollectiveModel:
             nics = max(1, min(ppn, topo.nics.per_node)) if topo.nics.per_node else 1
             inter = nics * topo.nics.bandwidth_Gbps / 8.0 * cal.net_efficiency
             nch = max(2, min(32, 2 * nics))
-            bw_intra = bw_inter = inter / nch
+            bw_intra = bw_inter = inter / max(nch, 2 * nics)
         return nt.NcclTopo(
             n_ranks=n_ranks, n_nodes=n_nodes, ppn=ppn, n_channels=nch, bw_intra_GBps=bw_intra,
             bw_inter_GBps=bw_inter, arch=c.gpu.arch, intra_link=c.intra_link_class,

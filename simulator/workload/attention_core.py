@@ -93,19 +93,26 @@ def attention_core_ops(model: ModelConfig, b: int, s: int, tp: int, pb: int, fla
     d = model.d_head
     q_el = b * s * model.q_dim / tp
     kv_el = b * s * model.kv_dim / tp
-    if flash:
-        # FA forward: 4·b·s²·a·d_h, /2 causal (FA benchmark `flops` helper); reads Q, K, V, writes O + LSE.
-        flops = 4.0 * b * s * s * heads * d / 2
-        io = (2 * q_el + 2 * kv_el) * pb + b * heads * s * LSE_BYTES
-        # k: the key/value length each query tile loops over (the compute model's main-loop fill)
-        return [Op("attention", "attention", flops, float(io), k=s, bwd_launches=FA_BWD_LAUNCHES)]
-    # Unfused (e.g. Megatron's fused scale-mask-softmax between two batched GEMMs): full s×s matrix,
-    # its dropout, and the context copy back to the token-major layout (module constants above).
+    if not flash:
+        return unfused_core_ops(model, b, s, heads, d, d, pb, hf_eager)
+    # FA forward: 4·b·s²·a·d_h, /2 causal (FA benchmark `flops` helper); reads Q, K, V, writes O + LSE.
+    flops = 4.0 * b * s * s * heads * d / 2
+    io = (2 * q_el + 2 * kv_el) * pb + b * heads * s * LSE_BYTES
+    # k: the key/value length each query tile loops over (the compute model's main-loop fill)
+    return [Op("attention", "attention", flops, float(io), k=s, bwd_launches=FA_BWD_LAUNCHES)]
+
+
+def unfused_core_ops(model: ModelConfig, b: int, s: int, heads: int, d_qk: int, d_v: int, pb: int,
+                     hf_eager: bool = False) -> list[Op]:
+    """The unfused core of ``heads`` heads (e.g. Megatron's fused scale-mask-softmax between two batched
+    GEMMs): the full s×s matrix of scores over ``d_qk``-wide queries and keys, its softmax and dropout, the
+    product with ``d_v``-wide values and the context copy back to the token-major layout (module constants
+    above). ``d_qk`` and ``d_v`` differ in multi-head latent attention (``workload.moe_ops``)."""
     scores_el = b * heads * s * s
-    ops = [gemm("attn_scores", s, s, d, pb, batch=b * heads),
+    ops = [gemm("attn_scores", s, s, d_qk, pb, batch=b * heads),
            _softmax(scores_el, pb, fused_softmax_available(b, heads, s), hf_eager)]
     if model.dropout > 0:
         drop = scores_el * (2 * pb + DROPOUT_MASK_BYTES)
         ops.append(Op("attn_dropout", "memory", scores_el, drop, bwd_bytes=drop))
-    return [*ops, gemm("attn_v", s, d, s, pb, batch=b * heads),
-            memory_op("attn_context_copy", q_el, 2, pb, 0.0)]
+    return [*ops, gemm("attn_v", s, d_v, s, pb, batch=b * heads),
+            memory_op("attn_context_copy", b * s * heads * d_v, 2, pb, 0.0)]

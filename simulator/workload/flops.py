@@ -17,7 +17,7 @@ from typing import Literal, NamedTuple  # noqa: F401
 
 from simulator.config.model import ModelConfig
 from simulator.config.scenario import Recompute, Scenario, TrainingConfig  # noqa: F401  (Recompute re-exported)
-from simulator.workload import lora, op_sac
+from simulator.workload import lora, mla, op_sac
 from simulator.workload import recompute as recompute_mod
 
 
@@ -192,6 +192,7 @@ def step(
     mlp_recompute_blocks: int = 0,
     moe_recompute_blocks: int = 0,
     shared_recompute_blocks: int = 0,
+    mla_up_recompute_blocks: int = 0,
     lora_forward: float | None = None,
 ) -> StepFlops:
     """FLOPs of one optimizer step of ``n_micro`` micro-batches of ``b`` sequences of length ``s``.
@@ -207,7 +208,8 @@ def step(
     ``mlp_recompute_blocks`` dense blocks (``recompute.step_terms``), its ``moe`` module the MoE layer's
     (router, routed and shared experts: ``moe.layer_forward``) of each of ``moe_recompute_blocks``, its
     ``shared_experts`` module the shared experts' ``k_mlp·2·b·s·h·f_s·n_s`` of each of
-    ``shared_recompute_blocks``.
+    ``shared_recompute_blocks``, its ``mla_up_proj`` module MLA's up projections (``mla.up_forward``) of each
+    of ``mla_up_recompute_blocks``.
     Non-causal, MHA, GELU-4h: ``model = 72·B·s·l·h²·(1 + s/6h + V/12lh)`` and full-recompute
     ``hardware = 96·B·s·l·h²·(1 + s/6h + V/16lh)`` with ``B = b·n_micro`` (Narayanan et al. SC'21
     Sec. 5.1 Eq. 3). Selective non-causal: ``72·B·s·l·h²·(1 + 2s/9h + V/12lh)`` (formulas.md §1.2).
@@ -233,8 +235,12 @@ def step(
 
         extra += (moe_recompute_blocks * moe.layer_forward(model, b, s, causal, True).mlp
                   + shared_recompute_blocks * moe.shared_forward(model, b, s))
+    if mla_up_recompute_blocks:
+        extra += mla_up_recompute_blocks * mla.up_forward(model, b, s)
     if model.mtp_layers:  # MTP modules (workload.mtp): a block of the last kind, eh_proj, the head again
-        last, h = groups[-1][1], model.hidden_size
+        # layer_groups lists the dense blocks' group first: the MoE group only if the last block is MoE
+        moe_last = model.moe is not None and model.moe.is_moe_layer(model.n_layers - 1)
+        last, h = groups[-1 if moe_last or len(groups) == 1 else 0][1], model.hidden_size
         extra += 3 * model.mtp_layers * (last.dense + f * last.attention_core + logits_forward(model, b, s)
                                          + 2.0 * b * s * 2 * h * h)
     no_wgrad = 0.0

@@ -13,7 +13,6 @@ from typing import Any
 
 from simulator.config.scenario import Scenario
 from simulator.workload import lora as wlora
-from simulator.workload import muon as wmuon
 from simulator.workload import params
 from simulator.workload.activations import (  # noqa: F401  (re-exported: one memory model, one import)
     LOGPROB_BYTES,
@@ -26,6 +25,12 @@ from simulator.workload.activations import (  # noqa: F401  (re-exported: one me
     logits_activation_bytes,
     pipeline_blocks,
     stage_activations,
+)
+from simulator.workload.model_states import (  # noqa: F401  (model_states re-exported)
+    local_params,
+    megatron_mixed_precision,
+    model_states,
+    shard_degree,
 )
 from simulator.workload.zero_states import ModelStateBytes, zero_model_states  # noqa: F401  (re-exported)
 
@@ -92,117 +97,14 @@ class MemoryBreakdown:
         return out
 
 
-# --- model states ------------------------------------------------------------------------------
-
-
-def _local_params(scenario: Scenario, experts: bool = True) -> float:
-    """Parameters on the most-loaded GPU; an MoE model's experts are split over EP x ETP
-    (``experts=False``: without them, e.g. FSDP's root unit)."""
-    m, p = scenario.model, scenario.parallel
-    if m.moe is not None:
-        from simulator.workload import moe
-
-        split = moe.local(m, p.tp, p.pp, p.ep, p.etp)
-        return split.total if experts else split.dense
-    return params.local(m, p.tp, p.pp)
-
-
-def _shard_degree(scenario: Scenario) -> int:
-    """GPUs a ZeRO/FSDP shard spans: the data × context parallel ranks (Megatron's distributed
-    optimizer shards over ``dp·cp``, torchtitan's FSDP over ``dp_shard_cp``), or one node's DP ranks
-    for FSDP HYBRID_SHARD."""
-    p = scenario.parallel
-    degree = scenario.dp * p.cp
-    if p.framework == "fsdp" and p.sharding_strategy == "hybrid_shard":
-        per_node_dp = max(1, scenario.cluster.topology.gpus_per_node // (p.tp * p.pp))
-        return min(degree, per_node_dp)
-    return degree
-
-
-def _stage_experts(scenario: Scenario, blocks: int) -> float:
-    """Routed-expert parameters on a GPU of a stage with ``blocks`` blocks (0 for a dense model): the most
-    loaded GPU's, ``_local_params`` with minus without experts, in proportion to the blocks."""
-    if scenario.model.moe is None:
-        return 0.0
-    most = math.ceil(scenario.model.n_layers / scenario.parallel.pp)
-    return (_local_params(scenario) - _local_params(scenario, experts=False)) * blocks / most
-
-
-def model_states(scenario: Scenario, psi: float | None = None, outside: float | None = None) -> ModelStateBytes:
-    """Model states of a GPU holding ``psi`` parameters (default: the most-loaded stage's,
-    ``params.local(model, tp, pp)``), ``outside`` of them embedding and output layer (default: the most-loaded
-    stage's; Muon leaves them to Adam).
-
-    * DeepSpeed: the ZeRO formulas with 2/2/12 B per parameter in 16-bit training, 4/4/8 in fp32
-      (no master copy). ``offload_optimizer`` moves the optimizer states and, from stage 2, the
-      gradient partition to the host (ZeRO-Offload; DeepSpeed's ``estimate_zero2`` gives GPU = 2Ψ);
-      ``offload_param`` (stage 3) moves the parameter partition too (GPU = largest layer, in buffers).
-      bf16 at stage 0 runs DeepSpeed's ``BF16_Optimizer`` (``ParallelConfig.bf16_optimizer``): 2 B
-      parameters, 2 + 4 B gradients (its fp32 accumulation buffer, "which consumes 4 bytes * params of
-      additional memory" unsharded, BigScience tr11 README) and the 12 B optimizer states sharded as in
-      stage 1.
-    * DDP under AMP keeps fp32 parameters and fp32 gradients (formulas.md §4.1) and Adam's fp32 m, v:
-      4/4/8 B, nothing sharded; the 16-bit autocast copies are transient; 16-bit gradients (2 B) with
-      ``grad_reduce_in_fp32`` False.
-    * FSDP shards fp32 flat parameters, fp32 gradients (upcast after the reduce-scatter) and Adam
-      states: 4/4/8 B ÷ the shard degree (all three for FULL_SHARD, HYBRID_SHARD — within a node —
-      and SHARD_GRAD_OP, nothing for NO_SHARD); the 16-bit unsharded copies are buffers.
-      ``offload_optimizer`` = ``CPUOffload(offload_params=True)``, which keeps parameters,
-      gradients and the optimizer step on the host.
-    * Megatron's distributed optimizer (framework ddp, ``distributed_optimizer``) in 16-bit training:
-      16-bit parameters, fp32 gradient buffer (``main_grad``), fp32 master + Adam m, v sharded over
-      ``dp·cp``: ``6 + 12/d`` B per parameter (Megatron-LM ``theoretical_memory_usage.py``:
-      ``num_bytes_per_parameter = 6 + 12 / data_parallel_size``). With ``grad_reduce_in_fp32`` False
-      the buffer is 16-bit and each rank casts its gradient shard to fp32 for the step: ``4 + 16/d`` B.
-    """
-    p = scenario.parallel
-    if psi is None:
-        psi = params.local(scenario.model, p.tp, p.pp)
-    bf16_optimizer = p.bf16_optimizer(scenario.training.precision)
-    expert_sizes = None
-    if scenario.training.optimizer == "muon":  # fp32 master and one momentum (workload.muon)
-        moe = scenario.model.moe is not None  # an MoE model's states come from its most-loaded split
-        dense = _local_params(scenario, experts=False) if psi is None or moe else psi
-        sizes, expert_sizes = wmuon.state_sizes(scenario, dense, None if moe else outside)
-    elif bf16_optimizer:
-        sizes = (2, 2 + 4, 12)  # the bf16 gradients and BF16_Optimizer's unsharded fp32 accumulation buffer
-    elif p.framework == "deepspeed" and is_16bit(scenario):
-        sizes = (2, 2, 12)
-    elif p.framework == "ddp" and p.distributed_optimizer and is_16bit(scenario):
-        prec = scenario.training.precision
-        # a 16-bit main_grad buffer: the optimizer casts its shard to fp32 for the step (+4/d B)
-        sizes = (2, p.grad_buffer_bytes(prec), 12 + p.step_grad_copy_bytes(prec))
-    elif p.framework == "ddp":
-        sizes = (4, p.grad_buffer_bytes(scenario.training.precision), 8)
-    else:
-        sizes = (4, 4, 8)
-    stage = 1 if bf16_optimizer else p.effective_zero_stage  # it shards its fp32 master and Adam states
-    if p.framework == "fsdp" and stage == 2:
-        stage = 3  # SHARD_GRAD_OP also stores its fp32 flat parameters sharded; the 16-bit copy is a buffer
-    if scenario.model.moe is not None:  # experts sharded over EP x ETP and expert-DP
-        from simulator.workload import moe_memory
-
-        st = moe_memory.model_states(scenario, zero_model_states, _shard_degree(scenario), stage, sizes, expert_sizes)
-    else:
-        st = zero_model_states(psi, _shard_degree(scenario), stage, *sizes)
-    pb, gb, ob, host = st.params_bytes, st.grads_bytes, st.optimizer_bytes, 0.0
-    if p.framework == "fsdp" and p.offload_optimizer != "none":
-        return ModelStateBytes(0.0, 0.0, 0.0, offloaded_bytes=st.total_bytes)
-    if p.offload_optimizer != "none":
-        host, ob = host + ob, 0.0
-        if p.effective_zero_stage >= 2:
-            host, gb = host + gb, 0.0
-    if p.offload_param != "none":
-        host, pb = host + pb, 0.0
-    return ModelStateBytes(pb, gb, ob, offloaded_bytes=host)
-
-
 # --- buffers -----------------------------------------------------------------------------------
 
 
-def buffers(scenario: Scenario, psi: float | None = None, blocks: int | None = None) -> BufferBytes:
-    """Communication and gathering buffers per framework (formulas.md §2.5), on a GPU holding
-    ``psi`` parameters in ``blocks`` transformer blocks (default: the most-loaded stage's).
+def buffers(scenario: Scenario, psi: float | None = None, blocks: int | None = None,
+            experts: float | None = None) -> BufferBytes:
+    """Communication and gathering buffers per framework (formulas.md §2.5), on a GPU holding ``psi``
+    parameters besides ``experts`` routed-expert ones (an MoE model's) in ``blocks`` transformer blocks
+    (default: the most-loaded stage's).
 
     * DeepSpeed stage 0: one flattened all-reduce bucket of ≤ 5e8 elements (16-bit; fp32 through the
       ``BF16_Optimizer``).
@@ -237,53 +139,68 @@ def buffers(scenario: Scenario, psi: float | None = None, blocks: int | None = N
     Optimizer-step transients: DeepSpeed stages 1–3 upcast the 16-bit gradient partition to fp32
     for the step (``4Ψ/N_d``, per sub-group of ≤ 1e9 elements in stage 3; the "4 fp32 grads" of
     DeepSpeed's 18 B/param estimate); an unfused (``foreach``) torch Adam allocates one fp32
-    temporary per updated parameter (``_foreach_sqrt`` of the variance, ``torch/optim/adam.py``).
+    temporary per updated parameter (``_foreach_sqrt`` of the variance, ``torch/optim/adam.py``). Both
+    run one parameter group at a time, and an MoE model's experts are a group of their own (DeepSpeed
+    MoE's expert groups, Megatron-Core's chained expert optimizer), sharded over the expert-DP ranks:
+    the larger group's share sets the transient.
     """
     m, par = scenario.model, scenario.parallel
     if psi is None:
-        psi = _local_params(scenario)
+        psi = local_params(scenario, experts=False)
+    if experts is None:
+        experts = local_params(scenario) - psi if m.moe is not None else 0.0
     if blocks is None:
         blocks = math.ceil(m.n_layers / par.pp)
     half = 2 if is_16bit(scenario) else 4
     stage = par.effective_zero_stage
     on_gpu_optimizer = par.offload_optimizer == "none"
-    updated = psi / (_shard_degree(scenario) if stage >= 1 else 1)  # parameters this GPU's Adam updates
+    group = psi / (shard_degree(scenario) if stage >= 1 else 1)  # parameters of a group this GPU's Adam updates
+    if experts:
+        from simulator.workload import moe_memory
+
+        group = max(group, experts / (moe_memory.expert_dp(scenario) if stage >= 1 else 1))
     step = 0.0
     if on_gpu_optimizer and not scenario.training.kernels.fused_adam:
-        step += 4 * updated
+        step += 4 * group
+    if on_gpu_optimizer and (megatron_mixed_precision(scenario) or scenario.training.optimizer == "muon"):
+        # a 16-bit main_grad: the optimizer casts its (shard of the) gradients to fp32 for the step, freed by the
+        # next iteration's zero_grad (Megatron's _copy_model_grads_to_main_grads: shard_model_grad.float())
+        step += par.step_grad_copy_bytes(scenario.training.precision) * group
     if on_gpu_optimizer and par.framework == "deepspeed" and stage >= 1:
-        step += 4 * (min(updated, DEEPSPEED_SUB_GROUP) if stage == 3 else updated)
+        step += 4 * (min(group, DEEPSPEED_SUB_GROUP) if stage == 3 else group)
+    psi_all = psi + experts  # every gradient passes through the reduction buckets
     comm = gathered = 0.0
     if par.framework == "deepspeed":
         if stage == 0:  # BF16_Optimizer flattens its fp32 gradients into the same buffers
             width = 4 if par.bf16_optimizer(scenario.training.precision) else half
-            comm = width * min(psi, DEEPSPEED_ALLREDUCE_BUCKET)
+            comm = width * min(psi_all, DEEPSPEED_ALLREDUCE_BUCKET)
         elif stage in (1, 2):
             n_ipg = 2 if par.effective_overlap_comm else 1
-            comm = half * min(psi, par.reduce_bucket_size) * n_ipg
+            comm = half * min(psi_all, par.reduce_bucket_size) * n_ipg
         else:
             largest = params.count(m).largest_layer / par.tp
             live = min(par.stage3_max_live_parameters, largest + par.stage3_prefetch_bucket_size)
             gathered = half * live
-            comm = half * min(psi, par.reduce_bucket_size) + half * largest
+            comm = half * min(psi_all, par.reduce_bucket_size) + half * largest
     elif par.framework == "ddp":
         # fp32 gradients under AMP are copied into flat buckets of the same total size, unless
         # gradient_as_bucket_view makes them views (PyTorch distributed.py docstring, formulas.md §2.5).
         grad = par.grad_buffer_bytes(scenario.training.precision)
-        comm = 0.0 if (par.gradient_as_bucket_view or par.distributed_optimizer) else grad * psi
+        # Megatron's main_grad buffer is its bucket (no copy)
+        bucket_view = par.gradient_as_bucket_view or megatron_mixed_precision(scenario)
+        comm = 0.0 if bucket_view else grad * psi_all
     else:
         mp = 4 if par.param_dtype == "fp32" else half
         rd = {"fp32": 4, "fp16": 2, "bf16": 2}.get(par.reduce_dtype or "", mp)
         unit = params.layer_local(m, par.tp)
-        dense = psi if m.moe is None else _local_params(scenario, experts=False)
-        root = dense - blocks * unit
+        root = psi - blocks * unit
         # parallel.fp8_param_gather: a block's linear weights arrive, and stay unsharded, in FP8
         saved = (mp - 1) * max(0.0, unit - sum(params.block_vectors(m))) if par.fp8_param_gather else 0.0
         strategy = par.sharding_strategy
         # parallel.fsdp_no_sync: the whole unsharded gradient accumulates between micro-batches, the
         # stage's experts' too, in param_dtype under FSDP1 and reduce_dtype under FSDP2 (docstring)
         no_sync = par.fsdp_no_sync and scenario.grad_accum_steps > 1 and strategy != "no_shard"
-        held = (mp if par.fsdp_version == 1 else rd) * (psi + _stage_experts(scenario, blocks)) if no_sync else 0.0
+        held = (mp if par.fsdp_version == 1 else rd) * psi_all if no_sync else 0.0
         if par.pp > 1 and strategy != "no_shard":
             gathered = mp * psi - blocks * saved
             comm = rd * psi
@@ -346,14 +263,21 @@ def breakdown(scenario: Scenario) -> MemoryBreakdown:
     best = None
     rows = []
     for st in range(par.pp):
-        psi = params.stage_local(m, par.tp, par.pp, st, blocks[st])
-        outside = psi - blocks[st] * params.layer_local(m, par.tp)
+        experts = 0.0
+        if m.moe is None:
+            psi = params.stage_local(m, par.tp, par.pp, st, blocks[st])
+        else:  # the stage's own blocks, dense and MoE (moe_memory.split)
+            from simulator.workload import moe_memory
+
+            held = moe_memory.split(scenario, st)
+            psi, experts = held.dense, held.experts
+        outside = params.stage_local(m, par.tp, par.pp, st, 0)
         if scenario.training.lora is None:
-            states, trained = model_states(scenario, psi, outside), psi
+            states, trained = model_states(scenario, psi, outside, st), psi
         else:  # frozen base weights; gradients, buckets and optimizer states for the adapters only
             trained = wlora.adapters_local(scenario, blocks[st])
             states = wlora.model_states(scenario, psi, outside, trained, model_states)
-        buf = buffers(scenario, trained, blocks[st])
+        buf = buffers(scenario, trained, blocks[st], experts if scenario.training.lora is None else 0.0)
         v = _verdict(scenario, states, buf, acts[st].total_bytes)
         rows.append({"stage": st, "layers": blocks[st], "in_flight": acts[st].in_flight,
                      "activations_bytes": acts[st].total_bytes, "total_bytes": v["total_bytes"]})

@@ -85,3 +85,14 @@ def forward(model: ModelConfig, b: int, s: int, causal: bool) -> MLAFlops:
         attn_v=2.0 * b * s * s * a * dv * c,
         out_proj=2.0 * t * a * dv * h,
     )
+
+
+def up_forward(model: ModelConfig, b: int, s: int) -> float:
+    """Forward FLOPs of the up projections alone, what Megatron-Core's ``mla_up_proj`` recompute module re-runs
+    (``MLASelfAttention.recompute_up_proj``): ``2·T·(d_c'·a·d_qk + d_c·a·(d_n + d_v))``, ``h·a·d_qk`` in place of
+    ``d_c'·a·d_qk`` without query compression (``q_proj`` re-runs then), ``T = b·s`` (the rotary embedding's
+    FLOPs are not counted, as nowhere in the block counts)."""
+    h, t = model.hidden_size, b * s
+    a, qr, kvr, dn, dr, dv = _dims(model)
+    return 2.0 * t * ((qr or h) * a * (dn + dr) + kvr * a * (dn + dv))
+

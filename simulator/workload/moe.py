@@ -26,8 +26,9 @@ matrix product).
 
 from __future__ import annotations
 
-import math
+import itertools
 from dataclasses import dataclass
+from typing import Any
 
 from simulator.config.model import ModelConfig
 from simulator.workload import mla
@@ -155,26 +156,33 @@ def block_local(model: ModelConfig, moe_layer: bool, tp: int = 1, ep: int = 1, e
     return LocalParams(dense=bk.tp_sharded / tp + bk.replicated, experts=experts)
 
 
-def local(model: ModelConfig, tp: int = 1, pp: int = 1, ep: int = 1, etp: int = 1) -> LocalParams:
-    """Parameters held by the most-loaded GPU of a ``tp × pp`` (× ``ep × etp``) group: the stage with
-    the most blocks (the first stages, holding any leading dense blocks, when layers do not divide),
-    plus the embedding or the head as in ``params.local``; the last stage also holds the MTP modules."""
+def local(model: ModelConfig, tp: int = 1, pp: int = 1, ep: int = 1, etp: int = 1, v: int = 1,
+          parallel: Any = None) -> LocalParams:
+    """Parameters held by the most-loaded GPU of a ``tp × pp`` (× ``ep × etp``) group: the largest
+    :func:`stage_local` over the pipeline stages (``v`` virtual stages each, placed as ``parallel`` asks)."""
+    return max((stage_local(model, tp, pp, ep, etp, st, v, parallel) for st in range(pp)), key=lambda x: x.total)
+
+
+def stage_local(model: ModelConfig, tp: int, pp: int, ep: int, etp: int, stage: int, v: int = 1,
+                parallel: Any = None) -> LocalParams:
+    """Parameters one GPU of pipeline stage ``stage`` holds: the blocks of its virtual stages, each of its own
+    kind (dense or MoE), where the pipeline places them (``pipeline_split.virtual_stage_layers``: virtual
+    stage ``j = c·p + s`` holds the next ``layers[j]`` blocks, the MTP modules' blocks, of the last block's
+    kind, after the model's); the embedding on stage 0 and the final norm and output layer on the last
+    (``params.stage_local`` without blocks); each MTP module's ``eh_proj`` and norms with its block."""
+    from simulator.parallel import pipeline_split
     from simulator.workload import mtp
 
-    per_stage = math.ceil(model.n_layers / pp)
     flags = [_is_moe(model, i) for i in range(model.n_layers)]
-    best = LocalParams(0.0, 0.0)
-    for st in range(pp):
-        idx = range(st * per_stage, min(model.n_layers, (st + 1) * per_stage))
-        parts = [block_local(model, flags[i], tp, ep, etp) for i in idx]
-        if st == pp - 1:  # the MTP modules (model.mtp_layers): blocks of the last block's kind, on the last stage
-            parts += [block_local(model, flags[-1], tp, ep, etp)] * model.mtp_layers
-        cand = LocalParams(sum(p.dense for p in parts) + (mtp.params(model, tp) if st == pp - 1 else 0.0),
-                           sum(p.experts for p in parts))
-        if cand.total > best.total:
-            best = cand
-    extra = wparams.outside_local(model, tp, pp)
-    return LocalParams(best.dense + extra, best.experts)
+    flags += flags[-1:] * model.mtp_layers
+    layers = pipeline_split.virtual_stage_layers(model.n_layers, pp, v, parallel, model.mtp_layers)
+    starts = [0, *itertools.accumulate(layers)]
+    held = [i for j, n in enumerate(layers) if j % pp == stage for i in range(starts[j], starts[j] + n)]
+    parts = [block_local(model, flags[i], tp, ep, etp) for i in held]
+    mtp_blocks = sum(1 for i in held if i >= model.n_layers)
+    own = mtp.params(model, tp) * mtp_blocks / model.mtp_layers if mtp_blocks else 0.0
+    outside = wparams.stage_local(model, tp, pp, stage, 0)
+    return LocalParams(sum(p.dense for p in parts) + own + outside, sum(p.experts for p in parts))
 
 
 def n_moe_layers(model: ModelConfig) -> int:

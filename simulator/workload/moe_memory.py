@@ -124,16 +124,33 @@ def recompute_transient(scenario: Any, pb: int) -> float:
     return routed + shared if "moe" in mods else shared if "shared_experts" in mods else 0.0
 
 
-def model_states(scenario: Any, zero_model_states, shard_degree: int, stage: int, sizes: tuple,
-                 expert_sizes: tuple | None = None) -> Any:
-    """Model-state bytes of an MoE model: the dense part over ``shard_degree``, the experts over
-    the expert-DP group (both with ``zero_model_states`` and the framework's bytes per parameter; the experts'
-    ``expert_sizes`` where they differ: Muon)."""
+def split(scenario: Any, pipeline_stage: int | None = None) -> Any:
+    """``moe.LocalParams`` of one GPU of pipeline stage ``pipeline_stage`` (None: the most-loaded stage's), its
+    blocks where the scenario's pipeline places them (virtual stages, uneven splits, layouts)."""
     m, par = scenario.model, scenario.parallel
-    split = wmoe.local(m, par.tp, par.pp, par.ep, par.etp)
-    dense = zero_model_states(split.dense, shard_degree, stage, *sizes)
-    edp = max(1, scenario.n_gpus // (par.pp * par.ep * par.etp))
-    exp = zero_model_states(split.experts, edp, stage, *(expert_sizes or sizes))
+    v = par.virtual_stages if par.pp > 1 and par.pipeline_schedule == "interleaved" else 1
+    if pipeline_stage is None:
+        return wmoe.local(m, par.tp, par.pp, par.ep, par.etp, v, par)
+    return wmoe.stage_local(m, par.tp, par.pp, par.ep, par.etp, pipeline_stage, v, par)
+
+
+def expert_dp(scenario: Any) -> int:
+    """The expert-data-parallel degree, over which the experts' gradients and ZeRO states shard."""
+    par = scenario.parallel
+    return max(1, scenario.n_gpus // (par.pp * par.ep * par.etp))
+
+
+def model_states(scenario: Any, zero_model_states, shard_degree: int, stage: int, sizes: tuple,
+                 expert_sizes: tuple | None = None, pipeline_stage: int | None = None) -> Any:
+    """Model-state bytes of an MoE model on a GPU of pipeline stage ``pipeline_stage`` (None: the most
+    loaded): the dense part over ``shard_degree``, the experts over the expert-DP group (both with
+    ``zero_model_states`` and the framework's bytes per parameter; the experts' ``expert_sizes`` where they
+    differ: Muon)."""
+    m, par = scenario.model, scenario.parallel
+    held = split(scenario, pipeline_stage)
+    dense = zero_model_states(held.dense, shard_degree, stage, *sizes)
+    edp = expert_dp(scenario)
+    exp = zero_model_states(held.experts, edp, stage, *(expert_sizes or sizes))
     gathered = 0.0
     if stage >= 3 and edp > 1:  # two blocks' experts unsharded at a time, in the 16-bit working dtype
         block = wmoe.block_local(m, True, par.tp, par.ep, par.etp).experts

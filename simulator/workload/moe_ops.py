@@ -57,7 +57,7 @@ from dataclasses import dataclass, replace
 from simulator.config.model import ModelConfig
 from simulator.hardware.kernels import TE_GROUPED_STREAMS
 from simulator.workload import ops as wops
-from simulator.workload.attention_core import LSE_BYTES, SOFTMAX_FLOPS
+from simulator.workload.attention_core import LSE_BYTES, SOFTMAX_FLOPS, unfused_core_ops
 from simulator.workload.fp8_casts import fp8_cast
 
 
@@ -171,10 +171,12 @@ MLA_UP_PROJ_OPS = ("q_up", "q_proj", "kv_up", "rotary")
 
 
 def _mla_attention(model: ModelConfig, b: int, s: int, tp: int, pb: int, fused: bool,
-                   up_proj_recompute: bool = False, sequence_parallel: bool = False) -> list:
+                   up_proj_recompute: bool = False, sequence_parallel: bool = False, flash: bool = True) -> list:
     """Input norm through the post-attention add+norm of an MLA block (module docstring); the up
     projections marked for recomputation under ``up_proj_recompute`` (``MLA_UP_PROJ_OPS``); the block's
-    norms on the rank's ``1/tp`` of the tokens under ``sequence_parallel`` (``workload.ops.layer_ops``)."""
+    norms on the rank's ``1/tp`` of the tokens under ``sequence_parallel`` (``workload.ops.layer_ops``);
+    the core fused, or unfused without ``flash`` (``training.kernels.flash_attention: false``: the whole
+    s×s matrix, ``attention_core.unfused_core_ops`` over ``d_qk``-wide scores and ``d_v``-wide values)."""
     a, t = model.n_heads // tp, b * s
     region = wops.region_tokens(t, tp, sequence_parallel)
     h = model.hidden_size
@@ -187,19 +189,26 @@ def _mla_attention(model: ModelConfig, b: int, s: int, tp: int, pb: int, fused: 
         out += wops._add_norm("input", region * h, True, pb)
     else:
         out.append(wops.memory_op("input_norm", region * h, 2, pb, wops._NORM_FLOPS))
+    # The down projections and their norms are duplicated on every TP rank (Megatron-Core's MLA spec:
+    # backend.linear()) and take the block's input as it is: the rank's 1/tp of the tokens under sequence
+    # parallelism (multi_latent_attention.py: "q_compressed: [s / TP, b, q_lora_rank]"), every token without.
     if qr:
-        out += [wops.gemm("q_down", t, qr, h, pb), wops.memory_op("q_down_norm", t * qr, 2, pb, wops._NORM_FLOPS),
+        out += [wops.gemm("q_down", region, qr, h, pb),
+                wops.memory_op("q_down_norm", region * qr, 2, pb, wops._NORM_FLOPS),
                 wops.gemm("q_up", t, a * dqk, qr, pb)]
     else:
         out.append(wops.gemm("q_proj", t, a * dqk, h, pb))
-    out += [wops.gemm("kv_down", t, kvr + dr, h, pb),
-            wops.memory_op("kv_down_norm", t * kvr, 2, pb, wops._NORM_FLOPS),
+    out += [wops.gemm("kv_down", region, kvr + dr, h, pb),
+            wops.memory_op("kv_down_norm", region * kvr, 2, pb, wops._NORM_FLOPS),
             wops.gemm("kv_up", t, a * (dn + dv), kvr, pb),
             wops.memory_op("rotary", t * (a + 1) * dr, 2, pb, wops._ROPE_FLOPS)]
-    # FlashAttention, causal: QKᵀ 2·b·s²·a·d_qk/2 and ·V 2·b·s²·a·d_v/2; reads Q, K, V, writes O + LSE.
-    flops = 2.0 * b * s * s * a * (dqk + dv) / 2
-    io = (t * a * (2 * dqk + 2 * dv)) * pb + b * a * s * LSE_BYTES
-    out.append(wops.Op("attention", "attention", flops, float(io)))
+    if flash:
+        # FlashAttention, causal: QKᵀ 2·b·s²·a·d_qk/2 and ·V 2·b·s²·a·d_v/2; reads Q, K, V, writes O + LSE.
+        flops = 2.0 * b * s * s * a * (dqk + dv) / 2
+        io = (t * a * (2 * dqk + 2 * dv)) * pb + b * a * s * LSE_BYTES
+        out.append(wops.Op("attention", "attention", flops, float(io)))
+    else:
+        out += unfused_core_ops(model, b, s, a, dqk, dv, pb)
     out.append(wops.gemm("out_proj", t, h, a * dv, pb))
     out += wops._add_norm("post_attn", region * h, fused, pb)
     if up_proj_recompute:
@@ -216,9 +225,10 @@ def _attention_part(model, b, s, tp, pb, kernels, recompute, fp8: str | None = N
     attention core, MLA's included, as ``layer_ops`` does; full recomputation is marked by ``_mark``."""
     if model.is_mla:
         att = _mla_attention(model, b, s, tp, pb, kernels.fused_norm_residual, "mla_up_proj" in modules,
-                             sequence_parallel)
-        if recompute == "selective":
-            att = [replace(op, recompute=True) if op.kind == "attention" else op for op in att]
+                             sequence_parallel, kernels.flash_attention)
+        if recompute == "selective":  # the core, fused or unfused (attention_core's ops are named attn_*)
+            att = [replace(op, recompute=True) if op.kind == "attention" or op.name.startswith("attn_") else op
+                   for op in att]
         h, f, t = model.hidden_size, model.ffn_hidden_size, b * s
         up = (model.mlp_matrices - 1) * f // tp
         mlp = [wops.gemm("mlp_up", t, up, h, pb),

@@ -142,11 +142,10 @@ def state_sizes(scenario: Any, dense_params: float, outside: float | None = None
     weight, the gradient buffer (``grad_reduce_in_fp32``) and the fp32 master with Muon's one momentum buffer
     (``MUON_STATE_BYTES``), Adam's 12 B for the ``outside`` embedding and output-layer parameters (default the
     most-loaded GPU's, ``params.outside_local``; norm and bias vectors counted as Muon's: under 0.1% of a block); a 16-bit gradient
-    buffer adds its fp32 copy for the step (``ParallelConfig.step_grad_copy_bytes``), as Megatron's distributed
-    optimizer does."""
+    buffer's fp32 copy for the step (``ParallelConfig.step_grad_copy_bytes``) is a transient of the step
+    (``memory.buffers``), as under Megatron's distributed optimizer."""
     m, p = scenario.model, scenario.parallel
     grad = p.grad_buffer_bytes(scenario.training.precision)
-    cast = p.step_grad_copy_bytes(scenario.training.precision)
     adam = min(float(params.outside_local(m, p.tp, p.pp) if outside is None else outside), dense_params)
     dense = (MUON_STATE_BYTES * (dense_params - adam) + 12 * adam) / dense_params if dense_params else MUON_STATE_BYTES
-    return (2, grad, dense + cast), (2, grad, MUON_STATE_BYTES + cast)
+    return (2, grad, dense), (2, grad, MUON_STATE_BYTES)

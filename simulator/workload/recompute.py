@@ -150,23 +150,34 @@ def mlp_blocks(scenario: Any) -> int:
 
 def moe_blocks(scenario: Any, module: str) -> int:
     """MoE blocks whose MoE layer (``module`` ``moe``) or shared experts (``shared_experts``) selective
-    recomputation re-runs: every MoE block with the module, the MTP modules' blocks included (blocks of the
-    last kind: ``flops.step``), 0 without it."""
+    recomputation re-runs: every MoE block with the module, the MTP modules' blocks included when the last
+    block is an MoE block (an MTP block is of the last block's kind: ``flops.step``), 0 without it."""
     m = scenario.model
     if m.moe is None or module not in modules(scenario.training):
         return 0
-    return m.moe.n_moe_layers(m.n_layers) + m.mtp_layers
+    return m.moe.n_moe_layers(m.n_layers) + (m.mtp_layers if m.moe.is_moe_layer(m.n_layers - 1) else 0)
+
+
+def mla_up_blocks(scenario: Any) -> int:
+    """Blocks whose MLA up projections the ``mla_up_proj`` module re-runs: every block of an MLA model, the MTP
+    modules' blocks included (MLA attention too), 0 without the module."""
+    m = scenario.model
+    if not m.is_mla or "mla_up_proj" not in modules(scenario.training):
+        return 0
+    return m.n_layers + m.mtp_layers
 
 
 def step_terms(scenario: Any) -> dict[str, float]:
     """``flops.step``'s recompute arguments for the scenario: the share of blocks that recompute under
     full checkpointing (:func:`fraction`), the FLOPs early stop leaves out of each
     (:func:`skipped_flops_per_block`), the blocks whose MLP the ``mlp`` module re-runs
-    (:func:`mlp_blocks`) and the MoE blocks whose MoE layer or shared experts the ``moe`` and
-    ``shared_experts`` modules re-run (:func:`moe_blocks`)."""
+    (:func:`mlp_blocks`), the MoE blocks whose MoE layer or shared experts the ``moe`` and
+    ``shared_experts`` modules re-run (:func:`moe_blocks`) and the MLA blocks whose up projections the
+    ``mla_up_proj`` module re-runs (:func:`mla_up_blocks`)."""
     return {"recompute_fraction": fraction(scenario), "recompute_skipped": skipped_flops_per_block(scenario),
             "mlp_recompute_blocks": mlp_blocks(scenario), "moe_recompute_blocks": moe_blocks(scenario, "moe"),
-            "shared_recompute_blocks": moe_blocks(scenario, "shared_experts")}
+            "shared_recompute_blocks": moe_blocks(scenario, "shared_experts"),
+            "mla_up_recompute_blocks": mla_up_blocks(scenario)}
 
 
 def check(scenario: Any) -> str | None:

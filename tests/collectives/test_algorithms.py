@@ -266,3 +266,13 @@ def test_collnet_beats_the_ring_across_many_nodes(topo):
     coll = CollectiveModel(cluster).run("all_reduce", [list(range(128))], 4 * GiB)
     assert coll.algorithm == "collnet_direct"
     assert ring.time_s / coll.time_s > 1.3
+
+
+def test_nccl_view_gives_a_cross_rack_channel_half_a_nic(topo):
+    """NCCL's channels cross nodes one NIC each, duplicated two per NIC (connect.cc). Two GB200 NVL72 racks hold
+    72 ConnectX-7 NICs each (400 Gb/s, 0.95 of it: 47.5 GB/s), more than the 32-channel cap can use: each
+    channel gets half a NIC, 23.75 GB/s, not the rack's 72 x 47.5 shared by 32 channels (106.9). A DGX H100
+    pair (8 NICs, 16 channels) gets the same 23.75."""
+    for name, ppn in (("gb200-nvl72", 72), ("dgx-h100", 8)):
+        view = CollectiveModel(build_cluster(topo(name), 2)).nccl_topo(2 * ppn, 2, ppn)
+        assert view.bw_inter_GBps == pytest.approx(400 / 8 * 0.95 / 2)

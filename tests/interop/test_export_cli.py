@@ -52,3 +52,15 @@ def test_sweep_export_best_creates_its_folder_in_an_existing_parent(tmp_path):
     assert (tmp_path / "best" / "scenario.yaml").is_file()
     r = runner.invoke(app, [*args, "--export-best", str(tmp_path / "no" / "best")])
     assert r.exit_code == 2 and "--export-best" in r.output and not (tmp_path / "no").exists()
+
+
+def test_sweep_export_best_refuses_to_overwrite_its_input(tmp_path):
+    """A sweep of folder/scenario.yaml exported into folder would replace the user's scenario with the best
+    point: bad input, refused before the sweep runs, the scenario left as it was."""
+    scenario = tmp_path / "scenario.yaml"
+    scenario.write_text(ZERO3.read_text())
+    r = runner.invoke(app, ["sweep", str(scenario), "--grid", "parallel.zero_stage=2,3", "--set",
+                            "training.global_batch_size=64", "--export-best", str(tmp_path)])
+    assert r.exit_code == 2 and "--export-best" in r.output and "overwrite" in r.output
+    assert scenario.read_text() == ZERO3.read_text()
+    assert {p.name for p in tmp_path.iterdir()} == {"scenario.yaml"}

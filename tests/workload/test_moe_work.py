@@ -189,6 +189,41 @@ def test_mla_up_proj_recompute_drops_q_k_v_and_reruns_the_up_projections():
                                      "cluster": {"topology": "dgx-h100", "nodes": 1}}))
 
 
+def test_mla_up_proj_recompute_counts_in_the_hardware_flops():
+    """HFU's numerator counts what the kernels run: with ``mla_up_proj`` the q_up and kv_up GEMMs run again in
+    every MLA block (DeepSeek-V3's 61; the catalogued model has no MTP module), 2 x 4,096 x (1,536 x 128 x 192 +
+    512 x 128 x 256) FLOPs per block and sequence; model FLOPs unchanged. Global batch 256 of 4,096-token sequences."""
+    from simulator.workload import flops
+
+    def scenario(modules):
+        return scenario_from_dict({
+            "name": "t", "model": "deepseek-v3", "cluster": {"topology": "dgx-h100", "nodes": 32},
+            "training": {"seq_len": 4096, "micro_batch_size": 1, "global_batch_size": 256,
+                         "activation_checkpointing": "selective", "recompute_modules": modules},
+            "parallel": {"framework": "ddp", "ep": 32, "pp": 8}})
+
+    with_up = flops.for_scenario(scenario(["core_attn", "mla_up_proj"]), executed=True)
+    without = flops.for_scenario(scenario(["core_attn"]), executed=True)
+    blocks = 61
+    assert with_up.hardware_flops - without.hardware_flops == pytest.approx(
+        256 * blocks * 2 * 4096 * (1536 * 128 * 192 + 512 * 128 * 256))
+    assert with_up.model_flops == without.model_flops
+
+
+@pytest.mark.parametrize("sp, share", [(True, 1 / 8), (False, 1.0)])
+def test_mla_down_projections_run_on_the_ranks_tokens(sp, share):
+    """Megatron-Core duplicates MLA's down projections on every TP rank and feeds them the block's input as it
+    is: under sequence parallelism the rank's s/tp tokens ("q_compressed: [s / TP, b, q_lora_rank]",
+    multi_latent_attention.py), without it all s. DeepSeek-V3 (h 7,168, q_lora_rank 1,536, kv_lora_rank 512,
+    rope head 64) at TP 8, 4,096 tokens: 2 x 4,096 x 7,168 x (1,536 + 576) FLOPs per rank, times 1/8 under
+    sequence parallelism; the up projections stay column-parallel on every token (128/8 heads)."""
+    m = catalog.get_model("deepseek-v3")
+    blk = moe_ops.moe_block_ops(m, 1, 4096, 8, 2, KernelConfig(), "none", sequence_parallel=sp)
+    flops = {op.name: op.flops for op in blk.pre}
+    assert flops["q_down"] + flops["kv_down"] == pytest.approx(share * 2 * 4096 * 7168 * (1536 + 576))
+    assert flops["q_up"] == pytest.approx(2 * 4096 * 1536 * 16 * 192)
+
+
 def test_zero3_shards_expert_weights_and_holds_two_gathered_blocks():
     h, f, L, V = 4096, 14336, 32, 32000
     expert = 3 * h * f
@@ -366,3 +401,62 @@ def test_fp8_runs_the_expert_and_mla_gemms_in_fp8():
     # without FP8 there is no cast and the GEMMs are still marked linear (the flag only matters in FP8)
     bf16 = moe_ops.moe_block_ops(m, 1, 2048, 1, 2, KernelConfig(), "none", ep=32)
     assert not [op for op in bf16.pre + bf16.experts if op.name.endswith(".fp8_cast")]
+
+
+def test_unfused_mla_core_computes_the_whole_score_matrix():
+    """training.kernels.flash_attention false runs MLA's core as two batched GEMMs over the whole s×s matrix:
+    scores over d_qk = 192 and the product with d_v = 128 values, 2·b·s²·a·(d_qk + d_v) FLOPs forward, twice
+    the causal fused kernel's. DeepSeek-V3, TP 1, 4,096 tokens, 128 heads; selective recomputation re-runs them."""
+    m = catalog.get_model("deepseek-v3")
+    flash = moe_ops.moe_block_ops(m, 1, 4096, 1, 2, KernelConfig(), "none")
+    eager = moe_ops.moe_block_ops(m, 1, 4096, 1, 2, KernelConfig(flash_attention=False), "selective")
+    core = {op.name: op for op in eager.pre if op.name.startswith("attn_")}
+    assert core["attn_scores"].flops + core["attn_v"].flops == pytest.approx(2 * 4096 ** 2 * 128 * (192 + 128))
+    fused = next(op for op in flash.pre if op.kind == "attention")
+    assert fused.flops == pytest.approx(4096 ** 2 * 128 * (192 + 128))
+    assert all(op.recompute for op in core.values())
+
+
+# Four blocks small enough to count by hand: h 64, 4 heads (MHA), SwiGLU (3 matrices), RMSNorm, vocabulary 128
+# untied; block 0 dense (MLP width 256), blocks 1-3 MoE (4 experts of width 128, top 2, a 4 x 64 router).
+_TINY_MOE = {"name": "tiny", "n_layers": 4, "hidden_size": 64, "n_heads": 4, "ffn_hidden_size": 256,
+             "vocab_size": 128, "mlp": "swiglu", "norm": "rmsnorm", "linear_bias": False, "tied_embeddings": False,
+             "max_position_embeddings": 128, "moe": {"n_experts": 4, "top_k": 2, "expert_ffn_hidden_size": 128,
+                                                     "first_dense_layers": 1, "imbalance": 1.0}}
+_ATTN, _NORMS = 4 * 64 * 64, 2 * 64
+_DENSE_BLOCK = _ATTN + _NORMS + 3 * 64 * 256
+_MOE_BLOCK, _EXPERTS = _ATTN + _NORMS + 4 * 64, 4 * 3 * 64 * 128
+
+
+def _tiny_moe_pp2(**parallel):
+    return scenario_from_dict({
+        "name": "t", "model": _TINY_MOE, "cluster": {"topology": "dgx-h100", "nodes": 1, "gpus": 4},
+        "training": {"seq_len": 128, "micro_batch_size": 1, "global_batch_size": 8, "precision": "bf16"},
+        "parallel": {"framework": "ddp", "pp": 2, "decoder_first_pipeline_num_layers": 1, **parallel}})
+
+
+def test_moe_states_follow_the_pipelines_own_split():
+    """An uneven split (block 0 alone on stage 0, blocks 1-3 on stage 1) puts the experts of three MoE blocks on
+    stage 1, which an even 2 + 2 split would not: stage 0 holds the dense block and the embedding (128 x 64),
+    stage 1 three MoE blocks, the final norm (64) and the output layer (128 x 64). The most-loaded GPU is stage 1."""
+    from simulator.workload import moe_memory
+
+    sc = _tiny_moe_pp2()
+    first, last = moe_memory.split(sc, 0), moe_memory.split(sc, 1)
+    assert (first.dense, first.experts) == (_DENSE_BLOCK + 128 * 64, 0)
+    assert (last.dense, last.experts) == (3 * _MOE_BLOCK + 64 + 128 * 64, 3 * _EXPERTS)
+    assert moe_memory.split(sc) == last
+    # each stage's states from its own blocks: bf16 weights 2 B, fp32 gradients 4 B and Adam + master 12 B
+    stage0 = memory.model_states(sc, pipeline_stage=0)
+    assert stage0.total_bytes == pytest.approx(18 * (_DENSE_BLOCK + 128 * 64))
+
+
+def test_moe_optimizer_step_transient_counts_the_expert_group():
+    """DeepSpeed ZeRO-2 upcasts each parameter group's 16-bit gradient partition to fp32 for the step, one
+    group at a time; the experts are a group of their own, sharded over the expert-DP ranks. Stage 1 of the
+    uneven split, dp 2 (4 GPUs / pp 2), ep 1 so expert-DP 2: the dense group 4 x 8,576 ... / 2, the expert
+    group 4 x 3 x 98,304 / 2, the larger sets the transient."""
+    sc = _tiny_moe_pp2(**{"framework": "deepspeed", "zero_stage": 2})
+    row = memory.breakdown(sc)
+    dense = 3 * _MOE_BLOCK + 64 + 128 * 64
+    assert row.optimizer_step_bytes == pytest.approx(4 * max(dense, 3 * _EXPERTS) / 2)

@@ -84,3 +84,28 @@ def test_mtp_flops_count_in_hfu_not_mfu():
     block = (base.forward_flops / 8 - 2 * 4096 * 1024 * 32000) / 4
     mtp = block + 2 * 4096 * 2048 * 1024 + 2 * 4096 * 1024 * 32000
     assert one.hardware_flops - base.hardware_flops == pytest.approx(8 * 3 * mtp, rel=1e-12)
+
+
+def test_an_mtp_block_is_of_the_last_blocks_kind_in_the_flop_count():
+    """An MTP module's block is of the main model's last block's kind. 4 blocks, MoE every second from block 0
+    (blocks 0 and 2 MoE, block 3 dense): the module's block is dense, so its hardware FLOPs are 3 x (a dense
+    block's forward + the logits + eh_proj's 2·b·s·2h·h), the dense block by hand (h 1,024, MHA, GELU-4h
+    MLP, causal core, b·s = 4,096): 24·T·h² + 2·b·s²·h."""
+    from simulator.workload import flops
+
+    def sc(mtp):
+        return scenario_from_dict({
+            "name": "t",
+            "model": {"name": "tiny", "n_layers": 4, "hidden_size": 1024, "n_heads": 8, "ffn_hidden_size": 4096,
+                      "vocab_size": 32000, "mlp": "gelu", "mtp_layers": mtp,
+                      "moe": {"n_experts": 8, "top_k": 2, "expert_ffn_hidden_size": 8192, "layer_interval": 2}},
+            "cluster": {"topology": "dgx-h100", "nodes": 1},
+            "training": {"seq_len": 2048, "micro_batch_size": 2, "global_batch_size": 16},
+            "parallel": {"framework": "ddp"}})
+
+    b, s, h, t = 2, 2048, 1024, 4096
+    dense_block = 24 * t * h * h + 2 * b * s * s * h
+    logits = 2 * t * h * 32000
+    eh_proj = 2 * t * 2 * h * h
+    got = flops.for_scenario(sc(1), executed=True).hardware_flops - flops.for_scenario(sc(0), executed=True).hardware_flops
+    assert got == pytest.approx(8 * 3 * (dense_block + logits + eh_proj))  # 8 micro-batches of 2 sequences

@@ -119,14 +119,16 @@ def test_an_interleaved_stage_steps_its_experts_once():
 
 def test_muon_state_bytes_by_hand():
     """Without the distributed optimizer nothing is sharded: a block-only stage keeps 8 B of Muon state per
-    parameter, an all-embedding one Adam's 12; a 16-bit gradient buffer adds the step's fp32 copy (4 B)."""
+    parameter, an all-embedding one Adam's 12; a 16-bit gradient buffer adds the step's fp32 copy (4 B), a
+    transient of the optimizer step."""
     psi = 1e9
     for fp32, cast in ((True, 0), (False, 4)):
         sc = _llama("muon", distributed_optimizer=False, grad_reduce_in_fp32=fp32)
         blocks, embed = memory.model_states(sc, psi, 0.0), memory.model_states(sc, psi, psi)
-        assert blocks.optimizer_bytes == pytest.approx((8 + cast) * psi)
-        assert embed.optimizer_bytes == pytest.approx((12 + cast) * psi)
+        assert blocks.optimizer_bytes == pytest.approx(8 * psi)
+        assert embed.optimizer_bytes == pytest.approx(12 * psi)
         assert blocks.params_bytes == 2 * psi and blocks.grads_bytes == (4 if fp32 else 2) * psi
+        assert memory.buffers(sc, psi).optimizer_step == pytest.approx(cast * psi)
 
 
 def test_the_mtp_projection_is_muons_not_adams():

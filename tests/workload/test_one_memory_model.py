@@ -89,17 +89,29 @@ def test_distributed_optimizer_is_megatrons_6_plus_12_over_d_bytes_per_parameter
     assert st.total_bytes == pytest.approx(1e9 * (6 + 12 / 2))
 
 
-def test_16bit_gradient_buffer_is_4_plus_16_over_d_bytes_per_parameter():
-    # grad_reduce_in_fp32 False: 2 B weights + 2 B main_grad, and each rank's shard of the gradients cast
-    # to fp32 (4 B) beside the fp32 master and Adam m, v (12 B), all over d = dp = 2: 4 + 16/2 = 12 B.
+def test_16bit_gradient_buffer_is_4_plus_12_over_d_bytes_and_an_fp32_copy_for_the_step():
+    # grad_reduce_in_fp32 False: 2 B weights + 2 B main_grad beside the fp32 master and Adam m, v (12 B) over
+    # d = dp = 2: 4 + 12/2 = 10 B. Each rank casts its shard of the gradients to fp32 for the step (4/d B,
+    # Megatron's _copy_model_grads_to_main_grads: shard_model_grad.float()), freed by the next zero_grad
+    # before the forward: a transient of the optimizer step, not a state.
     sc = load_scenario(DDP, [*SMALL, "parallel.pp=2", "parallel.tp=2", "parallel.distributed_optimizer=true",
                              "parallel.grad_reduce_in_fp32=false"])
     st = memory.model_states(sc, 1e9)
     assert st.grads_bytes == pytest.approx(2e9)
-    assert st.total_bytes == pytest.approx(1e9 * (4 + 16 / 2))
+    assert st.total_bytes == pytest.approx(1e9 * (4 + 12 / 2))
+    assert memory.buffers(sc, 1e9).optimizer_step == pytest.approx(1e9 * 4 / 2)
     # plain DDP keeps fp32 weights and Adam states; only the gradients halve: 4 + 2 + 8 B
     plain = load_scenario(DDP, [*SMALL, "parallel.grad_reduce_in_fp32=false"])
     assert memory.model_states(plain, 1e9).total_bytes == pytest.approx(1e9 * (4 + 2 + 8))
+
+
+def test_megatron_without_the_distributed_optimizer_is_18_bytes_per_parameter():
+    # Megatron-LM theoretical_memory_usage.py: num_bytes_per_parameter = 18 without the distributed optimizer
+    # (2 B 16-bit weights, 4 B fp32 main_grad, 4 B fp32 master, 8 B Adam m, v); the main_grad buffer is the
+    # reduction bucket, so no bucket copy either. Tensor parallelism runs only under Megatron.
+    sc = load_scenario(DDP, [*SMALL, "parallel.pp=2", "parallel.tp=2"])
+    assert memory.model_states(sc, 1e9).total_bytes == pytest.approx(18e9)
+    assert memory.buffers(sc, 1e9).communication == 0
 
 
 def test_fsdp_under_a_pipeline_keeps_the_stage_unsharded():

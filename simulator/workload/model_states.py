@@ -1,0 +1,124 @@
+"""Model states of a GPU (weights, gradients, optimizer states) per framework and precision: the ZeRO / FSDP /
+Megatron byte counts of ``zero_states`` applied to the parameters a GPU holds (formulas.md §2; the one memory
+model's states, ``workload.memory``)."""
+
+from __future__ import annotations
+
+from simulator.config.scenario import Scenario
+from simulator.workload import muon as wmuon
+from simulator.workload import params
+from simulator.workload.activations import is_16bit
+from simulator.workload.zero_states import ModelStateBytes, zero_model_states
+
+
+def local_params(scenario: Scenario, experts: bool = True) -> float:
+    """Parameters on the most-loaded GPU; an MoE model's experts are split over EP x ETP
+    (``experts=False``: without them, e.g. FSDP's root unit)."""
+    m, p = scenario.model, scenario.parallel
+    if m.moe is not None:
+        from simulator.workload import moe_memory
+
+        split = moe_memory.split(scenario)
+        return split.total if experts else split.dense
+    return params.local(m, p.tp, p.pp)
+
+
+def megatron_mixed_precision(scenario: Scenario) -> bool:
+    """Whether the ddp engine is Megatron's in 16-bit training: its distributed optimizer or bucket size named
+    (``ParallelConfig.megatron_ddp``), or tensor or pipeline parallelism, which only Megatron runs under framework
+    ddp. Its optimizer keeps 16-bit weights, an fp32 ``main_grad`` buffer that is also the reduction bucket, and
+    an fp32 master copy with Adam's states: 2 + 4 + 12 = 18 B per parameter (Megatron-LM
+    ``theoretical_memory_usage.py``: ``num_bytes_per_parameter = 18`` without the distributed optimizer)."""
+    p = scenario.parallel
+    return p.framework == "ddp" and (p.megatron_ddp or p.tp > 1 or p.pp > 1) and is_16bit(scenario)
+
+
+def shard_degree(scenario: Scenario) -> int:
+    """GPUs a ZeRO/FSDP shard spans: the data × context parallel ranks (Megatron's distributed
+    optimizer shards over ``dp·cp``, torchtitan's FSDP over ``dp_shard_cp``), or one node's DP ranks
+    for FSDP HYBRID_SHARD."""
+    p = scenario.parallel
+    degree = scenario.dp * p.cp
+    if p.framework == "fsdp" and p.sharding_strategy == "hybrid_shard":
+        per_node_dp = max(1, scenario.cluster.topology.gpus_per_node // (p.tp * p.pp))
+        return min(degree, per_node_dp)
+    return degree
+
+
+def model_states(scenario: Scenario, psi: float | None = None, outside: float | None = None,
+                 pipeline_stage: int | None = None) -> ModelStateBytes:
+    """Model states of a GPU holding ``psi`` parameters (default: the most-loaded stage's,
+    ``params.local(model, tp, pp)``), ``outside`` of them embedding and output layer (default: the most-loaded
+    stage's; Muon leaves them to Adam). An MoE model's come from the blocks of pipeline stage
+    ``pipeline_stage`` (None: the most-loaded stage; ``moe_memory.split``).
+
+    * DeepSpeed: the ZeRO formulas with 2/2/12 B per parameter in 16-bit training, 4/4/8 in fp32
+      (no master copy). ``offload_optimizer`` moves the optimizer states and, from stage 2, the
+      gradient partition to the host (ZeRO-Offload; DeepSpeed's ``estimate_zero2`` gives GPU = 2Ψ);
+      ``offload_param`` (stage 3) moves the parameter partition too (GPU = largest layer, in buffers).
+      bf16 at stage 0 runs DeepSpeed's ``BF16_Optimizer`` (``ParallelConfig.bf16_optimizer``): 2 B
+      parameters, 2 + 4 B gradients (its fp32 accumulation buffer, "which consumes 4 bytes * params of
+      additional memory" unsharded, BigScience tr11 README) and the 12 B optimizer states sharded as in
+      stage 1.
+    * DDP under AMP keeps fp32 parameters and fp32 gradients (formulas.md §4.1) and Adam's fp32 m, v:
+      4/4/8 B, nothing sharded; the 16-bit autocast copies are transient; 16-bit gradients (2 B) with
+      ``grad_reduce_in_fp32`` False.
+    * FSDP shards fp32 flat parameters, fp32 gradients (upcast after the reduce-scatter) and Adam
+      states: 4/4/8 B ÷ the shard degree (all three for FULL_SHARD, HYBRID_SHARD — within a node —
+      and SHARD_GRAD_OP, nothing for NO_SHARD); the 16-bit unsharded copies are buffers.
+      ``offload_optimizer`` = ``CPUOffload(offload_params=True)``, which keeps parameters,
+      gradients and the optimizer step on the host.
+    * Megatron's distributed optimizer (framework ddp, ``distributed_optimizer``) in 16-bit training:
+      16-bit parameters, fp32 gradient buffer (``main_grad``), fp32 master + Adam m, v sharded over
+      ``dp·cp``: ``6 + 12/d`` B per parameter (Megatron-LM ``theoretical_memory_usage.py``:
+      ``num_bytes_per_parameter = 6 + 12 / data_parallel_size``). With ``grad_reduce_in_fp32`` False
+      the buffer is 16-bit, ``4 + 12/d`` B; the fp32 copy of its shard each rank makes for the step is a
+      step transient (``memory.buffers``). Megatron without the distributed optimizer (its bucket size
+      named, or tensor or pipeline parallelism: ``megatron_mixed_precision``): 2 + 4 + 12 = 18 B.
+    """
+    p = scenario.parallel
+    if psi is None:
+        psi = params.local(scenario.model, p.tp, p.pp)
+    bf16_optimizer = p.bf16_optimizer(scenario.training.precision)
+    expert_sizes = None
+    if scenario.training.optimizer == "muon":  # fp32 master and one momentum (workload.muon)
+        moe = scenario.model.moe is not None  # an MoE model's states come from its most-loaded split
+        if moe:
+            from simulator.workload import moe_memory
+
+            dense = moe_memory.split(scenario, pipeline_stage).dense
+        else:
+            dense = local_params(scenario, experts=False) if psi is None else psi
+        sizes, expert_sizes = wmuon.state_sizes(scenario, dense, None if moe else outside)
+    elif bf16_optimizer:
+        sizes = (2, 2 + 4, 12)  # the bf16 gradients and BF16_Optimizer's unsharded fp32 accumulation buffer
+    elif p.framework == "deepspeed" and is_16bit(scenario):
+        sizes = (2, 2, 12)
+    elif megatron_mixed_precision(scenario):
+        # 16-bit weights, the main_grad buffer, an fp32 master copy and Adam's m, v (the step's fp32 copy of a
+        # 16-bit main_grad is a transient: buffers)
+        sizes = (2, p.grad_buffer_bytes(scenario.training.precision), 12)
+    elif p.framework == "ddp":
+        sizes = (4, p.grad_buffer_bytes(scenario.training.precision), 8)
+    else:
+        sizes = (4, 4, 8)
+    stage = 1 if bf16_optimizer else p.effective_zero_stage  # it shards its fp32 master and Adam states
+    if p.framework == "fsdp" and stage == 2:
+        stage = 3  # SHARD_GRAD_OP also stores its fp32 flat parameters sharded; the 16-bit copy is a buffer
+    if scenario.model.moe is not None:  # experts sharded over EP x ETP and expert-DP
+        from simulator.workload import moe_memory
+
+        st = moe_memory.model_states(scenario, zero_model_states, shard_degree(scenario), stage, sizes, expert_sizes,
+                                     pipeline_stage)
+    else:
+        st = zero_model_states(psi, shard_degree(scenario), stage, *sizes)
+    pb, gb, ob, host = st.params_bytes, st.grads_bytes, st.optimizer_bytes, 0.0
+    if p.framework == "fsdp" and p.offload_optimizer != "none":
+        return ModelStateBytes(0.0, 0.0, 0.0, offloaded_bytes=st.total_bytes)
+    if p.offload_optimizer != "none":
+        host, ob = host + ob, 0.0
+        if p.effective_zero_stage >= 2:
+            host, gb = host + gb, 0.0
+    if p.offload_param != "none":
+        host, pb = host + pb, 0.0
+    return ModelStateBytes(pb, gb, ob, offloaded_bytes=host)
