@@ -81,10 +81,8 @@ def _sweep(path: Path, grid_specs, out, workers, backend, address, resume, objec
             raise InputError(f"folder {export_best.resolve().parent} does not exist", "--export-best")
         from simulator.interop.pipeline import EXPORT_FILES
 
-        inputs = {path.resolve()}
-        clash = sorted(n for n in (*EXPORT_FILES.values(), "scenario.yaml") if (export_best / n).resolve() in inputs)
-        if clash:
-            raise InputError(f"exporting into {export_best} would overwrite this sweep's input {clash[0]}; "
+        if path.resolve() in {(export_best / n).resolve() for n in (*EXPORT_FILES.values(), "scenario.yaml")}:
+            raise InputError(f"exporting into {export_best} would overwrite this sweep's input {path.name}; "
                              "give another folder", "--export-best")
     path = resolve_scenario_path(path)
     check_output(out, "--out", (".csv", ".jsonl", ".parquet"), (path,))

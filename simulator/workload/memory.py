@@ -13,7 +13,7 @@ from typing import Any
 
 from simulator.config.scenario import Scenario
 from simulator.workload import lora as wlora
-from simulator.workload import params
+from simulator.workload import moe_memory, params
 from simulator.workload.activations import (  # noqa: F401  (re-exported: one memory model, one import)
     LOGPROB_BYTES,
     MASK_BYTES,
@@ -156,8 +156,6 @@ def buffers(scenario: Scenario, psi: float | None = None, blocks: int | None = N
     on_gpu_optimizer = par.offload_optimizer == "none"
     group = psi / (shard_degree(scenario) if stage >= 1 else 1)  # parameters of a group this GPU's Adam updates
     if experts:
-        from simulator.workload import moe_memory
-
         group = max(group, experts / (moe_memory.expert_dp(scenario) if stage >= 1 else 1))
     step = 0.0
     if on_gpu_optimizer and not scenario.training.kernels.fused_adam:
@@ -267,8 +265,6 @@ def breakdown(scenario: Scenario) -> MemoryBreakdown:
         if m.moe is None:
             psi = params.stage_local(m, par.tp, par.pp, st, blocks[st])
         else:  # the stage's own blocks, dense and MoE (moe_memory.split)
-            from simulator.workload import moe_memory
-
             held = moe_memory.split(scenario, st)
             psi, experts = held.dense, held.experts
         outside = params.stage_local(m, par.tp, par.pp, st, 0)

@@ -5,8 +5,8 @@ model's states, ``workload.memory``)."""
 from __future__ import annotations
 
 from simulator.config.scenario import Scenario
+from simulator.workload import moe_memory, params
 from simulator.workload import muon as wmuon
-from simulator.workload import params
 from simulator.workload.activations import is_16bit
 from simulator.workload.zero_states import ModelStateBytes, zero_model_states
 
@@ -16,8 +16,6 @@ def local_params(scenario: Scenario, experts: bool = True) -> float:
     (``experts=False``: without them, e.g. FSDP's root unit)."""
     m, p = scenario.model, scenario.parallel
     if m.moe is not None:
-        from simulator.workload import moe_memory
-
         split = moe_memory.split(scenario)
         return split.total if experts else split.dense
     return params.local(m, p.tp, p.pp)
@@ -82,13 +80,8 @@ def model_states(scenario: Scenario, psi: float | None = None, outside: float | 
     bf16_optimizer = p.bf16_optimizer(scenario.training.precision)
     expert_sizes = None
     if scenario.training.optimizer == "muon":  # fp32 master and one momentum (workload.muon)
-        moe = scenario.model.moe is not None  # an MoE model's states come from its most-loaded split
-        if moe:
-            from simulator.workload import moe_memory
-
-            dense = moe_memory.split(scenario, pipeline_stage).dense
-        else:
-            dense = local_params(scenario, experts=False) if psi is None else psi
+        moe = scenario.model.moe is not None  # an MoE model's states come from its stage's split
+        dense = moe_memory.split(scenario, pipeline_stage).dense if moe else psi
         sizes, expert_sizes = wmuon.state_sizes(scenario, dense, None if moe else outside)
     elif bf16_optimizer:
         sizes = (2, 2 + 4, 12)  # the bf16 gradients and BF16_Optimizer's unsharded fp32 accumulation buffer
@@ -106,8 +99,6 @@ def model_states(scenario: Scenario, psi: float | None = None, outside: float | 
     if p.framework == "fsdp" and stage == 2:
         stage = 3  # SHARD_GRAD_OP also stores its fp32 flat parameters sharded; the 16-bit copy is a buffer
     if scenario.model.moe is not None:  # experts sharded over EP x ETP and expert-DP
-        from simulator.workload import moe_memory
-
         st = moe_memory.model_states(scenario, zero_model_states, shard_degree(scenario), stage, sizes, expert_sizes,
                                      pipeline_stage)
     else:
