@@ -15,7 +15,9 @@ import typer
 from typer.core import TyperCommand, TyperGroup
 
 # typer >= 0.20 ships its own copy of click (``typer._click``) and no longer depends on the click
-# package, so nothing here imports click: commands are typer's own classes.
+# package, so nothing here imports click: commands are typer's own classes, and click's UsageError is
+# reached as the base of ``typer.BadParameter`` (exported by every typer release).
+_USAGE_ERROR = typer.BadParameter.__mro__[1]
 
 #: name → (module, attribute: a typer command function or a ``typer.Typer`` sub-app, one-line help).
 COMMANDS: dict[str, tuple[str, str, str]] = {
@@ -74,6 +76,19 @@ class LazyGroup(TyperGroup):
         if self._listing:
             return TyperCommand(cmd_name, help=COMMANDS[cmd_name][2])
         return load_command(cmd_name)
+
+    def invoke(self, ctx: Any) -> Any:
+        """Run the sub-command; a usage error of its options (``--workers 0``, a missing argument) is
+        one ``error:`` line naming the option and where its help is, exit 2, as every other bad input."""
+        try:
+            return super().invoke(ctx)
+        except _USAGE_ERROR as exc:
+            if type(exc).__name__ == "NoArgsIsHelpError":  # a bare ``dtsim tune``: its help, as click prints
+                raise
+            from simulator.cli_common import fail  # not at start-up: ``dtsim --help`` imports no command
+
+            where = exc.ctx.command_path if exc.ctx is not None else ctx.command_path
+            raise fail(f"{exc.format_message().rstrip('.')} (see: {where} --help)") from None
 
     def format_help(self, ctx: Any, formatter: Any) -> None:
         self._listing = True

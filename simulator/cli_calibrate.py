@@ -37,8 +37,8 @@ def _band(group: dict, coverage: float = COVERAGE) -> tuple[float, float]:
 def _calibrate(measured: list[Path], out: Path | None, json_out: bool) -> None:
     from simulator import user_calibration as uc
 
-    check_output(out, "--out", inputs=measured)
-    cases = [c for path in measured for c in uc.load_cases(path)]
+    cases = [c for path in measured for c in uc.load_cases(path)]  # reads only: nothing written yet
+    check_output(out, "--out", inputs=[*measured, *(f for c in cases for f in c.files)])
     ids = [c.id for c in cases]
     if len(set(ids)) != len(ids):
         dup = next(i for i in ids if ids.count(i) > 1)

@@ -41,6 +41,14 @@ def note_not_expressed(target: str, notes: Iterable[str]) -> None:
         stderr.print(f"[yellow]note:[/] not expressed in {target}: {escape(note)}", highlight=False, soft_wrap=True)
 
 
+def finite(value: float | None) -> float | None:
+    """A typer callback for float options: ``inf`` and ``nan`` parse as floats but are no budget,
+    utilisation or threshold."""
+    if value is not None and not math.isfinite(value):
+        raise typer.BadParameter(f"must be a finite number, got {value}")
+    return value
+
+
 def fail(message: str) -> typer.Exit:
     """Print ``error: message`` to stderr and return the Exit to raise (code 2)."""
     stderr.print(f"[bold red]error:[/] {escape(message)}", highlight=False, markup=True, soft_wrap=True)

@@ -13,6 +13,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
+from simulator.atomic import replacing
 from simulator.cli_common import handle_errors, print_json, stdout
 from simulator.cli_output import check_output
 from simulator.config.loader import load_raw, resolve_scenario_path, scenario_from_dict
@@ -63,6 +64,9 @@ def _variants(paths: list[Path], vary: list[str], overrides: list[str]) -> list[
                 raise InputError(f"{spec!r} must look like dotted.path=v1,v2", "--vary")
             key, _, values = spec.partition("=")
             check_path(key.strip(), "--vary")
+            if any(key.strip() == axis[0][0] for axis in axes):
+                raise InputError(f"--vary {key.strip()} is given twice; put all its values in one "
+                                 f"--vary {key.strip()}=v1,v2,...", "--vary")
             parsed = parse_values(values)
             if not parsed:
                 raise InputError(f"{spec!r} has no values", "--vary")
@@ -188,5 +192,6 @@ def write_compare_png(columns: list[dict], path: Path) -> None:
         ax.set_title(title)
         ax.grid(axis="y", alpha=0.3)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    with replacing(path) as tmp:
+        fig.savefig(tmp, dpi=120)
     plt.close(fig)

@@ -11,6 +11,7 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
+from simulator.atomic import write_text
 from simulator.cli_common import handle_errors, note_not_expressed, stderr
 from simulator.cli_output import check_output
 
@@ -35,9 +36,7 @@ def _write(text: str, out: Path | None) -> None:
     if out is None:
         sys.stdout.write(text)
         return
-    tmp = out.with_name(out.name + ".tmp")
-    tmp.write_text(text)
-    tmp.replace(out)
+    write_text(out, text)
     stderr.print(f"wrote {out}", highlight=False, soft_wrap=True)
 
 

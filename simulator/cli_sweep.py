@@ -92,9 +92,13 @@ def _sweep(path: Path, grid_specs, out, workers, backend, address, resume, objec
     file_sweep = base_raw.get("sweep") or {}
     if not isinstance(file_sweep, dict):
         raise InputError("the sweep section must be a mapping with grid and objective", "sweep")
+    unknown = sorted(set(file_sweep) - {"grid", "objective"})
+    if unknown:
+        raise InputError(f"unknown key {unknown[0]!r} in the sweep section; valid: grid, objective", "sweep")
+    field = "--objective" if objective else "sweep.objective"
     objective = objective or file_sweep.get("objective", "step_time")
-    if objective not in OBJECTIVES:
-        raise InputError(f"unknown objective {objective!r}; valid: {', '.join(OBJECTIVES)}", "--objective")
+    if not isinstance(objective, str) or objective not in OBJECTIVES:
+        raise InputError(f"unknown objective {objective!r}; valid: {', '.join(OBJECTIVES)}", field)
     if layouts not in (None, "auto"):
         raise InputError(f"unknown --layouts {layouts!r}; the only value is auto", "--layouts")
     grid = parse_grid(grid_specs, file_sweep.get("grid"), allow_empty=layouts == "auto", max_points=max_points)

@@ -22,7 +22,8 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from simulator.cli_common import handle_errors, print_json, stderr, stdout
+from simulator.atomic import write_text
+from simulator.cli_common import finite, handle_errors, print_json, stderr, stdout
 from simulator.cli_output import check_output
 from simulator.errors import InputError
 from simulator.validation.render import README_END, README_START, markdown, print_table, scatter_png, splice
@@ -35,7 +36,8 @@ EXIT_MAPE = 1
 OnlyOption = Annotated[str | None, typer.Option("--only", help="run ids matching this glob (comma-separated globs)")]
 KindOption = Annotated[str | None, typer.Option("--kind", help="only 'pure_dp' or 'tp_pp' runs")]
 JsonOption = Annotated[bool, typer.Option("--json", help="print machine-readable JSON on stdout")]
-MaxOption = Annotated[float | None, typer.Option("--max-mape", help="exit 1 when the MAPE (percent) exceeds this")]
+MaxOption = Annotated[float | None, typer.Option("--max-mape", min=0, callback=finite,
+                                                 help="exit 1 when the MAPE (percent) exceeds this")]
 PngOption = Annotated[Path | None, typer.Option("--png", help="write a predicted-vs-measured scatter plot (PNG)")]
 MdOption = Annotated[Path | None, typer.Option("--markdown", help="write the markdown report (docs/validation.md)")]
 MemoryOption = Annotated[bool, typer.Option("--memory", help="validate the memory model against measured peak "
@@ -166,13 +168,13 @@ def _validate(only: str | None, kind: str | None, json_out: bool, max_mape: floa
         _write_intervals(rows, intervals_out)
     command = _command_line(only, kind, png, md, readme, intervals_out)
     if md is not None:
-        md.write_text(markdown(rows, summary, command))
+        write_text(md, markdown(rows, summary, command))
     if readme is not None:
         # The README sits at the root; the scatter plot is written beside the markdown report.
         image = (png.as_posix() if png else "docs/validation.png")
         runs_at = f"[{md.as_posix()}]({md.as_posix()})" if md else "the report `--markdown` writes"
         section = markdown(rows, summary, command, image=image, level=2, runs_at=runs_at)
-        readme.write_text(splice(readme.read_text(), section))
+        write_text(readme, splice(readme.read_text(), section))
     return _exit_code(summary["simulated"] == 0,
                       f"no run was simulated ({summary['skipped']} of {summary['runs']} skipped)", "MAPE",
                       summary["mape"], max_mape)
@@ -188,8 +190,8 @@ def _write_intervals(rows: list[dict], path: Path) -> None:
     table = build(residuals([r for r in rows if "error" in r]),
                   "dtsim validate --intervals: out-of-sample residuals ln(predicted/measured tokens/s) of every "
                   "simulated run of the suite")
-    path.write_text("# written by dtsim validate --intervals; do not edit\n"
-                    + yaml.safe_dump(table, sort_keys=False, width=110, default_flow_style=None))
+    write_text(path, "# written by dtsim validate --intervals; do not edit\n"
+               + yaml.safe_dump(table, sort_keys=False, width=110, default_flow_style=None))
 
 
 def _exit_code(nothing: bool, nothing_text: str, label: str, mape: float | None, max_mape: float | None) -> int:

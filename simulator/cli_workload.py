@@ -12,7 +12,7 @@ from rich.table import Table
 
 from simulator import catalog
 from simulator.catalog.hf import model_dict_from_hf
-from simulator.cli_common import handle_errors, print_json, stdout
+from simulator.cli_common import finite, handle_errors, print_json, stdout
 from simulator.config.loader import load_scenario
 from simulator.config.model import ModelConfig
 from simulator.errors import InputError
@@ -103,10 +103,10 @@ def flops_command(
     convention: Annotated[
         str, typer.Option("--convention", help="attention FLOPs: full (PaLM, Megatron Eq. 3) or causal (half)")
     ] = "full",
-    tokens: Annotated[float | None, typer.Option("--tokens", min=1, help="token budget for a run-length estimate")] = None,
+    tokens: Annotated[float | None, typer.Option("--tokens", min=1, callback=finite, help="token budget for a run-length estimate")] = None,
     gpu: Annotated[str | None, typer.Option("--gpu", help="catalog GPU for the estimate")] = None,
     n_gpus: Annotated[int | None, typer.Option("--n-gpus", min=1, help="GPUs for the estimate")] = None,
-    mfu: Annotated[float | None, typer.Option("--mfu", min=1e-6, max=1.0, help="assumed utilisation (0-1)")] = None,
+    mfu: Annotated[float | None, typer.Option("--mfu", min=1e-6, max=1.0, callback=finite, help="assumed utilisation (0-1)")] = None,
     json_out: JsonOption = False,
 ) -> None:
     """Parameters and forward / training FLOPs per token and per sequence; with --mfu, the run length

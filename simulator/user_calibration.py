@@ -35,6 +35,7 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
+from simulator.atomic import write_text
 from simulator.config.loader import format_validation_error, prepare_raw, read_yaml, scenario_from_dict
 from simulator.config.scenario import Scenario
 from simulator.errors import InputError
@@ -55,6 +56,21 @@ class Case:
     arch: str
     framework: str
     split: str
+    #: The files the row reads (its scenario, its log): ``--out`` must not overwrite them.
+    files: tuple[Path, ...] = ()
+
+
+def _number(value: Any) -> float | None:
+    """A number, or its spelling: YAML 1.1 reads ``1e5`` (no dot) as a string, which the scenario
+    fields accept as pydantic does; None for anything else (a bool, a list, a word)."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int | float):
+        return float(value)
+    try:
+        return float(value) if isinstance(value, str) else None
+    except ValueError:
+        return None
 
 
 def _measured(row: dict, scenario: Scenario, base_dir: Path, where: str) -> float:
@@ -77,8 +93,9 @@ def _measured(row: dict, scenario: Scenario, base_dir: Path, where: str) -> floa
             raise InputError("give measured: {step_time_s: X} (or tokens_per_s, tokens_per_s_per_gpu) or log: PATH",
                              f"{where}.measured")
         kind, value = next(iter(measured.items()))
-        if not isinstance(value, int | float) or isinstance(value, bool) or value <= 0:
-            raise InputError(f"must be a positive number, got {value!r}", f"{where}.measured.{kind}")
+        value = _number(value)
+        if value is None or not 0 < value < math.inf:  # NaN fails both comparisons
+            raise InputError(f"must be a positive, finite number, got {measured[kind]!r}", f"{where}.measured.{kind}")
     if kind == "step_time_s":
         return scenario.tokens_per_step / value / scenario.n_gpus
     if kind == "tokens_per_s":
@@ -110,9 +127,11 @@ def load_cases(path: str | Path) -> list[Case]:
         if bundled and (row["scenario"] is None or row.get("calibration_excluded")):
             continue
         spec, sets = row["scenario"], list(row.get("set") or [])
+        files = [path.parent / row["log"]] if isinstance(row.get("log"), str) else []
         if isinstance(spec, str):
             scenario_path = Path(spec) if Path(spec).is_absolute() else path.parent / spec
             raw, base = read_yaml(scenario_path, f"{where}.scenario"), scenario_path.parent
+            files.append(scenario_path)
         elif isinstance(spec, dict):
             raw, base = {"name": row.get("id", f"row{i}"), **spec}, path.parent
         else:
@@ -130,7 +149,7 @@ def load_cases(path: str | Path) -> list[Case]:
         if "source_key" not in row and split not in ("train", "test"):
             raise InputError(f"split must be train or test, got {split!r}", f"{where}.split")
         cases.append(Case(label, resolved, _measured(row, scenario, path.parent, where),
-                          scenario.cluster.gpu_spec.arch, scenario.parallel.framework, split))
+                          scenario.cluster.gpu_spec.arch, scenario.parallel.framework, split, tuple(files)))
     if not cases:
         raise InputError(f"{path} has no usable rows", "--measured")
     return cases
@@ -298,9 +317,7 @@ def load_profile(path: str | Path) -> Profile:
 def write_profile(profile: dict, path: Path) -> None:
     header = "# efficiency profile written by dtsim calibrate; use with dtsim run --efficiency\n"
     text = header + yaml.safe_dump(profile, sort_keys=False, width=110, default_flow_style=None)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    tmp.replace(path)
+    write_text(path, text)
 
 
 def bundled_params(arch: str, gpu: Any) -> dict[str, float]:

@@ -121,3 +121,16 @@ def test_run_without_failures_says_the_run_checkpoints_once_at_its_end():
     assert "no failures modelled" in text and "one checkpoint, at the end" in text
     run = _json(args)["run"]
     assert run["wall_clock_s"] == pytest.approx(run["duration_s"] + run["checkpoint_stall_s"], rel=1e-12)
+
+
+def test_run_json_flops_carry_their_units():
+    """MFU = model FLOP per step / (step time x GPUs x peak FLOP/s per GPU); the JSON keys name each unit.
+    H100 SXM dense BF16 peak: 989.5 TFLOP/s (NVIDIA H100 datasheet: 1,979 with sparsity)."""
+    out = _json(["run", str(SCENARIOS / "olmo-2-7b-8xh100.yaml"), "--set", "training.global_batch_size=64"])
+    assert out["peak_flops_per_s_per_gpu"] == 989.5e12
+    assert out["mfu"] == pytest.approx(
+        out["model_flops_per_step"] / (out["step_time_s"] * out["n_gpus"] * out["peak_flops_per_s_per_gpu"]), rel=1e-9)
+    assert out["hfu"] == pytest.approx(
+        out["hardware_flops_per_step"] / (out["step_time_s"] * out["n_gpus"] * out["peak_flops_per_s_per_gpu"]),
+        rel=1e-9)
+    assert not {"model_flops", "hardware_flops", "peak_flops_per_gpu"} & set(out)

@@ -187,3 +187,83 @@ def test_profile_values_outside_their_physical_range(tmp_path, gemm):
 ])
 def test_profile_interval_groups_are_validated(tmp_path, group, expected):
     _error(["run", "olmo-2-7b-8xh100", "--efficiency", str(_profile(tmp_path, group=group))], "--efficiency", expected)
+
+
+# --- a second bug bash (CLI probe): each case once gave a traceback, a silent wrong result or a
+# --- four-line usage box.
+
+
+def test_sweep_section_keys_and_objective_type(tmp_path):
+    _error(["sweep", str(_scenario(tmp_path, "sweep: {objective: [cost]}\n")), "--grid",
+            "training.micro_batch_size=1,2"], "sweep.objective", "unknown objective ['cost']")
+    _error(["sweep", str(_scenario(tmp_path, "sweep: {grdi: {training.micro_batch_size: [1, 2]}}\n"))],
+           "sweep:", "unknown key 'grdi'", "valid: grid, objective")
+
+
+def test_layouts_auto_and_a_grid_on_the_same_key(tmp_path):
+    out = tmp_path / "r.csv"
+    _error(["sweep", str(_scenario(tmp_path)), "--layouts", "auto", "--grid", "parallel.tp=1,2", "--out", str(out)],
+           "--grid", "--layouts auto already varies parallel.tp")
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("value", [".inf", ".nan", "-1", "fast"])
+def test_calibrate_measured_values_must_be_finite_and_positive(tmp_path, value):
+    runs = tmp_path / "m.yaml"
+    runs.write_text(f"runs:\n  - scenario: {ZERO2}\n    measured: {{step_time_s: {value}}}\n")
+    _error(["calibrate", "--measured", str(runs)], "runs[0].measured.step_time_s", "positive, finite number")
+
+
+def test_calibrate_reads_a_measured_value_yaml_leaves_as_text(tmp_path):
+    from simulator.user_calibration import load_cases
+
+    runs = tmp_path / "m.yaml"
+    runs.write_text(f"runs:\n  - scenario: {_scenario(tmp_path)}\n    measured: {{step_time_s: 1e5}}\n")
+    # 64 sequences x 4,096 tokens per step over 1e5 s, on 8 GPUs (one DGX A100)
+    assert load_cases(runs)[0].measured_tokens_per_s_per_gpu == pytest.approx(64 * 4096 / 1e5 / 8)
+
+
+def test_calibrate_out_may_not_overwrite_a_scenario_it_reads(tmp_path):
+    scenario = _scenario(tmp_path)
+    before = scenario.read_text()
+    runs = tmp_path / "m.yaml"
+    runs.write_text("runs:\n  - scenario: s.yaml\n    measured: {step_time_s: 90}\n")
+    _error(["calibrate", "--measured", str(runs), "--out", str(scenario)], "--out", "input of this command")
+    assert scenario.read_text() == before
+
+
+@pytest.mark.parametrize(("value", "expected"), [
+    ("true", "reduce_bucket_size: expected a number, got true"),
+    ("0.5", "parallel.reduce_bucket_size: Input should be greater than or equal to 1"),
+])
+def test_bucket_sizes_are_whole_elements_not_flags(value, expected):
+    _error(["run", str(ZERO2), "--set", f"parallel.reduce_bucket_size={value}"], expected)
+
+
+def test_import_refuses_a_model_that_contradicts_the_config_shape():
+    flags = "--num-layers 4 --hidden-size 4096 --num-attention-heads 32 --seq-length 2048 --micro-batch-size 1 " \
+            "--global-batch-size 8 --bf16"
+    _error(["import", "megatron", "--args", flags, "--model", "llama-3-8b", "--topology", "dgx-h100"],
+           "--model", "model.n_layers is 4 in the megatron arguments but 32 in --model llama-3-8b")
+    # the same shape as the catalog's Llama 3 8B: --model supplies the rest (vocabulary, SwiGLU, ...)
+    same = runner.invoke(app, ["import", "megatron", "--args", flags.replace("--num-layers 4", "--num-layers 32"),
+                               "--model", "llama-3-8b", "--topology", "dgx-h100"])
+    assert same.exit_code == 0 and "model: llama-3-8b" in same.output, same.output
+
+
+def test_compare_vary_of_one_path_twice():
+    _error(["compare", str(ZERO2), "--vary", "training.micro_batch_size=1,2", "--vary",
+            "training.micro_batch_size=4"], "--vary", "training.micro_batch_size is given twice")
+
+
+@pytest.mark.parametrize(("args", "expected"), [
+    (["flops", "olmo-2-7b", "--tokens", "inf"], "'--tokens': must be a finite number, got inf"),
+    (["validate", "--max-mape", "nan"], "'--max-mape'"),
+    (["validate", "--max-mape", "-5"], "'--max-mape'"),
+    (["sweep", str(ZERO2), "--workers", "0"], "'--workers'"),
+    (["sweep"], "Missing argument"),
+    (["run", str(ZERO2), "--no-such-option"], "No such option: --no-such-option"),
+])
+def test_option_errors_are_one_line(args, expected):
+    out = _error(args, expected, f"(see: dtsim {args[0]} --help)")
+    assert out.count("\n") == 1 and "Usage:" not in out, out

@@ -100,8 +100,9 @@ class ParallelConfig(Frozen):
     zero_stage: int = Field(0, ge=0, le=3)
     framework: Framework = "deepspeed"
     # --- DeepSpeed (deepspeed/runtime/zero/config.py defaults, DS 0.16.5) ---
-    reduce_bucket_size: PositiveFloat = 5e8
-    allgather_bucket_size: PositiveFloat = 5e8
+    #: Elements per bucket: at least one (DeepSpeed's config takes an integer).
+    reduce_bucket_size: float = Field(5e8, ge=1)
+    allgather_bucket_size: float = Field(5e8, ge=1)
     overlap_comm: bool | None = Field(None, description="None = DeepSpeed default: True for stage 3, else False")
     contiguous_gradients: bool = True
     use_multi_rank_bucket_allreduce: bool = True

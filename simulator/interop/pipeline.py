@@ -15,6 +15,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from simulator.atomic import write_text
 from simulator.config.loader import (
     apply_overrides_keeping_names,
     format_validation_error,
@@ -88,14 +89,25 @@ def _model_option(model: str) -> Any:
 RUN_SETTINGS = (("", "mtp_layers"), ("moe", "imbalance"), ("moe", "capacity_factor"), ("moe", "router_padding_for_fp8"))
 
 
-def _with_run_settings(model: Any, frag: dict, base_dir: Path) -> Any:
+#: Shape keys a config always states when it states them at all (Megatron's required --num-layers,
+#: --hidden-size, --num-attention-heads; --num-query-groups): ``--model`` must agree with them.
+SHAPE_KEYS = ("n_layers", "hidden_size", "n_heads", "n_kv_heads")
+
+
+def _with_run_settings(model: Any, frag: dict, base_dir: Path, label: str) -> Any:
     """``--model``'s architecture with the run settings the config gave (``RUN_SETTINGS``); the model is
-    written out as a mapping only when there are any."""
+    written out as a mapping only when there are any. A shape the config gives (``SHAPE_KEYS``) that
+    ``--model`` contradicts is refused: one of the two is not the model trained, and dropping the
+    config's silently would simulate the other."""
+    out = resolve_model(model, base_dir)
+    for key in SHAPE_KEYS:
+        if key in frag and key in out and frag[key] != out[key]:
+            raise InputError(f"model.{key} is {frag[key]} in {label} but {out[key]} in --model {model}: "
+                             "drop --model (the config gives the shape) or give the model it trains", "--model")
     given = [(section, key) for section, key in RUN_SETTINGS
              if key in ((frag.get(section) or {}) if section else frag)]
     if not given:
         return model
-    out = resolve_model(model, base_dir)
     for section, key in given:
         if section and not isinstance(out.get(section), dict):
             raise InputError(f"the config sets model.{section}.{key} but --model {model} has no {section} section: "
@@ -147,7 +159,7 @@ def import_scenario(fmt: str, source: str | Path | None = None, *, text: str | N
         frag.pop("cluster", None)
         raw = merge(_without_what_the_config_decides(raw, frag), frag)
         if model:
-            raw["model"] = _with_run_settings(_model_option(model), frag.get("model") or {}, base_dir)
+            raw["model"] = _with_run_settings(_model_option(model), frag.get("model") or {}, base_dir, label)
     raw["name"] = name or raw.get("name") or (Path(source).stem if source is not None else f"{fmt}-import")
     if not raw.get("cluster"):
         raw.pop("cluster")
@@ -259,11 +271,8 @@ def write_exports(scenario: Scenario, folder: Path, raw: dict | None = None) -> 
         files["scenario.yaml"] = scenario_yaml(raw, [f"best point of a dtsim sweep: {scenario.name}"])
     folder.mkdir(exist_ok=True)  # its parent was checked before the sweep ran
     for name, body in files.items():
-        path = folder / name
-        tmp = path.with_suffix(path.suffix + ".tmp")
-        tmp.write_text(body)
-        tmp.replace(path)
-        out.append(path)
+        write_text(folder / name, body)
+        out.append(folder / name)
     return out, notes
 
 

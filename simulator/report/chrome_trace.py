@@ -11,6 +11,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from simulator.atomic import write_text
+
 _STREAM_ORDER = ("compute", "comm_tp", "comm_cp", "comm", "comm_replica", "p2p", "pcie_d2h", "pcie_h2d", "cpu")
 
 
@@ -73,4 +75,4 @@ def _sub_spans(s: Any, thread: int) -> list[dict[str, Any]]:
 
 
 def write_chrome_trace(spans: Iterable[Any], path: str | Path, process_name: str = "rank 0") -> None:
-    Path(path).write_text(json.dumps(trace_events(spans, process_name), default=float))
+    write_text(path, json.dumps(trace_events(spans, process_name), default=float))

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from simulator.atomic import replacing
 from simulator.report.step_report import StepReport
 
 COLOURS = {
@@ -71,5 +72,6 @@ def write_step_png(report: StepReport, path: Path) -> None:
     bar.set_yticks([])
     bar.set_xlabel("step time split: compute, exposed communication by kind, idle (s)")
     fig.tight_layout(rect=(0, 0.06, 1, 1))
-    fig.savefig(path, dpi=110)
+    with replacing(path) as tmp:
+        fig.savefig(tmp, dpi=110)
     plt.close(fig)

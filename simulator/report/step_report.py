@@ -57,6 +57,8 @@ class StepReport:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready: ``step_time_s``, ``tokens_per_s``, ``tokens_per_s_per_gpu``, ``mfu``, ``hfu``,
+        ``model_flops_per_step`` and ``hardware_flops_per_step`` (FLOP of all GPUs; MFU's and HFU's
+        numerators), ``peak_flops_per_s_per_gpu`` (their denominator, FLOP/s),
         ``breakdown`` (forward_s, backward_s, recompute_s, optimizer_s, host_bound_s (the part of those the
         GPU waits for the CPU to issue kernels), bubble_s, offload{on_link_s,
         exposed_s}, communication{kind: {on_link_s, exposed_s}}, by_dimension{tp|pp|dp: {on_link_s,
@@ -74,9 +76,9 @@ class StepReport:
             "n_gpus": self.n_gpus,
             "mfu": self.mfu,
             "hfu": self.hfu,
-            "model_flops": self.model_flops,
-            "hardware_flops": self.hardware_flops,
-            "peak_flops_per_gpu": self.peak_flops_per_gpu,
+            "model_flops_per_step": self.model_flops,
+            "hardware_flops_per_step": self.hardware_flops,
+            "peak_flops_per_s_per_gpu": self.peak_flops_per_gpu,
             "breakdown": self.breakdown,
             "memory": self.memory,
             "bytes_per_rank": self.bytes_per_rank,

@@ -12,6 +12,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from simulator.atomic import replacing
+
 #: Row of each device type in the node drawing (top to bottom).
 _NODE_ROWS = {"nvswitch": 4, "gpu": 3, "pcie_switch": 2, "nic": 1, "cpu": 0}
 _COLOURS = {"nvlink": "tab:green", "nvlink-c2c": "tab:olive", "pcie": "tab:gray", "net": "tab:orange",
@@ -115,5 +117,6 @@ def write_topology_png(cluster: Any, path: Path) -> None:
     _fabric_panel(right, cluster.graph, cluster.nodes)
     fig.suptitle(f"{cluster.topology.name} x {cluster.nodes} nodes ({cluster.n_gpus} GPUs)")
     fig.tight_layout()
-    fig.savefig(path, dpi=130, bbox_inches="tight")
+    with replacing(path) as tmp:
+        fig.savefig(tmp, dpi=130, bbox_inches="tight")
     plt.close(fig)

@@ -11,6 +11,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from simulator.atomic import replacing
+
 
 def _num(v: Any) -> float | None:
     try:
@@ -76,5 +78,6 @@ def write_sweep_png(rows: list[dict], grid: dict[str, list], front: list[dict], 
     ax2.set_title("cost vs time")
     ax2.grid(alpha=0.3)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    with replacing(path) as tmp:
+        fig.savefig(tmp, dpi=120)
     plt.close(fig)

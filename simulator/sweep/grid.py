@@ -175,9 +175,14 @@ def assignments(point: dict[str, Any]) -> list[str]:
 
 
 def combine(grid_points: list[dict[str, Any]], layouts: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Every grid point with every layout (layouts vary fastest); a grid key wins over a layout key."""
+    """Every grid point with every layout (layouts vary fastest). A grid key that the layouts also set
+    is refused: the layout would repeat every point once per grid value."""
     if not layouts:
         return grid_points
+    shared = sorted(set(grid_points[0]) & {k for layout in layouts for k in layout})
+    if shared:
+        raise InputError(f"--layouts auto already varies {', '.join(shared)}; drop it from the grid, or fix "
+                         "it with --set and leave out --layouts", "--grid")
     return [{**layout, **point} for point in grid_points for layout in layouts]
 
 

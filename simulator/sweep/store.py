@@ -11,12 +11,11 @@ from __future__ import annotations
 import csv
 import io
 import json
-import os
 import re
-import tempfile
 from pathlib import Path
 from typing import Any
 
+from simulator.atomic import write_bytes
 from simulator.errors import InputError
 
 FORMATS = (".csv", ".jsonl", ".parquet")
@@ -105,13 +104,6 @@ def _decode(path: Path) -> list[dict[str, Any]]:
     return pq.read_table(path).to_pylist()
 
 
-def _file_mode() -> int:
-    """``0o666`` less the process umask: the mode ``open()`` would give a new file."""
-    mask = os.umask(0)
-    os.umask(mask)
-    return 0o666 & ~mask
-
-
 class ResultStore:
     """The rows of one sweep, flushed atomically to ``path`` (kept in memory only when it is None)."""
 
@@ -157,16 +149,4 @@ class ResultStore:
         if self.path is None:
             return
         ordered = [self.rows[k] for k in sorted(self.rows)]
-        data = _encode(ordered, self.suffix)
-        folder = self.path.parent if str(self.path.parent) else Path(".")
-        fd, tmp = tempfile.mkstemp(prefix=f".{self.path.name}.", suffix=".tmp", dir=folder)
-        try:
-            with os.fdopen(fd, "wb") as fh:
-                fh.write(data)
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.chmod(tmp, _file_mode())  # mkstemp makes 0600; a results file gets the user's umask
-            os.replace(tmp, self.path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        write_bytes(self.path, _encode(ordered, self.suffix))

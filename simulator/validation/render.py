@@ -14,6 +14,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from simulator.atomic import replacing
 from simulator.validation.intervals import COVERAGE
 from simulator.validation.summary import headline
 
@@ -274,7 +275,8 @@ def scatter_png(rows: Sequence[dict[str, Any]], path: Path) -> None:
     handles.append(plt.Line2D([], [], ls="", marker="o", mfc="white", mec="black", label="held-out (test)"))
     ax.legend(handles=handles, loc="upper left", fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    with replacing(path) as tmp:
+        fig.savefig(tmp, dpi=120)
     plt.close(fig)
 
 
