@@ -242,7 +242,7 @@ def _tune(path: Path, overrides: list[str], json_out: bool) -> None:
         "keys": [f"parallel.{k}" for k in result.keys],
         "default": {f"parallel.{k}": v for k, v in result.default.items()},
         "default_step_time_s": result.default_step_time_s,
-        "best": {f"parallel.{k}": v for k, v in result.best.items()},
+        "best": {f"parallel.{k}": v for k, v in result.best.items()} if result.best is not None else None,
         "best_step_time_s": result.best_step_time_s,
         "gain": result.gain,
         "points_tried": len(result.tried),
@@ -250,11 +250,20 @@ def _tune(path: Path, overrides: list[str], json_out: bool) -> None:
     if json_out:
         print_json(data)
         return
+    tried = f"{len(result.tried)} points simulated"
+    if result.best is None:  # a result, not an error: the model does not fit at any bucket size
+        stdout.print(f"{escape(base.name)} does not fit in memory at any bucket size tried ({tried}): buckets "
+                     "cannot make it fit; see dtsim memory for where the memory goes", highlight=False)
+        return
     table = Table(title=f"bucket tuning: {escape(base.name)} ({base.parallel.framework}, ZeRO {data['zero_stage']})")
     for col in ("setting", "default", "best"):
         table.add_column(col, justify="right")
     for k in result.keys:
         table.add_row(f"parallel.{k}", f"{result.default[k]:.4g}", f"{result.best[k]:.4g}")
-    table.add_row("step time (s)", f"{result.default_step_time_s:.4f}", f"{result.best_step_time_s:.4f}")
+    default_s = "does not fit" if result.default_step_time_s is None else f"{result.default_step_time_s:.4f}"
+    table.add_row("step time (s)", default_s, f"{result.best_step_time_s:.4f}")
     stdout.print(table)
-    stdout.print(f"gain over the default: {result.gain:.2%} of step time ({len(result.tried)} points simulated)")
+    if result.gain is None:
+        stdout.print(f"the default buckets do not fit in memory; the best setting above does ({tried})", highlight=False)
+    else:
+        stdout.print(f"gain over the default: {result.gain:.2%} of step time ({tried})", highlight=False)

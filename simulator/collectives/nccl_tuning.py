@@ -66,6 +66,8 @@ RING_SIMPLE_PLATEAU = 1.4
 NET_OVERHEAD_US = {"intel": 1.0, "amd": 2.0}
 
 _OPS_WITH_NVLS = ("all_reduce", "all_gather", "reduce_scatter")
+#: Host CPU vendors of x86 machines (``cpuArch == NCCL_TOPO_CPU_ARCH_X86``); Grace is ``arm``.
+_X86 = ("intel", "amd")
 #: Operations NCCL's tuner chooses an algorithm for (all-to-all and send/recv are p2p, no choice).
 NCCL_OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce")
 
@@ -76,7 +78,8 @@ class NcclTopo:
 
     ``bw_intra_GBps`` / ``bw_inter_GBps`` are per channel (GB/s); ``n_channels`` ring/tree channels,
     ``nvls_channels`` NVLS heads; ``intra_link`` ``nvlink`` or ``pci``; ``arch`` names the
-    ``_ARCH_ROW`` row; ``cpu_vendor`` ``intel`` or ``amd`` (multi-node LL cap and net overhead).
+    ``_ARCH_ROW`` row; ``cpu_vendor`` ``intel``, ``amd`` or ``arm`` (multi-node LL cap, net overhead, and
+    x86 or not for Blackwell's NVLSTree correction).
     """
 
     n_ranks: int
@@ -131,6 +134,11 @@ def enabled(op: str, algo: str, proto: str, t: NcclTopo) -> bool:
     return False
 
 
+def _log2i(x: float) -> int:
+    """NCCL's ``log2i``: the floor of log2 (0 for x < 2)."""
+    return max(0, int(x).bit_length() - 1)
+
+
 def _col(t: NcclTopo) -> int:
     return 0 if t.n_nodes == 1 else (1 if t.n_nodes == 2 else 2)
 
@@ -139,7 +147,7 @@ def bus_bandwidth_GBps(op: str, algo: str, proto: str, t: NcclTopo, nbytes: floa
     """NCCL's predicted *algorithm* bandwidth (GB/s) of ``algo``/``proto`` (``ncclTopoGetAlgoTime``'s bw)."""
     arch = _ARCH_ROW.get(t.arch, 1)
     col = _col(t)
-    cpu_row = 0 if t.cpu_vendor == "intel" else 1
+    cpu_row = 1 if t.cpu_vendor == "amd" else 0  # llMaxBws: AMD (and mixed) row, else Intel's (Arm too)
     ll_max = LL_MAX_BW[arch][0] if t.n_nodes == 1 else LL_MAX_BW[cpu_row][col]
     nch = t.n_channels
     bw = t.bw_intra_GBps if t.n_nodes <= 2 else t.bw_inter_GBps
@@ -156,7 +164,7 @@ def bus_bandwidth_GBps(op: str, algo: str, proto: str, t: NcclTopo, nbytes: floa
             bus = min(bus / 3.8, ll_max)
         elif proto == "LL128":
             bus = min(bus * (7.0 / 9.0 if t.n_nodes == 1 else 120.0 / 128.0), nch * PER_CH_MAX_TREE_LL128_BW[arch][col])
-        i = int(math.log2(nbytes / 64)) if nbytes >= 64 else -1
+        i = _log2i(nbytes / 64) if nbytes >= 64 else -1
         if 0 <= i < 23:
             bus *= TREE_CORRECTION[proto][i]
     elif algo == "pat":
@@ -179,6 +187,12 @@ def bus_bandwidth_GBps(op: str, algo: str, proto: str, t: NcclTopo, nbytes: floa
         if t.n_nodes > 1:
             inter = t.n_channels * t.bw_inter_GBps * (2 if t.n_nodes <= 2 else 1)
             bus = min(bus, inter, nv * PER_CH_MAX_NVLS_TREE_BW[arch][col])
+        # NVLSTree all-reduce on Blackwell (sm >= 100) with x86 hosts takes the tree's correction, one
+        # size further (i < 24); Grace (Arm) hosts do not (nvls.cc ncclTuningNvlsModelSim, formulas.md §3.5)
+        i = _log2i(nbytes / 64) if nbytes >= 64 else -1
+        if (algo == "nvls_tree" and op == "all_reduce" and arch >= _ARCH_ROW["blackwell"]
+                and t.cpu_vendor in _X86 and 0 <= i < 24):
+            bus *= TREE_CORRECTION[proto][i]
     # bus -> algorithm bandwidth
     if algo in ("ring", "nvls", "nvls_tree", "pat"):
         return bus * t.n_ranks / n_steps(op, t.n_ranks)
@@ -202,7 +216,7 @@ def latency_us(op: str, algo: str, proto: str, t: NcclTopo, nbytes: float) -> fl
                 and nbytes / (t.n_channels * n) >= 64):
             lat *= RING_SIMPLE_PLATEAU
         return lat
-    log_nodes = math.log2(nodes) if nodes > 1 else 0.0
+    log_nodes = _log2i(nodes)  # NCCL's log2i: the tree's depth in whole levels
     if algo == "tree":
         return base + 2 * ((t.ppn - 1) * intra + log_nodes * inter)
     if algo == "nvls":

@@ -76,7 +76,8 @@ class HostConfig(Frozen):
     socket_link_GBps: PositiveFloat | None = Field(
         40.0, description="CPU socket <-> socket, per direction; null = the CPUs are separate hosts (no link)")
     #: CPU vendor: NCCL's tuner uses it for the multi-node LL cap and the network post overhead
-    #: (tuning.cc: 1 µs Intel/other, 2 µs AMD per step).
+    #: (tuning.cc: 1 µs Intel/other, 2 µs AMD per step), and applies its tree correction to NVLSTree
+    #: all-reduces on Blackwell only with x86 hosts (intel, amd; not arm: Grace).
     cpu_vendor: Literal["intel", "amd", "arm", "other"] = "intel"
     latency_us: NonNegativeFloat = 1.0
     #: NVLink-C2C from each CPU to the GPUs of its socket, per direction, shared by them (Grace

@@ -69,11 +69,15 @@ def order(schedule: str, stage: int, pp: int, n_micro: int, v: int = 1) -> list[
     return one_f_one_b(stage, pp, n_micro)
 
 
-def in_flight(schedule: str, stage: int, pp: int, n_micro: int, v: int = 1) -> float:
+def in_flight(schedule: str, stage: int, pp: int, n_micro: int, v: int = 1,
+              chunk_blocks: list[int] | None = None) -> float:
     """Peak micro-batches whose activations stage ``stage`` holds, in units of the whole stage's
-    layers (a chunk of an interleaved stage counts ``1/v``), measured on the order itself."""
+    layers, measured on the order itself. A chunk of an interleaved stage counts its share of the
+    stage's blocks (``chunk_blocks``, one count per chunk; ``1/v`` each when they are equal or not
+    given): unequal chunks (a last stage's MTP block, ``pipeline_layout``) hold unequal activations."""
+    weights = chunk_blocks if chunk_blocks and sum(chunk_blocks) > 0 else [1] * v
     live = peak = 0
-    for phase, _, _ in order(schedule, stage, pp, n_micro, v):
-        live += 1 if phase == "F" else -1
+    for phase, _, chunk in order(schedule, stage, pp, n_micro, v):
+        live += weights[chunk] if phase == "F" else -weights[chunk]
         peak = max(peak, live)
-    return peak / v
+    return peak / sum(weights)

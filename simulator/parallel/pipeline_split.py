@@ -167,7 +167,7 @@ def _decoder_layers(n_layers: int, pp: int, v: int, parallel: Any) -> list[int]:
     return _even(n_layers, n)
 
 
-def gpu_stage_layers(n_layers: int, pp: int, v: int = 1, parallel: Any = None, mtp: int = 0) -> list[int]:
-    """Blocks on each GPU stage (its ``v`` chunks summed), MTP blocks included."""
+def gpu_stage_chunks(n_layers: int, pp: int, v: int = 1, parallel: Any = None, mtp: int = 0) -> list[list[int]]:
+    """Blocks of each of the ``v`` model chunks on each GPU stage, MTP blocks included."""
     layers = virtual_stage_layers(n_layers, pp, v, parallel, mtp)
-    return [sum(layers[c * pp + s] for c in range(v)) for s in range(pp)]
+    return [[layers[c * pp + s] for c in range(v)] for s in range(pp)]

@@ -9,7 +9,8 @@ one reduce-scatter per wrapped unit and has no bucket size.
 Search: per key, a log-spaced coarse grid over the range, then a finer grid between the neighbours of
 the best value; keys are tuned one after another (coordinate descent, one pass). Every evaluated
 point is kept, so the reported optimum is no worse than any point tried. Points that do not fit in
-memory are not candidates.
+memory are not candidates; a scenario that does not fit with its default buckets is still tuned (the
+buckets' own buffers may be what does not fit), and one that fits at no point tried is a result too.
 """
 
 from __future__ import annotations
@@ -66,14 +67,18 @@ def _log_grid(lo: float, hi: float, n: int) -> list[float]:
 class TuneResult:
     keys: list[str]
     default: dict[str, float]
-    default_step_time_s: float
-    best: dict[str, float]
-    best_step_time_s: float
+    #: None where the default buckets do not fit in memory
+    default_step_time_s: float | None
+    #: None (both) where no point tried fits
+    best: dict[str, float] | None
+    best_step_time_s: float | None
     tried: list[tuple[dict[str, float], float | None]] = field(default_factory=list)
 
     @property
-    def gain(self) -> float:
-        """Relative step-time saving of the best setting over the framework default."""
+    def gain(self) -> float | None:
+        """Relative step-time saving of the best setting over the framework default (None unless both fit)."""
+        if self.default_step_time_s is None or self.best_step_time_s is None:
+            return None
         return 1.0 - self.best_step_time_s / self.default_step_time_s
 
 
@@ -94,14 +99,14 @@ def tune(scenario: Scenario, step_time: Callable[[dict[str, float]], float | Non
         return cache[key]
 
     default_time = measure(default)
-    if default_time is None:
-        raise InputError("the scenario does not fit in memory with its default buckets; fix that first")
-    current, current_time = dict(default), default_time
+    current, current_time = dict(default), math.inf if default_time is None else default_time
     for key in keys:
         lo, hi = RANGES[key]
         candidates = sorted(set(_log_grid(lo, hi, coarse)) | {current[key]})
         results = [(v, measure({**current, key: v})) for v in candidates]
         feasible = [(v, t) for v, t in results if t is not None]
+        if not feasible:  # no value of this key fits with the others as they are: keep it
+            continue
         v_best, _ = min(feasible, key=lambda vt: (vt[1], vt[0]))
         i = candidates.index(v_best)
         left, right = candidates[max(i - 1, 0)], candidates[min(i + 1, len(candidates) - 1)]
@@ -114,5 +119,8 @@ def tune(scenario: Scenario, step_time: Callable[[dict[str, float]], float | Non
         )
         if best_time < current_time:
             current, current_time = dict(best_settings), best_time
-    overall = min(((s, t) for s, t in tried if t is not None), key=lambda st: st[1])
+    fitting = [(s, t) for s, t in tried if t is not None]
+    if not fitting:
+        return TuneResult(keys, default, None, None, None, tried)
+    overall = min(fitting, key=lambda st: st[1])
     return TuneResult(keys, default, default_time, overall[0], overall[1], tried)

@@ -209,21 +209,27 @@ def deferred_wgrad_bytes(model: ModelConfig, b: int, s: int, tp: int, precision_
 
 def pipeline_blocks(scenario: Scenario) -> tuple[str, int, list[int]]:
     """(schedule, virtual stages, blocks per GPU stage) of the scenario's pipeline."""
+    schedule, v, chunks = _chunk_blocks(scenario)
+    return schedule, v, [sum(c) for c in chunks]
+
+
+def _chunk_blocks(scenario: Scenario) -> tuple[str, int, list[list[int]]]:
+    """(schedule, virtual stages, blocks of each model chunk of each GPU stage)."""
     par = scenario.parallel
     schedule = par.pipeline_schedule if par.pp > 1 else "1f1b"
     v = par.virtual_stages if schedule == "interleaved" else 1
-    return schedule, v, pipeline_split.gpu_stage_layers(scenario.model.n_layers, par.pp, v, par,
+    return schedule, v, pipeline_split.gpu_stage_chunks(scenario.model.n_layers, par.pp, v, par,
                                                         scenario.model.mtp_layers)
 
 
-def _in_flight(schedule: str, stage: int, pp: int, n_micro: int, v: int) -> float:
+def _in_flight(schedule: str, stage: int, pp: int, n_micro: int, v: int, chunk_blocks: list[int]) -> float:
     """``pipeline_order.in_flight``, without walking millions of micro-batches: GPipe holds all
     ``m``; 1F1B and interleaved 1F1B reach their peak within the warm-up (fewer than ``2·p·v``
     chunk-forwards), so any ``m`` beyond ``4·p·v`` (kept a multiple of ``p``) gives the same peak."""
     if schedule == "gpipe":
         return float(n_micro)
     cap = 4 * pp * v
-    return pipeline_order.in_flight(schedule, stage, pp, min(n_micro, cap), v)
+    return pipeline_order.in_flight(schedule, stage, pp, min(n_micro, cap), v, chunk_blocks)
 
 
 def stage_activations(scenario: Scenario) -> list[ActivationBytes]:
@@ -233,7 +239,8 @@ def stage_activations(scenario: Scenario) -> list[ActivationBytes]:
     ``per_layer · n_s · k_s``; ``k_s`` is counted on the schedule's own order
     (``pipeline_order.in_flight``): GPipe ``m``; 1F1B ``min(p−s, m)`` (Narayanan et al. SC'21 §2.2;
     Megatron ``theoretical_memory_usage.py``); interleaved ``L·(1 + (p−1)/(p·v))`` layers on stage 0
-    (Korthikanti et al. 2022 §4.2.3). Blocks per stage from ``pipeline_split`` (Megatron's
+    (Korthikanti et al. 2022 §4.2.3), each live chunk-forward counting its own chunk's blocks (a last
+    stage's MTP chunk, a ``pipeline_layout``'s uneven chunks). Blocks per stage from ``pipeline_split`` (Megatron's
     placements). Sequence parallelism divides the norm/dropout region by ``t``; context parallelism
     makes every term one of the rank's ``s/cp`` tokens (Korthikanti's formulas with ``s → s/cp``).
     Full recomputation stores the block inputs and, while recomputing one block for its backward,
@@ -275,7 +282,8 @@ def stage_activations(scenario: Scenario) -> list[ActivationBytes]:
         transient = kept
         if m.moe is not None or m.is_mla:  # the block being recomputed holds its routed tokens too
             transient += max(0.0, moe_memory.moe_block_extra(scenario, pb) + moe_memory.mla_block_extra(scenario, pb))
-    schedule, v, blocks = pipeline_blocks(scenario)
+    schedule, v, chunks = _chunk_blocks(scenario)
+    blocks = [sum(c) for c in chunks]
     n_micro = scenario.grad_accum_steps
     logits = logits_activation_bytes(m, b, s, t, pb, wloss.kind(scenario), sequence_parallel=sp,
                                      gathered_inputs=common["gathered_inputs"])
@@ -286,7 +294,7 @@ def stage_activations(scenario: Scenario) -> list[ActivationBytes]:
     recomputed = recompute.stage_counts(scenario) if partial else blocks
     rows = []
     for st in range(pp):
-        k = _in_flight(schedule, st, pp, n_micro, v) if pp > 1 else 1
+        k = _in_flight(schedule, st, pp, n_micro, v, chunks[st]) if pp > 1 else 1
         stored = (per_layer * recomputed[st] + kept * (blocks[st] - recomputed[st])) * k
         # training.activation_offload_layers: those blocks' activations wait in host memory, but one
         # (the block being copied out at the end of the forward, or prefetched for the backward)

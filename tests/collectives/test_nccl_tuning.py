@@ -93,3 +93,30 @@ def test_collnet_needs_sharp_and_is_all_reduce_only():
     assert nt.enabled("all_reduce", "collnet_direct", "Simple", A100X16_SHARP)
     assert not nt.enabled("all_gather", "collnet_direct", "Simple", A100X16_SHARP)
     assert not nt.enabled("all_reduce", "collnet_direct", "LL", A100X16_SHARP)
+
+
+# 4 x DGX B200 (x86 hosts): 32 ranks, 16 channels of 23.75 GB/s across nodes, NVLS graph 721.8 GB/s.
+B200X4 = dict(n_ranks=32, n_nodes=4, ppn=8, n_channels=16, bw_intra_GBps=23.75, bw_inter_GBps=23.75,
+              arch="blackwell", nvls=True, nvls_channels=16, nvls_bw_GBps=721.8)
+
+
+def test_nvls_tree_all_reduce_takes_the_tree_correction_on_blackwell_x86_only():
+    """nvls.cc ncclTuningNvlsModelSim (formulas.md §3.5): on sm >= 100 with an x86 host the NVLSTree
+    all-reduce bandwidth takes treeCorrectionFactor[proto][log2i(bytes/64)] for i < 24."""
+    # busBw = min(721.8 x 0.74 x 15/16 x 2, 16 x 23.75 (> 2 nodes: x1), 16 x 80.0) = 380; algbw x 32/62.
+    full = 380 * 32 / 62
+    intel, grace = nt.NcclTopo(**B200X4, cpu_vendor="intel"), nt.NcclTopo(**B200X4, cpu_vendor="arm")
+    # 64 MiB: i = log2(2^26 / 64) = 20 -> Simple 0.8; 256 MiB: i = 22 -> 0.9; 1 GiB: i = 24, none
+    for nbytes, factor in ((2**26, 0.8), (2**28, 0.9), (GiB, 1.0)):
+        assert nt.bus_bandwidth_GBps("all_reduce", "nvls_tree", "Simple", intel, nbytes) == pytest.approx(full * factor)
+        assert nt.bus_bandwidth_GBps("all_reduce", "nvls_tree", "Simple", grace, nbytes) == pytest.approx(full)
+    hopper = nt.NcclTopo(**{**B200X4, "arch": "hopper"})  # sm 90: no correction; eff 0.85, cap 16 x 45.5
+    assert nt.bus_bandwidth_GBps("all_reduce", "nvls_tree", "Simple", hopper, 2**26) == pytest.approx(380 * 32 / 62)
+
+
+def test_tree_latency_counts_whole_levels():
+    """NCCL's log2i: 3 nodes are one tree level, 6 nodes two (8.4 + 2 x ((8 - 1) x 4.0 + levels x 14) us)."""
+    for nodes, levels in ((3, 1), (6, 2), (8, 3)):
+        t = nt.NcclTopo(n_ranks=8 * nodes, n_nodes=nodes, ppn=8, n_channels=16, bw_intra_GBps=12.0,
+                        bw_inter_GBps=12.0, arch="ampere", cpu_vendor="amd")
+        assert nt.latency_us("all_reduce", "tree", "Simple", t, GiB) == pytest.approx(8.4 + 2 * (28.0 + levels * 14))

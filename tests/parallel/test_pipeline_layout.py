@@ -16,7 +16,7 @@ from simulator.config.loader import load_scenario
 from simulator.errors import InputError
 from simulator.parallel.checks import check_layout
 from simulator.parallel.pipeline_split import (
-    gpu_stage_layers,
+    gpu_stage_chunks,
     layout_stages,
     split_error,
     virtual_stage_layers,
@@ -46,7 +46,7 @@ def test_deepseek_v3_layout_by_hand():
     layers = virtual_stage_layers(61, 8, 2, par)
     assert layers == [4] * 15 + [1] and sum(layers) == 61
     # GPU stage s holds virtual stages s and s + 8: 4 + 4 = 8 on stages 0..6, 4 + 1 = 5 on stage 7.
-    assert gpu_stage_layers(61, 8, 2, par) == [8, 8, 8, 8, 8, 8, 8, 5]
+    assert [sum(c) for c in gpu_stage_chunks(61, 8, 2, par)] == [8, 8, 8, 8, 8, 8, 8, 5]
     assert split_error(61, 8, 2, par) is None
     # The same 61 blocks cannot go on 16 chunks by first/last counts: each must divide by v = 2.
     assert "not divisible" in split_error(61, 8, 2, SimpleNamespace(

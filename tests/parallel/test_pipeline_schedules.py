@@ -131,3 +131,14 @@ def test_fsdp_interleaved_allows_uneven_chunks():
     graph, trace = _run(2, 4, n_layers=6, framework="fsdp", virtual_stages=2)
     assert graph.meta["stage_layers"] == [3, 3]
     assert trace.end_s > 0
+
+
+def test_unequal_chunks_hold_their_own_blocks_in_flight():
+    """Interleaved, p = 2, v = 2, m = 4, last stage with chunks of 4 and 1 blocks (an MTP-like split).
+    Its order: F0c0 F1c0 F0c1 B0c1 F1c1 B1c1 F2c0 B0c0 ... (Megatron's interleaving, warm-up
+    (2-1-1)·2 + (2-1)·2 = 2): after F2c0, three chunk-0 forwards of 4 blocks are live, 12 of the
+    stage's 5 blocks, 2.4 micro-batches' worth; counting chunks alike gives 3 chunks / 2 = 1.5."""
+    assert pipeline_order.in_flight("interleaved", 1, 2, 4, 2, [4, 1]) == pytest.approx(12 / 5)
+    assert pipeline_order.in_flight("interleaved", 1, 2, 4, 2) == pytest.approx(3 / 2)
+    # chunk 1 the large one: peak after F0c1 / F1c1, c0 + c1 live: 1 + 1 + 4 = 6 of 5 blocks
+    assert pipeline_order.in_flight("interleaved", 1, 2, 4, 2, [1, 4]) == pytest.approx(6 / 5)

@@ -12,7 +12,7 @@ from simulator.api import simulate
 from simulator.config.loader import load_scenario
 from simulator.errors import InputError
 from simulator.parallel.checks import check_layout
-from simulator.parallel.pipeline_split import gpu_stage_layers, split_error, virtual_stage_layers
+from simulator.parallel.pipeline_split import gpu_stage_chunks, split_error, virtual_stage_layers
 
 FIXTURE = Path(__file__).resolve().parent / "ddp-olmo-8xh100.yaml"
 
@@ -31,7 +31,7 @@ def test_embedding_and_loss_slots_for_llama_405b():
     assert len(layers) == 64 and sum(layers) == 126
     assert layers[0] == 1 and layers[-1] == 1 and set(layers[1:-1]) == {2}
     # GPU stage 0 holds virtual stages 0, 8, ..., 56: 1 + 7 × 2 = 15 blocks; stage 7 likewise 15.
-    assert gpu_stage_layers(126, 8, 8, par) == [15, 16, 16, 16, 16, 16, 16, 15]
+    assert [sum(c) for c in gpu_stage_chunks(126, 8, 8, par)] == [15, 16, 16, 16, 16, 16, 16, 15]
     assert split_error(126, 8, 8, par) is None
 
 
@@ -55,7 +55,7 @@ def test_one_slot_per_virtual_stage_leaves_embedding_and_loss_alone():
 def test_first_and_last_stage_layers():
     par = _par(decoder_first_pipeline_num_layers=14, decoder_last_pipeline_num_layers=16)
     # 126 − 14 − 16 = 96 blocks over the 6 middle stages: 16 each.
-    assert gpu_stage_layers(126, 8, 1, par) == [14, 16, 16, 16, 16, 16, 16, 16]
+    assert [sum(c) for c in gpu_stage_chunks(126, 8, 1, par)] == [14, 16, 16, 16, 16, 16, 16, 16]
     # With v = 2 each GPU stage's blocks split over its two chunks: 7 + 7 on stage 0.
     assert virtual_stage_layers(126, 8, 2, par)[0] == 7 and virtual_stage_layers(126, 8, 2, par)[8] == 7
 

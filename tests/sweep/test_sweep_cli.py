@@ -134,6 +134,31 @@ def test_tuner_optimum_is_no_worse_than_any_point_tried(small_scenario):
     assert result.gain > 0
 
 
+def test_tuner_reports_what_fits_when_the_default_does_not(small_scenario):
+    """A model that does not fit is a result: buckets above 1e8 elements 'do not fit' here, so the
+    default 5e8 does not, the best fitting point is found, and no gain over the default is claimed;
+    where nothing fits, the result says so (no exception)."""
+    import math
+
+    from simulator.config.loader import load_scenario
+    from simulator.sweep.tune import tune
+
+    scenario = load_scenario(small_scenario)
+
+    def step_time(settings):
+        size = settings["reduce_bucket_size"]
+        return None if size > 1e8 else 1.0 + (math.log10(size) - 7) ** 2  # the fitting optimum: 1e7
+
+    result = tune(scenario, step_time)
+    assert result.default_step_time_s is None and result.gain is None
+    assert result.best["reduce_bucket_size"] == pytest.approx(1e7, rel=0.35) and result.best_step_time_s < 1.1
+    nothing = tune(scenario, lambda settings: None)
+    assert nothing.best is None and nothing.best_step_time_s is None and nothing.gain is None
+    out = runner.invoke(app, ["tune", "buckets", str(small_scenario), "--set", "training.seq_len=131072",
+                              "--set", "training.micro_batch_size=8"])  # 4 blocks x 8 x 131,072 tokens
+    assert out.exit_code == 0 and "does not fit in memory at any bucket size tried" in " ".join(out.output.split())
+
+
 def test_tune_cli(small_scenario):
     result = runner.invoke(app, ["tune", "buckets", str(small_scenario), "--json"])
     assert result.exit_code == 0, result.output
