@@ -154,6 +154,7 @@ def bus_bandwidth_GBps(op: str, algo: str, proto: str, t: NcclTopo, nbytes: floa
     if algo.startswith("collnet"):
         nch, bw = t.collnet_channels, t.collnet_bw_GBps
     bus = nch * bw
+    i = _log2i(nbytes / 64) if nbytes >= 64 else -1  # the tree correction's size index, log2i(bytes >> 6)
     if algo == "ring" and proto == "LL":
         bus = min(ll_max, bus * 0.5)
     elif algo == "ring" and proto == "LL128":
@@ -164,7 +165,6 @@ def bus_bandwidth_GBps(op: str, algo: str, proto: str, t: NcclTopo, nbytes: floa
             bus = min(bus / 3.8, ll_max)
         elif proto == "LL128":
             bus = min(bus * (7.0 / 9.0 if t.n_nodes == 1 else 120.0 / 128.0), nch * PER_CH_MAX_TREE_LL128_BW[arch][col])
-        i = _log2i(nbytes / 64) if nbytes >= 64 else -1
         if 0 <= i < 23:
             bus *= TREE_CORRECTION[proto][i]
     elif algo == "pat":
@@ -189,7 +189,6 @@ def bus_bandwidth_GBps(op: str, algo: str, proto: str, t: NcclTopo, nbytes: floa
             bus = min(bus, inter, nv * PER_CH_MAX_NVLS_TREE_BW[arch][col])
         # NVLSTree all-reduce on Blackwell (sm >= 100) with x86 hosts takes the tree's correction, one
         # size further (i < 24); Grace (Arm) hosts do not (nvls.cc ncclTuningNvlsModelSim, formulas.md §3.5)
-        i = _log2i(nbytes / 64) if nbytes >= 64 else -1
         if (algo == "nvls_tree" and op == "all_reduce" and arch >= _ARCH_ROW["blackwell"]
                 and t.cpu_vendor in _X86 and 0 <= i < 24):
             bus *= TREE_CORRECTION[proto][i]
