@@ -63,12 +63,10 @@ class Case:
 def _number(value: Any) -> float | None:
     """A number, or its spelling: YAML 1.1 reads ``1e5`` (no dot) as a string, which the scenario
     fields accept as pydantic does; None for anything else (a bool, a list, a word)."""
-    if isinstance(value, bool):
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
         return None
-    if isinstance(value, int | float):
-        return float(value)
     try:
-        return float(value) if isinstance(value, str) else None
+        return float(value)
     except ValueError:
         return None
 
