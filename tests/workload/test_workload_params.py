@@ -42,6 +42,49 @@ def test_tinyllama_catalog_entry_exact():
     assert c.total == 1_100_048_384
 
 
+def test_llama32_and_mistral_catalog_entries_exact():
+    # Llama 3.2 1B: q, o 2048·2048 (32 heads of 64); k, v 2048·512; SwiGLU 3·2048·8192; two norms;
+    # tied 128256·2048 embedding, final norm: the safetensors total 1,235,814,400 (model card "1.24B").
+    # Llama 3.2 3B: q, o 3072·3072 (24 heads of 128); k, v 3072·1024; SwiGLU 3·3072·8192 (card "3.21B").
+    # Mistral 7B v0.1: Llama 3 8B's block, vocab 32000 untied: its safetensors total 7,241,732,096.
+    from simulator.catalog import get_model
+
+    c1 = params.count(get_model("llama-3.2-1b"))
+    assert c1.per_layer == 2 * 2048**2 + 2 * 2048 * 512 + 3 * 2048 * 8192 + 2 * 2048
+    assert c1.total == 16 * c1.per_layer + 128256 * 2048 + 2048 == 1_235_814_400
+    c3 = params.count(get_model("llama-3.2-3b"))
+    assert c3.per_layer == 2 * 3072**2 + 2 * 3072 * 1024 + 3 * 3072 * 8192 + 2 * 3072
+    assert c3.total == 28 * c3.per_layer + 128256 * 3072 + 3072 == 3_212_749_824
+    assert params.count(get_model("mistral-7b")).total == 7_241_732_096
+
+
+def test_qwen3_dense_catalog_entries_by_hand_and_model_cards():
+    # Qwen3 dense block: q and o of hidden x (heads x 128), k and v of hidden x (8 x 128), a 128-wide
+    # RMSNorm on q and on k (shared by the heads), SwiGLU 3 x hidden x ffn, two RMSNorms. The 0.6B-4B
+    # models tie the 151,936-token embedding. Model cards' totals and non-embedding counts (rounded).
+    from simulator.catalog import get_model
+
+    cards = {  # name: (layers, hidden, heads, ffn, tied, card total, card non-embedding), in billions as printed
+        "qwen3-0.6b": (28, 1024, 16, 3072, True, "0.6", "0.44"),
+        "qwen3-1.7b": (28, 2048, 16, 6144, True, "1.7", "1.4"),
+        "qwen3-4b": (36, 2560, 32, 9728, True, "4.0", "3.6"),
+        "qwen3-8b": (36, 4096, 32, 12288, False, "8.2", "6.95"),
+        "qwen3-14b": (40, 5120, 40, 17408, False, "14.8", "13.2"),
+        "qwen3-32b": (64, 5120, 64, 25600, False, "32.8", "31.2"),
+    }
+
+    def rounds_to(count: int, printed: str) -> bool:  # within half a unit of the card's last digit
+        decimals = len(printed.split(".")[1])
+        return abs(count / 1e9 - float(printed)) <= 0.5 * 10**-decimals
+
+    for name, (n, h, heads, ffn, tied, total, non_emb) in cards.items():
+        c = params.count(get_model(name))
+        block = 2 * h * heads * 128 + 2 * h * 8 * 128 + 2 * 128 + 3 * h * ffn + 2 * h
+        assert c.per_layer == block, name
+        assert c.total == n * block + h + 151936 * h * (1 if tied else 2), name
+        assert rounds_to(c.total, total) and rounds_to(c.non_embedding, non_emb), name
+
+
 def test_gpt2_small_exact():
     # GPT-2 124M (HF "gpt2"): biases, LayerNorm with bias, learned positions, tied head.
     m = model(
