@@ -4,7 +4,8 @@ Supported families and their key names (as written by each family's ``configurat
 
 - Llama / Mistral / OLMo 2 / Qwen2-style: ``num_hidden_layers``, ``hidden_size``,
   ``num_attention_heads``, ``num_key_value_heads``, ``intermediate_size``, ``vocab_size``,
-  ``tie_word_embeddings``, ``head_dim``, ``hidden_act`` (silu ⇒ SwiGLU); OLMo 2 adds QK-norm;
+  ``tie_word_embeddings``, ``head_dim``, ``hidden_act`` (silu ⇒ SwiGLU); OLMo 2 adds QK-norm; Qwen2
+  (``qwen2``, Qwen2 / Qwen2.5) biases q, k and v (``qkv_bias``; ``Qwen2Attention`` has no key for it);
   ``sliding_window`` (unless ``use_sliding_window`` is false) and ``layer_types`` give the
   sliding-window blocks (``_sliding_window``); ``rope_scaling`` of type ``yarn`` gives
   ``rope_scaling: yarn`` (GPT-OSS; Megatron-Core runs it unfused).
@@ -89,6 +90,8 @@ def _llama_like(cfg: dict[str, Any]) -> dict[str, Any]:
         "tied_embeddings": bool(cfg.get("tie_word_embeddings", False)),
         "norm": "layernorm" if neox else "rmsnorm",
         "linear_bias": neox or bool(cfg.get("attention_bias", False)),
+        # Qwen2's attention always biases q, k and v (and nothing else): transformers' Qwen2Attention
+        "qkv_bias": model_type == "qwen2",
         "qk_norm": model_type == "olmo2",
         "position_embedding": "rope",
         "max_position_embeddings": cfg.get("max_position_embeddings"),

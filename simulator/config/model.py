@@ -38,6 +38,10 @@ class ModelConfig(Frozen):
     norm: Literal["layernorm", "rmsnorm"] = "rmsnorm"
     #: Biases on the attention and MLP linear layers (GPT-2/3, OPT, BLOOM, GPT-NeoX have them).
     linear_bias: bool = False
+    #: Biases on the Q, K and V projections only (Qwen2 / Qwen2.5: ``Qwen2Attention`` builds ``q_proj``,
+    #: ``k_proj`` and ``v_proj`` with ``bias=True``, ``o_proj`` and the MLP without; Megatron-LM
+    #: ``--add-qkv-bias``). Implied by ``linear_bias``.
+    qkv_bias: bool = False
     #: QK-norm (OLMo 2): a norm over the full query width and one over the key width.
     qk_norm: bool = False
     #: Learned absolute position embeddings (GPT-2/3, OPT) add max_position_embeddings x hidden params.
@@ -90,6 +94,11 @@ class ModelConfig(Frozen):
     #: ``pipeline_layout`` puts its ``m``), fed by the projection of two norms, then the shared output
     #: head and loss again (``simulator.workload.mtp``). 0 = none.
     mtp_layers: NonNegativeInt = 0
+    @property
+    def has_qkv_bias(self) -> bool:
+        """Whether the QKV projection carries a bias (``linear_bias`` or ``qkv_bias``)."""
+        return self.linear_bias or self.qkv_bias
+
     #: Published total and active parameter counts (display only).
     reported_active_params: float | None = None
     #: Published parameter count, when the source gives one (used only in reports, never as a result).

@@ -103,6 +103,8 @@ def _model(flags: dict, integer, out: Imported) -> None:
     if flags.get("disable-bias-linear") and flags.get("add-bias-linear"):
         raise InputError("--disable-bias-linear contradicts --add-bias-linear; keep one", FIELD)
     out.set("model.linear_bias", not flags.get("disable-bias-linear"))
+    if flags.get("add-qkv-bias") and flags.get("disable-bias-linear"):
+        out.set("model.qkv_bias", True)
     out.set("model.qk_norm", bool(flags.get("qk-layernorm")))
     pos = value_of(flags, "position-embedding-type")
     if flags.get("use-rotary-position-embeddings"):

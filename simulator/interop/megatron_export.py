@@ -32,6 +32,8 @@ def export_args(s: Scenario) -> Exported:
     lines.append(f"--normalization {'RMSNorm' if m.norm == 'rmsnorm' else 'LayerNorm'}")
     if not m.linear_bias:
         lines.append("--disable-bias-linear")
+        if m.qkv_bias:
+            lines.append("--add-qkv-bias")
     if m.qk_norm:
         lines.append("--qk-layernorm")
     pos = {"learned": "learned_absolute", "rope": "rope", "none": "none"}.get(m.position_embedding)

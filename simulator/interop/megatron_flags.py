@@ -27,7 +27,7 @@ VALUE_FLAGS = (
 ) + megatron_moe.VALUE_FLAGS + megatron_graphs.VALUE_FLAGS + megatron_mla.VALUE_FLAGS
 #: Switches dtsim reads.
 BOOL_FLAGS = (
-    "group-query-attention", "swiglu", "disable-bias-linear", "add-bias-linear", "qk-layernorm",
+    "group-query-attention", "swiglu", "disable-bias-linear", "add-bias-linear", "add-qkv-bias", "qk-layernorm",
     "untie-embeddings-and-output-weights", "use-rotary-position-embeddings", "bf16", "fp16",
     "recompute-activations", "sequence-parallel", "use-distributed-optimizer", "tp-comm-overlap",
     "use-flash-attn", "overlap-grad-reduce", "overlap-param-gather", "fp8-param-gather", "grad-reduce-in-bf16",

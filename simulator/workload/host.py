@@ -239,9 +239,9 @@ def spread(ops: tuple | list, host_s: float) -> tuple:
 
 def block_param_tensors(model: Any) -> int:
     """Parameter tensors of one block as Megatron lays them out: the QKV, output, MLP-up (gate and up
-    fused) and MLP-down weights, their biases with ``linear_bias``, two norms (weight, and bias for a
+    fused) and MLP-down weights, their biases with ``linear_bias`` (the QKV's with ``qkv_bias``), two norms (weight, and bias for a
     biased LayerNorm) and the QK-norms."""
-    linears = 4 * (2 if model.linear_bias else 1)
+    linears = 4 * (2 if model.linear_bias else 1) + (1 if model.qkv_bias and not model.linear_bias else 0)
     norm = 2 if (model.norm == "layernorm" and model.linear_bias) else 1
     return linears + 2 * norm + (2 * norm if model.qk_norm else 0)
 

@@ -83,27 +83,29 @@ def norm_params(model: ModelConfig, width: int) -> int:
 
 def block_vectors(model: ModelConfig) -> list[int]:
     """Sizes of a block's vector parameters (one tensor each): its two norms, the QK-norms, and with
-    ``linear_bias`` the QKV, output, MLP-up and MLP-down biases (as in :func:`layer`). Small tensors
+    ``linear_bias`` the QKV, output, MLP-up and MLP-down biases (``qkv_bias``: the QKV bias; as in :func:`layer`). Small tensors
     DeepSpeed keeps persistent, and what FP8 parameter gathers leave in the parameter dtype."""
     norm_h = norm_params(model, model.hidden_size)
     out = [norm_h, norm_h] if not model.qk_norm else [norm_h, norm_h, model.q_dim, model.kv_dim]
+    if model.has_qkv_bias:
+        out.append(model.q_dim + 2 * model.kv_dim)
     if model.linear_bias:
-        out += [model.q_dim + 2 * model.kv_dim, model.hidden_size, model.hidden_size,
-                (model.mlp_matrices - 1) * model.ffn_hidden_size]
+        out += [model.hidden_size, model.hidden_size, (model.mlp_matrices - 1) * model.ffn_hidden_size]
     return out
 
 
 def layer(model: ModelConfig) -> LayerParams:
     """Parameters of one transformer block, including its norms and biases.
 
-    Attention ``h·(a·d_h) + 2·h·(g_kv·d_h) + (a·d_h)·h`` (+ biases ``a·d_h + 2·g_kv·d_h + h``);
+    Attention ``h·(a·d_h) + 2·h·(g_kv·d_h) + (a·d_h)·h`` (+ biases ``a·d_h + 2·g_kv·d_h + h``; with
+    ``qkv_bias`` alone ``a·d_h + 2·g_kv·d_h``);
     MLP ``k_mlp·h·f`` (+ biases ``(k_mlp − 1)·f + h``); norms ``2·norm(h)`` (+ QK-norm
     ``norm(a·d_h) + norm(g_kv·d_h)``).
     """
     h, f = model.hidden_size, model.ffn_hidden_size
     q, kv = model.q_dim, model.kv_dim
     bias = model.linear_bias
-    attn_col = h * (q + 2 * kv) + (q + 2 * kv if bias else 0)
+    attn_col = h * (q + 2 * kv) + (q + 2 * kv if model.has_qkv_bias else 0)
     attn_row_w, attn_row_b = q * h, (h if bias else 0)
     up = model.mlp_matrices - 1  # column-parallel up (and gate) projections
     mlp_col = up * h * f + (up * f if bias else 0)

@@ -42,6 +42,14 @@ def test_olmo2_has_qk_norm(tmp_path):
     assert m.qk_norm
 
 
+def test_qwen2_biases_q_k_v_only(tmp_path):
+    # Keys as in Qwen/Qwen2.5-7B/config.json (no attention_bias key: Qwen2Attention always biases q, k, v)
+    m = _load(tmp_path, {"model_type": "qwen2", "hidden_act": "silu", "hidden_size": 3584, "intermediate_size": 18944,
+                         "num_attention_heads": 28, "num_hidden_layers": 28, "num_key_value_heads": 4,
+                         "vocab_size": 152064, "tie_word_embeddings": False, "max_position_embeddings": 131072})
+    assert m.qkv_bias and not m.linear_bias
+
+
 def test_gpt2(tmp_path):
     m = _load(tmp_path, GPT2)
     assert m.ffn_hidden_size == 4 * 768 and m.tied_embeddings and m.position_embedding == "learned"

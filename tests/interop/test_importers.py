@@ -147,6 +147,22 @@ def test_megatron_pipeline_slots_round_trip():
     assert "--num-layers-per-virtual-pipeline-stage 2" in text
 
 
+def test_megatron_add_qkv_bias_round_trip():
+    """Megatron-LM's Qwen2 examples: --disable-bias-linear --add-qkv-bias biases q, k and v only (model.qkv_bias),
+    and it exports back as the same two flags; without --disable-bias-linear every linear is biased anyway."""
+    from simulator.interop.megatron_export import export_args
+
+    args = ("--num-layers 28 --hidden-size 3584 --num-attention-heads 28 --group-query-attention --num-query-groups 4 "
+            "--ffn-hidden-size 18944 --swiglu --normalization RMSNorm --seq-length 4096 --micro-batch-size 1 "
+            "--global-batch-size 64 --bf16 --vocab-size 152064 --disable-bias-linear --add-qkv-bias")
+    scenario, _, _ = import_scenario("megatron", text=args, topology="dgx-h100")
+    assert scenario.model.qkv_bias and not scenario.model.linear_bias
+    text = export_args(scenario).text
+    assert "--disable-bias-linear" in text and "--add-qkv-bias" in text
+    both = import_args(args.replace(" --disable-bias-linear", ""))
+    assert both.get("model.linear_bias") is True and both.get("model.qkv_bias") is None
+
+
 def test_megatron_pipeline_slots_without_a_pipeline_are_ignored():
     """Megatron-LM's MoE recipes pass the slot flags at pipeline size 1, where there is no split to count in."""
     imp = import_args("--num-layers 48 --hidden-size 2048 --num-attention-heads 32 "

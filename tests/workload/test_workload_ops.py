@@ -431,6 +431,22 @@ def test_te_linear_modules_under_fp8_keep_every_bias_in_their_gemms(gpt3_175b):
     assert sum(o.name.startswith("bias_grad") for o in bf16) == 4
 
 
+def test_qkv_bias_alone_runs_one_bias_kernel_for_the_qkv_linear(llama3_8b):
+    """Qwen2's biases on q, k and v only (model.qkv_bias): under PyTorch nn.Linear (torch) the QKV bias's gradient
+    is one reduction kernel backward over the QKV output (s · (h + 2·kv) elements), and the output projection and
+    MLP have none; Megatron-LM's own linears add the QKV bias forward (3 passes); Transformer Engine's keep it in
+    the GEMM's epilogue (no kernel)."""
+    b, s, pb = 1, 1024, 2
+    m = llama3_8b.model_copy(update={"qkv_bias": True})
+    torch_ops = ops.layer_ops(m, b, s, 1, pb, KernelConfig(), linear="torch")
+    bias = [o for o in ops.backward_ops(torch_ops) if "bias" in o.name]
+    assert [o.name for o in bias] == ["bias_grad_0.bwd"]
+    assert bias[0].bytes == s * (4096 + 2 * 1024) * pb
+    megatron = {o.name: o for o in ops.layer_ops(m, b, s, 1, pb, KernelConfig(), linear="megatron")}
+    assert megatron["qkv_bias_add"].bytes == 3 * s * (4096 + 2 * 1024) * pb
+    assert not any("bias" in o.name for o in ops.layer_ops(m, b, s, 1, pb, KernelConfig(), linear="te"))
+
+
 def test_moe_blocks_carry_their_attention_biases():
     """GPT-OSS-120B has biased attention linears (q, k, v and output: model.linear_bias). Its MoE block's
     attention part carries them as a dense block's do, each right after its GEMM: Megatron's QKV bias add

@@ -85,6 +85,29 @@ def test_qwen3_dense_catalog_entries_by_hand_and_model_cards():
         assert rounds_to(c.total, total) and rounds_to(c.non_embedding, non_emb), name
 
 
+def test_qwen25_catalog_entries_bias_on_qkv_only():
+    # Qwen2.5 block: q and o hidden x hidden, k and v hidden x (kv heads x 128 or 64), a bias on each of
+    # q, k and v (hidden + 2 x kv width) and none on o or the MLP; SwiGLU 3 x hidden x ffn; two RMSNorms.
+    # Totals: the safetensors counts of Qwen2.5-0.5B (494,032,768), -7B (7,615,616,512) and -72B
+    # (72,706,203,648); the model cards' non-embedding 0.36B, 6.53B and 70.0B.
+    from simulator.catalog import get_model
+
+    shapes = {  # name: (layers, hidden, kv width, ffn, vocab, tied, safetensors total)
+        "qwen2.5-0.5b": (24, 896, 2 * 64, 4864, 151936, True, 494_032_768),
+        "qwen2.5-7b": (28, 3584, 4 * 128, 18944, 152064, False, 7_615_616_512),
+        "qwen2.5-72b": (80, 8192, 8 * 128, 29568, 152064, False, 72_706_203_648),
+    }
+    for name, (n, h, kv, ffn, vocab, tied, total) in shapes.items():
+        c = params.count(get_model(name))
+        assert c.per_layer == 2 * h * h + 2 * h * kv + (h + 2 * kv) + 3 * h * ffn + 2 * h, name
+        assert c.total == n * c.per_layer + h + vocab * h * (1 if tied else 2) == total, name
+    assert round(params.count(get_model("qwen2.5-7b")).non_embedding / 1e9, 2) == 6.53
+    # qkv_bias is what linear_bias adds to the QKV linear alone: o and MLP biases h + 2·ffn + h more
+    m = get_model("qwen2.5-7b")
+    full = params.count(m.model_copy(update={"linear_bias": True})).per_layer
+    assert full - params.count(m).per_layer == 3584 + 2 * 18944 + 3584
+
+
 def test_gpt2_small_exact():
     # GPT-2 124M (HF "gpt2"): biases, LayerNorm with bias, learned positions, tied head.
     m = model(
