@@ -94,11 +94,6 @@ class ModelConfig(Frozen):
     #: ``pipeline_layout`` puts its ``m``), fed by the projection of two norms, then the shared output
     #: head and loss again (``simulator.workload.mtp``). 0 = none.
     mtp_layers: NonNegativeInt = 0
-    @property
-    def has_qkv_bias(self) -> bool:
-        """Whether the QKV projection carries a bias (``linear_bias`` or ``qkv_bias``)."""
-        return self.linear_bias or self.qkv_bias
-
     #: Published total and active parameter counts (display only).
     reported_active_params: float | None = None
     #: Published parameter count, when the source gives one (used only in reports, never as a result).
@@ -164,6 +159,11 @@ class ModelConfig(Frozen):
     @property
     def d_head(self) -> int:
         return self.head_dim or self.hidden_size // self.n_heads
+
+    @property
+    def has_qkv_bias(self) -> bool:
+        """Whether the QKV projection carries a bias (``linear_bias`` or ``qkv_bias``)."""
+        return self.linear_bias or self.qkv_bias
 
     @property
     def q_dim(self) -> int:

@@ -61,8 +61,8 @@ def block_linear(linear: str, fused: bool, epilogue: bool, te_linear_fp8: bool) 
 
 def bias_ops(i: int, model: ModelConfig, tokens: int, n: int, pb: int, linear: str) -> list[Op]:
     """The bias kernels of a block's ``i``-th biased linear (QKV 0, output 1, MLP up 2, down 3; output width
-    ``n``; ``qkv_bias`` biases the QKV only), placed right after its GEMM, as the ``linear`` modules (``block_linear``) run them (module
-    docstring): Megatron-LM's QKV bias add (3 passes forward, the reduction as its backward), Transformer
+    ``n``; ``qkv_bias`` biases the QKV only), placed right after its GEMM, as the ``linear`` modules
+    (``block_linear``) run them (module docstring): Megatron-LM's QKV bias add (3 passes forward, the reduction as its backward), Transformer
     Engine's QKV bias nothing, every other bias one reduction kernel backward; nothing at all for ``gemm``."""
     biased = model.has_qkv_bias if i == 0 else model.linear_bias
     if not biased or linear == "gemm" or (i == 0 and linear == "te"):
