@@ -2,13 +2,14 @@
 
 Supported families and their key names (as written by each family's ``configuration_*.py``):
 
-- Llama / Mistral / OLMo 2 / Qwen2-style: ``num_hidden_layers``, ``hidden_size``,
+- Llama / Mistral / OLMo 2 / Qwen2 / Qwen3-style: ``num_hidden_layers``, ``hidden_size``,
   ``num_attention_heads``, ``num_key_value_heads``, ``intermediate_size``, ``vocab_size``,
-  ``tie_word_embeddings``, ``head_dim``, ``hidden_act`` (silu ⇒ SwiGLU); OLMo 2 adds QK-norm; Qwen2
-  (``qwen2``, Qwen2 / Qwen2.5) biases q, k and v (``qkv_bias``; ``Qwen2Attention`` has no key for it);
-  ``sliding_window`` (unless ``use_sliding_window`` is false) and ``layer_types`` give the
-  sliding-window blocks (``_sliding_window``); ``rope_scaling`` of type ``yarn`` gives
-  ``rope_scaling: yarn`` (GPT-OSS; Megatron-Core runs it unfused).
+  ``tie_word_embeddings``, ``head_dim``, ``hidden_act`` (silu ⇒ SwiGLU); OLMo 2 adds QK-norm, dense
+  Qwen3 (``qwen3``) per-head QK-norm; Qwen2 (``qwen2``, Qwen2 / Qwen2.5) biases q, k and v
+  (``qkv_bias``; ``Qwen2Attention`` has no key for it); ``sliding_window`` (unless
+  ``use_sliding_window`` is false) and ``layer_types`` give the sliding-window blocks
+  (``_sliding_window``); ``rope_scaling`` of type ``yarn`` gives ``rope_scaling: yarn`` (GPT-OSS;
+  Megatron-Core runs it unfused).
 - MPT: ``n_layers``, ``d_model``, ``n_heads``, ``expansion_ratio``, ``vocab_size``, ``no_bias``,
   ``attn_config.alibi``; MPT always ties the embedding.
 - GPT-NeoX: Llama-style names with ``hidden_act`` gelu, biases and LayerNorm, rotary positions.
@@ -19,7 +20,9 @@ Supported families and their key names (as written by each family's ``configurat
   ``num_experts_per_tok`` or ``experts_per_token``, biases on attention, router and experts) and
   DeepSeek-V2/V3 (``n_routed_experts``, ``n_shared_experts``, ``moe_intermediate_size``,
   ``first_k_dense_replace``, ``moe_layer_freq`` and the MLA keys ``q_lora_rank``, ``kv_lora_rank``,
-  ``qk_nope_head_dim``, ``qk_rope_head_dim``, ``v_head_dim``; the MTP module is not counted).
+  ``qk_nope_head_dim``, ``qk_rope_head_dim``, ``v_head_dim``; the MTP module is not counted), and GLM-4.5
+  (``glm4_moe``: DeepSeek-V3's expert keys on GQA attention, ``attention_bias`` on q, k and v only,
+  ``use_qk_norm`` per head; the MTP layer, which transformers does not build, is not counted).
 - GPT-2: ``n_layer``, ``n_embd``, ``n_head``, ``n_inner`` (None ⇒ 4·n_embd), ``n_positions``;
   learned positions, tied head, biases.
 """
@@ -71,7 +74,7 @@ def _mpt(cfg: dict[str, Any]) -> dict[str, Any]:
 
 #: Families read with Llama-style key names. Their config classes default ``tie_word_embeddings``
 #: to False (LlamaConfig, MistralConfig, Olmo2Config, Qwen2Config, GPTNeoXConfig).
-LLAMA_LIKE = ("llama", "mistral", "olmo2", "qwen2", "gpt_neox")
+LLAMA_LIKE = ("llama", "mistral", "olmo2", "qwen2", "qwen3", "gpt_neox")
 
 
 def _llama_like(cfg: dict[str, Any]) -> dict[str, Any]:
@@ -92,7 +95,10 @@ def _llama_like(cfg: dict[str, Any]) -> dict[str, Any]:
         "linear_bias": neox or bool(cfg.get("attention_bias", False)),
         # Qwen2's attention always biases q, k and v (and nothing else): transformers' Qwen2Attention
         "qkv_bias": model_type == "qwen2",
-        "qk_norm": model_type == "olmo2",
+        # OLMo 2 normalises the whole q and k projections, Qwen3 each head (Qwen3Attention's q_norm / k_norm
+        # over head_dim)
+        "qk_norm": model_type in ("olmo2", "qwen3"),
+        "qk_norm_per_head": model_type == "qwen3",
         "position_embedding": "rope",
         "max_position_embeddings": cfg.get("max_position_embeddings"),
         **_sliding_window(cfg),
@@ -129,7 +135,7 @@ def _sliding_window(cfg: dict[str, Any]) -> dict[str, Any]:
     return {"sliding_window": window, "full_attention_interval": k}
 
 
-MOE_TYPES = ("mixtral", "qwen3_moe", "olmoe", "gpt_oss", "deepseek_v2", "deepseek_v3")
+MOE_TYPES = ("mixtral", "qwen3_moe", "olmoe", "gpt_oss", "deepseek_v2", "deepseek_v3", "glm4_moe")
 
 
 def _moe(cfg: dict[str, Any]) -> dict[str, Any]:
@@ -154,11 +160,18 @@ def _moe(cfg: dict[str, Any]) -> dict[str, Any]:
         moe |= {"n_experts": cfg["num_experts"], "expert_ffn_hidden_size": cfg["moe_intermediate_size"],
                 "first_dense_layers": step - 1, "layer_interval": step}
         out |= {"qk_norm": True, "qk_norm_per_head": True}
-    else:  # deepseek_v2, deepseek_v3 (the same keys)
+    else:  # deepseek_v2, deepseek_v3 and glm4_moe (DeepSeek's expert keys)
         moe |= {"n_experts": cfg["n_routed_experts"], "expert_ffn_hidden_size": cfg["moe_intermediate_size"],
                 "n_shared_experts": cfg.get("n_shared_experts") or 0,
                 "first_dense_layers": cfg.get("first_k_dense_replace", 0),
                 "layer_interval": cfg.get("moe_layer_freq", 1)}
+    if mt == "glm4_moe":
+        # Glm4MoeAttention: attention_bias biases q, k and v only (o_proj has none); use_qk_norm a per-head
+        # RMSNorm over head_dim (transformers modeling_glm4_moe.py)
+        out |= {"linear_bias": False, "qkv_bias": bool(cfg.get("attention_bias", False)),
+                "qk_norm": bool(cfg.get("use_qk_norm", False)),
+                "qk_norm_per_head": bool(cfg.get("use_qk_norm", False))}
+    elif mt.startswith("deepseek"):
         out |= {"attention": "mla", "n_kv_heads": None, "head_dim": None}
         out |= {k: cfg[k] for k in ("kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")}
         out["q_lora_rank"] = cfg.get("q_lora_rank")

@@ -9,6 +9,7 @@ import pytest
 from simulator.catalog.hf import model_dict_from_hf
 from simulator.config.model import ModelConfig
 from simulator.errors import InputError
+from simulator.workload import params
 
 # Keys as published in meta-llama/Meta-Llama-3-8B/config.json.
 LLAMA3_8B = {
@@ -48,6 +49,20 @@ def test_qwen2_biases_q_k_v_only(tmp_path):
                          "num_attention_heads": 28, "num_hidden_layers": 28, "num_key_value_heads": 4,
                          "vocab_size": 152064, "tie_word_embeddings": False, "max_position_embeddings": 131072})
     assert m.qkv_bias and not m.linear_bias
+
+
+def test_qwen3_dense_has_per_head_qk_norm(tmp_path):
+    # Keys as in Qwen/Qwen3-8B/config.json; its block by hand: q, o 4096 x (32 x 128), k, v 4096 x (8 x 128),
+    # a 128-wide RMSNorm on q and on k, SwiGLU 3 x 4096 x 12288, two RMSNorms; untied 151,936-token vocabulary
+    m = _load(tmp_path, {"model_type": "qwen3", "hidden_act": "silu", "hidden_size": 4096, "intermediate_size": 12288,
+                         "num_attention_heads": 32, "num_hidden_layers": 36, "num_key_value_heads": 8,
+                         "head_dim": 128, "attention_bias": False, "vocab_size": 151936,
+                         "tie_word_embeddings": False, "max_position_embeddings": 40960,
+                         "sliding_window": None, "use_sliding_window": False})
+    assert m.qk_norm and m.qk_norm_per_head and not m.linear_bias and not m.qkv_bias
+    block = 2 * 4096 * 32 * 128 + 2 * 4096 * 8 * 128 + 2 * 128 + 3 * 4096 * 12288 + 2 * 4096
+    assert params.count(m).total == 36 * block + 4096 + 2 * 151936 * 4096
+    assert round(params.count(m).total / 1e9, 1) == 8.2  # the model card's "8.2B"
 
 
 def test_gpt2(tmp_path):

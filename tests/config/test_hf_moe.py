@@ -71,6 +71,40 @@ def test_deepseek_import_reads_mla(tmp_path):
     assert m.moe.first_dense_layers == 3 and m.moe.n_shared_experts == 1
 
 
+# GLM-4.5-Air's architecture keys (zai-org/GLM-4.5-Air config.json as loaded in ms-swift's conversion log;
+# GLM-4.5's differ in size: 92 layers, hidden 5,120, experts 160 of 1,536, 3 dense layers, use_qk_norm true).
+GLM45_AIR = {"model_type": "glm4_moe", "hidden_act": "silu", "hidden_size": 4096, "intermediate_size": 10944,
+             "moe_intermediate_size": 1408, "num_attention_heads": 96, "num_key_value_heads": 8, "head_dim": 128,
+             "num_hidden_layers": 46, "n_routed_experts": 128, "n_shared_experts": 1, "num_experts_per_tok": 8,
+             "first_k_dense_replace": 1, "attention_bias": True, "use_qk_norm": False, "partial_rotary_factor": 0.5,
+             "vocab_size": 151552, "tie_word_embeddings": False, "max_position_embeddings": 131072,
+             "num_nextn_predict_layers": 1, "n_group": 1, "topk_group": 1, "norm_topk_prob": True}
+
+
+def test_glm45_import_by_hand(tmp_path):
+    # Glm4MoeAttention: q 4,096 x (96 x 128), o back, k and v 4,096 x (8 x 128), biases on q, k and v only;
+    # the first block dense (SwiGLU 10,944), the other 45 a router (128 x 4,096), 128 routed experts and one
+    # shared expert of SwiGLU 1,408; two RMSNorms a block; untied 151,552-token vocabulary; no MTP layer.
+    h, q, kv = 4096, 96 * 128, 8 * 128
+    attn = 2 * h * q + 2 * h * kv + (q + 2 * kv) + 2 * h
+    expert = 3 * h * 1408
+    dense, moe = attn + 3 * h * 10944, attn + 128 * h + 129 * expert
+    m = _load(tmp_path, GLM45_AIR)
+    assert m.qkv_bias and not m.linear_bias and not m.qk_norm and m.attention != "mla"
+    c = params.count(m)
+    assert c.total == dense + 45 * moe + 2 * 151552 * h + h
+    assert c.active == dense + 45 * (moe - 120 * expert) + 2 * 151552 * h + h
+    # the model card's "106B total, 12B active" (the active count without the embedding and output layer)
+    assert c.total // 10**9 == 106 and round((c.active - 2 * 151552 * h) / 1e9) == 12
+    big = _load(tmp_path, {**GLM45_AIR, "num_hidden_layers": 92, "hidden_size": 5120, "intermediate_size": 12288,
+                           "moe_intermediate_size": 1536, "n_routed_experts": 160, "first_k_dense_replace": 3,
+                           "use_qk_norm": True})
+    assert big.qk_norm and big.qk_norm_per_head
+    assert round((params.count(big).active - 2 * 151552 * 5120) / 1e9) == 32  # GLM-4.5's card: "32B active"
+    assert params.count(big).per_layer - params.count(big.model_copy(update={"qk_norm": False,
+                                                                              "qk_norm_per_head": False})).per_layer == 2 * 128
+
+
 def test_irregular_dense_layers_refused(tmp_path):
     cfg = {**CONFIGS["qwen3-30b-a3b"], "mlp_only_layers": [0, 5]}
     path = tmp_path / "config.json"
