@@ -23,6 +23,9 @@ Supported families and their key names (as written by each family's ``configurat
   ``qk_nope_head_dim``, ``qk_rope_head_dim``, ``v_head_dim``; the MTP module is not counted), and GLM-4.5
   (``glm4_moe``: DeepSeek-V3's expert keys on GQA attention, ``attention_bias`` on q, k and v only,
   ``use_qk_norm`` per head; the MTP layer, which transformers does not build, is not counted).
+- Gemma 3 (``gemma3_text``, or ``gemma3``'s ``text_config``, ``_gemma3``): Llama-style names with
+  ``Gemma3TextConfig``'s defaults, GeGLU, four norms a block, per-head QK-norm and its window pattern;
+  Gemma 2's logit softcapping is not modelled.
 - GPT-2: ``n_layer``, ``n_embd``, ``n_head``, ``n_inner`` (None ⇒ 4·n_embd), ``n_positions``;
   learned positions, tied head, biases.
 """
@@ -135,6 +138,32 @@ def _sliding_window(cfg: dict[str, Any]) -> dict[str, Any]:
     return {"sliding_window": window, "full_attention_interval": k}
 
 
+#: ``Gemma3TextConfig``'s defaults (transformers ``configuration_gemma3.py``) for the keys the 4B-27B
+#: checkpoints' ``text_config`` leaves out (google/gemma-3-4b-it sets only the hidden and MLP sizes, the
+#: layers, the window and the RoPE scaling).
+GEMMA3_DEFAULTS = {"vocab_size": 262208, "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256,
+                   "hidden_activation": "gelu_pytorch_tanh", "max_position_embeddings": 131072,
+                   "tie_word_embeddings": True, "attention_bias": False, "sliding_window_pattern": 6}
+
+
+def _gemma3(cfg: dict[str, Any]) -> dict[str, Any]:
+    """Gemma 3's text model (``gemma3_text``, or the ``text_config`` of a ``gemma3`` checkpoint, whose
+    SigLIP vision tower is not counted): a GeGLU MLP (``gelu_pytorch_tanh``), four RMSNorms a block
+    (``sandwich_norm``), a per-head QK-norm, and every ``sliding_window_pattern``-th block attending fully
+    (``layer_types`` where given). The embedding's scaling by ``sqrt(hidden_size)`` is one elementwise
+    pass, left out."""
+    text = {**GEMMA3_DEFAULTS, **(cfg.get("text_config") or cfg)}
+    if text.get("attn_logit_softcapping") or text.get("final_logit_softcapping"):
+        raise InputError("attn_logit_softcapping / final_logit_softcapping: logit softcapping is not modelled; "
+                         "set them to null or write the model as a mapping in the scenario", "model.hf_config")
+    out = _llama_like({**text, "model_type": "llama"})
+    out |= {"mlp": "geglu", "sandwich_norm": True, "qk_norm": True, "qk_norm_per_head": True}
+    pattern = text.get("sliding_window_pattern") or text.get("_sliding_window_pattern")
+    if out.get("sliding_window") and "full_attention_interval" not in out and not text.get("layer_types"):
+        out["full_attention_interval"] = pattern
+    return out
+
+
 MOE_TYPES = ("mixtral", "qwen3_moe", "olmoe", "gpt_oss", "deepseek_v2", "deepseek_v3", "glm4_moe")
 
 
@@ -182,7 +211,8 @@ def _moe(cfg: dict[str, Any]) -> dict[str, Any]:
 
 
 #: Keys the readers look inside, with the JSON type they must have (``null`` is always accepted).
-_SHAPED = {"rope_scaling": dict, "attn_config": dict, "layer_types": list, "mlp_only_layers": list}
+_SHAPED = {"rope_scaling": dict, "attn_config": dict, "layer_types": list, "mlp_only_layers": list,
+           "text_config": dict}
 
 
 def _check_shapes(cfg: dict[str, Any], path: Path, field: str) -> None:
@@ -204,6 +234,7 @@ def model_dict_from_hf(path: Path) -> dict[str, Any]:
         raise InputError(f"{path} is not a JSON object", field)
     model_type = cfg.get("model_type", "")
     readers: dict[str, Any] = {"gpt2": _gpt2, "mpt": _mpt, **dict.fromkeys(LLAMA_LIKE, _llama_like),
+                               "gemma3": _gemma3, "gemma3_text": _gemma3,
                                **dict.fromkeys(MOE_TYPES, _moe)}
     if not isinstance(model_type, str) or model_type not in readers:
         # Guessing would be silently wrong (an OPT config read as Llama is off by 30%).

@@ -16,8 +16,9 @@ class ModelConfig(Frozen):
     """A dense decoder-only transformer.
 
     Attention is multi-head (``n_kv_heads == n_heads``), grouped-query or multi-query attention.
-    ``mlp`` is ``gelu`` (2 matrices, GPT style; ``relu`` counts the same) or ``swiglu`` (3 matrices,
-    LLaMA style). ``ffn_hidden_size`` is the width of one branch (11008 for Llama 2 7B).
+    ``mlp`` is ``gelu`` (2 matrices, GPT style; ``relu`` counts the same), or gated with 3 matrices:
+    ``swiglu`` (LLaMA style, SiLU gate) or ``geglu`` (Gemma, tanh-approximated GELU gate; the same shapes,
+    FLOPs and memory passes). ``ffn_hidden_size`` is the width of one branch (11008 for Llama 2 7B).
     """
 
     name: str = "custom"
@@ -28,7 +29,7 @@ class ModelConfig(Frozen):
     head_dim: PositiveInt | None = Field(None, description="defaults to hidden_size / n_heads")
     ffn_hidden_size: PositiveInt
     vocab_size: PositiveInt
-    mlp: Literal["gelu", "relu", "swiglu"] = "swiglu"
+    mlp: Literal["gelu", "relu", "swiglu", "geglu"] = "swiglu"
     #: Q, K and V as one ``nn.Linear`` (Megatron, GPT-2, GPT-NeoX, MPT, BLOOM) or three (Llama,
     #: Mistral, Qwen, OLMo). Changes no FLOP or byte count, only how many modules ZeRO-3 and FSDP
     #: per-parameter sharding fetch one by one. ``None``: fused for GELU/ReLU models, separate for
@@ -49,6 +50,10 @@ class ModelConfig(Frozen):
     max_position_embeddings: PositiveInt | None = None
     #: Extra LayerNorm after the token embedding (BLOOM's word_embeddings_layernorm).
     embedding_norm: bool = False
+    #: Sandwich norms (Gemma 2 / Gemma 3): besides the pre-attention and pre-MLP norms, a norm on the
+    #: attention output and one on the MLP output before each residual add (``Gemma3DecoderLayer``'s
+    #: ``post_attention_layernorm`` and ``post_feedforward_layernorm``): four norms a block.
+    sandwich_norm: bool = False
     #: Dropout probability in training (hidden and attention). Dropout stores 1-byte masks
     #: (Korthikanti et al. 2022 Table 2 counts them); Llama/OLMo-style models train without it.
     dropout: float = Field(0.0, ge=0, lt=1)
@@ -113,6 +118,9 @@ class ModelConfig(Frozen):
         if self.swiglu_limit is not None and (self.mlp != "swiglu" or self.moe is None):
             raise ValueError("model.swiglu_limit clamps the experts' SwiGLU (GPT-OSS): it needs model.mlp: swiglu "
                              "and model.moe; remove it")
+        if self.sandwich_norm and (self.moe is not None or self.is_mla):
+            raise ValueError("model.sandwich_norm (Gemma's four norms a block) is modelled for dense blocks only; "
+                             "remove it or model.moe / attention: mla")
         if self.qk_norm_per_head and not self.qk_norm:
             raise ValueError("model.qk_norm_per_head needs model.qk_norm: true")
         if self.position_embedding == "learned" and self.max_position_embeddings is None:
@@ -178,17 +186,27 @@ class ModelConfig(Frozen):
     @property
     def qkv_fused(self) -> bool:
         """``fused_qkv``, or its family default (see the field)."""
-        return self.mlp != "swiglu" if self.fused_qkv is None else self.fused_qkv
+        return not self.gated_mlp if self.fused_qkv is None else self.fused_qkv
 
     @property
     def linear_modules(self) -> tuple[str, ...]:
         """The ``nn.Linear`` modules of one block in forward order (e.g. HF Llama: q, k, v, o, gate,
         up, down; Megatron GPT: qkv, proj, fc1, fc2)."""
         attn = ("qkv",) if self.qkv_fused else ("q", "k", "v")
-        mlp = ("gate", "up", "down") if self.mlp == "swiglu" else ("fc1", "fc2")
+        mlp = ("gate", "up", "down") if self.gated_mlp else ("fc1", "fc2")
         return (*attn, "o", *mlp)
 
     @property
+    def gated_mlp(self) -> bool:
+        """Whether the MLP is gated (SwiGLU, GeGLU: gate, up and down projections)."""
+        return self.mlp in ("swiglu", "geglu")
+
+    @property
     def mlp_matrices(self) -> int:
-        """2 for a GELU/ReLU MLP, 3 for SwiGLU (gate, up, down)."""
-        return 3 if self.mlp == "swiglu" else 2
+        """2 for a GELU/ReLU MLP, 3 for a gated one (gate, up, down)."""
+        return 3 if self.gated_mlp else 2
+
+    @property
+    def block_norms(self) -> int:
+        """Hidden-width norms of one block: 2 (pre-attention, pre-MLP), 4 with ``sandwich_norm``."""
+        return 4 if self.sandwich_norm else 2

@@ -25,8 +25,11 @@ def export_args(s: Scenario) -> Exported:
     lines += export_mla(m)
     if m.head_dim is not None and m.head_dim * m.n_heads != m.hidden_size:
         lines.append(f"--kv-channels {m.head_dim}")
-    if m.mlp == "swiglu":
+    if m.gated_mlp:
         lines.append("--swiglu")
+        if m.mlp == "geglu":
+            notes.append("model.mlp geglu: Megatron-LM's arguments gate with SiLU only; exported as --swiglu (same "
+                         "shapes and cost)")
     elif m.mlp == "relu":
         notes.append("model.mlp relu: Megatron-LM has no plain ReLU MLP; exported as GELU (same parameter count)")
     lines.append(f"--normalization {'RMSNorm' if m.norm == 'rmsnorm' else 'LayerNorm'}")
@@ -36,6 +39,9 @@ def export_args(s: Scenario) -> Exported:
             lines.append("--add-qkv-bias")
     if m.qk_norm:
         lines.append("--qk-layernorm")
+    if m.sandwich_norm:
+        notes.append("model.sandwich_norm: Megatron-LM has no argument for Gemma's norms on the attention and MLP "
+                     "outputs (Megatron-Bridge's Gemma layer specs add them); not exported")
     pos = {"learned": "learned_absolute", "rope": "rope", "none": "none"}.get(m.position_embedding)
     if pos is None:
         notes.append(f"model.position_embedding {m.position_embedding}: not a Megatron-LM option; exported as none")
@@ -97,8 +103,8 @@ def export_args(s: Scenario) -> Exported:
         lines.append("--transformer-impl local")
     elif priced != "te":
         why = "runs FP8 only through" if priced == "megatron" else "has no nn.Linear blocks; it runs"
-        notes.append(f"training.kernels.linear {priced}: Megatron-LM {why} Transformer Engine's linears "
-                     "(exported with them: the QKV bias in the GEMM's epilogue)")
+        biases = " (exported with them: the biases in their GEMMs' epilogues)" if m.has_qkv_bias else ""
+        notes.append(f"training.kernels.linear {priced}: Megatron-LM {why} Transformer Engine's linears{biases}")
     lines += [f"--tensor-model-parallel-size {par.tp}", f"--pipeline-model-parallel-size {par.pp}"]
     if par.cp > 1:
         lines.append(f"--context-parallel-size {par.cp}")

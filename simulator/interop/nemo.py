@@ -8,7 +8,7 @@ Key names are NeMo's (``examples/nlp/language_modeling/conf/megatron_gpt_config.
 ``virtual_pipeline_model_parallel_size``, ``context_parallel_size``, ``encoder_seq_length``,
 ``max_position_embeddings``, ``num_layers``, ``hidden_size``, ``ffn_hidden_size``,
 ``num_attention_heads``, ``num_query_groups``, ``kv_channels``, ``normalization``, ``bias``,
-``activation`` (``gelu``, ``swiglu``, ``fast-swiglu``), ``position_embedding_type``,
+``activation`` (``gelu``, ``swiglu``, ``fast-swiglu``, ``geglu``, ``fast-geglu``), ``position_embedding_type``,
 ``share_embeddings_and_output_weights``, ``hidden_dropout``, ``sequence_parallel``,
 ``activations_checkpoint_granularity``, ``ub_tp_comm_overlap``, ``use_flash_attention``, ``fp8``,
 ``optim.name`` (``distributed_fused_adam`` or ``mcore_distributed_optim`` = Megatron distributed optimizer; ``optim.overlap_param_sync`` = ``parallel.overlap_param_gather``),
@@ -136,9 +136,11 @@ def _shape(m: dict, out: Imported) -> None:
     if kv is not None and kv * heads != hidden:
         out.set("model.head_dim", kv)
     activation = str(m.get("activation", "gelu"))
-    mlp = {"gelu": "gelu", "relu": "relu", "swiglu": "swiglu", "fast-swiglu": "swiglu"}.get(activation)
+    mlp = {"gelu": "gelu", "relu": "relu", "swiglu": "swiglu", "fast-swiglu": "swiglu", "geglu": "geglu",
+           "fast-geglu": "geglu"}.get(activation)
     if mlp is None:
-        raise InputError(f"activation {activation!r}: dtsim models gelu, relu, swiglu and fast-swiglu",
+        raise InputError(f"activation {activation!r}: dtsim models gelu, relu, swiglu, fast-swiglu, geglu and "
+                         "fast-geglu",
                          f"{FIELD} model.activation")
     out.set("model.mlp", mlp)
     norm = str(m.get("normalization", "layernorm")).lower()

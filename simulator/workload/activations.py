@@ -97,7 +97,9 @@ def layer_activation_bytes(
     Generalised to GQA, any ``f``, SwiGLU and FlashAttention (``p`` = precision bytes, 2 in the paper):
 
     * norm/dropout region (÷t only with sequence parallelism): two norm inputs ``2p·sbh``, the
-      attention and MLP inputs ``2p·sbh``, two dropout masks ``2·sbh`` → ``10·sbh`` at p = 2;
+      attention and MLP inputs ``2p·sbh``, two dropout masks ``2·sbh`` → ``10·sbh`` at p = 2 (Gemma's
+      sandwich norms, ``model.sandwich_norm``, keep two more inputs, the attention and MLP outputs:
+      ``4p·sbh`` of norm inputs);
     * tensor-parallel region (÷t): Q, K, V ``p·sb·(a·d_h + 2·g_kv·d_h)``, out-proj input
       ``p·sb·a·d_h``, activation input ``p·sb·(k_mlp−1)·f`` and output ``p·sb·f`` → ``24·sbh`` for
       MHA + GELU-4h (SwiGLU stores gate and up: ``3f`` instead of ``2f``); QK-norm adds its
@@ -138,7 +140,7 @@ def layer_activation_bytes(
         return op_sac_layer_bytes(model, b, s, t, sequence_parallel=sequence_parallel, precision_bytes=p)
     lin = fp8_input_bytes if fp8_inputs else p  # bytes per element of a saved linear-layer input
     inputs = 1 if mlp_recompute else 2  # the attention's and the MLP's norm outputs
-    replicated = sbh * (2 * p + 2 * mask + (0 if gathered_inputs else inputs * lin))
+    replicated = sbh * (model.block_norms * p + 2 * mask + (0 if gathered_inputs else inputs * lin))
     gathered = inputs * lin * sbh if gathered_inputs else 0.0  # kept whole on every rank
     # the attention output as stored (a checkpointed fused core keeps no 16-bit copy of its output)
     out = out_proj_input_bytes(p, lin, flash_attention and recompute != "selective")

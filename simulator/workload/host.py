@@ -239,11 +239,11 @@ def spread(ops: tuple | list, host_s: float) -> tuple:
 
 def block_param_tensors(model: Any) -> int:
     """Parameter tensors of one block as Megatron lays them out: the QKV, output, MLP-up (gate and up
-    fused) and MLP-down weights, their biases with ``linear_bias`` (the QKV's with ``qkv_bias``), two norms (weight, and bias for a
-    biased LayerNorm) and the QK-norms."""
+    fused) and MLP-down weights, their biases with ``linear_bias`` (the QKV's with ``qkv_bias``), two norms (four with
+    ``sandwich_norm``; weight, and bias for a biased LayerNorm) and the QK-norms."""
     linears = 4 + (4 if model.linear_bias else int(model.has_qkv_bias))
     norm = 2 if (model.norm == "layernorm" and model.linear_bias) else 1
-    return linears + 2 * norm + (2 * norm if model.qk_norm else 0)
+    return linears + model.block_norms * norm + (2 * norm if model.qk_norm else 0)
 
 
 def pytorch_fsdp_version(par: Any) -> int:

@@ -240,15 +240,17 @@ def layer_ops(
     ops += core
     ops += _linear("out_proj", tokens, h, model.q_dim // t, pb, 1, fp8, eager_cast, te_linear=te_linear)
     ops += bias(1, h)
+    if model.sandwich_norm:  # Gemma's norm on the attention output, before the residual add
+        ops.append(_norm("attn_out_norm", region * h, pb, eager_rms))
     ops += _add_norm("post_attn", region * h, fused, pb, eager_rms)
     up = (model.mlp_matrices - 1) * f // t
     ops += _linear("mlp_up", tokens, up, h, pb, 1 if fused else model.mlp_matrices - 1, fp8, eager_cast,
                    producer="norm" if fused else "", te_linear=te_linear, input_share=gathered)
     ops += bias(2, up)
-    # GELU: read f, write f; SwiGLU: read gate and up (2f), write f (eager: silu, then multiply); with
-    # gemm_epilogue a one-matrix activation (GELU, ReLU) is mlp_up's epilogue.
-    if model.mlp == "swiglu" and not fused:
-        ops.append(replace(memory_op("mlp_swiglu", tokens * f / t, EAGER_SWIGLU_PASSES, pb, _ACT_FLOPS),
+    # GELU: read f, write f; SwiGLU / GeGLU: read gate and up (2f), write f (eager: silu or tanh-GELU, then
+    # multiply); with gemm_epilogue a one-matrix activation (GELU, ReLU) is mlp_up's epilogue.
+    if model.gated_mlp and not fused:
+        ops.append(replace(memory_op(f"mlp_{model.mlp}", tokens * f / t, EAGER_SWIGLU_PASSES, pb, _ACT_FLOPS),
                            launches=EAGER_SWIGLU_LAUNCHES))
     elif not (epilogue and model.mlp_matrices == 2):
         ops.append(memory_op(f"mlp_{model.mlp}", tokens * f / t, model.mlp_matrices, pb, _ACT_FLOPS))
@@ -256,6 +258,8 @@ def layer_ops(
     ops += _linear("mlp_down", tokens, h, f // t, pb, 1, fp8, eager_cast,
                    producer="act" if fused and not epilogue else "", te_linear=te_linear)
     ops += bias(3, h)
+    if model.sandwich_norm:  # Gemma's norm on the MLP output, before the residual add
+        ops.append(_norm("mlp_out_norm", region * h, pb, eager_rms))
     if not fused:
         ops.append(memory_op("output_residual_add", region * h, 3, pb, ADD_FLOPS))
     if recompute == "full":

@@ -11,8 +11,9 @@ Counts follow the module structure of the reference implementations (Hugging Fac
 * norms: ``h`` weights each (RMSNorm, Zhang & Sennrich 2019), ``2h`` for LayerNorm with a bias.
   The schema has no separate norm-bias flag, so a LayerNorm has a bias iff ``linear_bias`` is set
   (true of GPT-2/3, OPT, BLOOM; OLMo 1 and others without biases use bias-free norms);
-* two norms per block (pre-attention, pre-MLP), one final norm, optional QK-norm (OLMo 2: one norm
-  over the full query width, one over the key width) and an embedding norm (BLOOM);
+* two norms per block (pre-attention, pre-MLP; four with Gemma's sandwich norms), one final norm,
+  optional QK-norm (OLMo 2: one norm over the full query width, one over the key width; Qwen3 and
+  Gemma 3: one over ``d_h`` for q and one for k) and an embedding norm (BLOOM);
 * token embedding ``V · h``, learned positions ``max_position_embeddings · h``, and an output
   projection ``h · V`` unless tied to the token embedding.
 
@@ -81,12 +82,20 @@ def norm_params(model: ModelConfig, width: int) -> int:
     return width * (2 if has_bias else 1)
 
 
+def _qk_norm_widths(model: ModelConfig) -> tuple[int, ...]:
+    """Widths of a block's QK-norms: the full query and key widths (OLMo 2), one head's ``d_h`` for q and
+    for k (Qwen3, Gemma 3: ``RMSNorm(head_dim)`` shared by the heads), none without QK-norm."""
+    if not model.qk_norm:
+        return ()
+    return (model.d_head, model.d_head) if model.qk_norm_per_head else (model.q_dim, model.kv_dim)
+
+
 def block_vectors(model: ModelConfig) -> list[int]:
-    """Sizes of a block's vector parameters (one tensor each): its two norms, the QK-norms, and with
+    """Sizes of a block's vector parameters (one tensor each): its two (sandwich: four) norms, the QK-norms, and with
     ``linear_bias`` the QKV, output, MLP-up and MLP-down biases (``qkv_bias``: the QKV bias; as in :func:`layer`). Small tensors
     DeepSpeed keeps persistent, and what FP8 parameter gathers leave in the parameter dtype."""
     norm_h = norm_params(model, model.hidden_size)
-    out = [norm_h, norm_h] if not model.qk_norm else [norm_h, norm_h, model.q_dim, model.kv_dim]
+    out = [norm_h] * model.block_norms + [norm_params(model, w) for w in _qk_norm_widths(model)]
     if model.has_qkv_bias:
         out.append(model.q_dim + 2 * model.kv_dim)
     if model.linear_bias:
@@ -99,8 +108,8 @@ def layer(model: ModelConfig) -> LayerParams:
 
     Attention ``h·(a·d_h) + 2·h·(g_kv·d_h) + (a·d_h)·h`` (+ biases ``a·d_h + 2·g_kv·d_h + h``; with
     ``qkv_bias`` alone ``a·d_h + 2·g_kv·d_h``);
-    MLP ``k_mlp·h·f`` (+ biases ``(k_mlp − 1)·f + h``); norms ``2·norm(h)`` (+ QK-norm
-    ``norm(a·d_h) + norm(g_kv·d_h)``).
+    MLP ``k_mlp·h·f`` (+ biases ``(k_mlp − 1)·f + h``); norms ``2·norm(h)`` (``4·norm(h)`` with
+    ``sandwich_norm``; + QK-norm ``norm(a·d_h) + norm(g_kv·d_h)``, or ``2·norm(d_h)`` per head).
     """
     h, f = model.hidden_size, model.ffn_hidden_size
     q, kv = model.q_dim, model.kv_dim
@@ -110,11 +119,7 @@ def layer(model: ModelConfig) -> LayerParams:
     up = model.mlp_matrices - 1  # column-parallel up (and gate) projections
     mlp_col = up * h * f + (up * f if bias else 0)
     mlp_row_w, mlp_row_b = f * h, (h if bias else 0)
-    norms = 2 * norm_params(model, h)
-    if model.qk_norm and model.qk_norm_per_head:  # Qwen3: RMSNorm(head_dim) for q and for k
-        norms += 2 * norm_params(model, model.d_head)
-    elif model.qk_norm:
-        norms += norm_params(model, q) + norm_params(model, kv)
+    norms = model.block_norms * norm_params(model, h) + sum(norm_params(model, w) for w in _qk_norm_widths(model))
     return LayerParams(
         attention=attn_col + attn_row_w + attn_row_b,
         mlp=mlp_col + mlp_row_w + mlp_row_b,

@@ -65,6 +65,40 @@ def test_qwen3_dense_has_per_head_qk_norm(tmp_path):
     assert round(params.count(m).total / 1e9, 1) == 8.2  # the model card's "8.2B"
 
 
+# google/gemma-3-1b-it/config.json (gemma3_text) and google/gemma-3-4b-it's text_config, which leaves the
+# heads, head_dim and vocabulary to Gemma3TextConfig's defaults.
+GEMMA3_1B = {"model_type": "gemma3_text", "attention_bias": False, "attn_logit_softcapping": None,
+             "final_logit_softcapping": None, "head_dim": 256, "hidden_activation": "gelu_pytorch_tanh",
+             "hidden_size": 1152, "intermediate_size": 6912, "max_position_embeddings": 32768,
+             "num_attention_heads": 4, "num_hidden_layers": 26, "num_key_value_heads": 1, "query_pre_attn_scalar": 256,
+             "rope_scaling": None, "sliding_window": 512, "sliding_window_pattern": 6, "vocab_size": 262144}
+GEMMA3_4B = {"model_type": "gemma3", "text_config": {
+    "hidden_size": 2560, "intermediate_size": 10240, "model_type": "gemma3_text", "num_hidden_layers": 34,
+    "rope_scaling": {"factor": 8.0, "rope_type": "linear"}, "sliding_window": 1024}}
+
+
+@pytest.mark.parametrize(("cfg", "name"), [(GEMMA3_1B, "gemma-3-1b"), (GEMMA3_4B, "gemma-3-4b")])
+def test_gemma3_imports_as_the_catalog_entry(tmp_path, cfg, name):
+    from simulator.catalog import get_model
+
+    m, want = _load(tmp_path, cfg), get_model(name)
+    assert m.mlp == "geglu" and m.sandwich_norm and m.qk_norm_per_head and m.tied_embeddings
+    assert (m.sliding_window, m.full_attention_interval) == (want.sliding_window, 6)
+    assert params.count(m) == params.count(want)
+    # 12B's layer_types: five sliding blocks, then a full one
+    twelve = _load(tmp_path, {**GEMMA3_4B, "text_config": {
+        **GEMMA3_4B["text_config"], "num_hidden_layers": 48,
+        "layer_types": (["sliding_attention"] * 5 + ["full_attention"]) * 8}})
+    assert twelve.full_attention_interval == 6
+
+
+def test_gemma3_logit_softcapping_is_refused(tmp_path):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({**GEMMA3_1B, "final_logit_softcapping": 30.0}))
+    with pytest.raises(InputError, match="softcapping"):
+        model_dict_from_hf(path)
+
+
 def test_gpt2(tmp_path):
     m = _load(tmp_path, GPT2)
     assert m.ffn_hidden_size == 4 * 768 and m.tied_embeddings and m.position_embedding == "learned"

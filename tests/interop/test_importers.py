@@ -945,3 +945,30 @@ def test_megatron_nvfp4_imports_and_round_trips():
     assert back.training.kernels.fp8_recipe == "nvfp4"
     with pytest.raises(InputError, match="contradicts --fp8-format"):
         import_scenario("megatron", text=text.replace("--bf16", "--bf16 --fp8-format hybrid"), topology="dgx-b200")
+
+
+def test_megatron_export_of_gemma_says_what_it_leaves_out():
+    """Megatron-LM's arguments have no GeGLU and no sandwich norms: Gemma 3 exports with --swiglu (the same shapes)
+    and a note for each, and no bias note for a model without biases."""
+    from simulator.interop.megatron_export import export_args
+    from simulator.python_api import load
+
+    scenario = load({"name": "g", "model": "gemma-3-1b", "cluster": {"topology": "dgx-h100"},
+                              "training": {"seq_len": 4096, "micro_batch_size": 1, "global_batch_size": 8,
+                                           "precision": "bf16"}, "parallel": {"framework": "fsdp"}})
+    out = export_args(scenario)
+    assert "--swiglu" in out.text and "--qk-layernorm" in out.text
+    assert any("model.mlp geglu" in n for n in out.notes) and any("model.sandwich_norm" in n for n in out.notes)
+    assert not any("bias" in n for n in out.notes)
+
+
+def test_nemo_geglu_activations_import_as_geglu():
+    """NeMo 1.0's megatron_gpt_config.yaml activation options: geglu and fast-geglu gate with GELU (model.mlp geglu,
+    three matrices); an activation dtsim does not model is refused naming the key."""
+    for name in ("geglu", "fast-geglu"):
+        s, _, _ = import_scenario("nemo", text=NEMO.replace("activation: gelu", f"activation: {name}"),
+                                  topology="dgx-a100", nodes=2, overrides=["model.vocab_size=50304"])
+        assert s.model.mlp == "geglu" and s.model.mlp_matrices == 3
+    with pytest.raises(InputError, match="model.activation"):
+        import_scenario("nemo", text=NEMO.replace("activation: gelu", "activation: squared-relu"),
+                        topology="dgx-a100", nodes=2, overrides=["model.vocab_size=50304"])

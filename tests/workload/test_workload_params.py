@@ -190,3 +190,26 @@ def test_monotone_in_layers_and_sum_identity(shapes, layers, tp):
         assert c2.total - c1.total == c1.per_layer > 0
         assert c1.non_embedding + c1.embedding + c1.lm_head == c1.total
         assert params.local(m1, tp) <= params.local(m1, 1) == c1.total
+
+
+def test_gemma3_catalog_entries_by_hand_and_the_technical_report():
+    # Gemma 3 block: q and o hidden x (heads x head_dim), k and v hidden x (KV heads x head_dim), GeGLU 3 x
+    # hidden x ffn, four hidden-width RMSNorms (sandwich) and RMSNorm(head_dim) on q and on k; tied embedding.
+    # Totals: the 1B's text-only count 999,885,952 (keras-hub's preset); the 4B's 3,880,099,328 there with
+    # a 262,144-token vocabulary, 64 rows of 2,560 fewer than the checkpoint's 262,208. Non-embedding counts:
+    # the Gemma 3 technical report's Table 1 (698M, 3,209M, 10,759M, 25,600M).
+    from simulator.catalog import get_model
+
+    shapes = {  # name: (layers, hidden, heads, kv heads, head dim, ffn, vocab, report non-embedding in M)
+        "gemma-3-1b": (26, 1152, 4, 1, 256, 6912, 262144, 698),
+        "gemma-3-4b": (34, 2560, 8, 4, 256, 10240, 262208, 3209),
+        "gemma-3-12b": (48, 3840, 16, 8, 256, 15360, 262208, 10759),
+        "gemma-3-27b": (62, 5376, 32, 16, 128, 21504, 262208, 25600),
+    }
+    for name, (n, h, a, g, d, f, vocab, non_emb) in shapes.items():
+        c = params.count(get_model(name))
+        assert c.per_layer == 2 * h * a * d + 2 * h * g * d + 3 * h * f + 4 * h + 2 * d, name
+        assert c.total == n * c.per_layer + h + vocab * h, name
+        assert round(c.non_embedding / 1e6) == non_emb, name
+    assert params.count(get_model("gemma-3-1b")).total == 999_885_952
+    assert params.count(get_model("gemma-3-4b")).total == 3_880_099_328 + 64 * 2560
