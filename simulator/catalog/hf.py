@@ -76,7 +76,7 @@ def _mpt(cfg: dict[str, Any]) -> dict[str, Any]:
 
 
 #: Families read with Llama-style key names. Their config classes default ``tie_word_embeddings``
-#: to False (LlamaConfig, MistralConfig, Olmo2Config, Qwen2Config, GPTNeoXConfig).
+#: to False (LlamaConfig, MistralConfig, Olmo2Config, Qwen2Config, Qwen3Config, GPTNeoXConfig).
 LLAMA_LIKE = ("llama", "mistral", "olmo2", "qwen2", "qwen3", "gpt_neox")
 
 
@@ -143,7 +143,9 @@ def _sliding_window(cfg: dict[str, Any]) -> dict[str, Any]:
 #: layers, the window and the RoPE scaling).
 GEMMA3_DEFAULTS = {"vocab_size": 262208, "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256,
                    "hidden_activation": "gelu_pytorch_tanh", "max_position_embeddings": 131072,
-                   "tie_word_embeddings": True, "attention_bias": False, "sliding_window_pattern": 6}
+                   "tie_word_embeddings": True, "attention_bias": False, "sliding_window": 4096}
+#: ``Gemma3TextConfig``'s ``sliding_window_pattern``: every 6th block attends fully.
+GEMMA3_PATTERN = 6
 
 
 def _gemma3(cfg: dict[str, Any]) -> dict[str, Any]:
@@ -152,13 +154,15 @@ def _gemma3(cfg: dict[str, Any]) -> dict[str, Any]:
     (``sandwich_norm``), a per-head QK-norm, and every ``sliding_window_pattern``-th block attending fully
     (``layer_types`` where given). The embedding's scaling by ``sqrt(hidden_size)`` is one elementwise
     pass, left out."""
-    text = {**GEMMA3_DEFAULTS, **(cfg.get("text_config") or cfg)}
+    given = cfg.get("text_config") or cfg
+    text = {**GEMMA3_DEFAULTS, **given}
     if text.get("attn_logit_softcapping") or text.get("final_logit_softcapping"):
         raise InputError("attn_logit_softcapping / final_logit_softcapping: logit softcapping is not modelled; "
                          "set them to null or write the model as a mapping in the scenario", "model.hf_config")
     out = _llama_like({**text, "model_type": "llama"})
     out |= {"mlp": "geglu", "sandwich_norm": True, "qk_norm": True, "qk_norm_per_head": True}
-    pattern = text.get("sliding_window_pattern") or text.get("_sliding_window_pattern")
+    # the pattern key as transformers has written it (``_sliding_window_pattern`` from 4.5x), else the default
+    pattern = given.get("sliding_window_pattern") or given.get("_sliding_window_pattern") or GEMMA3_PATTERN
     if out.get("sliding_window") and "full_attention_interval" not in out and not text.get("layer_types"):
         out["full_attention_interval"] = pattern
     return out
@@ -244,8 +248,12 @@ def model_dict_from_hf(path: Path) -> dict[str, Any]:
             field,
         )
     _check_shapes(cfg, path, field)
+    if isinstance(cfg.get("text_config"), dict):
+        _check_shapes(cfg["text_config"], path, field)
     try:
         out = readers[model_type](cfg)
+    except InputError:  # a reader's own refusal, already naming what it cannot model
+        raise
     except KeyError as exc:
         raise InputError(f"{path} lacks key {exc.args[0]!r} for model_type {model_type or 'unknown'!r}", field) from None
     except (TypeError, ValueError, AttributeError) as exc:

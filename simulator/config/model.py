@@ -17,8 +17,9 @@ class ModelConfig(Frozen):
 
     Attention is multi-head (``n_kv_heads == n_heads``), grouped-query or multi-query attention.
     ``mlp`` is ``gelu`` (2 matrices, GPT style; ``relu`` counts the same), or gated with 3 matrices:
-    ``swiglu`` (LLaMA style, SiLU gate) or ``geglu`` (Gemma, tanh-approximated GELU gate; the same shapes,
-    FLOPs and memory passes). ``ffn_hidden_size`` is the width of one branch (11008 for Llama 2 7B).
+    ``swiglu`` (LLaMA style, SiLU gate) or ``geglu`` (Gemma, tanh-approximated GELU gate: the same shapes
+    and FLOPs; ``workload.ops`` prices Megatron-Core's unfused chain for it). ``ffn_hidden_size`` is the
+    width of one branch (11008 for Llama 2 7B).
     """
 
     name: str = "custom"
@@ -33,7 +34,7 @@ class ModelConfig(Frozen):
     #: Q, K and V as one ``nn.Linear`` (Megatron, GPT-2, GPT-NeoX, MPT, BLOOM) or three (Llama,
     #: Mistral, Qwen, OLMo). Changes no FLOP or byte count, only how many modules ZeRO-3 and FSDP
     #: per-parameter sharding fetch one by one. ``None``: fused for GELU/ReLU models, separate for
-    #: SwiGLU models, which is how every catalogued family is written.
+    #: gated-MLP (SwiGLU, GeGLU) models, which is how every catalogued family is written.
     fused_qkv: bool | None = None
     tied_embeddings: bool = False
     norm: Literal["layernorm", "rmsnorm"] = "rmsnorm"

@@ -106,6 +106,8 @@ def _model(flags: dict, integer, out: Imported) -> None:
     if flags.get("add-qkv-bias") and flags.get("disable-bias-linear"):
         out.set("model.qkv_bias", True)
     out.set("model.qk_norm", bool(flags.get("qk-layernorm")))
+    if flags.get("qk-layernorm"):  # Megatron-Core norms each head: q_layernorm over hidden_size_per_attention_head
+        out.set("model.qk_norm_per_head", True)
     pos = value_of(flags, "position-embedding-type")
     if flags.get("use-rotary-position-embeddings"):
         if pos not in (None, "rope"):

@@ -39,6 +39,9 @@ def export_args(s: Scenario) -> Exported:
             lines.append("--add-qkv-bias")
     if m.qk_norm:
         lines.append("--qk-layernorm")
+        if not m.qk_norm_per_head:
+            notes.append("model.qk_norm over the full query / key width (OLMo 2): Megatron-Core's --qk-layernorm norms "
+                         "each head; exported as --qk-layernorm")
     if m.sandwich_norm:
         notes.append("model.sandwich_norm: Megatron-LM has no argument for Gemma's norms on the attention and MLP "
                      "outputs (Megatron-Bridge's Gemma layer specs add them); not exported")

@@ -150,6 +150,8 @@ def _shape(m: dict, out: Imported) -> None:
     out.set("model.norm", "rmsnorm" if norm == "rmsnorm" else "layernorm")
     out.set("model.linear_bias", bool(m.get("bias", True)))
     out.set("model.qk_norm", bool(m.get("qk_layernorm", False)))
+    if m.get("qk_layernorm"):  # Megatron-Core norms each head (q_layernorm over the head's width)
+        out.set("model.qk_norm_per_head", True)
     pos = str(m.get("position_embedding_type", "learned_absolute"))
     mapping = {"learned_absolute": "learned", "rope": "rope", "alibi": "alibi", "none": "none"}
     if pos not in mapping:

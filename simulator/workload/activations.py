@@ -129,7 +129,8 @@ def layer_activation_bytes(
 
     ``mlp_recompute`` (Megatron-Core's ``mlp`` recompute module, ``recompute.modules``): the checkpointed
     MLP keeps only its input, the pre-MLP norm's input, which the norm/dropout region counts already;
-    its norm output (the MLP input, ``lin·sbh``) and the tensor-parallel ``mlp`` tensors are not kept.
+    its norm output (the MLP input, ``lin·sbh``), the tensor-parallel ``mlp`` tensors and, with sandwich
+    norms, the input of the norm on its output (``p·sbh``) are not kept.
     """
     p, t, mask = precision_bytes, tp, (MASK_BYTES if dropout else 0)
     sbh = s * b * model.hidden_size
@@ -140,7 +141,9 @@ def layer_activation_bytes(
         return op_sac_layer_bytes(model, b, s, t, sequence_parallel=sequence_parallel, precision_bytes=p)
     lin = fp8_input_bytes if fp8_inputs else p  # bytes per element of a saved linear-layer input
     inputs = 1 if mlp_recompute else 2  # the attention's and the MLP's norm outputs
-    replicated = sbh * (model.block_norms * p + 2 * mask + (0 if gathered_inputs else inputs * lin))
+    # the norms' inputs; a checkpointed MLP re-runs the sandwich norm on its output (mark_mlp)
+    norm_inputs = model.block_norms - (1 if mlp_recompute and model.sandwich_norm else 0)
+    replicated = sbh * (norm_inputs * p + 2 * mask + (0 if gathered_inputs else inputs * lin))
     gathered = inputs * lin * sbh if gathered_inputs else 0.0  # kept whole on every rank
     # the attention output as stored (a checkpointed fused core keeps no 16-bit copy of its output)
     out = out_proj_input_bytes(p, lin, flash_attention and recompute != "selective")

@@ -97,6 +97,13 @@ def _norm(name: str, elements: float, pb: int, eager_rms: bool) -> Op:
     return replace(memory_op(name, elements, 2, pb, _NORM_FLOPS), bwd_launches=NORM_BWD_LAUNCHES)
 
 
+def _sandwich_norm(name: str, elements: float, pb: int, eager_rms: bool) -> Op:
+    """A sandwich norm (``model.sandwich_norm``): a norm the reference blocks' host time does not hold, so its
+    calls come on top (``Op.extra_host_calls``, ``host.attach``)."""
+    op = _norm(name, elements, pb, eager_rms)
+    return replace(op, extra_host_calls=op.launches)
+
+
 def region_tokens(tokens: float, tp: int, sequence_parallel: bool) -> float:
     """Tokens a rank holds outside the tensor-parallel GEMMs, where the residual adds and norms run:
     ``tokens / tp`` under sequence parallelism (Korthikanti et al. 2022, arXiv:2205.05198 §4.2.2), else
@@ -131,7 +138,8 @@ def _linear(name: str, m: int, n: int, k: int, pb: int, launches: int, fp8: str 
 
 def mark_mlp(ops: list[Op]) -> list[Op]:
     """The ops Megatron-Core's ``mlp`` recompute module re-runs (``recompute.modules``): the MLP's GEMMs,
-    their FP8 casts and the activation, and, with fused kernels, the post-attention add + norm op, whose
+    their FP8 casts and the activation, the sandwich norm on its output (``mlp_out_norm``: Megatron-Bridge's
+    Gemma ``linear_fc2`` holds it), and, with fused kernels, the post-attention add + norm op, whose
     norm Transformer Engine's ``linear_fc1`` holds (``TELayerNormColumnParallelLinear``; its add is
     re-run with it, as for the ``layernorm`` module)."""
     return [replace(op, recompute=True) if op.name.startswith(("mlp_", "post_attn_add_norm")) else op
@@ -241,15 +249,16 @@ def layer_ops(
     ops += _linear("out_proj", tokens, h, model.q_dim // t, pb, 1, fp8, eager_cast, te_linear=te_linear)
     ops += bias(1, h)
     if model.sandwich_norm:  # Gemma's norm on the attention output, before the residual add
-        ops.append(_norm("attn_out_norm", region * h, pb, eager_rms))
+        ops.append(_sandwich_norm("attn_out_norm", region * h, pb, eager_rms))
     ops += _add_norm("post_attn", region * h, fused, pb, eager_rms)
     up = (model.mlp_matrices - 1) * f // t
     ops += _linear("mlp_up", tokens, up, h, pb, 1 if fused else model.mlp_matrices - 1, fp8, eager_cast,
                    producer="norm" if fused else "", te_linear=te_linear, input_share=gathered)
     ops += bias(2, up)
     # GELU: read f, write f; SwiGLU / GeGLU: read gate and up (2f), write f (eager: silu or tanh-GELU, then
-    # multiply); with gemm_epilogue a one-matrix activation (GELU, ReLU) is mlp_up's epilogue.
-    if model.gated_mlp and not fused:
+    # multiply; Megatron-Core fuses a gated GELU only for erf's F.gelu, bias_geglu_impl, so Gemma's tanh GELU
+    # runs its glu() chain there too); with gemm_epilogue a one-matrix activation (GELU, ReLU) is mlp_up's epilogue.
+    if model.gated_mlp and (not fused or (model.mlp == "geglu" and not compiled)):
         ops.append(replace(memory_op(f"mlp_{model.mlp}", tokens * f / t, EAGER_SWIGLU_PASSES, pb, _ACT_FLOPS),
                            launches=EAGER_SWIGLU_LAUNCHES))
     elif not (epilogue and model.mlp_matrices == 2):
@@ -259,7 +268,7 @@ def layer_ops(
                    producer="act" if fused and not epilogue else "", te_linear=te_linear)
     ops += bias(3, h)
     if model.sandwich_norm:  # Gemma's norm on the MLP output, before the residual add
-        ops.append(_norm("mlp_out_norm", region * h, pb, eager_rms))
+        ops.append(_sandwich_norm("mlp_out_norm", region * h, pb, eager_rms))
     if not fused:
         ops.append(memory_op("output_residual_add", region * h, 3, pb, ADD_FLOPS))
     if recompute == "full":

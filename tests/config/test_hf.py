@@ -61,8 +61,7 @@ def test_qwen3_dense_has_per_head_qk_norm(tmp_path):
                          "sliding_window": None, "use_sliding_window": False})
     assert m.qk_norm and m.qk_norm_per_head and not m.linear_bias and not m.qkv_bias
     block = 2 * 4096 * 32 * 128 + 2 * 4096 * 8 * 128 + 2 * 128 + 3 * 4096 * 12288 + 2 * 4096
-    assert params.count(m).total == 36 * block + 4096 + 2 * 151936 * 4096
-    assert round(params.count(m).total / 1e9, 1) == 8.2  # the model card's "8.2B"
+    assert params.count(m).total == 36 * block + 4096 + 2 * 151936 * 4096 == 8_190_735_360  # safetensors count
 
 
 # google/gemma-3-1b-it/config.json (gemma3_text) and google/gemma-3-4b-it's text_config, which leaves the
@@ -85,17 +84,29 @@ def test_gemma3_imports_as_the_catalog_entry(tmp_path, cfg, name):
     assert m.mlp == "geglu" and m.sandwich_norm and m.qk_norm_per_head and m.tied_embeddings
     assert (m.sliding_window, m.full_attention_interval) == (want.sliding_window, 6)
     assert params.count(m) == params.count(want)
-    # 12B's layer_types: five sliding blocks, then a full one
-    twelve = _load(tmp_path, {**GEMMA3_4B, "text_config": {
-        **GEMMA3_4B["text_config"], "num_hidden_layers": 48,
-        "layer_types": (["sliding_attention"] * 5 + ["full_attention"]) * 8}})
-    assert twelve.full_attention_interval == 6
 
 
-def test_gemma3_logit_softcapping_is_refused(tmp_path):
+def test_gemma3_window_pattern_keys(tmp_path):
+    text = GEMMA3_4B["text_config"]
+    # layer_types (written by transformers >= 4.5x) win; a period other than the default 6 shows they are read
+    types = {**text, "num_hidden_layers": 48, "layer_types": (["sliding_attention"] * 3 + ["full_attention"]) * 12}
+    assert _load(tmp_path, {"model_type": "gemma3", "text_config": types}).full_attention_interval == 4
+    private = {**text, "_sliding_window_pattern": 4}
+    assert _load(tmp_path, {"model_type": "gemma3", "text_config": private}).full_attention_interval == 4
+    # no window key: Gemma3TextConfig's sliding_window 4096, every 6th block full
+    bare = _load(tmp_path, {"model_type": "gemma3", "text_config": {k: v for k, v in text.items() if k != "sliding_window"}})
+    assert (bare.sliding_window, bare.full_attention_interval) == (4096, 6)
+
+
+def test_gemma3_bad_input_is_one_clear_error(tmp_path):
     path = tmp_path / "config.json"
     path.write_text(json.dumps({**GEMMA3_1B, "final_logit_softcapping": 30.0}))
-    with pytest.raises(InputError, match="softcapping"):
+    with pytest.raises(InputError) as err:
+        model_dict_from_hf(path)
+    assert str(err.value).startswith("model.hf_config: attn_logit_softcapping / final_logit_softcapping: logit")
+    assert "wrong type" not in str(err.value)
+    path.write_text(json.dumps({**GEMMA3_4B, "text_config": {**GEMMA3_4B["text_config"], "layer_types": "full"}}))
+    with pytest.raises(InputError, match="layer_types must be a JSON list"):
         model_dict_from_hf(path)
 
 

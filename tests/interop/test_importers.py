@@ -972,3 +972,17 @@ def test_nemo_geglu_activations_import_as_geglu():
     with pytest.raises(InputError, match="model.activation"):
         import_scenario("nemo", text=NEMO.replace("activation: gelu", "activation: squared-relu"),
                         topology="dgx-a100", nodes=2, overrides=["model.vocab_size=50304"])
+
+
+def test_megatron_qk_layernorm_is_per_head():
+    """Megatron-Core's --qk-layernorm builds q_layernorm and k_layernorm over hidden_size_per_attention_head: one
+    128-wide norm each for 32 heads of 128 (2 x 128 parameters a block), not 4,096 + 1,024."""
+    args = ("--num-layers 2 --hidden-size 4096 --num-attention-heads 32 --group-query-attention --num-query-groups 8 "
+            "--ffn-hidden-size 12288 --swiglu --normalization RMSNorm --seq-length 4096 --micro-batch-size 1 "
+            "--global-batch-size 8 --bf16 --vocab-size 151936 --disable-bias-linear --qk-layernorm")
+    scenario, _, _ = import_scenario("megatron", text=args, topology="dgx-h100")
+    assert scenario.model.qk_norm and scenario.model.qk_norm_per_head
+    from simulator.workload import params
+
+    plain = scenario.model.model_copy(update={"qk_norm": False, "qk_norm_per_head": False})
+    assert params.count(scenario.model).per_layer - params.count(plain).per_layer == 2 * 128
