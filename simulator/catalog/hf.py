@@ -201,9 +201,9 @@ def _moe(cfg: dict[str, Any]) -> dict[str, Any]:
     if mt == "glm4_moe":
         # Glm4MoeAttention: attention_bias biases q, k and v only (o_proj has none); use_qk_norm a per-head
         # RMSNorm over head_dim (transformers modeling_glm4_moe.py)
-        out |= {"linear_bias": False, "qkv_bias": bool(cfg.get("attention_bias", False)),
-                "qk_norm": bool(cfg.get("use_qk_norm", False)),
-                "qk_norm_per_head": bool(cfg.get("use_qk_norm", False))}
+        qk = bool(cfg.get("use_qk_norm", False))
+        out |= {"linear_bias": False, "qkv_bias": bool(cfg.get("attention_bias", False)), "qk_norm": qk,
+                "qk_norm_per_head": qk}
     elif mt.startswith("deepseek"):
         out |= {"attention": "mla", "n_kv_heads": None, "head_dim": None}
         out |= {k: cfg[k] for k in ("kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")}

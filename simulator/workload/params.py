@@ -82,20 +82,20 @@ def norm_params(model: ModelConfig, width: int) -> int:
     return width * (2 if has_bias else 1)
 
 
-def _qk_norm_widths(model: ModelConfig) -> tuple[int, ...]:
-    """Widths of a block's QK-norms: the full query and key widths (OLMo 2), one head's ``d_h`` for q and
-    for k (Qwen3, Gemma 3: ``RMSNorm(head_dim)`` shared by the heads), none without QK-norm."""
-    if not model.qk_norm:
-        return ()
-    return (model.d_head, model.d_head) if model.qk_norm_per_head else (model.q_dim, model.kv_dim)
+def _block_norms(model: ModelConfig) -> list[int]:
+    """Parameters of each norm of a block: the two (sandwich: four) hidden-width norms, then the QK-norms over
+    the full query and key widths (OLMo 2) or one head's ``d_h`` for q and for k (Qwen3, Gemma 3:
+    ``RMSNorm(head_dim)`` shared by the heads)."""
+    qk = () if not model.qk_norm else (
+        (model.d_head, model.d_head) if model.qk_norm_per_head else (model.q_dim, model.kv_dim))
+    return [norm_params(model, w) for w in (model.hidden_size,) * model.block_norms + qk]
 
 
 def block_vectors(model: ModelConfig) -> list[int]:
     """Sizes of a block's vector parameters (one tensor each): its two (sandwich: four) norms, the QK-norms, and with
     ``linear_bias`` the QKV, output, MLP-up and MLP-down biases (``qkv_bias``: the QKV bias; as in :func:`layer`). Small tensors
     DeepSpeed keeps persistent, and what FP8 parameter gathers leave in the parameter dtype."""
-    norm_h = norm_params(model, model.hidden_size)
-    out = [norm_h] * model.block_norms + [norm_params(model, w) for w in _qk_norm_widths(model)]
+    out = _block_norms(model)
     if model.has_qkv_bias:
         out.append(model.q_dim + 2 * model.kv_dim)
     if model.linear_bias:
@@ -119,7 +119,7 @@ def layer(model: ModelConfig) -> LayerParams:
     up = model.mlp_matrices - 1  # column-parallel up (and gate) projections
     mlp_col = up * h * f + (up * f if bias else 0)
     mlp_row_w, mlp_row_b = f * h, (h if bias else 0)
-    norms = model.block_norms * norm_params(model, h) + sum(norm_params(model, w) for w in _qk_norm_widths(model))
+    norms = sum(_block_norms(model))
     return LayerParams(
         attention=attn_col + attn_row_w + attn_row_b,
         mlp=mlp_col + mlp_row_w + mlp_row_b,
