@@ -26,6 +26,8 @@ Supported families and their key names (as written by each family's ``configurat
 - Gemma 3 (``gemma3_text``, or ``gemma3``'s ``text_config``, ``_gemma3``): Llama-style names with
   ``Gemma3TextConfig``'s defaults, GeGLU, four norms a block, per-head QK-norm and its window pattern;
   Gemma 2's logit softcapping is not modelled.
+- Nemotron-H (``nemotron_h``, ``_nemotron_h``): ``hybrid_override_pattern`` and the Mamba-2 keys
+  ``mamba_num_heads``, ``mamba_head_dim``, ``ssm_state_size``, ``n_groups``, ``conv_kernel``, ``chunk_size``.
 - GPT-2: ``n_layer``, ``n_embd``, ``n_head``, ``n_inner`` (None ⇒ 4·n_embd), ``n_positions``;
   learned positions, tied head, biases.
 """
@@ -219,6 +221,39 @@ _SHAPED = {"rope_scaling": dict, "attn_config": dict, "layer_types": list, "mlp_
            "text_config": dict}
 
 
+def _nemotron_h(cfg: dict[str, Any]) -> dict[str, Any]:
+    """Nemotron-H (``nemotron_h``, transformers' ``NemotronHConfig``): a hybrid of Mamba-2, attention and
+    MLP layers in ``hybrid_override_pattern`` (``simulator.workload.hybrid``), a squared-ReLU MLP (two matrices,
+    ``mlp_hidden_act`` relu2) and attention without position embeddings (Megatron-Bridge's Nemotron-H bridge
+    sets ``position_embedding_type`` none). The convolution's bias is counted (Megatron-Core's ``MambaMixer``
+    asserts ``conv_bias``); biases elsewhere and MoE layers (``E``, Nemotron 3) are refused."""
+    field = "model.hf_config"
+    pattern = cfg["hybrid_override_pattern"]
+    if "E" in pattern:
+        raise InputError("nemotron_h: MoE layers ('E' in hybrid_override_pattern, Nemotron 3) in a hybrid model are "
+                         "not modelled", field)
+    biased = [k for k in ("attention_bias", "mlp_bias", "use_bias", "mamba_proj_bias") if cfg.get(k)]
+    if biased:
+        raise InputError(f"nemotron_h: {biased[0]} true is not modelled (Nemotron-H has no linear biases)", field)
+    act = cfg.get("mlp_hidden_act", "relu2")
+    return {
+        "hidden_size": cfg["hidden_size"],
+        "n_heads": cfg["num_attention_heads"],
+        "n_kv_heads": cfg.get("num_key_value_heads"),
+        "head_dim": cfg.get("attention_head_dim") or cfg.get("head_dim"),
+        "ffn_hidden_size": cfg["intermediate_size"],
+        "vocab_size": cfg["vocab_size"],
+        "mlp": "relu" if act in ("relu2", "relu") else "gelu",
+        "tied_embeddings": bool(cfg.get("tie_word_embeddings", False)),
+        "position_embedding": "none",
+        "max_position_embeddings": cfg.get("max_position_embeddings"),
+        "hybrid_pattern": pattern,
+        "mamba": {"n_heads": cfg["mamba_num_heads"], "head_dim": cfg.get("mamba_head_dim", 64),
+                  "state_size": cfg.get("ssm_state_size", 128), "n_groups": cfg.get("n_groups", 8),
+                  "conv_kernel": cfg.get("conv_kernel", 4), "chunk_size": cfg.get("chunk_size", 128)},
+    }
+
+
 def _check_shapes(cfg: dict[str, Any], path: Path, field: str) -> None:
     for key, kind in _SHAPED.items():
         value = cfg.get(key)
@@ -238,7 +273,7 @@ def model_dict_from_hf(path: Path) -> dict[str, Any]:
         raise InputError(f"{path} is not a JSON object", field)
     model_type = cfg.get("model_type", "")
     readers: dict[str, Any] = {"gpt2": _gpt2, "mpt": _mpt, **dict.fromkeys(LLAMA_LIKE, _llama_like),
-                               "gemma3": _gemma3, "gemma3_text": _gemma3,
+                               "gemma3": _gemma3, "gemma3_text": _gemma3, "nemotron_h": _nemotron_h,
                                **dict.fromkeys(MOE_TYPES, _moe)}
     if not isinstance(model_type, str) or model_type not in readers:
         # Guessing would be silently wrong (an OPT config read as Llama is off by 30%).

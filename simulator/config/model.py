@@ -7,6 +7,7 @@ from typing import Literal
 from pydantic import Field, NonNegativeInt, PositiveFloat, PositiveInt, model_validator
 
 from simulator.config.base import Frozen
+from simulator.config.mamba import MambaConfig
 from simulator.config.moe import MoEConfig
 
 _MLA_KEYS = ("q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
@@ -100,11 +101,28 @@ class ModelConfig(Frozen):
     #: ``pipeline_layout`` puts its ``m``), fed by the projection of two norms, then the shared output
     #: head and loss again (``simulator.workload.mtp``). 0 = none.
     mtp_layers: NonNegativeInt = 0
+    #: A hybrid model's layers in order, Megatron-Core's ``hybrid_override_pattern`` (Hugging Face
+    #: ``nemotron_h``): ``M`` a Mamba-2 layer (``model.mamba``), ``*`` an attention layer, ``-`` an MLP layer,
+    #: each with its own pre-norm and residual add (Nemotron-H 56B: 54 ``M``, 10 ``*``, 54 ``-``). A block of
+    #: dtsim is two consecutive layers of the pattern, so ``n_layers`` is half its length (filled in when
+    #: omitted); the workload counts each layer kind exactly (``simulator.workload.hybrid``). null = every block
+    #: is attention followed by an MLP.
+    hybrid_pattern: str | None = None
+    #: The Mamba-2 mixers of ``hybrid_pattern``'s ``M`` layers (``simulator.config.mamba``).
+    mamba: MambaConfig | None = None
     #: Published total and active parameter counts (display only).
     reported_active_params: float | None = None
     #: Published parameter count, when the source gives one (used only in reports, never as a result).
     reported_params: float | None = None
     source: str = ""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _hybrid_blocks(cls, data: object) -> object:
+        """A hybrid model's ``n_layers`` defaults to half its pattern (two layers a block)."""
+        if isinstance(data, dict) and isinstance(data.get("hybrid_pattern"), str) and data.get("n_layers") is None:
+            data = {**data, "n_layers": max(1, len(data["hybrid_pattern"]) // 2)}
+        return data
 
     @model_validator(mode="after")
     def _check_shapes(self) -> ModelConfig:
@@ -129,7 +147,48 @@ class ModelConfig(Frozen):
         if self.full_attention_interval is not None and self.sliding_window is None:
             raise ValueError("model.full_attention_interval counts blocks between full-attention blocks of a "
                              "sliding-window model: set model.sliding_window or remove it")
+        self._check_hybrid()
         return self
+
+    def _check_hybrid(self) -> None:
+        pattern = self.hybrid_pattern
+        if pattern is None:
+            if self.mamba is not None:
+                raise ValueError("model.mamba describes the Mamba layers of a hybrid model: set model.hybrid_pattern "
+                                 "(e.g. 'M-M*-') or remove model.mamba")
+            return
+        odd = sorted(set(pattern) - set("M*-"))
+        if "E" in odd:
+            raise ValueError("model.hybrid_pattern: MoE layers ('E', Nemotron 3) in a hybrid pattern are not "
+                             "modelled; use M (Mamba), * (attention) and - (MLP) layers only")
+        if odd:
+            raise ValueError(f"model.hybrid_pattern: unknown layer kind(s) {', '.join(map(repr, odd))}; use M "
+                             "(Mamba-2), * (attention) and - (MLP), as Megatron-Core's hybrid_override_pattern")
+        if not pattern or len(pattern) % 2:
+            raise ValueError(f"model.hybrid_pattern has {len(pattern)} layers: dtsim's block is two consecutive "
+                             "layers of the pattern, so the pattern needs an even, non-zero length")
+        if self.n_layers != len(pattern) // 2:
+            raise ValueError(f"model.n_layers ({self.n_layers}) counts blocks of two layers of model.hybrid_pattern: "
+                             f"set it to {len(pattern) // 2} ({len(pattern)} layers) or omit it")
+        if "M" in pattern and self.mamba is None:
+            raise ValueError("model.hybrid_pattern has Mamba layers (M): set model.mamba (at least n_heads)")
+        if self.moe is not None or self.is_mla or self.sandwich_norm or self.mtp_layers or self.sliding_window:
+            raise ValueError("model.hybrid_pattern (a Mamba hybrid) is modelled with dense GQA attention and MLP layers "
+                             "only: remove model.moe, attention: mla, sandwich_norm, mtp_layers and sliding_window")
+
+    @property
+    def is_hybrid(self) -> bool:
+        """Whether the model is a hybrid of Mamba, attention and MLP layers (``hybrid_pattern``)."""
+        return self.hybrid_pattern is not None
+
+    @property
+    def hybrid_counts(self) -> tuple[int, int, int]:
+        """Layers of each kind of ``hybrid_pattern``: (Mamba, attention, MLP); for a plain model every block
+        is one attention and one MLP layer."""
+        p = self.hybrid_pattern
+        if p is None:
+            return 0, self.n_layers, self.n_layers
+        return p.count("M"), p.count("*"), p.count("-")
 
     @property
     def windowed_layers(self) -> int:

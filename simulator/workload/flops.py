@@ -37,6 +37,10 @@ class LayerFlops:
     attn_v: float
     out_proj: float
     mlp: float
+    #: A Mamba-2 layer's input and output projections (weight GEMMs) and its SSD scan's matrix products
+    #: (data-dependent, like the attention core): ``simulator.workload.hybrid``; 0 in a transformer block.
+    ssm: float = 0.0
+    scan: float = 0.0
 
     @property
     def attention_core(self) -> float:
@@ -46,11 +50,16 @@ class LayerFlops:
     @property
     def dense(self) -> float:
         """FLOPs of the weight GEMMs (projections and MLP), ``2·b·s·(block weights)``."""
-        return self.q + self.kv + self.out_proj + self.mlp
+        return self.q + self.kv + self.out_proj + self.mlp + self.ssm
+
+    @property
+    def unwindowed(self) -> float:
+        """What a sliding window or document packing does not shorten: the weight GEMMs and the SSD scan."""
+        return self.dense + self.scan
 
     @property
     def total(self) -> float:
-        return self.dense + self.attention_core
+        return self.unwindowed + self.attention_core
 
 
 @dataclass(frozen=True)
@@ -87,11 +96,12 @@ class StepFlops:
 
 def layer_forward(model: ModelConfig, b: int, s: int, causal: bool) -> LayerFlops:
     """Forward FLOPs of one block; formulas in :class:`LayerFlops`. For an MoE or MLA model, the
-    average block (``simulator.workload.moe`` counts dense and MoE blocks apart)."""
-    if model.moe is not None or model.is_mla:
+    average block (``simulator.workload.moe`` counts dense and MoE blocks apart); for a Mamba hybrid, the
+    pattern's layers over its blocks (``simulator.workload.hybrid``)."""
+    if model.moe is not None or model.is_mla or model.is_hybrid:
         groups = _groups(model, b, s, causal)
         n = model.n_layers
-        fields = ("q", "kv", "scores", "attn_v", "out_proj", "mlp")
+        fields = ("q", "kv", "scores", "attn_v", "out_proj", "mlp", "ssm", "scan")
         return LayerFlops(**{f: sum(c * getattr(lay, f) for c, lay in groups) / n for f in fields})
     return dense_layer_forward(model, b, s, causal)
 
@@ -101,6 +111,10 @@ def _groups(model: ModelConfig, b: int, s: int, causal: bool) -> list:
         from simulator.workload import moe
 
         return moe.layer_groups(model, b, s, causal)
+    if model.is_hybrid:
+        from simulator.workload import hybrid
+
+        return hybrid.layer_groups(model, b, s, causal)
     return [(model.n_layers, dense_layer_forward(model, b, s, causal))]
 
 
@@ -221,12 +235,12 @@ def step(
     """
     groups = _groups(model, b, s, causal)  # [(blocks, LayerFlops)]: one group unless MoE/MLA
     f = attention_fraction  # packed documents and sliding windows (attention_span)
-    forward = sum(c * (lay.dense + f * lay.attention_core) for c, lay in groups) + logits_forward(model, b, s)
+    forward = sum(c * (lay.unwindowed + f * lay.attention_core) for c, lay in groups) + logits_forward(model, b, s)
     if recompute == "selective_op":  # the re-run GEMMs of torchtitan's op-level policy (op_sac)
         extra = model.n_layers * op_sac.recomputed_gemm_flops(model, b * s)
     else:
         extra = sum(c * {"none": 0.0, "selective": f * lay.attention_core,
-                         "full": recompute_fraction * (lay.dense + f * lay.attention_core - recompute_skipped)}[recompute]
+                         "full": recompute_fraction * (lay.unwindowed + f * lay.attention_core - recompute_skipped)}[recompute]
                     for c, lay in groups)
     if mlp_recompute_blocks:
         extra += mlp_recompute_blocks * dense_layer_forward(model, b, s, causal).mlp
@@ -241,7 +255,7 @@ def step(
         # layer_groups lists the dense blocks' group first: the MoE group only if the last block is MoE
         moe_last = model.moe is not None and model.moe.is_moe_layer(model.n_layers - 1)
         last, h = groups[-1 if moe_last or len(groups) == 1 else 0][1], model.hidden_size
-        extra += 3 * model.mtp_layers * (last.dense + f * last.attention_core + logits_forward(model, b, s)
+        extra += 3 * model.mtp_layers * (last.unwindowed + f * last.attention_core + logits_forward(model, b, s)
                                          + 2.0 * b * s * 2 * h * h)
     no_wgrad = 0.0
     if lora_forward is not None:

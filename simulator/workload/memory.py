@@ -12,8 +12,8 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from simulator.config.scenario import Scenario
+from simulator.workload import hybrid, moe_memory, params
 from simulator.workload import lora as wlora
-from simulator.workload import moe_memory, params
 from simulator.workload.activations import (  # noqa: F401  (re-exported: one memory model, one import)
     LOGPROB_BYTES,
     MASK_BYTES,
@@ -255,6 +255,7 @@ def breakdown(scenario: Scenario) -> MemoryBreakdown:
     NVIDIA's published Megatron runs at 1.00-1.09 of usable HBM by ``total`` (dtsim validate, memory
     fit check) trained.
     """
+    hybrid.check_simulated(scenario.model)
     m, par = scenario.model, scenario.parallel
     _, _, blocks = pipeline_blocks(scenario)
     acts = stage_activations(scenario)

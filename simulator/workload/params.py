@@ -104,6 +104,16 @@ def block_vectors(model: ModelConfig) -> list[int]:
 
 
 def layer(model: ModelConfig) -> LayerParams:
+    """Parameters of one block: :func:`dense_layer`, or for a Mamba hybrid the average of its blocks
+    (``simulator.workload.hybrid``; the Mamba mixers in ``attention``, the sequence mixer's slot)."""
+    if model.is_hybrid:
+        from simulator.workload import hybrid
+
+        return hybrid.average_block(model)
+    return dense_layer(model)
+
+
+def dense_layer(model: ModelConfig) -> LayerParams:
     """Parameters of one transformer block, including its norms and biases.
 
     Attention ``h·(a·d_h) + 2·h·(g_kv·d_h) + (a·d_h)·h`` (+ biases ``a·d_h + 2·g_kv·d_h + h``; with
@@ -140,10 +150,6 @@ def _position_embedding(model: ModelConfig) -> int:
     return model.max_position_embeddings * model.hidden_size
 
 
-#: The dense block, whatever the model (MoE and MLA blocks build on it in ``simulator.workload.moe``).
-dense_layer = layer
-
-
 def count(model: ModelConfig) -> ParamCounts:
     """Exact parameter counts of ``model`` (see the module docstring for the per-module formulas);
     mixture-of-experts and MLA models are counted by ``simulator.workload.moe``."""
@@ -157,13 +163,18 @@ def count(model: ModelConfig) -> ParamCounts:
 def dense_count(model: ModelConfig) -> ParamCounts:
     """:func:`count` of a model whose blocks are all :func:`layer`."""
     blk = layer(model)
+    blocks = model.n_layers * blk.total
+    if model.is_hybrid:  # the pattern's layers, counted exactly (blk is their average)
+        from simulator.workload import hybrid
+
+        blocks = hybrid.blocks_total(model)
     embedding = _token_embedding(model) + _position_embedding(model)
     lm_head = 0 if model.tied_embeddings else model.hidden_size * model.vocab_size
     final_norm = norm_params(model, model.hidden_size)
     embedding_norm = norm_params(model, model.hidden_size) if model.embedding_norm else 0
-    total = embedding + lm_head + model.n_layers * blk.total + final_norm + embedding_norm
+    total = embedding + lm_head + blocks + final_norm + embedding_norm
     h, f = model.hidden_size, model.ffn_hidden_size
-    largest_linear = max(h * model.q_dim, h * f)
+    largest_linear = max(h * model.q_dim, h * f, h * model.mamba.in_proj_dim if model.mamba else 0)
     largest = max(_token_embedding(model), largest_linear, _position_embedding(model))
     return ParamCounts(
         total=total,
@@ -188,6 +199,8 @@ def layer_local(model: ModelConfig, tp: int = 1) -> int:
         flags = [model.moe is not None and model.moe.is_moe_layer(i) for i in range(model.n_layers)]
         return int(sum(moe.block_local(model, f, tp).dense for f in flags) / model.n_layers)
     blk = layer(model)
+    if model.is_hybrid:  # an average block (hybrid.average_block)
+        return int(blk.sharded / tp + blk.replicated)
     return blk.sharded // tp + blk.replicated
 
 
