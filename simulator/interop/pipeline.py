@@ -255,7 +255,11 @@ def _fill_from_world(raw: dict, base_dir: Path, imported: Imported, label: str) 
 
 
 def export_scenario(scenario: Scenario, fmt: str) -> Exported:
-    """``scenario`` as the config text of ``fmt``."""
+    """``scenario`` as the config text of ``fmt``. A Mamba hybrid is refused: the exporters write transformer
+    blocks, and a launch config that silently drops the Mamba layers would train another model."""
+    if scenario.model.is_hybrid:
+        raise InputError("exporting a Mamba hybrid is not supported: the exported configs would describe a "
+                         "transformer without its Mamba layers", "model.hybrid_pattern")
     return exporter(fmt)(scenario)
 
 
