@@ -31,12 +31,12 @@ class LayerFlops:
     MHA + GELU-4h non-causal sums to ``24bsh² + 4bs²h`` (Narayanan et al. SC'21 Sec. 5.1).
     """
 
-    q: float
-    kv: float
-    scores: float
-    attn_v: float
-    out_proj: float
-    mlp: float
+    q: float = 0.0
+    kv: float = 0.0
+    scores: float = 0.0
+    attn_v: float = 0.0
+    out_proj: float = 0.0
+    mlp: float = 0.0
     #: A Mamba-2 layer's input and output projections (weight GEMMs) and its SSD scan's matrix products
     #: (data-dependent, like the attention core): ``simulator.workload.hybrid``; 0 in a transformer block.
     ssm: float = 0.0

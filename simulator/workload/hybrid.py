@@ -28,6 +28,8 @@ One Mamba-2 layer (Megatron-Core ``MambaMixer``; Dao & Gu 2024, arXiv:2405.21060
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from simulator.config.model import ModelConfig
 from simulator.errors import InputError
 from simulator.workload import params as wparams
@@ -61,18 +63,24 @@ def layer_kinds(model: ModelConfig) -> dict[str, wparams.LayerParams]:
     }
 
 
+def _summed(model: ModelConfig) -> wparams.LayerParams:
+    """All the pattern's layers together (exact integers): each kind times its count."""
+    kinds = layer_kinds(model)
+    counts = dict(zip("M*-", model.hybrid_counts, strict=True))
+    fields = ("attention", "mlp", "norms", "sharded", "replicated")
+    return wparams.LayerParams(**{f: sum(c * getattr(kinds[k], f) for k, c in counts.items()) for f in fields})
+
+
 def blocks_total(model: ModelConfig) -> int:
     """Parameters of all the pattern's layers (exact)."""
-    kinds = layer_kinds(model)
-    return sum(kinds[k].total for k in model.hybrid_pattern or "")
+    return _summed(model).total
 
 
 def average_block(model: ModelConfig) -> wparams.LayerParams:
     """The pattern's layers over ``n_layers`` blocks (fields are averages, not integers)."""
-    kinds = layer_kinds(model)
-    pattern, n = model.hybrid_pattern or "", model.n_layers
-    fields = ("attention", "mlp", "norms", "sharded", "replicated")
-    return wparams.LayerParams(**{f: sum(getattr(kinds[k], f) for k in pattern) / n for f in fields})
+    s, n = _summed(model), model.n_layers
+    return wparams.LayerParams(attention=s.attention / n, mlp=s.mlp / n, norms=s.norms / n, sharded=s.sharded / n,
+                               replicated=s.replicated / n)
 
 
 def mamba_forward(model: ModelConfig, b: int, s: int, causal: bool) -> LayerFlops:
@@ -83,8 +91,7 @@ def mamba_forward(model: ModelConfig, b: int, s: int, causal: bool) -> LayerFlop
     q = min(m.chunk_size, s)
     intra = 2.0 * q * m.d_inner * (0.5 if causal else 1.0)
     scan = tokens * (intra + 2.0 * q * m.n_groups * m.state_size + 4.0 * m.state_size * m.d_inner)
-    return LayerFlops(q=0.0, kv=0.0, scores=0.0, attn_v=0.0, out_proj=0.0, mlp=0.0,
-                      ssm=2.0 * tokens * (h * m.in_proj_dim + m.d_inner * h), scan=scan)
+    return LayerFlops(ssm=2.0 * tokens * (h * m.in_proj_dim + m.d_inner * h), scan=scan)
 
 
 def layer_groups(model: ModelConfig, b: int, s: int, causal: bool) -> list[tuple[int, LayerFlops]]:
@@ -92,12 +99,7 @@ def layer_groups(model: ModelConfig, b: int, s: int, causal: bool) -> list[tuple
     (its MLP) and Mamba layers (:func:`mamba_forward`)."""
     n_m, n_attn, n_mlp = model.hybrid_counts
     dense = dense_layer_forward(model, b, s, causal)
-    zero = dict(q=0.0, kv=0.0, scores=0.0, attn_v=0.0, out_proj=0.0, mlp=0.0)
-    groups = [
-        (n_attn, LayerFlops(**{**zero, "q": dense.q, "kv": dense.kv, "scores": dense.scores,
-                               "attn_v": dense.attn_v, "out_proj": dense.out_proj})),
-        (n_mlp, LayerFlops(**{**zero, "mlp": dense.mlp})),
-    ]
+    groups = [(n_attn, replace(dense, mlp=0.0)), (n_mlp, LayerFlops(mlp=dense.mlp))]
     if n_m:
         groups.append((n_m, mamba_forward(model, b, s, causal)))
     return [(c, lay) for c, lay in groups if c]
@@ -105,8 +107,8 @@ def layer_groups(model: ModelConfig, b: int, s: int, causal: bool) -> list[tuple
 
 def check_simulated(model: ModelConfig) -> None:
     """Refuse what needs a Mamba layer's kernels or saved activations, which are not modelled yet: the step
-    (``dtsim run``, ``sweep``, ``validate``) and the activation memory (``dtsim memory``). ``dtsim flops`` and
-    the parameter counts work."""
+    (``dtsim run``, ``sweep``, ``validate``) and the activation memory (``dtsim memory``); ``dtsim export`` refuses a
+    hybrid in ``interop.pipeline.export_scenario``. ``dtsim flops`` and the parameter counts work."""
     if model.is_hybrid:
         raise InputError("the step time and activation memory of a Mamba hybrid are not simulated yet (its Mamba "
                          "kernels and saved activations are not modelled); `dtsim flops` gives its parameters and "

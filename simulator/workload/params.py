@@ -162,9 +162,9 @@ def count(model: ModelConfig) -> ParamCounts:
 
 def dense_count(model: ModelConfig) -> ParamCounts:
     """:func:`count` of a model whose blocks are all :func:`layer`."""
-    blk = layer(model)
-    blocks = model.n_layers * blk.total
-    if model.is_hybrid:  # the pattern's layers, counted exactly (blk is their average)
+    per_layer = layer(model).total  # a hybrid's average block
+    blocks = model.n_layers * per_layer
+    if model.is_hybrid:  # its layers counted exactly, not the average times n_layers
         from simulator.workload import hybrid
 
         blocks = hybrid.blocks_total(model)
@@ -181,7 +181,7 @@ def dense_count(model: ModelConfig) -> ParamCounts:
         embedding=embedding,
         lm_head=lm_head,
         non_embedding=total - embedding - lm_head,
-        per_layer=blk.total,
+        per_layer=per_layer,
         final_norm=final_norm,
         embedding_norm=embedding_norm,
         largest_layer=largest,
