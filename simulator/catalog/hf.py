@@ -236,6 +236,8 @@ def _nemotron_h(cfg: dict[str, Any]) -> dict[str, Any]:
     if biased:
         raise InputError(f"nemotron_h: {biased[0]} true is not modelled (Nemotron-H has no linear biases)", field)
     act = cfg.get("mlp_hidden_act", "relu2")
+    if act not in ("relu2", "relu"):  # a squared-ReLU (or ReLU) MLP of two matrices; guessing another would mislead
+        raise InputError(f"nemotron_h: mlp_hidden_act {act!r} is not modelled (Nemotron-H uses relu2)", field)
     return {
         "hidden_size": cfg["hidden_size"],
         "n_heads": cfg["num_attention_heads"],
@@ -243,7 +245,7 @@ def _nemotron_h(cfg: dict[str, Any]) -> dict[str, Any]:
         "head_dim": cfg.get("attention_head_dim") or cfg.get("head_dim"),
         "ffn_hidden_size": cfg["intermediate_size"],
         "vocab_size": cfg["vocab_size"],
-        "mlp": "relu" if act in ("relu2", "relu") else "gelu",
+        "mlp": "relu",
         "tied_embeddings": bool(cfg.get("tie_word_embeddings", False)),
         "position_embedding": "none",
         "max_position_embeddings": cfg.get("max_position_embeddings"),

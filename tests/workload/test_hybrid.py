@@ -84,6 +84,9 @@ def test_hf_import_equals_catalog(tmp_path):
     path.write_text(json.dumps({**NEMOTRON_H_8B, "use_bias": True}))
     with pytest.raises(InputError, match="use_bias"):
         model_dict_from_hf(path)
+    path.write_text(json.dumps({**NEMOTRON_H_8B, "mlp_hidden_act": "silu"}))
+    with pytest.raises(InputError, match="mlp_hidden_act 'silu' is not modelled"):
+        model_dict_from_hf(path)
 
 
 BASE = dict(name="x", hidden_size=64, n_heads=4, ffn_hidden_size=128, vocab_size=100,
