@@ -53,8 +53,10 @@ class KernelConfig(Frozen):
     #: shared experts (``--cuda-graph-scope moe``; Megatron-Core captures it only with static shapes, a
     #: capacity factor with padding, so it needs ``model.moe.capacity_factor``; Megatron-Core's local
     #: per-layer graphs of such a block capture it too); ``full_iteration`` the whole forward and backward
-    #: of every block (``--cuda-graph-impl local --cuda-graph-scope full_iteration``). Empty: eager.
-    cuda_graphs: tuple[Literal["attn", "mlp", "moe_router", "moe_preprocess", "moe", "full_iteration"], ...] = ()
+    #: of every block (``--cuda-graph-impl local --cuda-graph-scope full_iteration``); ``mamba`` a hybrid's Mamba
+    #: layers (``model.hybrid_pattern``; Megatron-Bridge's Nemotron-H presets capture ``[mamba, attn]``). Empty: eager.
+    cuda_graphs: tuple[Literal["attn", "mlp", "mamba", "moe_router", "moe_preprocess", "moe", "full_iteration"],
+                       ...] = ()
     #: Low-precision GEMM recipe when ``training.precision`` is fp8: Transformer Engine ``delayed`` or
     #: ``current`` scaling, torchao float8 ``tensorwise`` or ``rowwise``, Blackwell ``mxfp8``, or Blackwell
     #: ``nvfp4`` (the linear layers' GEMMs in NVFP4, Megatron ``--fp4-format e2m1 --fp4-recipe nvfp4``;

@@ -303,6 +303,9 @@ class Scenario(Frozen):
             raise ValueError("training.kernels.cuda_graphs: moe captures an MoE block's whole MLP slot, which "
                              "Megatron-Core graphs only with static shapes: set model.moe.capacity_factor (token "
                              "drop with padding), or use moe_router and moe_preprocess for a dropless model")
+        if "mamba" in t.kernels.cuda_graphs and not (m.is_hybrid and m.hybrid_counts[0]):
+            raise ValueError("training.kernels.cuda_graphs: mamba captures a hybrid's Mamba layers, which this model "
+                             "has none of (model.hybrid_pattern); remove it")
         if p.fp8_param_gather and t.precision != "fp8":
             raise ValueError(f"parallel.fp8_param_gather needs training.precision: fp8 (got {t.precision!r}): only "
                              "FP8 linears have FP8 weights to gather; remove it or train in fp8")

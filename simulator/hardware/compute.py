@@ -114,6 +114,8 @@ class RooflineComputeModel:
         self.non_tn_fp8 = gpu.arch in NON_TN_FP8_ARCHS
         self.attn_peak = gpu.sustained_peak_flops(attn_dtype) * flops_scale
         self.hbm_Bps = gpu.hbm_bandwidth_Bps * efficiency.hbm_fraction * hbm_scale
+        #: datasheet bandwidth (with the what-if scale), for kernels measured at their own share (``Op.hbm_share``)
+        self.hbm_datasheet_Bps = gpu.hbm_bandwidth_Bps * hbm_scale
         self._cache: dict[int, tuple[tuple, float, float]] = {}
         #: the fused attention kernel and its (forward, backward) rates in FLOP/s at long sequence
         self.attention_impl = attention_impl
@@ -157,8 +159,16 @@ class RooflineComputeModel:
     def op_time(self, op: Any) -> float:
         """GPU seconds for one op with attributes ``kind``, ``flops``, ``bytes``, (GEMM) ``shape`` and
         (optionally) ``launches``: the roofline time, at least one launch floor per kernel; a GEMM's
-        roofline time plus the fixed time of each of its kernels (``LaunchCosts.gemm_fixed_s``)."""
-        mem_t = (op.bytes - (getattr(op, "transpose_bytes", 0.0) if self.non_tn_fp8 else 0.0)) / self.hbm_Bps
+        roofline time plus the fixed time of each of its kernels (``LaunchCosts.gemm_fixed_s``); times the
+        op's ``weight`` (its copies per block, ``Op.weight``)."""
+        return getattr(op, "weight", 1.0) * self._one_op_time(op)
+
+    def _one_op_time(self, op: Any) -> float:
+        share = getattr(op, "hbm_share", 0.0)
+        bandwidth = self.hbm_datasheet_Bps * share if share else self.hbm_Bps
+        mem_t = (op.bytes - (getattr(op, "transpose_bytes", 0.0) if self.non_tn_fp8 else 0.0)) / bandwidth
+        if share:  # a kernel of matrix products measured as a whole (Op.hbm_share): its FLOPs bound it too
+            mem_t = max(mem_t, op.flops / (self.attn_peak * self.eff.gemm_fraction))
         if op.kind == "gemm":
             # fp8 recipes run only the linear layers in FP8; the rest stays 16-bit
             fp8_linear = self.fp8 and getattr(op, "linear", False)
@@ -195,19 +205,19 @@ class RooflineComputeModel:
         """CPU seconds to issue ``ops``: each op's measured host time (``Op.host_s``, eager blocks, times
         ``host_dispatch_scale``: the training host's cost per call over the CPU-only benchmark that
         measured it) plus the kernels it issues from compiled code (``Op.cpp_launches``), or its kernels
-        at ``launch.host_s`` each (already GPU-host figures); none at all under a launch model without
-        host costs."""
+        at ``launch.host_s`` each (already GPU-host figures), each op times its ``weight``; none at all under a
+        launch model without host costs."""
         per_kernel = self.launch.host_s
         if per_kernel == 0:
             return 0.0
         total = measured = 0.0
         for op in ops:
-            s = getattr(op, "host_s", None)
+            s, w = getattr(op, "host_s", None), getattr(op, "weight", 1.0)
             if s is None:
-                total += self.launches(op) * per_kernel
+                total += w * self.launches(op) * per_kernel
             else:
-                measured += s
-                total += getattr(op, "cpp_launches", 0) * per_kernel
+                measured += w * s
+                total += w * getattr(op, "cpp_launches", 0) * per_kernel
         return (total + measured * self.eff.host_dispatch_scale) * self.host_scale
 
     def _priced(self, ops: tuple) -> tuple:

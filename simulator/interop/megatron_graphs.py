@@ -10,7 +10,8 @@ written by ``megatron_export.export_args``). Flag names: Megatron-LM ``megatron/
   whole forward and backward, with ``local``), or ``full`` (every part of the block: what an
   implementation without a scope captures).
 
-``mamba`` is refused: dtsim has no Mamba blocks.
+``mamba`` is refused: a Mamba hybrid is not read from Megatron-LM's arguments (``--hybrid-override-pattern``);
+a scenario writes ``model.hybrid_pattern`` and the ``mamba`` scope itself.
 """
 
 from __future__ import annotations
@@ -49,7 +50,7 @@ def import_graphs(flags: dict, out) -> None:
             scopes += [word] if word not in scopes else []
         else:
             raise InputError(f"--cuda-graph-scope {word}: dtsim simulates the scopes "
-                             f"{', '.join(BLOCK_SCOPES + OTHER_SCOPES)} and full (mamba has no blocks here): "
+                             f"{', '.join(BLOCK_SCOPES + OTHER_SCOPES)} and full (a Mamba hybrid is not read from Megatron arguments; write model.hybrid_pattern and the mamba scope in the scenario): "
                              "remove it", FIELD)
     if "full_iteration" in scopes and impl != "local":
         raise InputError("--cuda-graph-scope full_iteration needs --cuda-graph-impl local", FIELD)

@@ -160,7 +160,7 @@ def check_supported(scenario: Any) -> None:
     """``check_layout`` plus what is valid but not simulated (``dtsim validate`` lists these as
     skipped with the message)."""
     check_layout(scenario)
-    hybrid.check_simulated(scenario.model)
+    hybrid.check_simulated(scenario)
     if n_micro(scenario) > MAX_MICRO_BATCHES:
         raise InputError(f"{n_micro(scenario):,} micro-batches per step (global_batch_size / (micro_batch_size x dp)) "
                          f"exceed the {MAX_MICRO_BATCHES:,} the step engine plays; raise training.micro_batch_size "

@@ -17,6 +17,7 @@ from simulator.units import DTYPE_BYTES
 from simulator.workload import bias as wbias
 from simulator.workload import flops as wflops
 from simulator.workload import host as whost
+from simulator.workload import hybrid_ops
 from simulator.workload import lora as wlora
 from simulator.workload import loss as wloss
 from simulator.workload import mtp as wmtp
@@ -169,6 +170,8 @@ def from_scenario(scenario: Any, persistence_threshold: float = 1e5) -> StepWork
                for op in wops.layer_ops(model, b, s, tp, pb, tr.kernels, mode, fp8=fp8,
                                         early_stop=wrecompute.early_stop(scenario), sequence_parallel=sp,
                                         mlp_recompute=recompute_mlp, linear=linear)]
+    if model.is_hybrid:  # the pattern's average block: its layer kinds' ops, weighted (workload.hybrid_ops)
+        fwd = hybrid_ops.block_ops(model, fwd, b, s, tp, pb, fp8, mode, sp)
     lora = tr.lora
     if lora is not None:  # frozen linears, each targeted one with its adapter (workload.lora)
         fwd = wlora.block_ops(fwd, lora, pb)

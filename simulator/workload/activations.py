@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from simulator.config.model import ModelConfig
 from simulator.config.scenario import Scenario
 from simulator.parallel import deferred_wgrad, pipeline_order, pipeline_split
+from simulator.workload import hybrid, op_sac, recompute
 from simulator.workload import loss as wloss
-from simulator.workload import op_sac, recompute
 from simulator.workload.attention_core import fused_softmax_available
 from simulator.workload.flops import Recompute
 from simulator.workload.fp8_casts import SAVED_INPUT_BYTES, SAVES_FP8_INPUTS
@@ -278,6 +278,12 @@ def stage_activations(scenario: Scenario) -> list[ActivationBytes]:
     if m.moe is not None or m.is_mla:  # routed tokens / MLA tensors instead of the dense ones
         per_layer += moe_memory.activation_delta_per_layer(scenario, pb)
     kept = layer_activation_bytes(m, b, s, t, recompute="none", **common)  # a block without recomputation
+    if m.is_hybrid:  # the pattern's average block (workload.hybrid)
+        mask = MASK_BYTES if dropout else 0
+        mode = recompute.attention_mode(tr, par.framework)
+        kinds = dict(region_div=t if sp else 1, p=pb, lin=lin, mask=mask)
+        per_layer = hybrid.activation_bytes(m, per_layer, b, s, t, recompute=mode, mlp_recompute=dense_mlp, **kinds)
+        kept = hybrid.activation_bytes(m, kept, b, s, t, recompute="none", mlp_recompute=False, **kinds)
     transient = 0.0
     if tr.activation_checkpointing == "selective_op":  # what the recompute rebuilds for one block
         transient = max(0.0, kept - per_layer)

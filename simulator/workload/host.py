@@ -198,14 +198,21 @@ def graphed(kernels: Any) -> frozenset[str]:
     block scope."""
     scopes = frozenset(getattr(kernels, "cuda_graphs", ()) or ())
     if "full_iteration" in scopes:
-        return frozenset({"attn", "mlp", "moe_router", "moe_preprocess", "moe", "full_iteration"})
+        return frozenset({"attn", "mlp", "mamba", "moe_router", "moe_preprocess", "moe", "full_iteration"})
     return scopes
 
 
-def eager_share(kernels: Any, way: int) -> float:
+def eager_share(kernels: Any, way: int, model: Any = None) -> float:
     """The share of a dense block's host time (``way`` 0 forward, 1 backward) that CUDA graphs leave to
-    eager dispatch: a captured scope replays as one graph launch, whose host cost is negligible."""
+    eager dispatch: a captured scope replays as one graph launch, whose host cost is negligible. A hybrid
+    ``model``'s average block (``workload.hybrid_ops``) holds its layer kinds' shares of the reference block, a
+    Mamba layer's code taken as long as an attention layer's (U: one Transformer Engine LayerNorm-linear, one
+    fused function, one row-parallel linear; not measured) and captured by the ``mamba`` scope."""
     scopes = graphed(kernels)
+    if model is not None and model.is_hybrid:
+        n_m, n_attn, n_mlp = model.hybrid_counts
+        mixer = ATTENTION_HALF[way] * (n_m * ("mamba" not in scopes) + n_attn * ("attn" not in scopes))
+        return (mixer + (1 - ATTENTION_HALF[way]) * n_mlp * ("mlp" not in scopes)) / model.n_layers
     return 1.0 - ATTENTION_HALF[way] * ("attn" in scopes) - (1 - ATTENTION_HALF[way]) * ("mlp" in scopes)
 
 
@@ -228,22 +235,33 @@ def _work(op: Any) -> float:
 
 
 def spread(ops: tuple | list, host_s: float) -> tuple:
-    """``ops`` with ``host_s`` seconds spread over them in proportion to their work (``Op.host_s``)."""
+    """``ops`` with ``host_s`` seconds spread over them in proportion to their work (``Op.host_s``), each
+    copy of a weighted op (``Op.weight``) its share, so the copies' host times sum to ``host_s``."""
     if not ops:
         return ()
-    total = sum(_work(op) for op in ops)
+    total = sum(op.weight * _work(op) for op in ops)
     if total <= 0:
-        return tuple(replace(op, host_s=host_s / len(ops)) for op in ops)
+        copies = sum(op.weight for op in ops)
+        return tuple(replace(op, host_s=host_s / copies) for op in ops)
     return tuple(replace(op, host_s=host_s * _work(op) / total) for op in ops)
 
 
-def block_param_tensors(model: Any) -> int:
+def block_param_tensors(model: Any) -> float:
     """Parameter tensors of one block as Megatron lays them out: the QKV, output, MLP-up (gate and up
     fused) and MLP-down weights, their biases with ``linear_bias`` (the QKV's with ``qkv_bias``), two norms (four with
-    ``sandwich_norm``; weight, and bias for a biased LayerNorm) and the QK-norms."""
+    ``sandwich_norm``; weight, and bias for a biased LayerNorm) and the QK-norms; a hybrid's average block
+    (``workload.hybrid_ops``) its layer kinds' tensors over the blocks."""
     linears = 4 + (4 if model.linear_bias else int(model.has_qkv_bias))
     norm = 2 if (model.norm == "layernorm" and model.linear_bias) else 1
-    return linears + model.block_norms * norm + (2 * norm if model.qk_norm else 0)
+    dense = linears + model.block_norms * norm + (2 * norm if model.qk_norm else 0)
+    if not model.is_hybrid:
+        return dense
+    # a hybrid's average block: an MLP layer's two linears (and biases) and norm, an attention layer the rest of
+    # the dense block; a Mamba layer's input and output projections, its pre-norm, the convolution's weight and
+    # bias, dt_bias, A_log, D and the gated norm's weight (Megatron-Core ``MambaMixer``)
+    n_m, n_attn, n_mlp = model.hybrid_counts
+    mlp = 2 + (2 if model.linear_bias else 0) + norm
+    return (n_m * (8 + norm) + n_attn * (dense - mlp) + n_mlp * mlp) / model.n_layers
 
 
 def pytorch_fsdp_version(par: Any) -> int:
@@ -289,8 +307,8 @@ def attach(fwd: list, recompute: tuple, bwd: tuple, model: Any, kernels: Any,
     extra = sum(op.extra_host_calls for op in fwd) * HOST_PER_CALL_S[style]
     code_f, code_b = mcore_scale(model, kernels, framework, "dense", fp8, te_share)
     mla_f, mla_b = mla_host_s(model, kernels, framework)
-    fwd_s = (fwd_s + extra) * eager_share(kernels, 0) * code_f + mla_f
-    bwd_s = (bwd_s + extra) * eager_share(kernels, 1) * code_b + mla_b
+    fwd_s = (fwd_s + extra) * eager_share(kernels, 0, model) * code_f + mla_f
+    bwd_s = (bwd_s + extra) * eager_share(kernels, 1, model) * code_b + mla_b
     if framework in HOOKED_FRAMEWORKS:
         bwd_s += GRAD_HOOK_S * block_param_tensors(model)
     fwd_t = spread(fwd, fwd_s)

@@ -24,11 +24,15 @@ One Mamba-2 layer (Megatron-Core ``MambaMixer``; Dao & Gu 2024, arXiv:2405.21060
   (NVIDIA/dgxc-benchmarking ``nemotron-h/README.md``: ``s·h·(3HP + 2GN + H) + s·h·expand·Q + 2·s·h·expand·N +
   s·Q·N·G`` multiply-adds a layer). The convolution (``2k`` FLOPs per channel and token) and the state passing
   between chunks are not matrix products and are left out, as elsewhere in ``simulator.workload.flops``.
+
+The step's kernels of each layer kind are ``simulator.workload.hybrid_ops``'s; the activations each keeps for the
+backward :func:`activation_bytes`'s.
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any
 
 from simulator.config.model import ModelConfig
 from simulator.errors import InputError
@@ -105,11 +109,64 @@ def layer_groups(model: ModelConfig, b: int, s: int, causal: bool) -> list[tuple
     return [(c, lay) for c, lay in groups if c]
 
 
-def check_simulated(model: ModelConfig) -> None:
-    """Refuse what needs a Mamba layer's kernels or saved activations, which are not modelled yet: the step
-    (``dtsim run``, ``sweep``, ``validate``) and the activation memory (``dtsim memory``); ``dtsim export`` refuses a
-    hybrid in ``interop.pipeline.export_scenario``. ``dtsim flops`` and the parameter counts work."""
-    if model.is_hybrid:
-        raise InputError("the step time and activation memory of a Mamba hybrid are not simulated yet (its Mamba "
-                         "kernels and saved activations are not modelled); `dtsim flops` gives its parameters and "
-                         "FLOPs", "model.hybrid_pattern")
+def activation_bytes(model: ModelConfig, dense: float, b: int, s: int, tp: int, *, region_div: int, p: int,
+                     lin: float, mask: int, recompute: str, mlp_recompute: bool) -> float:
+    """Bytes the average hybrid block keeps for its backward, one micro-batch, from ``dense``, what
+    ``workload.activations.layer_activation_bytes`` gives a transformer block of the model's attention and MLP
+    layers (``region_div``, ``p``, ``lin``, ``mask`` as there). An MLP layer keeps its norm's input ``p·sbh``, its
+    mask and its input ``lin·sbh`` (÷``region_div``), and its tensor-parallel tensors ``sb·f·(p·(k−1) + lin)/t``
+    (neither with the ``mlp`` recompute module); an attention layer the rest of ``dense``. A Mamba layer
+    (``mamba_split_conv1d_scan_combined`` saves the whole input projection output and the pre-gate scan output;
+    the gated norm its input and fp32 ``1/rms`` per group; the output projection its input): its norm's input,
+    mask and input, ``(p + lin)·sbh + mask·sbh`` (÷``region_div``), and ``sb·(p·(2d + 2GN + H) + 2p·d + lin·d +
+    4G)/t``. Full recomputation checkpoints each of a block's two layers (Megatron-Core's ``MambaStack`` recomputes
+    per layer): ``2p·sbh`` ÷ ``region_div``."""
+    sb, h = s * b, model.hidden_size
+    if recompute == "full":
+        return 2 * p * sb * h / region_div
+    n_m, n_attn, n_mlp = model.hybrid_counts
+    tensors = 0.0 if mlp_recompute else sb * model.ffn_hidden_size * (p * (model.mlp_matrices - 1) + lin) / tp
+    mlp = sb * h * (p + mask + (0 if mlp_recompute else lin)) / region_div + tensors
+    total = n_attn * (dense - mlp) + n_mlp * mlp
+    if n_m:
+        m = model.mamba
+        assert m is not None
+        own = p * m.in_proj_dim + 2 * p * m.d_inner + lin * m.d_inner + 4 * m.n_groups
+        total += n_m * (sb * h * (p + lin + mask) / region_div + sb * own / tp)
+    return total / model.n_layers
+
+
+def check_simulated(scenario: Any) -> None:
+    """Refuse a hybrid layout the step does not simulate, naming the key and its fix. The step is Megatron-Core's
+    ``MambaModel`` (the framework that trains one) with its fused kernels; the average block
+    (``workload.hybrid_ops``) is exact only when a stage holds the whole pattern (``parallel.pp`` 1); Megatron-Core
+    splits Mamba heads and groups over tensor-parallel ranks; its Mamba layers have no context-parallel,
+    TP-overlap, LoRA or op-level recompute path here. ``dtsim export`` refuses a hybrid (``interop.pipeline``)."""
+    model = scenario.model
+    if not model.is_hybrid:
+        return
+    par, tr = scenario.parallel, scenario.training
+    m = model.mamba
+    checks = [
+        (par.framework != "ddp", "a Mamba hybrid trains under Megatron-Core: set parallel.framework: ddp",
+         "parallel.framework"),
+        (par.pp > 1, f"pp={par.pp} with a Mamba hybrid is not simulated (a stage would hold part of the pattern, "
+                     "whose layer kinds differ in cost); use pp: 1", "parallel.pp"),
+        (par.cp > 1, f"cp={par.cp} with a Mamba hybrid is not simulated; use cp: 1", "parallel.cp"),
+        (bool(par.tp_comm_overlap) and par.tp > 1, "tp_comm_overlap with a Mamba hybrid is not simulated; set "
+         "parallel.tp_comm_overlap: false", "parallel.tp_comm_overlap"),
+        (tr.lora is not None, "LoRA on a Mamba hybrid is not simulated; remove training.lora", "training.lora"),
+        (tr.activation_checkpointing == "selective_op", "selective_op recomputation is torchtitan's; use none, "
+         "selective or full with a Mamba hybrid", "training.activation_checkpointing"),
+        (not tr.kernels.fused_norm_residual or tr.kernels.compile or not tr.kernels.flash_attention,
+         "a Mamba hybrid runs Megatron-Core's fused kernels: set training.kernels.fused_norm_residual: true, "
+         "flash_attention: true and compile: false", "training.kernels"),
+    ]
+    if m is not None:
+        checks.append((m.n_heads % par.tp or m.n_groups % par.tp,
+                       f"tp={par.tp} must divide model.mamba.n_heads ({m.n_heads}) and model.mamba.n_groups "
+                       f"({m.n_groups}): Megatron-Core splits Mamba heads and groups over tensor-parallel ranks",
+                       "parallel.tp"))
+    for bad, message, field in checks:
+        if bad:
+            raise InputError(message, field)

@@ -255,7 +255,7 @@ def breakdown(scenario: Scenario) -> MemoryBreakdown:
     NVIDIA's published Megatron runs at 1.00-1.09 of usable HBM by ``total`` (dtsim validate, memory
     fit check) trained.
     """
-    hybrid.check_simulated(scenario.model)
+    hybrid.check_simulated(scenario)
     m, par = scenario.model, scenario.parallel
     _, _, blocks = pipeline_blocks(scenario)
     acts = stage_activations(scenario)

@@ -78,6 +78,15 @@ class Op:
     #: A GEMM with a frozen weight (``training.lora``'s base layers): its backward computes the input
     #: gradient only, no weight gradient (``workload.ops.backward_ops``).
     frozen: bool = False
+    #: Copies of this op per block: a hybrid model's average block (``workload.hybrid_ops``) runs each layer
+    #: kind's ops times that kind's layers per block (Nemotron-H 56B: its 10 attention layers over 59 blocks
+    #: give the attention ops 10/59). The compute model multiplies the op's GPU and host time by it.
+    weight: float = 1.0
+    #: Fraction of the datasheet HBM bandwidth a kernel is measured to reach, where it differs from the
+    #: streaming fraction ``Efficiency.hbm_fraction`` (the Mamba-2 SSD kernels, ``workload.hybrid_ops``); 0 =
+    #: the streaming fraction. Such a kernel computes matrix products too, so its FLOPs bound its time as well,
+    #: at the 16-bit GEMM rate.
+    hbm_share: float = 0.0
 
     @property
     def shape(self) -> tuple[int, int, int] | None:

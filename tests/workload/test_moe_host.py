@@ -227,8 +227,11 @@ def test_the_gpt_oss_offset_tensor_splits_the_forward_at_its_synchronisation():
 
 def test_an_unknown_cuda_graph_scope_is_refused_naming_the_field():
     with pytest.raises(InputError) as err:
-        _dense(("mamba",))
+        _dense(("ssm",))
     assert "cuda_graphs" in str(err.value)
+    with pytest.raises(InputError) as err:  # nor any Mamba layer
+        _dense(("mamba",))
+    assert "training.kernels.cuda_graphs" in str(err.value)
     with pytest.raises(InputError) as err:  # a dense model has no MoE slot to capture
         _dense(("moe",))
     assert "training.kernels.cuda_graphs" in str(err.value)
