@@ -46,6 +46,7 @@ from dataclasses import replace
 
 from simulator.config.model import ModelConfig
 from simulator.workload import ops as wops
+from simulator.workload.hybrid import mamba_forward
 from simulator.workload.op import Op, memory_op
 
 #: Share of the datasheet HBM bandwidth the SSD kernels reach: tile-ai/tilelang ``benchmark/mamba2/README.md``
@@ -86,8 +87,6 @@ def ssd_bytes(model: ModelConfig, b: int, s: int, tp: int, units: tuple[int, int
 def mamba_layer_ops(model: ModelConfig, b: int, s: int, tp: int, pb: int, fp8: str | None, causal: bool,
                     sequence_parallel: bool) -> list[Op]:
     """Forward kernels of one Mamba-2 layer without its pre-norm's add + norm (module docstring)."""
-    from simulator.workload.hybrid import mamba_forward
-
     m, h, t = model.mamba, model.hidden_size, tp
     assert m is not None
     tokens = b * s
