@@ -271,8 +271,8 @@ def stage_activations(scenario: Scenario) -> list[ActivationBytes]:
     # the mlp module's saving is modelled for dense models; an MoE / MLA model's few dense blocks keep
     # their MLP's tensors here (an overestimate)
     dense_mlp = recompute.mlp(tr) and m.moe is None and not m.is_mla
-    per_layer = layer_activation_bytes(m, b, s, t, recompute=recompute.attention_mode(tr, par.framework),
-                                       mlp_recompute=dense_mlp, **common)
+    mode = recompute.attention_mode(tr, par.framework)
+    per_layer = layer_activation_bytes(m, b, s, t, recompute=mode, mlp_recompute=dense_mlp, **common)
     from simulator.workload import moe_memory  # imports this module
 
     if m.moe is not None or m.is_mla:  # routed tokens / MLA tensors instead of the dense ones
@@ -280,7 +280,6 @@ def stage_activations(scenario: Scenario) -> list[ActivationBytes]:
     kept = layer_activation_bytes(m, b, s, t, recompute="none", **common)  # a block without recomputation
     if m.is_hybrid:  # the pattern's average block (workload.hybrid)
         mask = MASK_BYTES if dropout else 0
-        mode = recompute.attention_mode(tr, par.framework)
         kinds = dict(region_div=t if sp else 1, p=pb, lin=lin, mask=mask)
         per_layer = hybrid.activation_bytes(m, per_layer, b, s, t, recompute=mode, mlp_recompute=dense_mlp, **kinds)
         kept = hybrid.activation_bytes(m, kept, b, s, t, recompute="none", mlp_recompute=False, **kinds)

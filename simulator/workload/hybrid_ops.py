@@ -84,6 +84,11 @@ def ssd_bytes(model: ModelConfig, b: int, s: int, tp: int, units: tuple[int, int
     return ux * x + us * states + ub * bc + uk * cb
 
 
+def _copy(name: str, elements: float, pb: int) -> Op:
+    """A ``.contiguous()`` copy (read and write once) whose backward is the same copy of the gradient."""
+    return replace(memory_op(name, elements, 2, pb, 0.0), bwd_bytes=2.0 * elements * pb)
+
+
 def mamba_layer_ops(model: ModelConfig, b: int, s: int, tp: int, pb: int, fp8: str | None, causal: bool,
                     sequence_parallel: bool) -> list[Op]:
     """Forward kernels of one Mamba-2 layer without its pre-norm's add + norm (module docstring)."""
@@ -94,8 +99,7 @@ def mamba_layer_ops(model: ModelConfig, b: int, s: int, tp: int, pb: int, fp8: s
     in_n, d = m.in_proj_dim // t, m.d_inner // t
     ops = wops._linear("mamba_in_proj", tokens, in_n, h, pb, 1, fp8, False, producer="norm", input_share=gathered)
     if b > 1:  # rearrange(..., "l b d -> b l d").contiguous(): a copy, and its gradient's
-        el = tokens * in_n
-        ops.append(replace(memory_op("mamba_rearrange_in", el, 2, pb, 0.0), bwd_bytes=2.0 * el * pb))
+        ops.append(_copy("mamba_rearrange_in", tokens * in_n, pb))
     conv = tokens * m.conv_dim / t
     ops.append(replace(memory_op("mamba_conv1d", conv, 2, pb, _CONV_FLOPS), bwd_launches=CONV_BWD_LAUNCHES,
                        bwd_bytes=CONV_BWD_PASSES * conv * pb))
@@ -104,8 +108,7 @@ def mamba_layer_ops(model: ModelConfig, b: int, s: int, tp: int, pb: int, fp8: s
                   bwd_launches=SSD_BWD_LAUNCHES, bwd_bytes=ssd_bytes(model, b, s, t, SSD_BWD_UNITS),
                   hbm_share=SSD_HBM_SHARE))
     if b > 1:
-        el = tokens * d
-        ops.append(replace(memory_op("mamba_rearrange_out", el, 2, pb, 0.0), bwd_bytes=2.0 * el * pb))
+        ops.append(_copy("mamba_rearrange_out", tokens * d, pb))
     ops.append(wops._norm("mamba_norm", tokens * d, pb, False))
     ops += wops._linear("mamba_out_proj", tokens, h, d, pb, 1, fp8, False)
     return ops
