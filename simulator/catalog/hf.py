@@ -26,7 +26,7 @@ Supported families and their key names (as written by each family's ``configurat
 - Gemma 3 (``gemma3_text``, or ``gemma3``'s ``text_config``, ``_gemma3``): Llama-style names with
   ``Gemma3TextConfig``'s defaults, GeGLU, four norms a block, per-head QK-norm and its window pattern;
   Gemma 2's logit softcapping is not modelled.
-- Nemotron-H (``nemotron_h``, ``_nemotron_h``): ``hybrid_override_pattern`` and the Mamba-2 keys
+- Nemotron-H and Nemotron 3 Nano (``nemotron_h``, ``_nemotron_h``): ``hybrid_override_pattern`` and the Mamba-2 keys
   ``mamba_num_heads``, ``mamba_head_dim``, ``ssm_state_size``, ``n_groups``, ``conv_kernel``, ``chunk_size``.
 - GPT-2: ``n_layer``, ``n_embd``, ``n_head``, ``n_inner`` (None ⇒ 4·n_embd), ``n_positions``;
   learned positions, tied head, biases.
@@ -226,12 +226,22 @@ def _nemotron_h(cfg: dict[str, Any]) -> dict[str, Any]:
     MLP layers in ``hybrid_override_pattern`` (``simulator.workload.hybrid``), a squared-ReLU MLP (two matrices,
     ``mlp_hidden_act`` relu2) and attention without position embeddings (Megatron-Bridge's Nemotron-H bridge
     sets ``position_embedding_type`` none). The convolution's bias is counted (Megatron-Core's ``MambaMixer``
-    asserts ``conv_bias``); biases elsewhere and MoE layers (``E``, Nemotron 3) are refused."""
+    asserts ``conv_bias``); biases elsewhere are refused. MoE layers (``E``, Nemotron 3 Nano) take
+    ``n_routed_experts``, ``num_experts_per_tok``, ``moe_intermediate_size`` and ``n_shared_experts`` of width
+    ``moe_shared_expert_intermediate_size`` (squared-ReLU experts); Nemotron 3 Super's latent experts
+    (``moe_latent_size``) are refused."""
     field = "model.hf_config"
     pattern = cfg["hybrid_override_pattern"]
+    moe = None
     if "E" in pattern:
-        raise InputError("nemotron_h: MoE layers ('E' in hybrid_override_pattern, Nemotron 3) in a hybrid model are "
-                         "not modelled", field)
+        if cfg.get("moe_latent_size"):
+            raise InputError("nemotron_h: latent MoE layers (moe_latent_size, Nemotron 3 Super's LatentMoE) are not "
+                             "modelled", field)
+        shared = int(cfg.get("n_shared_experts") or 0)
+        moe = {"n_experts": cfg["n_routed_experts"], "top_k": cfg["num_experts_per_tok"],
+               "expert_ffn_hidden_size": cfg["moe_intermediate_size"], "n_shared_experts": shared}
+        if shared:
+            moe["shared_expert_ffn_hidden_size"] = cfg["moe_shared_expert_intermediate_size"] // shared
     biased = [k for k in ("attention_bias", "mlp_bias", "use_bias", "mamba_proj_bias") if cfg.get(k)]
     if biased:
         raise InputError(f"nemotron_h: {biased[0]} true is not modelled (Nemotron-H has no linear biases)", field)
@@ -253,6 +263,7 @@ def _nemotron_h(cfg: dict[str, Any]) -> dict[str, Any]:
         "mamba": {"n_heads": cfg["mamba_num_heads"], "head_dim": cfg.get("mamba_head_dim", 64),
                   "state_size": cfg.get("ssm_state_size", 128), "n_groups": cfg.get("n_groups", 8),
                   "conv_kernel": cfg.get("conv_kernel", 4), "chunk_size": cfg.get("chunk_size", 128)},
+        **({"moe": moe} if moe else {}),
     }
 
 

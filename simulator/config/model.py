@@ -103,10 +103,11 @@ class ModelConfig(Frozen):
     mtp_layers: NonNegativeInt = 0
     #: A hybrid model's layers in order, Megatron-Core's ``hybrid_override_pattern`` (Hugging Face
     #: ``nemotron_h``): ``M`` a Mamba-2 layer (``model.mamba``), ``*`` an attention layer, ``-`` an MLP layer,
-    #: each with its own pre-norm and residual add (Nemotron-H 56B: 54 ``M``, 10 ``*``, 54 ``-``). A block of
-    #: dtsim is two consecutive layers of the pattern, so ``n_layers`` is half its length (filled in when
-    #: omitted); the workload counts each layer kind exactly (``simulator.workload.hybrid``). null = every block
-    #: is attention followed by an MLP.
+    #: ``E`` an MoE layer (``model.moe``, Nemotron 3), each with its own pre-norm and residual add (Nemotron-H
+    #: 56B: 54 ``M``, 10 ``*``, 54 ``-``). A block of dtsim is two consecutive layers of the pattern, so
+    #: ``n_layers`` is half its length (filled in when omitted); a block holding an ``E`` is an MoE block
+    #: (``is_moe_block``); the workload counts each layer kind exactly (``simulator.workload.hybrid``). null =
+    #: every block is attention followed by an MLP.
     hybrid_pattern: str | None = None
     #: The Mamba-2 mixers of ``hybrid_pattern``'s ``M`` layers (``simulator.config.mamba``).
     mamba: MambaConfig | None = None
@@ -157,13 +158,10 @@ class ModelConfig(Frozen):
                 raise ValueError("model.mamba describes the Mamba layers of a hybrid model: set model.hybrid_pattern "
                                  "(e.g. 'M-M*-') or remove model.mamba")
             return
-        odd = sorted(set(pattern) - set("M*-"))
-        if "E" in odd:
-            raise ValueError("model.hybrid_pattern: MoE layers ('E', Nemotron 3) in a hybrid pattern are not "
-                             "modelled; use M (Mamba), * (attention) and - (MLP) layers only")
+        odd = sorted(set(pattern) - set("M*-E"))
         if odd:
             raise ValueError(f"model.hybrid_pattern: unknown layer kind(s) {', '.join(map(repr, odd))}; use M "
-                             "(Mamba-2), * (attention) and - (MLP), as Megatron-Core's hybrid_override_pattern")
+                             "(Mamba-2), * (attention), - (MLP) and E (MoE), as Megatron-Core's hybrid_override_pattern")
         if not pattern or len(pattern) % 2:
             raise ValueError(f"model.hybrid_pattern has {len(pattern)} layers: dtsim's block is two consecutive "
                              "layers of the pattern, so the pattern needs an even, non-zero length")
@@ -172,9 +170,20 @@ class ModelConfig(Frozen):
                              f"set it to {len(pattern) // 2} ({len(pattern)} layers) or omit it")
         if "M" in pattern and self.mamba is None:
             raise ValueError("model.hybrid_pattern has Mamba layers (M): set model.mamba (at least n_heads)")
-        if self.moe is not None or self.is_mla or self.sandwich_norm or self.mtp_layers or self.sliding_window:
-            raise ValueError("model.hybrid_pattern (a Mamba hybrid) is modelled with dense GQA attention and MLP layers "
-                             "only: remove model.moe, attention: mla, sandwich_norm, mtp_layers and sliding_window")
+        if ("E" in pattern) != (self.moe is not None):
+            raise ValueError("model.hybrid_pattern's MoE layers (E) take their experts from model.moe: set both or "
+                             "neither")
+        pairs = [pattern[i:i + 2] for i in range(0, len(pattern), 2)]
+        if any("E" in p and sorted(p) not in (["E", "M"], ["*", "E"]) for p in pairs):
+            raise ValueError("model.hybrid_pattern: an MoE layer (E) is modelled beside one Mamba (M) or attention "
+                             "(*) layer in its block of two (Nemotron 3 alternates them); pairs such as EE or E- "
+                             "are not simulated")
+        if self.moe is not None and {"first_dense_layers", "layer_interval"} & self.moe.model_fields_set:
+            raise ValueError("model.moe.first_dense_layers / layer_interval: a hybrid's MoE layers are where "
+                             "model.hybrid_pattern puts its E layers; remove them")
+        if self.is_mla or self.sandwich_norm or self.mtp_layers or self.sliding_window:
+            raise ValueError("model.hybrid_pattern (a Mamba hybrid) is modelled with GQA attention, MLP and MoE "
+                             "layers only: remove attention: mla, sandwich_norm, mtp_layers and sliding_window")
 
     @property
     def is_hybrid(self) -> bool:
@@ -189,6 +198,30 @@ class ModelConfig(Frozen):
         if p is None:
             return 0, self.n_layers, self.n_layers
         return p.count("M"), p.count("*"), p.count("-")
+
+    def hybrid_class_counts(self, moe: bool | None = None) -> tuple[int, dict[str, int]]:
+        """(blocks, layers of each kind ``M``, ``*``, ``-``, ``E`` in them) of a hybrid's blocks with an MoE layer
+        (``moe`` True), without one (False) or all of them (None). A block is two consecutive layers of
+        ``hybrid_pattern``."""
+        p = self.hybrid_pattern
+        assert p is not None, "a hybrid model's"
+        pairs = [p[i:i + 2] for i in range(0, len(p), 2)]
+        picked = [q for q in pairs if moe is None or ("E" in q) == moe]
+        return len(picked), {k: sum(q.count(k) for q in picked) for k in "M*-E"}
+
+    def is_moe_block(self, i: int) -> bool:
+        """Whether block ``i`` (0-based) has routed experts: a hybrid's blocks holding an ``E`` layer of
+        ``hybrid_pattern``, otherwise ``model.moe``'s placement (``MoEConfig.is_moe_layer``)."""
+        if self.moe is None:
+            return False
+        if self.hybrid_pattern is not None:
+            return "E" in self.hybrid_pattern[2 * i:2 * i + 2]
+        return self.moe.is_moe_layer(i)
+
+    @property
+    def n_moe_blocks(self) -> int:
+        """Blocks with routed experts (:meth:`is_moe_block`)."""
+        return sum(1 for i in range(self.n_layers) if self.is_moe_block(i))
 
     @property
     def windowed_layers(self) -> int:

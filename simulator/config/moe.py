@@ -95,9 +95,6 @@ class MoEConfig(Frozen):
         """Whether block ``i`` (0-based) has routed experts."""
         return i >= self.first_dense_layers and (i - self.first_dense_layers) % self.layer_interval == 0
 
-    def n_moe_layers(self, n_layers: int) -> int:
-        return sum(1 for i in range(n_layers) if self.is_moe_layer(i))
-
 
 def check_layout(model, parallel, n_gpus: int, gpus_per_node: int) -> None:
     """Expert-parallel degrees against the model and the cluster (Megatron-Core's checks in

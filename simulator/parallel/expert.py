@@ -306,7 +306,7 @@ def attach(work: Any, scenario: Any, pb: int) -> Any:
     cp = getattr(par, "cp", 1)
     b, s, tp = tr.micro_batch_size, tr.seq_len // cp, par.tp  # a CP rank holds s/cp tokens
     ep, etp = getattr(par, "ep", 1), getattr(par, "etp", 1)
-    flags = tuple(model.moe is not None and model.moe.is_moe_layer(i) for i in range(model.n_layers))
+    flags = tuple(model.is_moe_block(i) for i in range(model.n_layers))
     flags += flags[-1:] * model.mtp_layers  # an MTP block is of the last block's kind (simulator.workload.mtp)
     dense_local = sum(wmoe.block_local(model, f, tp, ep, etp).dense for f in flags) / len(flags)
     changes: dict[str, Any] = {"layer_params": float(dense_local), "layer_bwd_pieces": ()}

@@ -275,14 +275,14 @@ def stage_activations(scenario: Scenario) -> list[ActivationBytes]:
     per_layer = layer_activation_bytes(m, b, s, t, recompute=mode, mlp_recompute=dense_mlp, **common)
     from simulator.workload import moe_memory  # imports this module
 
-    if m.moe is not None or m.is_mla:  # routed tokens / MLA tensors instead of the dense ones
-        per_layer += moe_memory.activation_delta_per_layer(scenario, pb)
     kept = layer_activation_bytes(m, b, s, t, recompute="none", **common)  # a block without recomputation
-    if m.is_hybrid:  # the pattern's average block (workload.hybrid)
+    if m.is_hybrid:  # the pattern's average block (workload.hybrid), its MoE layers as MLP layers here
         mask = MASK_BYTES if dropout else 0
         kinds = dict(region_div=t if sp else 1, p=pb, lin=lin, mask=mask)
         per_layer = hybrid.activation_bytes(m, per_layer, b, s, t, recompute=mode, mlp_recompute=dense_mlp, **kinds)
         kept = hybrid.activation_bytes(m, kept, b, s, t, recompute="none", mlp_recompute=False, **kinds)
+    if m.moe is not None or m.is_mla:  # routed tokens / MLA tensors instead of the dense ones
+        per_layer += moe_memory.activation_delta_per_layer(scenario, pb)
     transient = 0.0
     if tr.activation_checkpointing == "selective_op":  # what the recompute rebuilds for one block
         transient = max(0.0, kept - per_layer)

@@ -253,7 +253,7 @@ def step(
         extra += mla_up_recompute_blocks * mla.up_forward(model, b, s)
     if model.mtp_layers:  # MTP modules (workload.mtp): a block of the last kind, eh_proj, the head again
         # layer_groups lists the dense blocks' group first: the MoE group only if the last block is MoE
-        moe_last = model.moe is not None and model.moe.is_moe_layer(model.n_layers - 1)
+        moe_last = model.is_moe_block(model.n_layers - 1)
         last, h = groups[-1 if moe_last or len(groups) == 1 else 0][1], model.hidden_size
         extra += 3 * model.mtp_layers * (last.unwindowed + f * last.attention_core + logits_forward(model, b, s)
                                          + 2.0 * b * s * 2 * h * h)

@@ -210,10 +210,21 @@ def eager_share(kernels: Any, way: int, model: Any = None) -> float:
     fused function, one row-parallel linear; not measured) and captured by the ``mamba`` scope."""
     scopes = graphed(kernels)
     if model is not None and model.is_hybrid:
-        n_m, n_attn, n_mlp = model.hybrid_counts
-        mixer = ATTENTION_HALF[way] * (n_m * ("mamba" not in scopes) + n_attn * ("attn" not in scopes))
-        return (mixer + (1 - ATTENTION_HALF[way]) * n_mlp * ("mlp" not in scopes)) / model.n_layers
+        n, c = model.hybrid_class_counts(False)
+        return (mixer_share(model, scopes, way, False) * n
+                + (1 - ATTENTION_HALF[way]) * c["-"] * ("mlp" not in scopes)) / max(1, n)
     return 1.0 - ATTENTION_HALF[way] * ("attn" in scopes) - (1 - ATTENTION_HALF[way]) * ("mlp" in scopes)
+
+
+def mixer_share(model: Any, scopes: frozenset[str], way: int, moe: bool = True) -> float:
+    """The eager share of a block's sequence-mixer half (the reference block's ``ATTENTION_HALF``) left to
+    dispatch under the CUDA-graph ``scopes``: an attention layer's, or for a hybrid ``model`` the average over its
+    blocks with (``moe``) or without an MoE layer of their Mamba (scope ``mamba``) and attention (``attn``)
+    layers' (:func:`eager_share`)."""
+    if not model.is_hybrid:
+        return ATTENTION_HALF[way] * ("attn" not in scopes)
+    n, c = model.hybrid_class_counts(moe)
+    return ATTENTION_HALF[way] * (c["M"] * ("mamba" not in scopes) + c["*"] * ("attn" not in scopes)) / max(1, n)
 
 
 #: FLOP per HBM byte at which a kernel turns compute-bound (A100: 312 TFLOP/s / 2.0 TB/s = 156; H100
@@ -246,11 +257,12 @@ def spread(ops: tuple | list, host_s: float) -> tuple:
     return tuple(replace(op, host_s=host_s * _work(op) / total) for op in ops)
 
 
-def block_param_tensors(model: Any) -> float:
+def block_param_tensors(model: Any, moe: bool = False) -> float:
     """Parameter tensors of one block as Megatron lays them out: the QKV, output, MLP-up (gate and up
     fused) and MLP-down weights, their biases with ``linear_bias`` (the QKV's with ``qkv_bias``), two norms (four with
     ``sandwich_norm``; weight, and bias for a biased LayerNorm) and the QK-norms; a hybrid's average block
-    (``workload.hybrid_ops``) its layer kinds' tensors over the blocks."""
+    without (``moe`` False) or with an MoE layer (``workload.hybrid_ops``) its layer kinds' tensors over those
+    blocks, an MoE layer counted as an MLP layer (``moe_host.param_tensors`` replaces its two linears)."""
     linears = 4 + (4 if model.linear_bias else int(model.has_qkv_bias))
     norm = 2 if (model.norm == "layernorm" and model.linear_bias) else 1
     dense = linears + model.block_norms * norm + (2 * norm if model.qk_norm else 0)
@@ -259,9 +271,9 @@ def block_param_tensors(model: Any) -> float:
     # a hybrid's average block: an MLP layer's two linears (and biases) and norm, an attention layer the rest of
     # the dense block; a Mamba layer's input and output projections, its pre-norm, the convolution's weight and
     # bias, dt_bias, A_log, D and the gated norm's weight (Megatron-Core ``MambaMixer``)
-    n_m, n_attn, n_mlp = model.hybrid_counts
+    n, c = model.hybrid_class_counts(moe)
     mlp = 2 + (2 if model.linear_bias else 0) + norm
-    return (n_m * (8 + norm) + n_attn * (dense - mlp) + n_mlp * mlp) / model.n_layers
+    return (c["M"] * (8 + norm) + c["*"] * (dense - mlp) + (c["-"] + c["E"]) * mlp) / max(1, n)
 
 
 def pytorch_fsdp_version(par: Any) -> int:

@@ -25,6 +25,12 @@ One Mamba-2 layer (Megatron-Core ``MambaMixer``; Dao & Gu 2024, arXiv:2405.21060
   s·Q·N·G`` multiply-adds a layer). The convolution (``2k`` FLOPs per channel and token) and the state passing
   between chunks are not matrix products and are left out, as elsewhere in ``simulator.workload.flops``.
 
+MoE layers (``E``, Nemotron 3 Nano; NVIDIA, arXiv:2512.20848) alternate with the mixers, one per block of two
+(``ModelConfig._check_hybrid``): a block holding one is an MoE block (``ModelConfig.is_moe_block``), whose router,
+experts and shared experts are ``simulator.workload.moe``'s and whose other layer is the average mixer of the MoE
+blocks (Nemotron 3 Nano: 20 Mamba and 3 attention layers over its 23 MoE blocks); the blocks without one average
+their own layers (its three ``*M`` blocks). The functions here take that class (``moe``) where it matters.
+
 The step's kernels of each layer kind are ``simulator.workload.hybrid_ops``'s; the activations each keeps for the
 backward :func:`activation_bytes`'s.
 """
@@ -67,22 +73,24 @@ def layer_kinds(model: ModelConfig) -> dict[str, wparams.LayerParams]:
     }
 
 
-def _summed(model: ModelConfig) -> wparams.LayerParams:
-    """All the pattern's layers together (exact integers): each kind times its count."""
+def _summed(model: ModelConfig, moe: bool | None = None) -> wparams.LayerParams:
+    """The ``M``, ``*`` and ``-`` layers of the blocks with (``moe`` True), without (False) an MoE layer or of all
+    (None) together (exact integers): each kind times its count. ``E`` layers are ``simulator.workload.moe``'s."""
     kinds = layer_kinds(model)
-    counts = dict(zip("M*-", model.hybrid_counts, strict=True))
+    counts = model.hybrid_class_counts(moe)[1]
     fields = ("attention", "mlp", "norms", "sharded", "replicated")
-    return wparams.LayerParams(**{f: sum(c * getattr(kinds[k], f) for k, c in counts.items()) for f in fields})
+    return wparams.LayerParams(**{f: sum(counts[k] * getattr(kinds[k], f) for k in kinds) for f in fields})
 
 
 def blocks_total(model: ModelConfig) -> int:
-    """Parameters of all the pattern's layers (exact)."""
+    """Parameters of all the pattern's ``M``, ``*`` and ``-`` layers (exact)."""
     return _summed(model).total
 
 
-def average_block(model: ModelConfig) -> wparams.LayerParams:
-    """The pattern's layers over ``n_layers`` blocks (fields are averages, not integers)."""
-    s, n = _summed(model), model.n_layers
+def average_block(model: ModelConfig, moe: bool = False) -> wparams.LayerParams:
+    """The ``M``, ``*`` and ``-`` layers of the blocks without (``moe`` False) or with an MoE layer, over those
+    blocks (fields are averages, not integers); all zero when there are none."""
+    s, n = _summed(model, moe), max(1, model.hybrid_class_counts(moe)[0])
     return wparams.LayerParams(attention=s.attention / n, mlp=s.mlp / n, norms=s.norms / n, sharded=s.sharded / n,
                                replicated=s.replicated / n)
 
@@ -98,15 +106,25 @@ def mamba_forward(model: ModelConfig, b: int, s: int, causal: bool) -> LayerFlop
     return LayerFlops(ssm=2.0 * tokens * (h * m.in_proj_dim + m.d_inner * h), scan=scan)
 
 
-def layer_groups(model: ModelConfig, b: int, s: int, causal: bool) -> list[tuple[int, LayerFlops]]:
-    """``[(layers, LayerFlops)]`` of the pattern: its attention layers (a block's attention part), MLP layers
-    (its MLP) and Mamba layers (:func:`mamba_forward`)."""
-    n_m, n_attn, n_mlp = model.hybrid_counts
+def layer_groups(model: ModelConfig, b: int, s: int, causal: bool,
+                 moe: bool | None = None) -> list[tuple[int, LayerFlops]]:
+    """``[(layers, LayerFlops)]`` of the blocks without (``moe`` False), with an MoE layer (True) or of all (None):
+    their attention layers (a block's attention part), MLP layers (its MLP) and Mamba layers
+    (:func:`mamba_forward`); ``E`` layers are ``simulator.workload.moe``'s."""
+    c = model.hybrid_class_counts(moe)[1]
     dense = dense_layer_forward(model, b, s, causal)
-    groups = [(n_attn, replace(dense, mlp=0.0)), (n_mlp, LayerFlops(mlp=dense.mlp))]
-    if n_m:
-        groups.append((n_m, mamba_forward(model, b, s, causal)))
-    return [(c, lay) for c, lay in groups if c]
+    groups = [(c["*"], replace(dense, mlp=0.0)), (c["-"], LayerFlops(mlp=dense.mlp))]
+    if c["M"]:
+        groups.append((c["M"], mamba_forward(model, b, s, causal)))
+    return [(n, lay) for n, lay in groups if n]
+
+
+def class_forward(model: ModelConfig, b: int, s: int, causal: bool, moe: bool) -> LayerFlops:
+    """Forward FLOPs of the average block without (``moe`` False) or with an MoE layer, its ``E`` layer's left
+    out (:func:`layer_groups` over those blocks)."""
+    groups, n = layer_groups(model, b, s, causal, moe), max(1, model.hybrid_class_counts(moe)[0])
+    fields = ("q", "kv", "scores", "attn_v", "out_proj", "mlp", "ssm", "scan")
+    return LayerFlops(**{f: sum(c * getattr(lay, f) for c, lay in groups) / n for f in fields})
 
 
 def activation_bytes(model: ModelConfig, dense: float, b: int, s: int, tp: int, *, region_div: int, p: int,
@@ -115,7 +133,8 @@ def activation_bytes(model: ModelConfig, dense: float, b: int, s: int, tp: int, 
     ``workload.activations.layer_activation_bytes`` gives a transformer block of the model's attention and MLP
     layers (``region_div``, ``p``, ``lin``, ``mask`` as there). An MLP layer keeps its norm's input ``p·sbh``, its
     mask and its input ``lin·sbh`` (÷``region_div``), and its tensor-parallel tensors ``sb·f·(p·(k−1) + lin)/t``
-    (neither with the ``mlp`` recompute module); an attention layer the rest of ``dense``. A Mamba layer
+    (neither with the ``mlp`` recompute module), and so does an MoE layer (``E``: what its routed and shared experts
+    keep beyond a dense MLP's is ``moe_memory``'s); an attention layer the rest of ``dense``. A Mamba layer
     (``mamba_split_conv1d_scan_combined`` saves the whole input projection output and the pre-gate scan output;
     the gated norm its input and fp32 ``1/rms`` per group; the output projection its input): its norm's input,
     mask and input, ``(p + lin)·sbh + mask·sbh`` (÷``region_div``), and ``sb·(p·(2d + 2GN + H) + 2p·d + lin·d +
@@ -124,7 +143,8 @@ def activation_bytes(model: ModelConfig, dense: float, b: int, s: int, tp: int, 
     sb, h = s * b, model.hidden_size
     if recompute == "full":
         return 2 * p * sb * h / region_div
-    n_m, n_attn, n_mlp = model.hybrid_counts
+    c = model.hybrid_class_counts()[1]
+    n_m, n_attn, n_mlp = c["M"], c["*"], c["-"] + c["E"]
     tensors = 0.0 if mlp_recompute else sb * model.ffn_hidden_size * (p * (model.mlp_matrices - 1) + lin) / tp
     mlp = sb * h * (p + mask + (0 if mlp_recompute else lin)) / region_div + tensors
     total = n_attn * (dense - mlp) + n_mlp * mlp

@@ -7,6 +7,10 @@ kind's layers per block (Nemotron-H 56B: 54/59 Mamba, 10/59 attention, 54/59 MLP
 model multiplies into their GPU and host time. Every stage that holds the whole pattern (``parallel.pp`` 1,
 the only layout accepted for hybrids, ``hybrid.check_simulated``) runs exactly the pattern's kernels.
 
+A hybrid with MoE layers (``E``) has two such averages, one over its MoE blocks (the mixer layer, then the MoE
+layer's pre-norm, before the router and experts of ``workload.moe_ops``) and one over the rest (``block_ops``'s
+``moe``).
+
 The attention and MLP layers are the two halves of ``workload.ops.layer_ops``'s transformer block: split at
 ``post_attn_add_norm``, the residual add that ends the mixer layer fused with the MLP layer's pre-norm. The
 mixer layers' (attention and Mamba) add + norm is the block's ``input_add_norm``.
@@ -115,20 +119,23 @@ def mamba_layer_ops(model: ModelConfig, b: int, s: int, tp: int, pb: int, fp8: s
 
 
 def block_ops(model: ModelConfig, dense: list[Op], b: int, s: int, tp: int, pb: int, fp8: str | None,
-              recompute: str, sequence_parallel: bool) -> list[Op]:
-    """The average hybrid block (module docstring) from ``dense``, ``workload.ops.layer_ops``'s transformer block
-    of the model's attention and MLP layers: its add + norm, attention and MLP ops, and the Mamba layer's, each
-    weighted by its kind's layers per block. Full recomputation re-runs the Mamba ops too."""
-    n_m, n_attn, n_mlp = model.hybrid_counts
-    n = model.n_layers
+              recompute: str, sequence_parallel: bool, moe: bool = False) -> list[Op]:
+    """The average hybrid block without (``moe`` False) or with an MoE layer (module docstring) from ``dense``,
+    ``workload.ops.layer_ops``'s transformer block of the model's attention and MLP layers: its add + norm,
+    attention and MLP ops, and the Mamba layer's, each weighted by its kind's layers per block of the class. An
+    MoE block's ``E`` layer keeps only its pre-norm here (the add + norm that ends its mixer layer), its router
+    and experts being ``workload.moe_ops``'s. Full recomputation re-runs the Mamba ops too."""
+    n, c = model.hybrid_class_counts(moe)
+    n = max(1, n)
     cut = next(i for i, op in enumerate(dense) if op.name.startswith("post_attn"))
     mixer_norm, attention, mlp = dense[:1], dense[1:cut], dense[cut:]
+    pre_norm = [op for op in mlp if op.name.startswith("post_attn")]
 
     def weighted(ops: list[Op], layers: int) -> list[Op]:
         return [replace(op, weight=layers / n) for op in ops] if layers else []
 
-    mamba = mamba_layer_ops(model, b, s, tp, pb, fp8, True, sequence_parallel) if n_m else []
+    mamba = mamba_layer_ops(model, b, s, tp, pb, fp8, True, sequence_parallel) if c["M"] else []
     if recompute == "full":
         mamba = [replace(op, recompute=True) for op in mamba]
-    return (weighted(mixer_norm, n_m + n_attn) + weighted(attention, n_attn) + weighted(mamba, n_m)
-            + weighted(mlp, n_mlp))
+    return (weighted(mixer_norm, c["M"] + c["*"]) + weighted(attention, c["*"]) + weighted(mamba, c["M"])
+            + weighted(mlp, c["-"]) + weighted(pre_norm, c["E"]))

@@ -27,11 +27,11 @@ matrix product).
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from simulator.config.model import ModelConfig
-from simulator.workload import mla
+from simulator.workload import hybrid, mla
 from simulator.workload import params as wparams
 
 
@@ -59,7 +59,7 @@ class BlockParams:
 
 
 def _is_moe(model: ModelConfig, i: int) -> bool:
-    return model.moe is not None and model.moe.is_moe_layer(i)
+    return model.is_moe_block(i)
 
 
 def _mlp_params(model: ModelConfig, width: int) -> tuple[int, int, int]:
@@ -73,7 +73,13 @@ def block(model: ModelConfig, moe_layer: bool) -> BlockParams:
     """Parameters of one block: dense (``moe_layer=False``) or MoE (formulas: module docstring)."""
     dense = wparams.dense_layer(model)
     h = model.hidden_size
-    if model.is_mla:
+    if model.is_hybrid:  # the block's other layers (hybrid.average_block); an MoE block's E layer has its pre-norm
+        mix = hybrid.average_block(model, moe_layer)
+        if not moe_layer:
+            return BlockParams(mix.attention, mix.mlp, mix.norms, 0, 0, mix.sharded, mix.replicated, mix.total)
+        attention, norms = mix.attention, mix.norms + wparams.norm_params(model, h)
+        attn_sharded, attn_repl = mix.sharded, mix.replicated - mix.norms
+    elif model.is_mla:
         att = mla.params(model)
         attention = att.sharded + att.replicated - att.norms
         norms = 2 * wparams.norm_params(model, h) + att.norms
@@ -116,9 +122,10 @@ def count(model: ModelConfig) -> wparams.ParamCounts:
     """Exact total and active parameter counts of an MoE and/or MLA model."""
     blks = blocks(model)
     base = wparams.dense_count(model)  # embeddings, head and norms outside the blocks are the same
-    outside = base.total - model.n_layers * base.per_layer
-    total = outside + sum(bk.total for bk in blks)
-    active = outside + sum(bk.active for bk in blks)
+    outside = base.embedding + base.lm_head + base.final_norm + base.embedding_norm
+    # a hybrid's blocks are averages (hybrid.average_block) whose sums are whole numbers
+    total = outside + round(sum(bk.total for bk in blks))
+    active = outside + round(sum(bk.active for bk in blks))
     h = model.hidden_size
     widest = max(model.ffn_hidden_size, model.moe.expert_ffn_hidden_size if model.moe else 0)
     largest = max(base.embedding, h * widest, h * model.q_dim if not model.is_mla else 0)
@@ -185,10 +192,6 @@ def stage_local(model: ModelConfig, tp: int, pp: int, ep: int, etp: int, stage: 
     return LocalParams(sum(p.dense for p in parts) + own + outside, sum(p.experts for p in parts))
 
 
-def n_moe_layers(model: ModelConfig) -> int:
-    return model.moe.n_moe_layers(model.n_layers) if model.moe else 0
-
-
 def layer_forward(model: ModelConfig, b: int, s: int, causal: bool, moe_layer: bool):
     """Forward FLOPs of one block (``flops.LayerFlops``): MLA or standard attention; the dense MLP,
     or router ``2·T·h·E`` + routed experts ``2·k_mlp·T·h·f_e·top_k`` + shared experts
@@ -196,7 +199,9 @@ def layer_forward(model: ModelConfig, b: int, s: int, causal: bool, moe_layer: b
     from simulator.workload import flops
 
     base = flops.dense_layer_forward(model, b, s, causal)
-    if model.is_mla:
+    if model.is_hybrid:  # the block's other layers; an MoE block's have no MLP (ModelConfig._check_hybrid)
+        base = hybrid.class_forward(model, b, s, causal, moe_layer)
+    elif model.is_mla:
         f = mla.forward(model, b, s, causal)
         base = flops.LayerFlops(q=f.q, kv=f.kv, scores=f.scores, attn_v=f.attn_v, out_proj=f.out_proj,
                                 mlp=base.mlp)
@@ -205,8 +210,7 @@ def layer_forward(model: ModelConfig, b: int, s: int, causal: bool, moe_layer: b
     m, h, t = model.moe, model.hidden_size, b * s
     mlp = (2.0 * t * h * m.n_experts + 2.0 * model.mlp_matrices * t * h * m.top_k * m.expert_ffn_hidden_size
            + shared_forward(model, b, s))
-    return flops.LayerFlops(q=base.q, kv=base.kv, scores=base.scores, attn_v=base.attn_v,
-                            out_proj=base.out_proj, mlp=mlp)
+    return replace(base, mlp=mlp)
 
 
 def shared_forward(model: ModelConfig, b: int, s: int) -> float:
@@ -218,7 +222,7 @@ def shared_forward(model: ModelConfig, b: int, s: int) -> float:
 
 def layer_groups(model: ModelConfig, b: int, s: int, causal: bool) -> list[tuple[int, object]]:
     """[(number of blocks, their ``LayerFlops``)] for the dense and the MoE blocks."""
-    n_moe = n_moe_layers(model)
+    n_moe = model.n_moe_blocks
     out = []
     if model.n_layers - n_moe:
         out.append((model.n_layers - n_moe, layer_forward(model, b, s, causal, False)))

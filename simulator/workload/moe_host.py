@@ -32,7 +32,8 @@ forward and 0.96 of its backward; the FP8 row is the difference of the FP8 and 1
 forward ``pre``, 0.53 is the router with the pre-MLP norm and 0.14 the dispatcher's preprocessing (the
 same at 1-32 experts): the shares that CUDA graphs of scope ``moe_router`` and ``moe_preprocess`` take
 off (``training.kernels.cuda_graphs``; the router's share off the backward ``pre`` too, the
-preprocessing has no backward). ``attn`` takes the attention half off, ``moe`` the whole MoE slot (router,
+preprocessing has no backward). ``attn`` takes the attention half off (a hybrid's MoE block: its attention or Mamba layer, ``mamba`` the latter;
+``host.mixer_share``), ``moe`` the whole MoE slot (router,
 dispatcher, experts and combine, with the shared experts and GPT-OSS's eager extras), ``full_iteration``
 everything.
 A block with shared experts adds the reference block's MLP half (1 − the attention half) for them.
@@ -125,7 +126,7 @@ def param_tensors(model: Any, local_experts: int) -> int:
     per expert, and one bias with ``linear_bias``) and the shared experts' two weights."""
     per_linear = 2 if model.linear_bias else 1
     shared = 2 if model.moe.n_shared_experts else 0
-    return whost.block_param_tensors(model) - 2 * per_linear + 1 + 2 * local_experts * per_linear + shared
+    return whost.block_param_tensors(model, True) - 2 * per_linear + 1 + 2 * local_experts * per_linear + shared
 
 
 def _host(piece: str, way: int, local_experts: int, fp8: str | None, scopes: frozenset[str], code: float = 1.0,
@@ -192,7 +193,7 @@ def forward(ops: Any, model: Any, kernels: Any, framework: str, local_experts: i
     code = whost.mcore_scale(model, kernels, framework, "moe", fp8, te_share)[0]
     te = te_share * whost.is_megatron_core(model, kernels, framework)
     extras = _extras(model, kernels, 0, local_experts, scopes, code)
-    seconds = (whost.ATTENTION_HALF[0] * ("attn" not in scopes) * code + sum(extras.values())
+    seconds = (whost.mixer_share(model, scopes, 0) * code + sum(extras.values())
                + sum(_host(p, 0, local_experts, fp8, scopes, code, te) for p in PIECES))
     if ops.shared and "moe" not in scopes:
         seconds += (1 - whost.ATTENTION_HALF[0]) * code
@@ -222,7 +223,7 @@ def backward(bwd: tuple, model: Any, kernels: Any, framework: str, local_experts
     ref, scopes = whost.BLOCK_HOST_S[style][1], whost.graphed(kernels)
     code = whost.mcore_scale(model, kernels, framework, "moe", fp8, te_share)[1]
     te = te_share * whost.is_megatron_core(model, kernels, framework)
-    total = (whost.ATTENTION_HALF[1] * ("attn" not in scopes) * code
+    total = (whost.mixer_share(model, scopes, 1) * code
              + sum(_extras(model, kernels, 1, local_experts, scopes, code).values())
              + sum(_host(p, 1, local_experts, fp8, scopes, code, te) for p in PIECES)) * ref
     if bwd[2] and "moe" not in scopes:

@@ -49,7 +49,7 @@ def activation_delta_per_layer(scenario: Any, pb: int) -> float:
     0 under full recomputation (only block inputs are stored)."""
     if scenario.training.activation_checkpointing == "full":
         return 0.0
-    moe_part = moe_block_extra(scenario, pb) * wmoe.n_moe_layers(scenario.model) / scenario.model.n_layers
+    moe_part = moe_block_extra(scenario, pb) * scenario.model.n_moe_blocks / scenario.model.n_layers
     return moe_part + mla_block_extra(scenario, pb)
 
 

@@ -240,6 +240,10 @@ def _attention_part(model, b, s, tp, pb, kernels, recompute, fp8: str | None = N
         return _linearize(att, fp8), _linearize(mlp, fp8)
     full = wops.layer_ops(model, b, s, tp, pb, kernels, "selective" if recompute == "selective" else "none", fp8=fp8,
                           sequence_parallel=sequence_parallel, linear=linear)
+    if model.is_hybrid:  # an MoE block's mixer layer (Mamba or attention, averaged) and the MoE layer's pre-norm
+        from simulator.workload import hybrid_ops
+
+        return hybrid_ops.block_ops(model, full, b, s, tp, pb, fp8, recompute, sequence_parallel, moe=True), []
     cut = max(i for i, op in enumerate(full) if op.name.startswith("post_attn")) + 1
     return full[:cut], full[cut:]
 

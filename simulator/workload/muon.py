@@ -103,7 +103,7 @@ def costs(model: Any, steps: int, tp: int = 1, etp: int = 1) -> tuple[NSCost | N
     dense: list = []
     experts: list = []
     for i in range(model.n_layers):
-        moe_layer = model.moe is not None and model.moe.is_moe_layer(i)
+        moe_layer = model.is_moe_block(i)
         d, e = block_matrices(model, moe_layer, tp, etp)
         dense += d
         experts += [(r, c, n * model.moe.n_experts) for r, c, n in e]

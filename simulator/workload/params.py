@@ -196,7 +196,7 @@ def layer_local(model: ModelConfig, tp: int = 1) -> int:
     if model.moe is not None or model.is_mla:
         from simulator.workload import moe
 
-        flags = [model.moe is not None and model.moe.is_moe_layer(i) for i in range(model.n_layers)]
+        flags = [model.is_moe_block(i) for i in range(model.n_layers)]
         return int(sum(moe.block_local(model, f, tp).dense for f in flags) / model.n_layers)
     blk = layer(model)
     if model.is_hybrid:  # an average block (hybrid.average_block)

@@ -145,7 +145,7 @@ def mlp_blocks(scenario: Any) -> int:
     m = scenario.model
     if not mlp(scenario.training):
         return 0
-    return m.n_layers - (m.moe.n_moe_layers(m.n_layers) if m.moe is not None else 0)
+    return m.n_layers - m.n_moe_blocks
 
 
 def moe_blocks(scenario: Any, module: str) -> int:
@@ -155,7 +155,7 @@ def moe_blocks(scenario: Any, module: str) -> int:
     m = scenario.model
     if m.moe is None or module not in modules(scenario.training):
         return 0
-    return m.moe.n_moe_layers(m.n_layers) + (m.mtp_layers if m.moe.is_moe_layer(m.n_layers - 1) else 0)
+    return m.n_moe_blocks + (m.mtp_layers if m.is_moe_block(m.n_layers - 1) else 0)
 
 
 def mla_up_blocks(scenario: Any) -> int:
