@@ -204,7 +204,7 @@ class ModelConfig(Frozen):
         (``moe`` True), without one (False) or all of them (None). A block is two consecutive layers of
         ``hybrid_pattern``."""
         p = self.hybrid_pattern
-        assert p is not None, "a hybrid model's"
+        assert p is not None  # a hybrid's (is_hybrid)
         pairs = [p[i:i + 2] for i in range(0, len(p), 2)]
         picked = [q for q in pairs if moe is None or ("E" in q) == moe]
         return len(picked), {k: sum(q.count(k) for q in picked) for k in "M*-E"}

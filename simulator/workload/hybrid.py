@@ -161,7 +161,7 @@ def check_simulated(scenario: Any) -> None:
     ``MambaModel`` (the framework that trains one) with its fused kernels; the average block
     (``workload.hybrid_ops``) is exact only when a stage holds the whole pattern (``parallel.pp`` 1); Megatron-Core
     splits Mamba heads and groups over tensor-parallel ranks; its Mamba layers have no context-parallel,
-    TP-overlap, LoRA or op-level recompute path here. ``dtsim export`` refuses a hybrid (``interop.pipeline``)."""
+    TP-overlap, LoRA, Muon or op-level recompute path here. ``dtsim export`` refuses a hybrid (``interop.pipeline``)."""
     model = scenario.model
     if not model.is_hybrid:
         return
@@ -176,6 +176,8 @@ def check_simulated(scenario: Any) -> None:
         (bool(par.tp_comm_overlap) and par.tp > 1, "tp_comm_overlap with a Mamba hybrid is not simulated; set "
          "parallel.tp_comm_overlap: false", "parallel.tp_comm_overlap"),
         (tr.lora is not None, "LoRA on a Mamba hybrid is not simulated; remove training.lora", "training.lora"),
+        (tr.optimizer == "muon", "Muon on a Mamba hybrid is not simulated (its Newton-Schulz matrices are a "
+         "transformer block's); use training.optimizer: adam", "training.optimizer"),
         (tr.activation_checkpointing == "selective_op", "selective_op recomputation is torchtitan's; use none, "
          "selective or full with a Mamba hybrid", "training.activation_checkpointing"),
         (not tr.kernels.fused_norm_residual or tr.kernels.compile or not tr.kernels.flash_attention,

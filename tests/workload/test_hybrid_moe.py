@@ -13,6 +13,7 @@ from simulator import catalog
 from simulator.catalog.hf import model_dict_from_hf
 from simulator.config.kernels import KernelConfig
 from simulator.config.model import ModelConfig
+from simulator.errors import InputError
 from simulator.python_api import simulate
 from simulator.workload import host, moe, moe_ops, params
 
@@ -28,6 +29,10 @@ NANO_HF = {
     "num_hidden_layers": 52, "num_key_value_heads": 2, "ssm_state_size": 128, "tie_word_embeddings": False,
     "use_bias": False, "use_conv_bias": True, "vocab_size": 131072,
 }
+
+
+def _kernels() -> KernelConfig:
+    return KernelConfig()
 
 
 @pytest.fixture(scope="module")
@@ -74,16 +79,12 @@ def test_moe_block_flops_by_hand(nano):
 
 
 def test_moe_block_kernels_are_its_mixer_and_the_moe_layer(nano):
-    ops = moe_ops.moe_block_ops(nano, 2, 8192, 1, 2, catalog_kernels(), "none", ep=8)
+    ops = moe_ops.moe_block_ops(nano, 2, 8192, 1, 2, _kernels(), "none", ep=8)
     pre = {op.name: op.weight for op in ops.pre}
     assert pre["mamba_ssd"] == pytest.approx(20 / 23) and pre["attention"] == pytest.approx(3 / 23)
     assert pre["input_add_norm"] == 1.0 and pre["post_attn_add_norm"] == 1.0  # each layer's add + norm once
     assert "mlp_up" not in pre and pre["router"] == 1.0
     assert ops.routed_tokens == 2 * 8192 * 6 and ops.local_experts == 16
-
-
-def catalog_kernels():
-    return KernelConfig()
 
 
 def test_mixer_host_share_follows_the_graphed_layers(nano):
@@ -93,7 +94,7 @@ def test_mixer_host_share_follows_the_graphed_layers(nano):
     assert host.mixer_share(nano, frozenset({"mamba"}), 0) == pytest.approx(half * 3 / 23)
     assert host.mixer_share(nano, frozenset({"attn", "mamba"}), 0) == 0.0
     # the three dense blocks hold one Mamba and one attention layer each
-    assert host.eager_share(catalog_kernels(), 0, nano) == pytest.approx(2 * half)
+    assert host.eager_share(_kernels(), 0, nano) == pytest.approx(2 * half)
 
 
 def test_hf_import_equals_catalog(tmp_path, nano):
@@ -134,3 +135,11 @@ def test_a_nano_step_runs_end_to_end():
         "parallel": {"framework": "ddp", "ep": 8, "distributed_optimizer": True}})
     # the 23 MoE blocks' expert all-to-alls are on the link
     assert result.step.breakdown["by_dimension"]["ep"]["on_link_s"] > 0
+
+
+def test_muon_on_a_hybrid_is_refused_naming_the_key():
+    with pytest.raises(InputError, match="training.optimizer"):
+        simulate({"model": "nemotron-3-nano-30b-a3b", "cluster": {"topology": "dgx-h100", "nodes": 1},
+                  "training": {"seq_len": 4096, "micro_batch_size": 1, "global_batch_size": 16, "precision": "bf16",
+                               "optimizer": "muon"},
+                  "parallel": {"framework": "ddp", "ep": 8, "distributed_optimizer": True}})
