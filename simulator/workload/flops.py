@@ -12,7 +12,7 @@ Attention convention (formulas.md §1.1): ``causal=False`` counts the whole ``s 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Literal, NamedTuple  # noqa: F401
 
 from simulator.config.model import ModelConfig
@@ -99,11 +99,13 @@ def layer_forward(model: ModelConfig, b: int, s: int, causal: bool) -> LayerFlop
     average block (``simulator.workload.moe`` counts dense and MoE blocks apart); for a Mamba hybrid, the
     pattern's layers over its blocks (``simulator.workload.hybrid``)."""
     if model.moe is not None or model.is_mla or model.is_hybrid:
-        groups = _groups(model, b, s, causal)
-        n = model.n_layers
-        fields = ("q", "kv", "scores", "attn_v", "out_proj", "mlp", "ssm", "scan")
-        return LayerFlops(**{f: sum(c * getattr(lay, f) for c, lay in groups) / n for f in fields})
+        return average(_groups(model, b, s, causal), model.n_layers)
     return dense_layer_forward(model, b, s, causal)
+
+
+def average(groups: list, n: int) -> LayerFlops:
+    """``[(count, LayerFlops)]`` summed field by field over ``n`` blocks: the average block."""
+    return LayerFlops(**{f.name: sum(c * getattr(lay, f.name) for c, lay in groups) / n for f in fields(LayerFlops)})
 
 
 def _groups(model: ModelConfig, b: int, s: int, causal: bool) -> list:

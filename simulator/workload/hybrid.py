@@ -43,7 +43,7 @@ from typing import Any
 from simulator.config.model import ModelConfig
 from simulator.errors import InputError
 from simulator.workload import params as wparams
-from simulator.workload.flops import LayerFlops, dense_layer_forward
+from simulator.workload.flops import LayerFlops, average, dense_layer_forward
 
 
 def mamba_mixer_params(model: ModelConfig) -> int:
@@ -122,9 +122,7 @@ def layer_groups(model: ModelConfig, b: int, s: int, causal: bool,
 def class_forward(model: ModelConfig, b: int, s: int, causal: bool, moe: bool) -> LayerFlops:
     """Forward FLOPs of the average block without (``moe`` False) or with an MoE layer, its ``E`` layer's left
     out (:func:`layer_groups` over those blocks)."""
-    groups, n = layer_groups(model, b, s, causal, moe), max(1, model.hybrid_class_counts(moe)[0])
-    fields = ("q", "kv", "scores", "attn_v", "out_proj", "mlp", "ssm", "scan")
-    return LayerFlops(**{f: sum(c * getattr(lay, f) for c, lay in groups) / n for f in fields})
+    return average(layer_groups(model, b, s, causal, moe), max(1, model.hybrid_class_counts(moe)[0]))
 
 
 def activation_bytes(model: ModelConfig, dense: float, b: int, s: int, tp: int, *, region_div: int, p: int,
