@@ -64,12 +64,15 @@ from simulator.hardware.efficiency import Efficiency
 from simulator.hardware.kernels import (
     DEFAULT_TILES,
     EAGER,
+    REFERENCE_SM_ISSUE_HZ,
     TILES,
     LaunchCosts,
+    REFERENCE_HBM_Bps,
     gemm_shape_factor,
     grouped_gemm_fixed_s,
     k_half,
     sm_count,
+    sm_issue_Hz,
 )
 
 #: Forward FP8 GEMM speed-up of fast accumulation over the precise accumulation the FP8 MAMF is
@@ -114,8 +117,12 @@ class RooflineComputeModel:
         self.non_tn_fp8 = gpu.arch in NON_TN_FP8_ARCHS
         self.attn_peak = gpu.sustained_peak_flops(attn_dtype) * flops_scale
         self.hbm_Bps = gpu.hbm_bandwidth_Bps * efficiency.hbm_fraction * hbm_scale
-        #: datasheet bandwidth (with the what-if scale), for kernels measured at their own share (``Op.hbm_share``)
-        self.hbm_datasheet_Bps = gpu.hbm_bandwidth_Bps * hbm_scale
+        #: this GPU's SMs x clock over the H100-class reference's, for kernels bound by their SMs' issue rate
+        #: (``Op.sm_bound_Bps``); an architecture without a tensor width in ``kernels.TENSOR_FMA_PER_SM_CLOCK``
+        #: scales them with its datasheet HBM bandwidth over the H100's 3.35 TB/s instead
+        issue = sm_issue_Hz(gpu.arch, self.attn_peak)
+        self.sm_issue_scale = (issue / REFERENCE_SM_ISSUE_HZ if issue is not None
+                               else gpu.hbm_bandwidth_Bps * hbm_scale / REFERENCE_HBM_Bps)
         self._cache: dict[int, tuple[tuple, float, float]] = {}
         #: the fused attention kernel and its (forward, backward) rates in FLOP/s at long sequence
         self.attention_impl = attention_impl
@@ -164,10 +171,10 @@ class RooflineComputeModel:
         return getattr(op, "weight", 1.0) * self._one_op_time(op)
 
     def _one_op_time(self, op: Any) -> float:
-        share = getattr(op, "hbm_share", 0.0)
-        bandwidth = self.hbm_datasheet_Bps * share if share else self.hbm_Bps
+        issued = getattr(op, "sm_bound_Bps", 0.0)
+        bandwidth = issued * self.sm_issue_scale if issued else self.hbm_Bps
         mem_t = (op.bytes - (getattr(op, "transpose_bytes", 0.0) if self.non_tn_fp8 else 0.0)) / bandwidth
-        if share:  # a kernel of matrix products measured as a whole (Op.hbm_share): its FLOPs bound it too
+        if issued:  # a kernel of matrix products measured as a whole (Op.sm_bound_Bps): its FLOPs bound it too
             mem_t = max(mem_t, op.flops / (self.attn_peak * self.eff.gemm_fraction))
         if op.kind == "gemm":
             # fp8 recipes run only the linear layers in FP8; the rest stays 16-bit

@@ -90,6 +90,32 @@ SM_COUNT: dict[str, int] = {
     "gb300": 152,
 }
 
+#: Dense 16-bit tensor-core multiply-adds per SM and clock, per architecture: A100 432 tensor cores (4 per SM)
+#: x 256 FMA and H100 528 x 512 (hardware.md, its clock check: 1,410 MHz x 432 x 256 x 2 = 311.9 TF; 1,830 MHz
+#: x 528 x 512 x 2 = 989.4 TF [S1]); Blackwell 4,096, derived (D) from B200's 2,250 TF dense BF16 at its
+#: 1.86 GHz tensor clock [G16] over 148 SMs (2.25e15 / (2 x 148 x 1.86e9) = 4,087). A GPU's 16-bit peak over
+#: twice this is its SMs x clock (``sm_issue_Hz``).
+TENSOR_FMA_PER_SM_CLOCK: dict[str, int] = {"ampere": 1024, "hopper": 2048, "blackwell": 4096}
+#: SMs x clock of the H100-class GPUs (H100 SXM, H800, H200: 132 SMs at 1.83 GHz, 989.5e12 / (2 x 2,048)):
+#: the reference of ``Op.sm_bound_Bps``.
+REFERENCE_SM_ISSUE_HZ = 989.5e12 / (2 * 2048)
+#: Their datasheet HBM bandwidth (H100 SXM, H800: 3.35 TB/s), the reference's on an architecture without
+#: a tensor width above.
+REFERENCE_HBM_Bps = 3.35e12
+
+
+def sm_issue_Hz(arch: str, peak_16bit_flops: float) -> float | None:
+    """SMs x clock (SM-cycles per second) of a GPU of ``arch`` whose dense 16-bit tensor peak (at its power
+    limit) is ``peak_16bit_flops``: what sets the rate of the work its SMs issue beside the tensor cores
+    (four warp schedulers of one instruction per clock per SM, the special-function unit's exponentials,
+    fp32 arithmetic, in-SM latency), which grows with SMs and clock, not with the tensor width or the HBM
+    bandwidth. Blackwell Ultra's doubled exponential rate (``attention.SM_CUDNN_SPEEDUP``) is not applied:
+    exponentials are a part of such a kernel's issued work (U). ``None`` for an architecture not in
+    ``TENSOR_FMA_PER_SM_CLOCK``."""
+    fma = TENSOR_FMA_PER_SM_CLOCK.get(arch)
+    return peak_16bit_flops / (2 * fma) if fma else None
+
+
 #: Output tile candidates (Tm, Tn) per architecture (see module docstring).
 TILES: dict[str, tuple[tuple[int, int], ...]] = {
     "ampere": ((128, 128),),

@@ -13,14 +13,6 @@ MOE_CAUSES: tuple[tuple[str, str], ...] = (
     ("mlmrecipes-h100-qwen3-235b-*", "two measurements of this recipe disagree by 41%: Megatron-LM's README gives "
      "214.3 TFLOP/s/GPU and Megatron-LM PR #5728 (2026-07-09) 302.0 for the matching Megatron-Bridge recipe over "
      "iterations 30-45, 2% from dtsim's 296: the README's value is kept as the recipe's own: too fast"),
-    ("mbridge260401-*-nemotron-3-nano-*", "Nemotron 3 Nano on Blackwell (the DGX-H100 row of the preset is +6%, "
-     "DGX-GB200's -2%): its Mamba-2 SSD kernels (mamba_ssm's Triton kernels, 16% of an MoE block's simulated GPU "
-     "time on DGX-B300) are priced at 0.41 of the datasheet HBM bandwidth, TileLang's chunk-scan measurement on an "
-     "H800 (hybrid_ops.SSD_HBM_SHARE). Run at that measurement's absolute 1.37 TB/s instead (kernels whose speed "
-     "does not grow with Blackwell's 8 TB/s: Triton's SM100 code generation loses such kernels' pipelining, "
-     "state-spaces/mamba issue #904, a Mamba-3 backward 38.7x slower on GB200), the DGX-B200, DGX-B300 and DGX-GB300 "
-     "rows come to +11%, +5% and +3% and the Grace-host-bound DGX-GB200 row to -11%; no Blackwell measurement of the "
-     "SSD kernels is published to choose between the two: too fast"),
     ("*-gb[23]00-*8*", "MoE in FP8 on Grace: Transformer Engine's FP8 bookkeeping per local expert (a quantized "
      "tensor built per expert and GroupedLinear call, its cast kernels, MXFP8's scale swizzles; host.TE_FP8_HOST, "
      "moe_host.TE_FP8_EXPERTS, measured on an x86 CPU by benchmarks/host_dispatch_te.py) at Grace's factor for "

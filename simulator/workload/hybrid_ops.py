@@ -37,8 +37,9 @@ tokens, all of ``d``, ``G``, ``H`` split over the ``t`` ranks:
   states' gradient in fp32, its passing back to 16 bits, dx with ddt and dD, dB, dC, d(C·Bᵀ), the two ``C·Bᵀ``
   gradients, the ``dA`` cumulative sum's gradient, the cumsum's backward): ``16X + 17S + 11B + 6K``, each
   kernel reading and writing its tensors once. Its FLOPs are ``hybrid.mamba_forward``'s ``scan`` (backward:
-  twice); the kernels are memory-bound at every catalogued width (Nemotron-H 56B at t = 2: about 52 FLOP per
-  byte forward, against a ridge above 200), and run at ``SSD_HBM_SHARE`` of the HBM bandwidth;
+  twice); at every catalogued width they sit far below the tensor cores' ridge (Nemotron-H 56B at t = 2: about
+  52 FLOP per byte forward, against a ridge above 200) and below the HBM bandwidth too, and run at
+  ``SSD_H100_CLASS_Bps`` scaled by the GPU's SMs x clock;
 * ``mamba_norm``: the grouped RMSNorm of the gated output (``RMSNormGated`` without z, a Triton kernel; the gate
   is applied inside ``_chunk_scan_fwd``);
 * ``mamba_out_proj``: ``RowParallelLinear``, ``T × h × d/t``, its FP8 input cast standalone.
@@ -53,13 +54,18 @@ from simulator.workload import ops as wops
 from simulator.workload.hybrid import mamba_forward
 from simulator.workload.op import Op, memory_op
 
-#: Share of the datasheet HBM bandwidth the SSD kernels reach: tile-ai/tilelang ``benchmark/mamba2/README.md``
+#: HBM bytes per second the SSD kernels move on an H100-class GPU: tile-ai/tilelang ``benchmark/mamba2/README.md``
 #: times the chunk-scan forward (the largest of them) on an H800 SXM at batch 8, 80 heads of 64, one group,
 #: state 128, chunk 256, sequence 8,192: 1.278 ms for 1.72e11 FLOP (134 TFLOP/s, 14% of the dense BF16 peak).
 #: It reads x, ``C·Bᵀ``, C, the 16-bit chunk states, dt and the ``dA`` cumulative sum and writes the output:
-#: 26.7 kB a token, 1.75 GB in all, 1.37 TB/s of the 3.35 TB/s datasheet bandwidth = 0.41. One kernel on one
+#: 26.7 kB a token, 1.75 GB in all, 1.37 TB/s (0.41 of the 3.35 TB/s datasheet bandwidth). One kernel on one
 #: GPU (a TileLang kernel where Megatron-Core runs mamba_ssm's Triton ones), taken for every SSD kernel (U).
-SSD_HBM_SHARE = 1.37 / 3.35
+#: Neither the tensor cores nor the HBM bound them, so on another GPU they scale with its SMs x clock
+#: (``Op.sm_bound_Bps``): a pure Mamba-2 model (d_model 2,048, 48 layers, 4 x 4,096 tokens, BF16) trains at
+#: 102.5, 239.2 and 360.4 TFLOP/s on an A100, an H200 and a GB200 (state-spaces/mamba issue #904), GB200 / H200
+#: 1.51 and A100 / H200 0.43, which dtsim gives as 1.67 and 0.46 this way and as 1.90 and 0.40 with the rate
+#: a share of each GPU's HBM bandwidth (``tests/workload/test_hybrid_ops.py``).
+SSD_H100_CLASS_Bps = 1.37e12
 #: The SSD kernels' HBM traffic in units of ``(X, S, B, K)`` (module docstring), forward and backward.
 SSD_FWD_UNITS, SSD_BWD_UNITS = (5, 6, 4, 2), (16, 17, 11, 6)
 #: Triton kernels of the SSD forward, and of its backward (four re-run, eleven of its own, and the two small
@@ -110,7 +116,7 @@ def mamba_layer_ops(model: ModelConfig, b: int, s: int, tp: int, pb: int, fp8: s
     scan = mamba_forward(model, b, s, causal).scan / t
     ops.append(Op("mamba_ssd", "memory", scan, ssd_bytes(model, b, s, t, SSD_FWD_UNITS), launches=SSD_FWD_LAUNCHES,
                   bwd_launches=SSD_BWD_LAUNCHES, bwd_bytes=ssd_bytes(model, b, s, t, SSD_BWD_UNITS),
-                  hbm_share=SSD_HBM_SHARE))
+                  sm_bound_Bps=SSD_H100_CLASS_Bps))
     if b > 1:
         ops.append(_copy("mamba_rearrange_out", tokens * d, pb))
     ops.append(wops._norm("mamba_norm", tokens * d, pb, False))

@@ -82,11 +82,12 @@ class Op:
     #: kind's ops times that kind's layers per block (Nemotron-H 56B: its 10 attention layers over 59 blocks
     #: give the attention ops 10/59). The compute model multiplies the op's GPU and host time by it.
     weight: float = 1.0
-    #: Fraction of the datasheet HBM bandwidth a kernel is measured to reach, where it differs from the
-    #: streaming fraction ``Efficiency.hbm_fraction`` (the Mamba-2 SSD kernels, ``workload.hybrid_ops``); 0 =
-    #: the streaming fraction. Such a kernel computes matrix products too, so its FLOPs bound its time as well,
-    #: at the 16-bit GEMM rate.
-    hbm_share: float = 0.0
+    #: HBM bytes per second a kernel is measured to move on an H100-class GPU (132 SMs at 1.83 GHz), for a
+    #: kernel whose speed is set by its SMs' issue rate rather than by the HBM bandwidth (the Mamba-2 SSD
+    #: kernels, ``workload.hybrid_ops``): on another GPU the rate scales with its SMs x clock
+    #: (``hardware.kernels.sm_issue_Hz``); 0 = a streaming kernel at ``Efficiency.hbm_fraction``. Such a
+    #: kernel computes matrix products too, so its FLOPs bound its time as well, at the 16-bit GEMM rate.
+    sm_bound_Bps: float = 0.0
 
     @property
     def shape(self) -> tuple[int, int, int] | None:

@@ -8,6 +8,7 @@ from dataclasses import replace
 import pytest
 from typer.testing import CliRunner
 
+from simulator.api import simulate
 from simulator.catalog import get_gpu
 from simulator.cli import app
 from simulator.config.loader import scenario_from_dict
@@ -50,18 +51,50 @@ def test_ssd_traffic_by_hand():
     assert hybrid_ops.ssd_bytes(model, 1, TOKENS, TP, (16, 17, 11, 6)) == 6_996_099_072
 
 
-def test_ssd_kernels_run_at_the_measured_bandwidth_share():
-    """2,382,364,672 B at 0.409 of B200's 8,000 GB/s: 0.728 ms; its 7.9e10 FLOP of matrix products (19,398,656
-    a token: 2 x 128 x 16,384 / 2 + 2 x 128 x 8 x 256 + 4 x 256 x 16,384, over 2 ranks) take a tenth of that."""
+def test_ssd_kernels_run_at_the_measured_rate_scaled_by_sms_times_clock():
+    """2,382,364,672 B at H800's measured 1.37 TB/s times B200's SMs x clock over H800's: B200 issues
+    2.25e15 / (2 x 4,096) = 2.747e11 SM-cycles a second (148 SMs at 1.856 GHz), H800 9.895e14 / (2 x 2,048) =
+    2.416e11 (132 at 1.83 GHz): 1.137 x 1.37 = 1.558 TB/s, 1.529 ms; its 7.9e10 FLOP of matrix products
+    (19,398,656 a token: 2 x 128 x 16,384 / 2 + 2 x 128 x 8 x 256 + 4 x 256 x 16,384, over 2 ranks) take a
+    twentieth of that."""
     b200 = get_gpu("b200")
     compute = RooflineComputeModel(b200, "fp8", for_gpu(b200))
     ssd = next(op for op in from_scenario(_56b()).layer_fwd if op.name == "mamba_ssd")
     assert ssd.flops == 8192 * (2 * 128 * 16384 / 2 + 2 * 128 * 8 * 256 + 4 * 256 * 16384) / 2
     assert ssd.weight == pytest.approx(N_M / BLOCKS)
     one = compute.op_time(replace(ssd, weight=1.0))
-    assert one == pytest.approx(2_382_364_672 / (8000e9 * 1.37 / 3.35))
-    assert one == pytest.approx(0.728e-3, rel=1e-3)
+    assert one == pytest.approx(2_382_364_672 / (1.37e12 * (2.25e15 / 8192) / (989.5e12 / 4096)))
+    assert one == pytest.approx(1.529e-3, rel=1e-3)
     assert compute.op_time(ssd) == pytest.approx(ssd.weight * one)
+    # an H200 (the H800's SMs and clock, 4.8 TB/s of HBM) runs them at the H800's rate: HBM does not bound them
+    h200 = get_gpu("h200")
+    assert RooflineComputeModel(h200, "fp8", for_gpu(h200)).op_time(replace(ssd, weight=1.0)) == pytest.approx(
+        2_382_364_672 / 1.37e12)
+
+
+def _pure_mamba2_tokens_per_s(gpu: str) -> float:
+    """A pure Mamba-2 model as state-spaces/mamba issue #904 trains it: d_model 2,048, 48 Mamba layers (64 heads
+    of 64, state 128, one group), GPT-NeoX vocabulary padded to 50,288, tied embeddings, 4 x 4,096 tokens in
+    BF16 on one GPU."""
+    scenario = scenario_from_dict({
+        "model": {"name": "mamba2-issue-904", "hidden_size": 2048, "n_heads": 16, "ffn_hidden_size": 8192,
+                  "vocab_size": 50288, "tied_embeddings": True, "position_embedding": "none",
+                  "max_position_embeddings": 4096, "hybrid_pattern": "M" * 48,
+                  "mamba": {"n_heads": 64, "head_dim": 64, "state_size": 128, "n_groups": 1}},
+        "cluster": {"topology": "hgx-h200", "nodes": 1, "gpus": 1, "gpu": gpu},
+        "training": {"seq_len": 4096, "micro_batch_size": 4, "global_batch_size": 4, "precision": "bf16",
+                     "activation_checkpointing": "none"},
+        "parallel": {"framework": "ddp"}})
+    return simulate(scenario).tokens_per_s_per_gpu
+
+
+def test_pure_mamba2_across_gpus_as_measured():
+    """The issue's throughputs (one FLOP count on all three GPUs): GB200 / H200 = 360.4 / 239.2 = 1.507 and
+    A100 / H200 = 102.5 / 239.2 = 0.429. With the SSD kernels at a share of each GPU's HBM bandwidth dtsim gave
+    1.90 and 0.40; scaled by SMs x clock both ratios come within 12%."""
+    h200 = _pure_mamba2_tokens_per_s("h200")
+    assert _pure_mamba2_tokens_per_s("gb200") / h200 == pytest.approx(360.4 / 239.2, rel=0.12)
+    assert _pure_mamba2_tokens_per_s("a100-80gb") / h200 == pytest.approx(102.5 / 239.2, rel=0.12)
 
 
 def test_weight_scales_gpu_and_host_time():
