@@ -55,8 +55,8 @@ def test_ssd_kernels_run_at_the_measured_rate_scaled_by_sms_times_clock():
     """2,382,364,672 B at H800's measured 1.37 TB/s times B200's SMs x clock over H800's: B200 issues
     2.25e15 / (2 x 4,096) = 2.747e11 SM-cycles a second (148 SMs at 1.856 GHz), H800 9.895e14 / (2 x 2,048) =
     2.416e11 (132 at 1.83 GHz): 1.137 x 1.37 = 1.558 TB/s, 1.529 ms; its 7.9e10 FLOP of matrix products
-    (19,398,656 a token: 2 x 128 x 16,384 / 2 + 2 x 128 x 8 x 256 + 4 x 256 x 16,384, over 2 ranks) take a
-    twentieth of that."""
+    (19,398,656 a token: 2 x 128 x 16,384 / 2 + 2 x 128 x 8 x 256 + 4 x 256 x 16,384, over 2 ranks) take
+    under a twentieth of that."""
     b200 = get_gpu("b200")
     compute = RooflineComputeModel(b200, "fp8", for_gpu(b200))
     ssd = next(op for op in from_scenario(_56b()).layer_fwd if op.name == "mamba_ssd")
