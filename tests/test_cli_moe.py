@@ -18,7 +18,7 @@ MOE_MODELS = [name for name, m in catalog.models().items() if m.moe is not None]
 def test_every_moe_model_is_catalogued():
     assert set(MOE_MODELS) == {"mixtral-8x7b", "mixtral-8x22b", "qwen3-30b-a3b", "qwen3-235b-a22b",
                                "deepseek-v2", "deepseek-v3", "gpt-oss-120b", "olmoe-1b-7b", "grok-1", "kimi-k2",
-                               "nemotron-3-nano-30b-a3b"}
+                               "nemotron-3-nano-30b-a3b", "nemotron-3-super-120b-a12b"}
 
 
 @pytest.mark.parametrize("name", MOE_MODELS)

@@ -228,18 +228,17 @@ def _nemotron_h(cfg: dict[str, Any]) -> dict[str, Any]:
     sets ``position_embedding_type`` none). The convolution's bias is counted (Megatron-Core's ``MambaMixer``
     asserts ``conv_bias``); biases elsewhere are refused. MoE layers (``E``, Nemotron 3 Nano) take
     ``n_routed_experts``, ``num_experts_per_tok``, ``moe_intermediate_size`` and ``n_shared_experts`` of width
-    ``moe_shared_expert_intermediate_size`` (squared-ReLU experts); Nemotron 3 Super's latent experts
-    (``moe_latent_size``) are refused."""
+    ``moe_shared_expert_intermediate_size`` (squared-ReLU experts), and Nemotron 3 Super's latent width
+    ``moe_latent_size`` (``model.moe.latent_size``)."""
     field = "model.hf_config"
     pattern = cfg["hybrid_override_pattern"]
     moe = None
     if "E" in pattern:
-        if cfg.get("moe_latent_size"):
-            raise InputError("nemotron_h: latent MoE layers (moe_latent_size, Nemotron 3 Super's LatentMoE) are not "
-                             "modelled", field)
         shared = int(cfg.get("n_shared_experts") or 0)
         moe = {"n_experts": cfg["n_routed_experts"], "top_k": cfg["num_experts_per_tok"],
                "expert_ffn_hidden_size": cfg["moe_intermediate_size"], "n_shared_experts": shared}
+        if cfg.get("moe_latent_size"):
+            moe["latent_size"] = cfg["moe_latent_size"]
         if shared:
             moe["shared_expert_ffn_hidden_size"] = cfg["moe_shared_expert_intermediate_size"] // shared
     biased = [k for k in ("attention_bias", "mlp_bias", "use_bias", "mamba_proj_bias") if cfg.get(k)]

@@ -99,7 +99,9 @@ class ModelConfig(Frozen):
     #: ``mtp_num_layers``, Megatron-Bridge's DeepSeek-V3 recipe sets 1): each runs one more transformer
     #: block of the last block's kind after the last block, on the last pipeline stage (or where a
     #: ``pipeline_layout`` puts its ``m``), fed by the projection of two norms, then the shared output
-    #: head and loss again (``simulator.workload.mtp``). 0 = none.
+    #: head and loss again (``simulator.workload.mtp``). A hybrid's MTP block is its average MoE block (the
+    #: blocks with an ``E`` layer): Nemotron 3 Super's ``mtp_hybrid_override_pattern`` ``*E`` is an attention
+    #: and an MoE layer, priced with the MoE blocks' average mixer (mostly Mamba). 0 = none.
     mtp_layers: NonNegativeInt = 0
     #: A hybrid model's layers in order, Megatron-Core's ``hybrid_override_pattern`` (Hugging Face
     #: ``nemotron_h``): ``M`` a Mamba-2 layer (``model.mamba``), ``*`` an attention layer, ``-`` an MLP layer,
@@ -181,9 +183,9 @@ class ModelConfig(Frozen):
         if self.moe is not None and {"first_dense_layers", "layer_interval"} & self.moe.model_fields_set:
             raise ValueError("model.moe.first_dense_layers / layer_interval: a hybrid's MoE layers are where "
                              "model.hybrid_pattern puts its E layers; remove them")
-        if self.is_mla or self.sandwich_norm or self.mtp_layers or self.sliding_window:
+        if self.is_mla or self.sandwich_norm or self.sliding_window:
             raise ValueError("model.hybrid_pattern (a Mamba hybrid) is modelled with GQA attention, MLP and MoE "
-                             "layers only: remove attention: mla, sandwich_norm, mtp_layers and sliding_window")
+                             "layers only: remove attention: mla, sandwich_norm and sliding_window")
 
     @property
     def is_hybrid(self) -> bool:

@@ -56,6 +56,12 @@ class MoEConfig(Frozen):
     #: ``Fp8Padding`` / ``Fp8Unpadding`` copies. False (Megatron-Core's default): under FP8 the experts'
     #: input is padded and their output unpadded (``simulator.workload.moe_ops``, ``FP8_PADDING_PASSES``).
     router_padding_for_fp8: bool = False
+    #: LatentMoE (NVIDIA Nemotron 3 Super; Megatron-Core ``moe_latent_size``): the routed experts work in this
+    #: width behind a shared down projection ``h -> latent_size`` before the dispatch and an up projection
+    #: ``latent_size -> h`` after the combine, so the experts' GEMMs and the all-to-alls carry ``latent_size``-wide
+    #: tokens; the router and the shared experts keep the hidden width. ``null`` = the experts take the hidden
+    #: states as they are (every other MoE).
+    latent_size: PositiveInt | None = None
     #: Load imbalance: max / mean tokens per expert. The most-loaded expert-parallel rank sets the
     #: pace of the grouped GEMM and of the all-to-all; >= 1 (1 = perfectly balanced).
     imbalance: float = Field(DEFAULT_IMBALANCE, ge=1.0)
@@ -86,6 +92,11 @@ class MoEConfig(Frozen):
         if self.capacity_factor is not None:
             return max(1.0, min(self.imbalance, self.capacity_factor))
         return self.imbalance
+
+    def routed_width(self, hidden_size: int) -> int:
+        """Width of the tokens the routed experts take and return: ``latent_size`` (LatentMoE), else the
+        model's hidden size."""
+        return self.latent_size or hidden_size
 
     @property
     def shared_width(self) -> int:

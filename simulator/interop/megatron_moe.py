@@ -10,7 +10,7 @@ written by ``megatron_export.export_args``). Flag names and defaults: Megatron-L
   (token dropping; ``model.moe.capacity_factor``), ``--moe-router-force-load-balancing`` (balanced
   routing for benchmarks: ``model.moe.imbalance`` 1), ``--moe-router-padding-for-quantization`` (named
   ``--moe-router-padding-for-fp8`` before Megatron-Core 0.14; ``model.moe.router_padding_for_fp8``: no
-  Fp8Padding copies around the experts);
+  Fp8Padding copies around the experts), ``--moe-latent-size`` (LatentMoE: ``model.moe.latent_size``);
 * ``--expert-model-parallel-size``, ``--expert-tensor-parallel-size``, ``--moe-token-dispatcher-type``
   (``alltoall``; ``flex`` with ``--moe-enable-deepep`` or ``--moe-flex-dispatcher-backend deepep`` /
   ``hybridep``: ``parallel.moe_dispatcher: deepep``; ``allgather`` is not simulated),
@@ -35,7 +35,7 @@ FIELD = "megatron"
 VALUE_FLAGS = (
     "num-experts", "moe-router-topk", "moe-ffn-hidden-size", "moe-shared-expert-intermediate-size",
     "moe-layer-freq", "moe-expert-capacity-factor", "expert-model-parallel-size", "expert-tensor-parallel-size",
-    "moe-token-dispatcher-type", "moe-flex-dispatcher-backend", "mtp-num-layers",
+    "moe-token-dispatcher-type", "moe-flex-dispatcher-backend", "mtp-num-layers", "moe-latent-size",
 )
 #: The router's padding of each expert's tokens to the quantized GEMMs' row alignment, old and new name.
 ROUTER_PADDING_FLAGS = ("moe-router-padding-for-fp8", "moe-router-padding-for-quantization")
@@ -122,6 +122,9 @@ def import_moe(flags: dict, integer, out: Imported) -> None:
     if shared:
         out.set("model.moe.n_shared_experts", 1)
         out.set("model.moe.shared_expert_ffn_hidden_size", shared)
+    latent = integer("moe-latent-size")
+    if latent:
+        out.set("model.moe.latent_size", latent)
     freq = flags.get("moe-layer-freq")
     if isinstance(freq, str):
         first, interval = layer_pattern(freq, out.raw["model"]["n_layers"])
@@ -168,6 +171,8 @@ def export_moe(s) -> list[str]:
         pattern = [int(i >= moe.first_dense_layers and (i - moe.first_dense_layers) % moe.layer_interval == 0)
                    for i in range(m.n_layers)]
         lines.append(f"--moe-layer-freq {_pattern_text(pattern)!r}")
+    if moe.latent_size:
+        lines.append(f"--moe-latent-size {moe.latent_size}")
     if moe.capacity_factor is not None:
         lines.append(f"--moe-expert-capacity-factor {moe.capacity_factor:g}")
     if moe.imbalance == 1.0:

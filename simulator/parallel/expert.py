@@ -337,7 +337,8 @@ def attach(work: Any, scenario: Any, pb: int) -> Any:
     te_share = whost.te_share(scenario.cluster.topology.host)
     ops = moe_host.forward(ops, model, tr.kernels, par.framework, local_experts, fp8_host, te_share)
     imb = model.moe.effective_imbalance
-    act_bytes = ops.routed_tokens * model.hidden_size * imb
+    # a LatentMoE dispatches its tokens in the latent width (workload.moe_ops: fc1_latent_proj before the dispatch)
+    act_bytes = ops.routed_tokens * model.moe.routed_width(model.hidden_size) * imb
     # FP8 dispatch is DeepEP's (DeepSeek-V3 report §3.3.2: activations quantized before the dispatch);
     # Megatron-Core's alltoall dispatcher sends the 16-bit norm output that the experts' GroupedLinear
     # casts after the permute (forks add FP8 all-to-alls: swiss-ai/Megatron-LM PR #127, AMD Primus PR #152)

@@ -10,6 +10,16 @@ names a run's cause (``misses.cause_of``), so the narrower globs come first.
 from __future__ import annotations
 
 MOE_CAUSES: tuple[tuple[str, str], ...] = (
+    ("mbridge260401-b200-nemotron-3-super-*", "EP 64 across eight DGX-B200 nodes: every MoE layer's HybridEP "
+     "dispatch and combine cross 400 Gb/s InfiniBand (a token once per destination node: 6.7 of the 7 others "
+     "for its top-22 of 512 experts), simulated at the line rate DeepEP's internode kernels reach on H800 (DeepEP PR #130: 50-58 "
+     "GB/s at EP 32-64): 3.4 s on the links, 2.7 s exposed, of the NVFP4 preset's 8.6 s step, where the "
+     "measured step is 11.6 s. HybridEP's internode rates on DGX-B200 are not published, and users report it "
+     "below line rate on Blackwell (DeepEP issues #590 and #608: about 40 GB/s dispatch on two B300 nodes with "
+     "800 Gb/s NICs). The same model's layouts that keep the all-to-alls inside one NVLink domain (DGX-B300 at EP "
+     "8, GB200 and GB300 NVL72 at EP 64) are -7..+12%; the MXFP8 preset of this layout (TP 1, recompute of "
+     "moe_act and layernorm, no CUDA graphs) +23%; and the measured NVFP4 preset (TP 2, CUDA graphs) is 1.14x "
+     "slower than it where dtsim gives 1.04x: too fast"),
     ("mlmrecipes-h100-qwen3-235b-*", "two measurements of this recipe disagree by 41%: Megatron-LM's README gives "
      "214.3 TFLOP/s/GPU and Megatron-LM PR #5728 (2026-07-09) 302.0 for the matching Megatron-Bridge recipe over "
      "iterations 30-45, 2% from dtsim's 296: the README's value is kept as the recipe's own: too fast"),

@@ -8,6 +8,9 @@ Megatron-Core ``MoELayer``):
 * each routed expert is an MLP of the model's kind and width ``f_e``: ``k_mlp·h·f_e`` weights
   (``+ (k_mlp−1)·f_e + h`` biases with ``linear_bias``: GPT-OSS ``gate_up_proj_bias``,
   ``down_proj_bias``);
+* LatentMoE (NVIDIA Nemotron 3 Super; Megatron-Core ``moe_latent_size`` ``l``): a down projection
+  ``fc1_latent_proj`` (``h·l``) after the router and an up projection ``fc2_latent_proj`` (``l·h``) after
+  the combine; the routed experts take and return ``l``-wide tokens (``k_mlp·l·f_e`` weights each);
 * ``n_s`` shared experts of width ``f_s``, each ``k_mlp·h·f_s`` (DeepSeek-V3 builds them as one
   MLP of width ``n_s·f_s``: the same count);
 * the attention, norms, embeddings and head are those of the dense model
@@ -62,9 +65,10 @@ def _is_moe(model: ModelConfig, i: int) -> bool:
     return model.is_moe_block(i)
 
 
-def _mlp_params(model: ModelConfig, width: int) -> tuple[int, int, int]:
-    """(weights, column-parallel biases, row-parallel bias) of one MLP of ``width``."""
-    h, k = model.hidden_size, model.mlp_matrices
+def _mlp_params(model: ModelConfig, width: int, h: int | None = None) -> tuple[int, int, int]:
+    """(weights, column-parallel biases, row-parallel bias) of one MLP of ``width`` taking and returning
+    ``h``-wide tokens (the model's hidden size unless given: a LatentMoE expert's latent width)."""
+    h, k = h or model.hidden_size, model.mlp_matrices
     bias = model.linear_bias
     return k * h * width, ((k - 1) * width if bias else 0), (h if bias else 0)
 
@@ -95,11 +99,12 @@ def block(model: ModelConfig, moe_layer: bool) -> BlockParams:
                            attention + total_mlp + norms)
     m = model.moe
     router = m.n_experts * h + (m.n_experts if m.router_bias else 0)
-    w, cb, rb = _mlp_params(model, m.expert_ffn_hidden_size)
+    w, cb, rb = _mlp_params(model, m.expert_ffn_hidden_size, m.routed_width(h))
     each = w + cb + rb
     sw, scb, srb = _mlp_params(model, m.shared_width)
     shared = m.n_shared_experts * (sw + scb + srb)
-    mlp_part = router + shared
+    latent = latent_proj_params(model)
+    mlp_part = router + shared + latent
     return BlockParams(
         attention=attention,
         mlp=mlp_part,
@@ -107,9 +112,18 @@ def block(model: ModelConfig, moe_layer: bool) -> BlockParams:
         experts=m.n_experts * each,
         expert_each=each,
         tp_sharded=attn_sharded + m.n_shared_experts * (sw + scb),
-        replicated=attn_repl + norms + router + m.n_shared_experts * srb,
+        replicated=attn_repl + norms + router + latent + m.n_shared_experts * srb,
         active=attention + mlp_part + norms + m.top_k * each,
     )
+
+
+def latent_proj_params(model: ModelConfig) -> int:
+    """LatentMoE's down and up projections of one MoE layer, ``2·h·l`` (``model.moe.latent_size`` ``l``; 0
+    without). Megatron-Core's ``fc1_latent_proj`` / ``fc2_latent_proj`` act on every token of the rank after
+    the router and before the dispatch, and after the combine: counted whole on each tensor-parallel rank
+    (replicated), as the router is."""
+    m = model.moe
+    return 2 * model.hidden_size * m.latent_size if m is not None and m.latent_size else 0
 
 
 def blocks(model: ModelConfig) -> list[BlockParams]:
@@ -194,8 +208,9 @@ def stage_local(model: ModelConfig, tp: int, pp: int, ep: int, etp: int, stage: 
 
 def layer_forward(model: ModelConfig, b: int, s: int, causal: bool, moe_layer: bool):
     """Forward FLOPs of one block (``flops.LayerFlops``): MLA or standard attention; the dense MLP,
-    or router ``2·T·h·E`` + routed experts ``2·k_mlp·T·h·f_e·top_k`` + shared experts
-    ``2·k_mlp·T·h·f_s·n_s`` with ``T = b·s``."""
+    or router ``2·T·h·E`` + routed experts ``2·k_mlp·T·w·f_e·top_k`` (``w`` the latent width of a LatentMoE,
+    else ``h``) + its latent projections ``2·T·2·h·l`` + shared experts ``2·k_mlp·T·h·f_s·n_s`` with
+    ``T = b·s``."""
     from simulator.workload import flops
 
     base = flops.dense_layer_forward(model, b, s, causal)
@@ -208,8 +223,9 @@ def layer_forward(model: ModelConfig, b: int, s: int, causal: bool, moe_layer: b
     if not moe_layer or model.moe is None:
         return base
     m, h, t = model.moe, model.hidden_size, b * s
-    mlp = (2.0 * t * h * m.n_experts + 2.0 * model.mlp_matrices * t * h * m.top_k * m.expert_ffn_hidden_size
-           + shared_forward(model, b, s))
+    mlp = (2.0 * t * h * m.n_experts
+           + 2.0 * model.mlp_matrices * t * m.routed_width(h) * m.top_k * m.expert_ffn_hidden_size
+           + 2.0 * t * latent_proj_params(model) + shared_forward(model, b, s))
     return replace(base, mlp=mlp)
 
 

@@ -83,9 +83,11 @@ def _layer_parts(scenario: Any, pb: int) -> tuple[float, float, float]:
     # the routed copies an expert rank holds: its ETP group's, all-gathered (etp x), at 1/etp of the width
     t = b * s / tp * moe.top_k * moe.effective_imbalance * par.etp
     width = moe.expert_ffn_hidden_size / par.etp
-    routed = _mlp_stored(t, h, width, k_mlp, pb, lin)
+    routed = _mlp_stored(t, moe.routed_width(h), width, k_mlp, pb, lin)
     if "moe_act" in recompute.modules(tr):  # the activation output, the experts' fc2 input (``lin`` bytes)
         routed -= lin * t * width
+    if moe.latent_size:  # fc2_latent_proj's input, the combined latent tokens (fc1's is the stored norm output)
+        routed += lin * b * s / tp * moe.latent_size
     shared = (_mlp_stored(b * s, 0, moe.n_shared_experts * moe.shared_width / tp, k_mlp, pb, lin)
               if moe.n_shared_experts else 0)
     return routed, shared, dense

@@ -44,6 +44,11 @@ over this rank's experts), ``shared`` (shared experts, which need no dispatch) a
   tokens of their ETP group: after the all-to-all each rank all-gathers its ETP peers' received tokens
   (Megatron-Core's alltoall dispatcher, ``simulator.parallel.expert``), so a rank runs ``etp ×`` the
   tokens at ``1/etp`` of the width, the same expert FLOPs as ``ep·etp``-way expert parallelism;
+* LatentMoE (``model.moe.latent_size`` ``l``, Megatron-Core ``MoELayer`` with ``moe_latent_size``): the
+  ``T`` routed tokens go through ``fc1_latent_proj`` (a ``T × l × h`` GEMM) after the router and before the
+  permute and dispatch, and the combined ones through ``fc2_latent_proj`` (``T × h × l``) after the
+  unpermute (``postprocess``: ``combine_postprocess`` then ``fc2_latent_proj``), so the permutes, the
+  experts' GEMMs and the all-to-alls carry ``l``-wide tokens;
 * shared experts run on all ``b·s`` tokens with their width split over TP, like the dense MLP;
 * MLA attention (``simulator.workload.mla``): the down projections and their norms are duplicated
   on every TP rank; up projections column-parallel, ``o_proj`` row-parallel; the FlashAttention
@@ -315,23 +320,26 @@ def moe_block_ops(model: ModelConfig, b: int, s: int, tp: int, pb: int, kernels,
     per_expert = max(1, round(routed * etp * m.effective_imbalance / local_experts))
     width = m.expert_ffn_hidden_size // etp
     deepep = dispatcher == "deepep"
+    w = m.routed_width(h)  # what the dispatch carries and the experts take (the latent width of a LatentMoE)
+    down = [wops.gemm("latent_down", int(t), w, h, pb)] if m.latent_size else []
     pre = att + [
         wops.gemm("router", int(t), m.n_experts, h, pb),
         wops.memory_op("router_topk", t * m.n_experts, 3, pb, SOFTMAX_FLOPS),
-    ] + ([] if deepep else [wops.memory_op("permute", routed * h, 2, pb, 0.0)])
+        *_linearize(down, fp8),
+    ] + ([] if deepep else [wops.memory_op("permute", routed * w, 2, pb, 0.0)])
     act = wops.memory_op(f"experts_{model.mlp}", per_expert * local_experts * width, k_mlp, pb, wops._ACT_FLOPS)
     # the clamp runs inside the activation function moe_act recomputes (module docstring, CLAMP_PASSES)
     act_ops = ([_clamp(per_expert * local_experts * width, pb)] if model.swiglu_limit else []) + [act]
     experts = [
-        replace(wops.gemm("experts_up", per_expert, (k_mlp - 1) * width, h, pb, batch=local_experts),
+        replace(wops.gemm("experts_up", per_expert, (k_mlp - 1) * width, w, pb, batch=local_experts),
                 streams=streams),
         *(replace(op, recompute=True) if "moe_act" in modules else op for op in act_ops),
-        replace(wops.gemm("experts_down", per_expert, h, width, pb, batch=local_experts), streams=streams),
+        replace(wops.gemm("experts_down", per_expert, w, width, pb, batch=local_experts), streams=streams),
     ]
     experts = _linearize(experts, fp8)
     if model.linear_bias:
-        experts.append(_expert_bias(per_expert * local_experts, h, local_experts, pb))
-    received = per_expert * local_experts * h
+        experts.append(_expert_bias(per_expert * local_experts, w, local_experts, pb))
+    received = per_expert * local_experts * w
 
     def bracket(ops: list, before: str, after: str, passes: int) -> list:
         """``ops`` between two memory passes over the received tokens (a copy in, its inverse out)."""
@@ -356,7 +364,9 @@ def moe_block_ops(model: ModelConfig, b: int, s: int, tp: int, pb: int, kernels,
         shared = _linearize(shared, fp8)
         if "shared_experts" in modules:  # checkpointed: re-run from their stored input before their backward
             shared = [replace(op, recompute=True) for op in shared]
-    post = [] if deepep else [wops.memory_op("unpermute", routed * h, 2 + 1, pb, wops.ADD_FLOPS)]
+    post = [] if deepep else [wops.memory_op("unpermute", routed * w, 2 + 1, pb, wops.ADD_FLOPS)]
+    if m.latent_size:
+        post += _linearize([wops.gemm("latent_up", int(t), h, w, pb)], fp8)
     if not kernels.fused_norm_residual:
         post.append(wops.memory_op("output_residual_add", b * s * h, 3, pb, wops.ADD_FLOPS))
     sync_at = (next(i for i, op in enumerate(experts) if op.name == act.name)

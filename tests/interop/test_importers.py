@@ -608,6 +608,19 @@ def test_megatron_router_padding_for_fp8_round_trips():
     assert "--moe-router-padding-for-fp8" not in export_moe(plain)
 
 
+
+def test_megatron_moe_latent_size_round_trips():
+    """--moe-latent-size (Megatron-Core's LatentMoE, Nemotron 3 Super: 1,024) imports as model.moe.latent_size
+    and is written back; absent, the experts take the hidden width (None)."""
+    from simulator.interop.megatron_moe import export_moe
+
+    plain, _, _ = import_scenario("megatron", text=QWEN3_MOE.replace("\n", " "), topology="dgx-h100")
+    latent, _, _ = import_scenario("megatron", text=QWEN3_MOE.replace("\n", " ") + " --moe-latent-size 512",
+                                   topology="dgx-h100")
+    assert (plain.model.moe.latent_size, latent.model.moe.latent_size) == (None, 512)
+    assert "--moe-latent-size 512" in export_moe(latent)
+    assert not any("latent" in line for line in export_moe(plain))
+
 @pytest.mark.parametrize(("text", "layers", "want"), [
     ("2", 8, (0, 2)),  # Megatron: an integer N puts experts in blocks 0, N, 2N, ...
     ("([0]*3+[1]*58)", 61, (3, 1)),  # DeepSeek-V3: three dense blocks first
