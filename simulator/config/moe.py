@@ -57,7 +57,7 @@ class MoEConfig(Frozen):
     #: input is padded and their output unpadded (``simulator.workload.moe_ops``, ``FP8_PADDING_PASSES``).
     router_padding_for_fp8: bool = False
     #: LatentMoE (NVIDIA Nemotron 3 Super; Megatron-Core ``moe_latent_size``): the routed experts work in this
-    #: width behind a shared down projection ``h -> latent_size`` before the dispatch and an up projection
+    #: width behind one down projection ``h -> latent_size`` (all experts') before the dispatch and an up projection
     #: ``latent_size -> h`` after the combine, so the experts' GEMMs and the all-to-alls carry ``latent_size``-wide
     #: tokens; the router and the shared experts keep the hidden width. ``null`` = the experts take the hidden
     #: states as they are (every other MoE).
