@@ -123,7 +123,7 @@ def import_moe(flags: dict, integer, out: Imported) -> None:
         out.set("model.moe.n_shared_experts", 1)
         out.set("model.moe.shared_expert_ffn_hidden_size", shared)
     latent = integer("moe-latent-size")
-    if latent:
+    if latent is not None:  # 0 reaches the model check, which names the key
         out.set("model.moe.latent_size", latent)
     freq = flags.get("moe-layer-freq")
     if isinstance(freq, str):

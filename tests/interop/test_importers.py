@@ -620,6 +620,8 @@ def test_megatron_moe_latent_size_round_trips():
     assert (plain.model.moe.latent_size, latent.model.moe.latent_size) == (None, 512)
     assert "--moe-latent-size 512" in export_moe(latent)
     assert not any("latent" in line for line in export_moe(plain))
+    with pytest.raises(InputError, match="model.moe.latent_size"):  # 0 is refused by name, not dropped
+        import_scenario("megatron", text=QWEN3_MOE.replace("\n", " ") + " --moe-latent-size 0", topology="dgx-h100")
 
 @pytest.mark.parametrize(("text", "layers", "want"), [
     ("2", 8, (0, 2)),  # Megatron: an integer N puts experts in blocks 0, N, 2N, ...
