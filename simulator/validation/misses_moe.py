@@ -10,6 +10,14 @@ names a run's cause (``misses.cause_of``), so the narrower globs come first.
 from __future__ import annotations
 
 MOE_CAUSES: tuple[tuple[str, str], ...] = (
+    ("mbridge2606-gb[23]00-[dq]*", "Megatron-Bridge 26.06's DeepSeek-V3 and Qwen3 presets on NVL72: the CUDA graph of the whole iteration "
+     "and the EP overlap they set are simulated (training.kernels.cuda_graphs [full_iteration], "
+     "parallel.moe_a2a_overlap), and they take most of the release's gain: the same printed layouts ran 1.17-1.56x "
+     "faster than in 26.04.01 (Qwen3-30B-A3B, Qwen3-235B-A22B, DeepSeek-V3), and dtsim gives the new presets "
+     "1.16-1.95x its 26.04.01 figures. Not modelled, and in every one of these presets: Transformer Engine's CuTe "
+     "DSL fused grouped MLP (NVTE_CUTEDSL_FUSED_GROUPED_MLP with the op fuser: each expert's fc1, activation, "
+     "quantisation and fc2 fused), FP8 dot-product attention (GB300), NCCL EP's dispatch (priced as DeepEP's), "
+     "and the paged stash of the static-shape graph: too slow"),
     ("mbridge260401-b200-nemotron-3-super-*", "EP 64 across eight DGX-B200 nodes: every MoE layer's HybridEP "
      "dispatch and combine cross 400 Gb/s InfiniBand (a token once per destination node: 6.7 of the 7 others "
      "for its top-22 of 512 experts), simulated at the line rate DeepEP's internode kernels reach on H800 (DeepEP PR #130: 50-58 "
@@ -161,8 +169,10 @@ MOE_CAUSES: tuple[tuple[str, str], ...] = (
      "cuda_graph_impl full_iteration, moe_use_grouped_tensor, whose comment says the legacy grouped MLP path "
      "\"syncs tokens_per_expert to the host every layer, which serializes the CPU behind the GPU\"), runs "
      "2,481.14 ms per step, 33,017 tokens/s/GPU (EP 16, micro-batch 4, global batch 1,280; card PR #5717), and "
-     "dtsim gives that layout (training.kernels.cuda_graphs [full_iteration], moe_a2a_overlap as the recipe "
-     "sets) 30,590, 7% too slow, without the FP8 attention and cuDNN fused grouped MLP the recipe also runs. So "
+     "the 26.06 table measures it and its GB200 sibling (EP 64) at 33,166 and 28,947, which dtsim gives within 5% "
+     "(training.kernels.cuda_graphs [full_iteration], moe_a2a_overlap as the recipe sets: "
+     "mbridge2606-gb300-gpt-oss-120b-64gpu-mxfp8 -2%, mbridge2606-gb200-gpt-oss-120b-64gpu-mxfp8 +5%), without "
+     "the FP8 attention and fused grouped MLP the recipes also run. So "
      "the GEMM and attention work dtsim prices for GPT-OSS is not too small: the eager presets' gap lies in what "
      "that recipe removes. Host dispatch alone would need 4-6x dtsim's host time per block (Grace "
      "cluster.topology.host.dispatch_scale 12 instead of 2.75 brings the 26.02.01 GB200 step to 5.0 s, 17 the "

@@ -259,3 +259,21 @@ def test_ids_are_glob_friendly():
 
     for run in load_runs():
         assert re.fullmatch(r"[A-Za-z0-9._-]+", run.id), run.id
+
+
+def test_megatron_bridge_2606_gpt_oss_convention_by_hand():
+    """Megatron-Bridge's 26.06 table counts GPT-OSS 120B's logits and attention, which its 26.04.01 table left out:
+    1,081 TFLOP/s at 33,166 tokens/s/GPU is 32.6 GFLOP per token, where 26.04.01's 525 at 19,328 is 27.2. By hand,
+    6 x 36 layers x (QKV and output projections 2,880 x (4,096 + 2 x 512) + 4,096 x 2,880, four experts of
+    3 x 2,880 x 2,880, the 2,880 x 128 router) = 27.2 G; the logits 6 x 2,880 x 201,088 = 3.47 G; causal attention
+    at 4,096 tokens, 3 x 2 x 4,096 x 4,096 per layer in the 18 full blocks and 3 x 4 x 128 x 4,096 in the 18
+    window-128 ones, 1.92 G: 32.6 G."""
+    by_id = {r.id: r for r in load_runs()}
+    new = by_id["mbridge2606-gb300-gpt-oss-120b-64gpu-mxfp8"]
+    old = by_id["mbridge260401-gb300-gpt-oss-120b-64gpu-bf16"]
+    h, q, kv, experts, k, vocab, layers, s = 2880, 4096, 512, 128, 4, 201088, 36, 4096
+    linear = 6 * layers * (h * (q + 2 * kv) + q * h + k * 3 * h * h + h * experts)
+    logits = 6 * h * vocab
+    attention = 18 * 3 * 2 * s * q + 18 * 3 * 4 * 128 * q
+    assert old.flops_per_token == pytest.approx(linear, rel=0.01)
+    assert new.flops_per_token == pytest.approx(linear + logits + attention, rel=0.01)
