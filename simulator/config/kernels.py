@@ -57,6 +57,13 @@ class KernelConfig(Frozen):
     #: layers (``model.hybrid_pattern``; Megatron-Bridge's Nemotron-H presets capture ``[mamba, attn]``). Empty: eager.
     cuda_graphs: tuple[Literal["attn", "mlp", "mamba", "moe_router", "moe_preprocess", "moe", "full_iteration"],
                        ...] = ()
+    #: Transformer Engine's fused grouped MLP for the routed experts (its op fuser's CuTe DSL kernels,
+    #: ``NVTE_CUTEDSL_FUSED_GROUPED_MLP=1``; Megatron-Bridge's 26.06+ Blackwell MoE presets): fc1 with the
+    #: activation, the router weighting and fc2's input quantization in one grouped kernel, fc2 with its bias
+    #: in another, and the backward's activation gradient in fc2's data-gradient kernel
+    #: (``simulator.workload.fused_grouped_mlp``). Needs MXFP8 or NVFP4 on compute capability 10 (B200, B300,
+    #: GB200, GB300), Megatron-Core (``parallel.framework ddp``) and expert tensor parallelism 1.
+    fused_grouped_mlp: bool = False
     #: Low-precision GEMM recipe when ``training.precision`` is fp8: Transformer Engine ``delayed`` or
     #: ``current`` scaling, torchao float8 ``tensorwise`` or ``rowwise``, Blackwell ``mxfp8``, or Blackwell
     #: ``nvfp4`` (the linear layers' GEMMs in NVFP4, Megatron ``--fp4-format e2m1 --fp4-recipe nvfp4``;

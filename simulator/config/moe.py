@@ -131,3 +131,31 @@ def check_layout(model, parallel, n_gpus: int, gpus_per_node: int) -> None:
     if parallel.tp > 1 and not parallel.sequence_parallel:
         raise ValueError("an MoE model with parallel.tp > 1 needs parallel.sequence_parallel: true "
                          "(Megatron-Core requires it)")
+
+
+#: Activations Transformer Engine's fused grouped MLP kernels implement (``ScaledSwiGLU``,
+#: ``ScaledClampedQGeGLU``, ``ScaledSReLU``; ``simulator.workload.fused_grouped_mlp``).
+FUSED_GROUPED_MLP_ACTIVATIONS = ("swiglu", "geglu", "relu")
+
+
+def fused_grouped_mlp_problem(model, training, parallel, gpu) -> str | None:
+    """Why ``training.kernels.fused_grouped_mlp`` cannot run here (Transformer Engine's enabling checks and
+    Megatron-Core's: ``simulator.workload.fused_grouped_mlp``), or None."""
+    if not training.kernels.fused_grouped_mlp:
+        return None
+    key = "training.kernels.fused_grouped_mlp"
+    if model.moe is None:
+        return f"{key} fuses an MoE model's routed experts, which this model has none of; remove it"
+    if training.active_fp8_recipe not in ("mxfp8", "nvfp4"):
+        return (f"{key} runs MXFP8 or NVFP4 experts only: set training.precision fp8 with "
+                "training.kernels.fp8_recipe mxfp8 or nvfp4, or remove it")
+    if (gpu.sm or 0) // 10 != 10:
+        return f"{key} needs compute capability 10 (B200, B300, GB200, GB300), not {gpu.name}; remove it"
+    if parallel.framework != "ddp":
+        return f"{key} is Megatron-Core's Transformer Engine path: it needs parallel.framework ddp; remove it"
+    if parallel.etp != 1:
+        return f"{key} needs parallel.etp 1 (Megatron-Core fuses no expert tensor parallelism); remove one"
+    if model.mlp not in FUSED_GROUPED_MLP_ACTIVATIONS:
+        return (f"{key} fuses the activations {', '.join(FUSED_GROUPED_MLP_ACTIVATIONS)}, not model.mlp "
+                f"{model.mlp}; remove it")
+    return None

@@ -309,9 +309,12 @@ class Scenario(Frozen):
         if p.fp8_param_gather and t.precision != "fp8":
             raise ValueError(f"parallel.fp8_param_gather needs training.precision: fp8 (got {t.precision!r}): only "
                              "FP8 linears have FP8 weights to gather; remove it or train in fp8")
-        from simulator.config.moe import check_layout
+        from simulator.config.moe import check_layout, fused_grouped_mlp_problem
 
         check_layout(m, p, n, self.cluster.topology.gpus_per_node)
+        problem = fused_grouped_mlp_problem(m, t, p, self.cluster.gpu_spec)
+        if problem:
+            raise ValueError(problem)
         try:
             self.cluster.gpu_spec.peak_flops(t.precision)
         except ValueError as exc:

@@ -165,8 +165,9 @@ def _extras(model: Any, kernels: Any, way: int, local_experts: int, scopes: froz
             code: float = 1.0) -> dict[str, float]:
     """The ``EXTRAS`` of this block's code in reference-block units (``way`` 0 forward, 1 backward), less
     what the CUDA-graph ``scopes`` capture (the clamp and the bias loop are the experts' code, the RoPE
-    the attention's, which costs ``code`` times the rebuild's)."""
-    slot = "moe" not in scopes
+    the attention's, which costs ``code`` times the rebuild's; the fused grouped MLP runs neither as code:
+    ``workload.fused_grouped_mlp``)."""
+    slot = "moe" not in scopes and not getattr(kernels, "fused_grouped_mlp", False)
     present = {"yarn_rope": wops.megatron_eager_yarn(model, kernels) and "attn" not in scopes,
                "geglu_clamp": bool(model.swiglu_limit) and slot, "expert_bias": bool(model.linear_bias) and slot}
     return {k: (EXTRAS[k][way][0] + EXTRAS[k][way][1] * local_experts) * (code if k == "yarn_rope" else 1.0)

@@ -61,6 +61,7 @@ from dataclasses import dataclass, replace
 
 from simulator.config.model import ModelConfig
 from simulator.hardware.kernels import TE_GROUPED_STREAMS
+from simulator.workload import fused_grouped_mlp
 from simulator.workload import ops as wops
 from simulator.workload.attention_core import LSE_BYTES, SOFTMAX_FLOPS, unfused_core_ops
 from simulator.workload.fp8_casts import fp8_cast
@@ -339,6 +340,9 @@ def moe_block_ops(model: ModelConfig, b: int, s: int, tp: int, pb: int, kernels,
     experts = _linearize(experts, fp8)
     if model.linear_bias:
         experts.append(_expert_bias(per_expert * local_experts, w, local_experts, pb))
+    fused = getattr(kernels, "fused_grouped_mlp", False)
+    if fused:  # Transformer Engine's fused grouped MLP (simulator.workload.fused_grouped_mlp)
+        experts = fused_grouped_mlp.fuse(experts, act.name)
     received = per_expert * local_experts * w
 
     def bracket(ops: list, before: str, after: str, passes: int) -> list:
@@ -369,8 +373,9 @@ def moe_block_ops(model: ModelConfig, b: int, s: int, tp: int, pb: int, kernels,
         post += _linearize([wops.gemm("latent_up", int(t), h, w, pb)], fp8)
     if not kernels.fused_norm_residual:
         post.append(wops.memory_op("output_residual_add", b * s * h, 3, pb, wops.ADD_FLOPS))
+    # the fused kernels take the clamp's limits as arguments: no offset tensor, no second synchronisation
     sync_at = (next(i for i, op in enumerate(experts) if op.name == act.name)
-               if model.swiglu_limit else 0)
+               if model.swiglu_limit and not fused else 0)
     return MoEBlockOps(tuple(_mark(pre, recompute)), tuple(_mark(experts, recompute)),
                        tuple(_mark(shared, recompute)), tuple(_mark(post, recompute)), routed, local_experts,
                        sync_at, router_at=len(att))

@@ -39,6 +39,9 @@ class Op:
     linear: bool = False
     #: Kernels of this op's backward; 0 = the default rule of ``_backward``.
     bwd_launches: int = 0
+    #: This memory op's backward runs inside a GEMM's epilogue (Transformer Engine's fused grouped MLP,
+    #: ``simulator.workload.fused_grouped_mlp``): ``workload.ops.backward_ops`` gives it no kernel.
+    fused_backward: bool = False
     #: The FP8 recipe of an FP8 cast op (``fp8_casts.FP8_RECIPES``), else empty.
     fp8_recipe: str = ""
     #: HBM bytes of this op's backward; 0 = the default rule of ``_backward``.

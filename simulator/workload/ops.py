@@ -292,6 +292,8 @@ def _backward(op: Op) -> list[Op]:
         if op.frozen:
             return [dgrad]
         return [dgrad, replace(op, name=f"{op.name}.wgrad", m=k, n=n, k=m, recompute=False, backward=True)]
+    if op.fused_backward:
+        return []
     launches = op.bwd_launches or op.launches
     if op.kind == "attention":
         return [
