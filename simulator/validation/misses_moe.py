@@ -10,7 +10,8 @@ names a run's cause (``misses.cause_of``), so the narrower globs come first.
 from __future__ import annotations
 
 MOE_CAUSES: tuple[tuple[str, str], ...] = (
-    ("mbridge2606-gb[23]00-[dq]*", "Megatron-Bridge 26.06's DeepSeek-V3 and Qwen3 presets on NVL72: the CUDA graph of the whole iteration "
+    ("mbridge260[68]-gb[23]00-[dq]*", "Megatron-Bridge 26.06's DeepSeek-V3 and Qwen3 presets on NVL72 (the 26.08 rows of the same "
+     "printed layouts take them): the CUDA graph of the whole iteration "
      "and the EP overlap they set are simulated (training.kernels.cuda_graphs [full_iteration], "
      "parallel.moe_a2a_overlap), and they take most of the release's gain: the same printed layouts ran 1.17-1.56x "
      "faster than in 26.04.01 (Qwen3-30B-A3B, Qwen3-235B-A22B, DeepSeek-V3), and dtsim gives the new presets "
@@ -169,9 +170,10 @@ MOE_CAUSES: tuple[tuple[str, str], ...] = (
      "cuda_graph_impl full_iteration, moe_use_grouped_tensor, whose comment says the legacy grouped MLP path "
      "\"syncs tokens_per_expert to the host every layer, which serializes the CPU behind the GPU\"), runs "
      "2,481.14 ms per step, 33,017 tokens/s/GPU (EP 16, micro-batch 4, global batch 1,280; card PR #5717), and "
-     "the 26.06 table measures it and its GB200 sibling (EP 64) at 33,166 and 28,947, which dtsim gives within 5% "
+     "the 26.06 table measures it and its GB200 sibling (EP 64) at 33,166 and 28,947 and the 26.08 table at 33,024 and "
+     "28,672, which dtsim gives within 7% "
      "(training.kernels.cuda_graphs [full_iteration], moe_a2a_overlap as the recipe sets: "
-     "mbridge2606-gb300-gpt-oss-120b-64gpu-mxfp8 -2%, mbridge2606-gb200-gpt-oss-120b-64gpu-mxfp8 +5%), without "
+     "mbridge2608-gb300-gpt-oss-120b-64gpu-mxfp8 -2%, mbridge2608-gb200-gpt-oss-120b-64gpu-mxfp8 +6%), without "
      "the FP8 attention and fused grouped MLP the recipes also run. So "
      "the GEMM and attention work dtsim prices for GPT-OSS is not too small: the eager presets' gap lies in what "
      "that recipe removes. Host dispatch alone would need 4-6x dtsim's host time per block (Grace "
