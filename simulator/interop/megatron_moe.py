@@ -55,8 +55,9 @@ IGNORED = ((("moe-grouped-gemm", "moe-permute-fusion", "moe-router-fusion", "moe
             "static and full-iteration CUDA graphs capture it (their time model is training.kernels.cuda_graphs; "
             "with balanced routing no rank exceeds its buffer); the buffers' memory is not modelled"),
            (("use-transformer-engine-op-fuser", "moe-mlp-glu-interleave-size"),
-            "Transformer Engine's fused operation path for the experts' MLP (with NVTE_CUTEDSL_FUSED_GROUPED_MLP "
-            "one grouped GEMM + SwiGLU kernel): priced as the grouped GEMMs and activation it replaces"),
+            "Transformer Engine's op fuser for the experts' MLP: it runs the fused grouped MLP only with "
+            "NVTE_CUTEDSL_FUSED_GROUPED_MLP=1 in the environment, which the arguments do not show; if the launch set "
+            "it, add --set training.kernels.fused_grouped_mlp=true"),
            (("delay-wgrad-compute",),
             "the combined 1F1B's order of the experts' weight-gradient GEMMs (parallel.moe_a2a_overlap already "
             "overlaps each all-to-all with the paired micro-batch's compute): same FLOPs and bytes"))
@@ -188,6 +189,10 @@ def export_moe(s) -> list[str]:
         lines.append("--overlap-moe-expert-parallel-comm")
     if getattr(par, "moe_shared_expert_overlap", False):
         lines.append("--moe-shared-expert-overlap")
+    if s.training.kernels.fused_grouped_mlp:  # the launch also sets NVTE_CUTEDSL_FUSED_GROUPED_MLP=1 (docs/interop.md)
+        lines.append("--use-transformer-engine-op-fuser")
+        if m.gated_mlp:  # the fused GLU kernel reads gate and up interleaved in blocks of 32 (Megatron-Bridge)
+            lines.append("--moe-mlp-glu-interleave-size 32")
     return lines
 
 

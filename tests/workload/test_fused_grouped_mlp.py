@@ -88,3 +88,12 @@ def test_refused_where_transformer_engine_does_not_fuse(changes, phrase):
 
 def test_accepted_on_blackwell_mxfp8():
     assert load(BASE).training.kernels.fused_grouped_mlp
+
+
+def test_megatron_export_writes_the_op_fuser_flags():
+    from simulator.interop.megatron_export import export_args
+
+    text = export_args(load(BASE)).text.split()
+    assert "--use-transformer-engine-op-fuser" in text
+    assert text[text.index("--moe-mlp-glu-interleave-size") + 1] == "32"  # Qwen3's SwiGLU: gate and up interleaved
+    assert "--use-transformer-engine-op-fuser" not in export_args(load(BASE, training__kernels__fused_grouped_mlp=False)).text
