@@ -154,7 +154,8 @@ def fused_grouped_mlp_problem(model, training, parallel, gpu) -> str | None:
     if parallel.framework != "ddp":
         return f"{key} is Megatron-Core's Transformer Engine path: it needs parallel.framework ddp; remove it"
     if parallel.etp != 1:
-        return f"{key} needs parallel.etp 1 (Megatron-Core fuses no expert tensor parallelism); remove one"
+        return (f"{key} needs parallel.etp 1 (Megatron-Core fuses no expert tensor parallelism): set parallel.etp 1 "
+                "or remove it")
     if model.mlp not in FUSED_GROUPED_MLP_ACTIVATIONS:
         return (f"{key} fuses the activations {', '.join(FUSED_GROUPED_MLP_ACTIVATIONS)}, not model.mlp "
                 f"{model.mlp}; remove it")
