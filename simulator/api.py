@@ -87,6 +87,17 @@ def _summaries(trace: Any) -> tuple[int, dict[str, Any], list[dict[str, float]]]
     return device, summary, stages
 
 
+def compute_model_for(scenario: Scenario, eff: Efficiency, what_if: WhatIf = WhatIf()) -> RooflineComputeModel:
+    """The compute layer of ``scenario``: its GPU, precision, kernels, attention implementation and host."""
+    tr = scenario.training
+    return RooflineComputeModel(scenario.cluster.gpu_spec, tr.precision, eff, flops_scale=what_if.flops_scale,
+                                hbm_scale=what_if.hbm_scale, launch=launch_costs(tr.kernels),
+                                attention_impl=attention.for_scenario(scenario),
+                                attention_head_dim=attention.head_dim_of(scenario.model),
+                                host_scale=scenario.cluster.topology.host.dispatch_scale,
+                                fp8_recipe=tr.active_fp8_recipe or "")
+
+
 def simulate(scenario: Scenario, *, efficiency: Efficiency | None = None, what_if: WhatIf = WhatIf(),
              collective_model: Any = None, compute_model: Any = None, cluster: Any = None,
              exact: bool = False) -> StepReport:
@@ -110,12 +121,7 @@ def simulate(scenario: Scenario, *, efficiency: Efficiency | None = None, what_i
                                                       algorithm=cl.collective_algorithm)
     if what_if.network_scale != 1.0:
         collectives = _ScaledCollectives(collectives, what_if.network_scale)
-    compute = compute_model or RooflineComputeModel(gpu, tr.precision, eff, flops_scale=what_if.flops_scale,
-                                                    hbm_scale=what_if.hbm_scale, launch=launch_costs(tr.kernels),
-                                                    attention_impl=attention.for_scenario(scenario),
-                                                    attention_head_dim=attention.head_dim_of(scenario.model),
-                                                    host_scale=cl.topology.host.dispatch_scale,
-                                                    fp8_recipe=tr.active_fp8_recipe or "")
+    compute = compute_model or compute_model_for(scenario, eff, what_if)
     ctx = context_for(scenario, gpus_per_node=cluster.gpus_per_node)
     pcie = cluster.host_bandwidth_Bps_per_gpu * eff.pcie_fraction
     # The CPU-Adam rate and the NVMe bandwidth are a host's (one OS instance: its CPUs, DRAM and drives),

@@ -1,5 +1,5 @@
 """``dtsim run SCENARIO [--set k=v ...] [--json] [--trace trace.json] [--allow-oom] [--deepspeed ds.json]
-[--show-placement]``.
+[--show-placement] [--kernels]``.
 
 Exit codes: 0 ok; 2 bad input (message naming the field, nothing written); 3 the scenario does not
 fit in GPU memory (the report is printed with the reason) unless ``--allow-oom``.
@@ -27,6 +27,7 @@ from simulator.parallel.checks import check_layout
 from simulator.parallel.placement import placement_lines
 from simulator.python_api import run_scenario
 from simulator.report.chrome_trace import write_chrome_trace
+from simulator.report.kernel_table import kernel_table, render_kernel_table
 from simulator.report.step_png import write_step_png
 from simulator.report.tables import render
 from simulator.units import fmt_bytes, fmt_seconds
@@ -47,6 +48,8 @@ ExactOption = Annotated[bool, typer.Option(
     "--exact", help="simulate every micro-batch (default: long accumulation and 1F1B steady states are "
                     "extrapolated after an exactness check; --trace and --png imply --exact)")]
 DsOption = Annotated[Path | None, typer.Option("--deepspeed", help="DeepSpeed JSON config to apply to the scenario")]
+KernelsOption = Annotated[bool, typer.Option(
+    "--kernels", help="also print one micro-batch's compute kernel by kernel: time, bound, rate (JSON: 'kernels')")]
 EffOption = Annotated[Path | None, typer.Option(
     "--efficiency", help="efficiency profile from dtsim calibrate (your cluster's fitted efficiencies and intervals)")]
 
@@ -85,10 +88,12 @@ def run_command(
     png: PngOption = None,
     efficiency: EffOption = None,
     exact: ExactOption = False,
+    kernels: KernelsOption = False,
 ) -> None:
     """Simulate one optimizer step: step time, breakdown (exposed vs on-link comm), MFU, memory;
     then the whole run (duration, goodput, cost, energy) when the scenario has a token budget."""
-    code = _run(scenario, overrides, json_out, trace, allow_oom, deepspeed, show_placement, png, efficiency, exact)
+    code = _run(scenario, overrides, json_out, trace, allow_oom, deepspeed, show_placement, png, efficiency, exact,
+                kernels)
     if code:
         raise typer.Exit(code)
 
@@ -96,7 +101,7 @@ def run_command(
 @handle_errors
 def _run(path: Path, overrides, json_out: bool, trace: Path | None, allow_oom: bool, deepspeed: Path | None,
          show_placement: bool = False, png: Path | None = None, efficiency: Path | None = None,
-         exact: bool = False) -> int:
+         exact: bool = False, kernels: bool = False) -> int:
     # Outputs are checked first: bad input writes nothing and prints no half report.
     inputs = (resolve_scenario_path(path), deepspeed, efficiency)
     check_output(trace, "--trace", (".json",), inputs)
@@ -122,10 +127,13 @@ def _run(path: Path, overrides, json_out: bool, trace: Path | None, allow_oom: b
         write_chrome_trace(report.trace, trace, process_name=f"{scenario.name} rank 0")
     if png is not None:
         write_step_png(report, png)
+    table = kernel_table(scenario, profile.efficiency(scenario) if profile is not None else None) if kernels else None
     if json_out:
-        print_json(result.to_dict())
+        print_json({**result.to_dict(), **({"kernels": [row.as_dict() for row in table]} if kernels else {})})
     else:
         render(report, stdout, interval=interval)
+        if kernels:
+            render_kernel_table(table, stdout)
         if run is not None and not math.isfinite(run.wall_clock_s):
             stdout.print(
                 f"run: {run.steps:,} steps, {fmt_seconds(run.duration_s)} of training; never finishes with failures: "

@@ -171,6 +171,14 @@ class RooflineComputeModel:
         return getattr(op, "weight", 1.0) * self._one_op_time(op)
 
     def _one_op_time(self, op: Any) -> float:
+        math_s, memory_s, floor_s, fixed_s = self.op_terms(op)
+        return max(math_s, memory_s, floor_s) + fixed_s
+
+    def op_terms(self, op: Any) -> tuple[float, float, float, float]:
+        """One copy of ``op``'s time terms ``(math, memory, launch floor, fixed)``; its time is
+        ``max(math, memory, floor) + fixed``. A GEMM's fixed time per kernel (``LaunchCosts.gemm_fixed_s``,
+        which includes its launch floor) adds to its roofline time, so its floor term is 0; other kernels
+        take at least ``LaunchCosts.gpu_floor_s`` each and have no fixed term."""
         issued = getattr(op, "sm_bound_Bps", 0.0)
         bandwidth = issued * self.sm_issue_scale if issued else self.hbm_Bps
         mem_t = (op.bytes - (getattr(op, "transpose_bytes", 0.0) if self.non_tn_fp8 else 0.0)) / bandwidth
@@ -188,7 +196,7 @@ class RooflineComputeModel:
             kh = self.k_half_linear if fp8_linear else self.k_half
             rate = peak * self.eff.gemm_fraction * self.shape_factor(getattr(op, "shape", None), kh, batch, streams)
             fixed = self.launches(op) * self.launch.gemm_fixed_s + grouped_gemm_fixed_s(batch, streams)
-            return max(op.flops / rate, mem_t) + fixed  # the fixed time includes the launch floor
+            return op.flops / rate, mem_t, 0.0, fixed  # the fixed time includes the launch floor
         floor = self.launches(op) * self.launch.gpu_floor_s
         if op.kind == "attention":
             back = 1 if getattr(op, "backward", False) else 0
@@ -197,8 +205,18 @@ class RooflineComputeModel:
             t = op.flops * (1 - windowed) / (rate * self.attention_factor(getattr(op, "k", 0), bool(back)))
             if windowed:  # the sliding-window blocks' share runs at the band rate (attention.BAND_128)
                 t += op.flops * windowed / (rate * op.window / (op.window + self.band_half[back]))
-            return max(t, mem_t, floor)
-        return max(mem_t, floor)
+            return t, mem_t, floor, 0.0
+        return 0.0, mem_t, floor, 0.0
+
+    def op_bound(self, op: Any) -> str:
+        """What sets ``op``'s time: ``compute`` (its FLOPs at the kernel's rate), ``memory`` (its bytes at
+        the HBM bandwidth) or ``launch`` (the launch floor, or a GEMM's fixed time per kernel outweighing
+        its roofline time)."""
+        math_s, memory_s, floor_s, fixed_s = self.op_terms(op)
+        top = max(math_s, memory_s, floor_s)
+        if floor_s >= top or fixed_s > top:
+            return "launch"
+        return "compute" if math_s >= memory_s else "memory"
 
     def launches(self, op: Any) -> int:
         """Kernels ``op`` launches on this GPU: its ``launches`` less the transpose kernels of FP8 casts
