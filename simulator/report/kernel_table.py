@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from collections import Counter
 from typing import Any
 
 from simulator.config.scenario import Scenario
@@ -38,7 +39,7 @@ class KernelRow:
     bound: str
     flops: float
     bytes: float
-    kernels: int
+    kernels: float
 
 
 @dataclasses.dataclass(frozen=True)
@@ -66,19 +67,20 @@ def kernel_table(scenario: Scenario, efficiency: Efficiency | None = None) -> li
 
     compute = compute_model_for(scenario, efficiency or for_gpu(scenario.cluster.gpu_spec))
     ctx = dataclasses.replace(context_for(scenario), n_micro=1)
-    seen: dict[int, list] = {}
+    first: dict[int, ComputeTask] = {}  # one task per shared ops tuple, priced once
+    calls: Counter[int] = Counter()
     for task in build_step_graph(ctx).tasks:
         if isinstance(task, ComputeTask) and task.device == 0 and task.ops:
-            entry = seen.setdefault(id(task.ops), [task, 0])
-            entry[1] += 1
+            first.setdefault(id(task.ops), task)
+            calls[id(task.ops)] += 1
     merged: dict[tuple, TaskRows] = {}  # builders may rebuild equal ops per block: one row per distinct cost
-    for task, calls in seen.values():
+    for key_id, task in first.items():
         ops = tuple(KernelRow(op.name, op.kind, compute.op_time(op), compute.op_bound(op), op.flops * _weight(op),
                               op.bytes * _weight(op), compute.launches(op) * _weight(op)) for op in task.ops)
-        row = TaskRows(" ".join(_NUMBERS.sub(" ", task.name).split()), calls, sum(op.time_s for op in ops),
+        row = TaskRows(" ".join(_NUMBERS.sub(" ", task.name).split()), calls[key_id], sum(op.time_s for op in ops),
                        compute.host_time(task.ops), ops)
         key = (row.task, row.host_s, ops)
-        merged[key] = dataclasses.replace(row, calls=calls + (merged[key].calls if key in merged else 0))
+        merged[key] = dataclasses.replace(row, calls=row.calls + (merged[key].calls if key in merged else 0))
     return list(merged.values())
 
 
