@@ -81,9 +81,10 @@ class KernelConfig(Frozen):
     #: (``eager``: torchtitan, FSDP trainers), or on the 16-bit logits (``eager_no_upcast``: NeMo
     #: AutoModel's ``fp32_upcast: false``), or that under torch.compile (``compiled``), or
     #: FlashAttention's fused cross-entropy kernel (``flash``: ``flash_attn.losses.cross_entropy``,
-    #: llm-foundry's MPT default ``loss_fn: fused_crossentropy``); ``auto``: eager with framework fsdp,
-    #: fused otherwise.
-    cross_entropy: Literal["auto", "fused", "eager", "eager_no_upcast", "compiled", "flash"] = "auto"
+    #: llm-foundry's MPT default ``loss_fn: fused_crossentropy``), or Transformer Engine's Triton loss
+    #: (``te``: Megatron-Core ``cross_entropy_fusion_impl te``, Megatron-Bridge's default); ``auto``: eager
+    #: with framework fsdp, fused otherwise.
+    cross_entropy: Literal["auto", "fused", "eager", "eager_no_upcast", "compiled", "flash", "te"] = "auto"
     #: Full recomputation stops once every tensor the block's forward saved is rebuilt: PyTorch's
     #: non-reentrant checkpoint (``torch.utils.checkpoint`` early stop, on by default) does not
     #: re-run the block's last GEMM and residual add (``simulator.workload.recompute.early_stop``). None: on with

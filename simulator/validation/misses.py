@@ -89,11 +89,6 @@ _DENSE_FIRST: tuple[tuple[str, str], ...] = (
      "GPU-bound: too fast"),
 )
 GROUP_CAUSES: tuple[tuple[str, str], ...] = _DENSE_FIRST + MOE_CAUSES + (
-    ("mbridge260401-gb300-llama3*-nvfp4", "GB300's measured NVFP4 gain on the same layout is 1.54x over MXFP8 (70B, "
-     "7,296 against 4,736 tokens/s/GPU) and 1.41x over FP8-CS (405B, 1,440 against 1,024) where dtsim gives 1.39x and "
-     "1.36x, and GB200's NVFP4 rows are -5..-8%: dtsim prices NVFP4 GEMMs at Transformer Engine's B300 figure, 1.81x the per-tensor FP8 rate "
-     "(GEMM profiling guide, pre-quantized), on every Blackwell part; whether the 1,400 W GB300 sustains more of its "
-     "FP4 peak (3x its FP8 peak, GB200's 2x) than the guide's B300 did is not measured: too slow"),
     ("together-b200-llama3.1-405b-256gpu-nvfp4", "pipeline stalls on Together AI's cluster at PP 16: the repository "
      "profiles a 43% pipeline bubble for this layout and 15.5% at PP 8 (slurm/llama3.1-405b/nvfp4/results.md; \"P2P "
      "bandwidth degrades from 42 GB/s (2-4 nodes) to 14.5 GB/s (32+ nodes)\"), where dtsim's reported stage idles 11% "
@@ -155,9 +150,6 @@ GROUP_CAUSES: tuple[tuple[str, str], ...] = _DENSE_FIRST + MOE_CAUSES + (
      "where its 512- and 16k-token twins are +5 / +4%), and the eager MPT-760m block timed on an H200 takes 12% "
      "(forward) and 20% (backward) longer than dtsim prices it at cuDNN's microbenchmark rates "
      "(tests/hardware/test_blocks_measured.py): small MPT blocks miss time dtsim does not identify"),
-    ("mbridge*-h100-llama3-70b-*", "Megatron-Bridge H100 FP8: TP overlap and parameter-gather overlap simulated; "
-     "too slow like the NeMo H100 runs: the Hopper GEMM rate is fitted mostly on llm-foundry's BF16 FSDP runs "
-     "(issue 12)"),
     ("vtrain-single-*-tp8-*-mbs1-*", "vTrain TP 8 at micro-batch 1: its 16 heads leave 2 per rank, so one "
      "micro-batch gives 2 attention batches, not the multiple of 4 Megatron's fused scale-mask-softmax needs "
      "(fused_softmax.py attn_batch_size % 4): it runs PyTorch's fp32 softmax chain instead, which dtsim now "

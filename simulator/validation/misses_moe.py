@@ -10,14 +10,6 @@ names a run's cause (``misses.cause_of``), so the narrower globs come first.
 from __future__ import annotations
 
 MOE_CAUSES: tuple[tuple[str, str], ...] = (
-    ("mbridge260[68]-gb[23]00-[dq]*", "Megatron-Bridge 26.06's DeepSeek-V3 and Qwen3 presets on NVL72 (the 26.08 rows of the same "
-     "printed layouts take them): the CUDA graph of the whole iteration, the EP overlap and Transformer Engine's "
-     "CuTe DSL fused grouped MLP they set are simulated (training.kernels.cuda_graphs [full_iteration], "
-     "parallel.moe_a2a_overlap, training.kernels.fused_grouped_mlp: 2-7% of the step), and "
-     "they take most of the release's gain: the same printed layouts ran 1.17-1.56x faster than in 26.04.01 "
-     "(Qwen3-30B-A3B, Qwen3-235B-A22B, DeepSeek-V3), and dtsim gives the new presets 1.16-1.95x its 26.04.01 "
-     "figures. Not modelled, and in every one of these presets: FP8 dot-product attention (GB300), NCCL EP's "
-     "dispatch (priced as DeepEP's), and the paged stash of the static-shape graph: too slow"),
     ("mbridge260401-b200-nemotron-3-super-*", "EP 64 across eight DGX-B200 nodes: every MoE layer's HybridEP "
      "dispatch and combine cross 400 Gb/s InfiniBand (a token once per destination node: 6.7 of the 7 others "
      "for its top-22 of 512 experts), simulated at the line rate DeepEP's internode kernels reach on H800 (DeepEP PR #130: 50-58 "
@@ -171,14 +163,14 @@ MOE_CAUSES: tuple[tuple[str, str], ...] = (
      "2,481.14 ms per step, 33,017 tokens/s/GPU (EP 16, micro-batch 4, global batch 1,280; card PR #5717), and "
      "the 26.06 table measures it and its GB200 sibling (EP 64) at 33,166 and 28,947 and the 26.08 table at 33,024 and "
      "28,672. dtsim gives those two (training.kernels.cuda_graphs [full_iteration], moe_a2a_overlap and "
-     "fused_grouped_mlp as the recipe sets) +19% and +26% (mbridge2608-gb300-gpt-oss-120b-64gpu-mxfp8, "
+     "fused_grouped_mlp as the recipe sets) +23% and +30% (mbridge2608-gb300-gpt-oss-120b-64gpu-mxfp8, "
      "mbridge2608-gb200-gpt-oss-120b-64gpu-mxfp8): -2% and +6% before Transformer Engine's fused grouped MLP was "
      "modelled, which takes the clamp, the bias loop, the activation and two casts of the experts into the grouped "
      "GEMMs (docs/moe.md). So the fully graphed, fused MXFP8 recipe leaves a gap of the size of the eager BF16 rows' "
-     "on the same racks (26.04.01: GB200 +34%, GB300 +23%): the missing time is in what every GPT-OSS run shares, not in the "
+     "on the same racks (26.04.01: GB200 +36%, GB300 +26%): the missing time is in what every GPT-OSS run shares, not in the "
      "eager presets' host time or unfused kernels, nor in the precision of the experts' GEMMs: on DGX-B300 the 26.06 "
      "MXFP8 preset (EP 8, its all-to-alls inside one node's NVLink) measures 18,534 tokens/s/GPU, 1.22x the 26.04.01 "
-     "BF16 row of the same layout (15,232), and dtsim gives the two +43% and +40% (mbridge2606-b300-gpt-oss-120b-64gpu-mxfp8, "
+     "BF16 row of the same layout (15,232), and dtsim gives the two +46% and +42% (mbridge2606-b300-gpt-oss-120b-64gpu-mxfp8, "
      "mbridge260401-b300-gpt-oss-120b-64gpu-bf16). Host dispatch alone would need 4-6x dtsim's host time per block (Grace "
      "cluster.topology.host.dispatch_scale 12 instead of 2.75 brings the 26.02.01 GB200 step to 5.0 s, 17 the "
      "GB300 one to its measured 4.2 s), and the two disagree. NVIDIA's eager DeepSeek-V3 GB200 state implies "

@@ -32,6 +32,14 @@ is one pass; a fused kernel's reductions ride on its read):
 * ``flash``: FlashAttention's ``flash_attn.losses.cross_entropy.CrossEntropyLoss`` (llm-foundry's MPT
   default): its forward kernel reads each row once, keeping the max and log-sum-exp in registers
   (``p``), its backward kernel reads the logits and writes their gradient (``2p``); 1 kernel each way.
+* ``te``: Transformer Engine's Triton loss (``transformer_engine/pytorch/triton/cross_entropy.py``), which
+  Megatron-Core runs for ``cross_entropy_loss_fusion`` with ``cross_entropy_fusion_impl te``, Megatron-Bridge's
+  recipe and performance-preset default since its first release (Megatron-Bridge PR #595, September 2025;
+  ``perf_recipes/_common.py _benchmark_common``). Forward: ``online_softmax_kernel`` reads each row once for
+  its max and sum (``p``) and ``cross_entropy_forward_kernel`` touches three fp32 statistics per row.
+  Backward: ``cross_entropy_backward_kernel`` reads the logits and writes their gradient in place
+  (``2p``): ``p`` and ``2p``, FlashAttention's traffic, in 2 kernels forward and 1 backward. Later TE
+  versions keep an fp32 gradient (TransformerEngine PR #3193, 2026), a few bytes per logit more (U).
 
 Before 5 December 2026 every kind was priced as three 16-bit passes forward and six backward (18 bytes
 per logit at ``p`` = 2): Megatron's loss at 40 and PyTorch's eager one at 48 cost twice that and more,
@@ -82,7 +90,9 @@ class Loss(NamedTuple):
 #:   default ``loss_fn: fused_crossentropy``, ``ComposerMPTCausalLM``): its kernel reads the 16-bit
 #:   logits in fp32 registers and saves them with one fp32 log-sum-exp per row; the backward recomputes
 #:   the softmax from them and writes a 16-bit gradient of the logits' shape: ``2p`` per logit (the
-#:   per-row statistic is negligible).
+#:   per-row statistic is negligible);
+#: * ``te``: Transformer Engine's Triton loss keeps the 16-bit logits, three fp32 statistics per row and
+#:   writes the gradient into the logits in place: ``p``.
 #:
 #: Traffic and kernels: module docstring.
 IMPLEMENTATIONS: dict[str, Loss] = {
@@ -91,6 +101,7 @@ IMPLEMENTATIONS: dict[str, Loss] = {
     "eager_no_upcast": Loss(lambda p: 3 * p, lambda p: 4 * p, lambda p: 5 * p, 2, 3),
     "compiled": Loss(lambda p: 2 * p, lambda p: 2 * p, lambda p: 2 * p, 2, 1),
     "flash": Loss(lambda p: 2 * p, lambda p: p, lambda p: 2 * p, 1, 1),
+    "te": Loss(lambda p: p, lambda p: p, lambda p: 2 * p, 2, 1),
 }
 
 

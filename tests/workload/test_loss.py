@@ -21,6 +21,9 @@ N = 1_000_000  # logit elements
     ("compiled", 2 * 2, 2 * 2, 2, 1),
     # flash-attn's kernel: one read forward; backward read + write
     ("flash", 2, 2 * 2, 1, 1),
+    # Transformer Engine's Triton loss: online_softmax_kernel reads each row once, the loss kernel reads
+    # three fp32 statistics per row (not per logit); backward reads the logits, writes the gradient in place
+    ("te", 2, 2 * 2, 2, 1),
 ])
 def test_cross_entropy_traffic_per_kind(kind, fwd, bwd, fwd_k, bwd_k):
     op = loss.cross_entropy_op(kind, N, 2)

@@ -75,12 +75,14 @@ class _Kernels:
 
 
 @pytest.mark.parametrize(("kind", "per_logit"), [("fused", 2 + 4), ("eager", 3 * 4), ("eager_no_upcast", 3 * 2),
-                                               ("compiled", 2 * 2), ("flash", 2 * 2)])
+                                               ("compiled", 2 * 2), ("flash", 2 * 2),
+                                               ("te", 2)])
 def test_loss_bytes_per_logit(new_scenario, shapes, kind, per_logit):
     # Megatron fused: bf16 logits + fp32 softmax; eager F.cross_entropy backward: fp32 log-probs, the
     # fp32 NLL gradient and the fp32 log-softmax gradient (without the upcast, the same three in bf16);
     # compiled: bf16 logits + bf16 gradient;
-    # FlashAttention's xentropy kernel: the saved bf16 logits + the bf16 gradient it writes.
+    # FlashAttention's xentropy kernel: the saved bf16 logits + the bf16 gradient it writes;
+    # Transformer Engine's Triton loss: the bf16 logits, into which it writes the gradient in place.
     sc = new_scenario(shapes["llama3_8b"], training={"kernels": {"cross_entropy": kind}}, parallel={"framework": "fsdp"})
     s, b = sc.training.seq_len, sc.training.micro_batch_size
     assert memory.activations(sc).logits == 2 * 2 * s * b * 4096 + per_logit * s * b * 128256
