@@ -23,7 +23,8 @@ N-th layer full attention, ``is_layer_window_attention``: ``model.full_attention
 ``--pipeline-model-parallel-size``, ``--context-parallel-size``, ``--sequence-parallel``,
 ``--num-layers-per-virtual-pipeline-stage``, ``--pipeline-model-parallel-layout`` (Megatron-Core's
 per-virtual-stage layout, ``parallel.pipeline_layout``), ``--use-distributed-optimizer``, ``--tp-comm-overlap``,
-``--train-iters`` / ``--train-samples``. Megatron-LM runs as dtsim framework ``ddp`` (its DDP with
+``--train-iters`` / ``--train-samples``, ``--cross-entropy-loss-fusion`` with ``--cross-entropy-fusion-impl``
+(``native`` default, ``te``: ``training.kernels.cross_entropy`` ``fused`` / ``te``). Megatron-LM runs as dtsim framework ``ddp`` (its DDP with
 optional distributed optimizer). Launcher flags ``--nnodes`` / ``--nproc-per-node`` of torchrun are
 read when the command line includes them.
 """
@@ -270,6 +271,25 @@ def _training(flags: dict, integer, out: Imported) -> None:
         if linear not in LINEARS:
             raise InputError(f"--transformer-impl {linear!r} must be local or transformer_engine", FIELD)
         out.set("training.kernels.linear", LINEARS[linear])
+    _loss(flags, out)
+
+
+def _loss(flags: dict, out: Imported) -> None:
+    """``training.kernels.cross_entropy`` from ``--cross-entropy-loss-fusion`` (default off) and
+    ``--cross-entropy-fusion-impl native|te`` (default native), which Megatron-Core's
+    ``compute_language_model_loss`` reads: with the fusion, Transformer Engine's Triton loss (``te``) or its own
+    fused vocab-parallel loss (``fused``); without it the unfused ``vocab_parallel_cross_entropy``, which dtsim
+    prices as ``fused`` (``auto``), 12 bytes per logit short: its max and its subtraction of the max are passes
+    of their own over the fp32 logits (read 4; read and write 4), which the fused loss folds into the upcast
+    and the exponential."""
+    impl = value_of(flags, "cross-entropy-fusion-impl")
+    if impl not in (None, "native", "te"):
+        raise InputError(f"--cross-entropy-fusion-impl {impl!r} must be native or te", FIELD)
+    if flags.get("cross-entropy-loss-fusion"):
+        out.set("training.kernels.cross_entropy", "te" if impl == "te" else "fused")
+    elif impl is not None:
+        out.ignore("--cross-entropy-fusion-impl", "read only with --cross-entropy-loss-fusion; without it "
+                   "Megatron-Core runs its unfused vocab-parallel loss, priced as training.kernels.cross_entropy fused")
 
 
 def _parallel(flags: dict, integer, out: Imported) -> None:

@@ -9,6 +9,7 @@ from simulator.interop.common import Exported
 from simulator.interop.megatron_graphs import export_graphs
 from simulator.interop.megatron_mla import export_mla
 from simulator.interop.megatron_moe import export_moe
+from simulator.workload import loss
 from simulator.workload.bias import linear_impl
 
 
@@ -108,6 +109,14 @@ def export_args(s: Scenario) -> Exported:
         why = "runs FP8 only through" if priced == "megatron" else "has no nn.Linear blocks; it runs"
         biases = " (exported with them: the biases in their GEMMs' epilogues)" if m.has_qkv_bias else ""
         notes.append(f"training.kernels.linear {priced}: Megatron-LM {why} Transformer Engine's linears{biases}")
+    # and the loss it priced (``workload.loss.kind``): Megatron-Core's fused loss or Transformer Engine's
+    ce = loss.kind(s)
+    if ce not in ("fused", "te"):
+        notes.append(f"training.kernels.cross_entropy {ce}: Megatron-LM runs its own vocab-parallel loss or "
+                     "Transformer Engine's; exported as its fused loss (--cross-entropy-loss-fusion)")
+    lines.append("--cross-entropy-loss-fusion")
+    if ce == "te":
+        lines.append("--cross-entropy-fusion-impl te")
     lines += [f"--tensor-model-parallel-size {par.tp}", f"--pipeline-model-parallel-size {par.pp}"]
     if par.cp > 1:
         lines.append(f"--context-parallel-size {par.cp}")

@@ -24,6 +24,7 @@ VALUE_FLAGS = (
     "fp8-format", "window-size", "window-attn-skip-freq", "recompute-modules",
     "attention-backend", "nnodes", "nproc-per-node", "clip-grad", "fp8-recipe", "ddp-bucket-size",
     "transformer-impl", "wgrad-deferral-limit", "optimizer", "muon-num-ns-steps", "fp4-format", "fp4-recipe",
+    "cross-entropy-fusion-impl",
 ) + megatron_moe.VALUE_FLAGS + megatron_graphs.VALUE_FLAGS + megatron_mla.VALUE_FLAGS
 #: Switches dtsim reads.
 BOOL_FLAGS = (
@@ -32,7 +33,7 @@ BOOL_FLAGS = (
     "recompute-activations", "sequence-parallel", "use-distributed-optimizer", "tp-comm-overlap",
     "use-flash-attn", "overlap-grad-reduce", "overlap-param-gather", "fp8-param-gather", "grad-reduce-in-bf16",
     "no-position-embedding", "account-for-embedding-in-pipeline-split", "account-for-loss-in-pipeline-split",
-    "defer-embedding-wgrad-compute", "moe-layer-recompute",
+    "defer-embedding-wgrad-compute", "moe-layer-recompute", "cross-entropy-loss-fusion",
 ) + megatron_moe.BOOL_FLAGS + megatron_graphs.BOOL_FLAGS + megatron_mla.BOOL_FLAGS
 #: Flags taking a list of values (argparse ``nargs="*"``): every word up to the next flag.
 LIST_FLAGS = ("recompute-modules", "offload-modules") + megatron_graphs.LIST_FLAGS
@@ -74,12 +75,12 @@ IGNORED = (
       "no-masked-softmax-fusion", "no-bias-gelu-fusion", "no-bias-swiglu-fusion", "no-bias-dropout-fusion",
       "no-gradient-accumulation-fusion", "apply-query-key-layer-scaling", "attention-softmax-in-fp32",
       "accumulate-allreduce-grads-in-fp32", "use-mcore-models",
-      "use-legacy-models", "cross-entropy-loss-fusion", "apply-layernorm-1p", "no-persist-layer-norm",
+      "use-legacy-models", "apply-layernorm-1p", "no-persist-layer-norm",
       "fp8-amax-", "fp8-margin", "fp8-interval", "fp8-wgrad", "bias-dropout-fusion", "squared-relu-fusion",
       "manual-gc", "manual-gc-", "no-async-tensor-model-parallel-allreduce", "calculate-per-token-loss", "init-model-with-meta-device",
       "deterministic-mode", "check-for-nan-in-loss-and-grad", "no-check-for-nan-in-loss-and-grad", "bf16-",
       "align-grad-reduce", "align-param-gather",
-      "ddp-average-in-collective", "tp-comm-", "cross-entropy-fusion-impl",
+      "ddp-average-in-collective", "tp-comm-",
       "enable-experimental", "te-rng-tracker", "mscale", "mscale-all-dim"),
      _NUMERICS),
     (("use-precision-aware-optimizer", "main-grads-dtype", "main-params-dtype", "exp-avg-dtype",

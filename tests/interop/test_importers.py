@@ -709,6 +709,28 @@ def test_megatron_cuda_graphs_round_trip():
     assert import_args(text).get("training.kernels.cuda_graphs") == ["attn", "moe_router", "moe_preprocess"]
 
 
+def test_megatron_loss_flags_choose_the_loss_and_round_trip():
+    """Megatron-Core's compute_language_model_loss: --cross-entropy-loss-fusion (default off) with
+    --cross-entropy-fusion-impl te runs Transformer Engine's loss, with native (the default) its own fused
+    loss; the impl alone changes nothing (Megatron-LM arguments.py: choices native, te)."""
+    base = "--num-layers 2 --hidden-size 1024 --num-attention-heads 16 --seq-length 512 --vocab-size 32000 --bf16"
+    assert import_args(base + " --cross-entropy-loss-fusion --cross-entropy-fusion-impl te").get(
+        "training.kernels.cross_entropy") == "te"
+    for flags in (" --cross-entropy-loss-fusion", " --cross-entropy-loss-fusion --cross-entropy-fusion-impl native"):
+        assert import_args(base + flags).get("training.kernels.cross_entropy") == "fused"
+    alone = import_args(base + " --cross-entropy-fusion-impl te")
+    assert alone.get("training.kernels.cross_entropy") is None
+    assert "--cross-entropy-fusion-impl" in {k for k, _ in alone.ignored}
+    with pytest.raises(InputError, match="--cross-entropy-fusion-impl 'triton' must be native or te"):
+        import_args(base + " --cross-entropy-fusion-impl triton")
+    s = load_scenario(ROOT / "scenarios" / "mixtral-8x7b-ep8-16xh100.yaml", ["training.kernels.cross_entropy=te"])
+    text = export_scenario(s, "megatron").text
+    assert "--cross-entropy-loss-fusion\n--cross-entropy-fusion-impl te\n" in text
+    assert import_args(text).get("training.kernels.cross_entropy") == "te"
+    fsdp = export_scenario(load_scenario(ROOT / "scenarios" / "llama-3-8b-fsdp-8xdgx-h100.yaml"), "megatron")
+    assert any("cross_entropy eager" in n for n in fsdp.notes) and "--cross-entropy-fusion-impl" not in fsdp.text
+
+
 @pytest.mark.parametrize("fmt", ["torchtitan", "megatron"])
 def test_import_onto_a_bundled_base_scenario(fmt):
     """--base fills in what the config does not say: a bundled scenario of another framework (DeepSpeed)
@@ -885,7 +907,8 @@ def test_megatron_reproduce_guide_flags_are_known():
              "--reuse-grad-buf-for-mxfp8-param-ag")
     _, _, imported = import_scenario("megatron", text=MEGATRON + " " + flags, topology="dgx-h100")
     ignored = {k for k, _ in imported.ignored}
-    assert {"--manual-gc-interval", "--exp-avg-dtype", "--te-rng-tracker", "--mscale-all-dim"} <= ignored
+    assert {"--manual-gc-interval", "--exp-avg-dtype", "--te-rng-tracker", "--mscale-all-dim",
+            "--cross-entropy-fusion-impl"} <= ignored
 
 
 def test_import_set_edits_a_topology_file_and_keeps_other_names():
