@@ -24,9 +24,9 @@ N-th layer full attention, ``is_layer_window_attention``: ``model.full_attention
 ``--num-layers-per-virtual-pipeline-stage``, ``--pipeline-model-parallel-layout`` (Megatron-Core's
 per-virtual-stage layout, ``parallel.pipeline_layout``), ``--use-distributed-optimizer``, ``--tp-comm-overlap``,
 ``--train-iters`` / ``--train-samples``, ``--cross-entropy-loss-fusion`` with ``--cross-entropy-fusion-impl``
-(``native`` default, ``te``: ``training.kernels.cross_entropy`` ``fused`` / ``te``). Megatron-LM runs as dtsim framework ``ddp`` (its DDP with
-optional distributed optimizer). Launcher flags ``--nnodes`` / ``--nproc-per-node`` of torchrun are
-read when the command line includes them.
+(``native`` default, ``te``: ``training.kernels.cross_entropy`` ``fused`` / ``te``). Megatron-LM runs as dtsim
+framework ``ddp`` (its DDP with optional distributed optimizer). Launcher flags ``--nnodes`` /
+``--nproc-per-node`` of torchrun are read when the command line includes them.
 """
 
 from __future__ import annotations
@@ -279,9 +279,9 @@ def _loss(flags: dict, out: Imported) -> None:
     ``--cross-entropy-fusion-impl native|te`` (default native), which Megatron-Core's
     ``compute_language_model_loss`` reads: with the fusion, Transformer Engine's Triton loss (``te``) or its own
     fused vocab-parallel loss (``fused``); without it the unfused ``vocab_parallel_cross_entropy``, which dtsim
-    prices as ``fused`` (``auto``), 12 bytes per logit short: its max and its subtraction of the max are passes
-    of their own over the fp32 logits (read 4; read and write 4), which the fused loss folds into the upcast
-    and the exponential."""
+    prices as ``fused`` (``auto``), 12 bytes per logit below its traffic: its max and its subtraction of the max
+    are passes of their own over the fp32 logits (read 4; read and write 4), which the fused loss folds into the
+    upcast and the exponential."""
     impl = value_of(flags, "cross-entropy-fusion-impl")
     if impl not in (None, "native", "te"):
         raise InputError(f"--cross-entropy-fusion-impl {impl!r} must be native or te", FIELD)
