@@ -167,7 +167,7 @@ def _extras(model: Any, kernels: Any, way: int, local_experts: int, scopes: froz
     what the CUDA-graph ``scopes`` capture (the clamp and the bias loop are the experts' code, the RoPE
     the attention's, which costs ``code`` times the rebuild's; the fused grouped MLP runs neither as code:
     ``workload.fused_grouped_mlp``)."""
-    slot = "moe" not in scopes and not getattr(kernels, "fused_grouped_mlp", False)
+    slot = "moe" not in scopes and not kernels.fused_grouped_mlp
     present = {"yarn_rope": wops.megatron_eager_yarn(model, kernels) and "attn" not in scopes,
                "geglu_clamp": bool(model.swiglu_limit) and slot, "expert_bias": bool(model.linear_bias) and slot}
     return {k: (EXTRAS[k][way][0] + EXTRAS[k][way][1] * local_experts) * (code if k == "yarn_rope" else 1.0)

@@ -340,7 +340,7 @@ def moe_block_ops(model: ModelConfig, b: int, s: int, tp: int, pb: int, kernels,
     experts = _linearize(experts, fp8)
     if model.linear_bias:
         experts.append(_expert_bias(per_expert * local_experts, w, local_experts, pb))
-    fused = getattr(kernels, "fused_grouped_mlp", False)
+    fused = kernels.fused_grouped_mlp
     if fused:  # Transformer Engine's fused grouped MLP (simulator.workload.fused_grouped_mlp)
         experts = fused_grouped_mlp.fuse(experts, act.name)
     received = per_expert * local_experts * w
