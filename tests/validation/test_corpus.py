@@ -277,3 +277,24 @@ def test_megatron_bridge_2606_gpt_oss_convention_by_hand():
     attention = 18 * 3 * 2 * s * q + 18 * 3 * 4 * 128 * q
     assert old.flops_per_token == pytest.approx(linear, rel=0.01)
     assert new.flops_per_token == pytest.approx(linear + logits + attention, rel=0.01)
+
+
+def test_megatron_bridge_2606_finetuning_conventions_by_hand():
+    """The 26.06 SFT and LoRA rows of Llama 3 70B (L 80, h 8,192, 64 heads in 8 groups, f 28,672, V 128,256) at
+    4,096 tokens per packed row, by Megatron-Bridge's flop_utils. SFT, the general formula with causal attention
+    over the whole row: 12·L·h·1.5·f + 12·L·h²·(1 + 8/64 + s/(2h)) + 6·h·V = 433.1 G per token. LoRA, its LoRA
+    branch: 2/3 of L·h²·(12 + 12·8/64 + 18·f/h + 6·V/(L·h)) = 278.0 G plus 12·L·h·Σs²/s of per-document attention,
+    with the Σs² = 842,603 per 4,096-token row of PR #2416 (1.6 G): 279.6 G. The rows imply 432-435 and 278-279 G;
+    the attention dtsim simulates is per document of Σs²/s = 206 tokens (training.document_tokens)."""
+    L, h, g, n, f, V, s, sq = 80, 8192, 8, 64, 28672, 128256, 4096, 842_603
+    sft = 12 * L * h * 1.5 * f + 12 * L * h * h * (1 + g / n + s / h / 2) + 6 * h * V
+    lora = 2 / 3 * L * h * h * (12 + 12 * g / n + 18 * f / h + 6 * V / (L * h)) + 12 * L * h * sq / s
+    assert sft == pytest.approx(433.1e9, rel=1e-3)
+    assert lora == pytest.approx(279.6e9, rel=1e-3)
+    rows = [r for r in CORPUS if r.id.startswith(("mbridge2606-sft-", "mbridge2606-lora-"))]
+    assert len(rows) == 10
+    for run in rows:
+        expected = sft if "-sft-" in run.id else lora
+        assert run.flops_per_token == pytest.approx(expected, rel=0.01), run.id
+        assert run.scenario["training"]["document_tokens"] == round(sq / s)
+        assert ("lora" in run.scenario["training"]) == ("-lora-" in run.id)
