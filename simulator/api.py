@@ -87,10 +87,12 @@ def _summaries(trace: Any) -> tuple[int, dict[str, Any], list[dict[str, float]]]
     return device, summary, stages
 
 
-def compute_model_for(scenario: Scenario, eff: Efficiency, what_if: WhatIf = WhatIf()) -> RooflineComputeModel:
-    """The compute layer of ``scenario``: its GPU, precision, kernels, attention implementation and host."""
-    tr = scenario.training
-    return RooflineComputeModel(scenario.cluster.gpu_spec, tr.precision, eff, flops_scale=what_if.flops_scale,
+def compute_model_for(scenario: Scenario, eff: Efficiency | None = None,
+                      what_if: WhatIf = WhatIf()) -> RooflineComputeModel:
+    """The compute layer of ``scenario``: its GPU, precision, kernels, attention implementation and host;
+    ``eff`` None: the GPU's calibrated efficiencies (``hardware.efficiency.for_gpu``), as ``simulate`` takes."""
+    tr, gpu = scenario.training, scenario.cluster.gpu_spec
+    return RooflineComputeModel(gpu, tr.precision, eff or for_gpu(gpu), flops_scale=what_if.flops_scale,
                                 hbm_scale=what_if.hbm_scale, launch=launch_costs(tr.kernels),
                                 attention_impl=attention.for_scenario(scenario),
                                 attention_head_dim=attention.head_dim_of(scenario.model),

@@ -19,7 +19,7 @@ from collections import Counter
 from typing import Any
 
 from simulator.config.scenario import Scenario
-from simulator.hardware.efficiency import Efficiency, for_gpu
+from simulator.hardware.efficiency import Efficiency
 from simulator.parallel.build import build_step_graph, context_for
 from simulator.parallel.ir import ComputeTask
 
@@ -65,7 +65,7 @@ def kernel_table(scenario: Scenario, efficiency: Efficiency | None = None) -> li
     """The distinct compute tasks of one micro-batch on the first (pipeline-stage) rank, in graph order."""
     from simulator.api import compute_model_for  # api imports the report package
 
-    compute = compute_model_for(scenario, efficiency or for_gpu(scenario.cluster.gpu_spec))
+    compute = compute_model_for(scenario, efficiency)
     ctx = dataclasses.replace(context_for(scenario), n_micro=1)
     first: dict[int, ComputeTask] = {}  # one task per shared ops tuple, priced once
     calls: Counter[int] = Counter()
