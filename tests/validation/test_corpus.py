@@ -279,6 +279,19 @@ def test_megatron_bridge_2606_gpt_oss_convention_by_hand():
     assert new.flops_per_token == pytest.approx(linear + logits + attention, rel=0.01)
 
 
+def test_megatron_bridge_model_verification_qwen3_8b_convention_by_hand():
+    """The Qwen3-8B verification card (L 36, h 4,096, 32 heads in 8 groups, f 12,288, V 151,936, 4,096 tokens) by
+    Megatron-Bridge's flop_utils general formula with causal attention: 18·L·h·f + 12·L·h²·(1 + 8/32 + s/(2h)) +
+    6·h·V = 32.62 + 12.68 + 3.73 = 49.03 G per token, the card's 512.7 TFLOP/s over its 10,456.348 tokens/s; and
+    its tokens/s is 1,024 x 4,096 tokens per step over the 25.07032 s step on 16 GPUs."""
+    L, h, g, n, f, V, s = 36, 4096, 8, 32, 12288, 151936, 4096
+    per_token = 18 * L * h * f + 12 * L * h * h * (1 + g / n + s / h / 2) + 6 * h * V
+    assert per_token == pytest.approx(49.03e9, rel=1e-3)
+    (run,) = [r for r in CORPUS if r.id == "mbverify-h100-qwen3-8b-16gpu-bf16"]
+    assert run.flops_per_token == pytest.approx(per_token, rel=1e-3)
+    assert 1024 * 4096 / 25.07032 / 16 == pytest.approx(run.measured["tokens_per_s_per_gpu"], rel=1e-5)
+
+
 def test_megatron_bridge_2606_finetuning_conventions_by_hand():
     """The 26.06 SFT and LoRA rows of Llama 3 70B (L 80, h 8,192, 64 heads in 8 groups, f 28,672, V 128,256) at
     4,096 tokens per packed row, by Megatron-Bridge's flop_utils. SFT, the general formula with causal attention
