@@ -292,6 +292,19 @@ def test_megatron_bridge_model_verification_qwen3_8b_convention_by_hand():
     assert 1024 * 4096 / 25.07032 / 16 == pytest.approx(run.measured["tokens_per_s_per_gpu"], rel=1e-5)
 
 
+def test_together_b300_llama3_8b_convention_by_hand():
+    """Together AI's B300 Llama 3 8B log (L 32, h 4,096, 32 heads in 8 groups, f 14,336, V 128,256, 8,192 tokens)
+    by Megatron-Bridge's flop_utils general formula with causal attention: 18·L·h·f + 12·L·h²·(1 + 8/32 + s/(2h)) +
+    6·h·V = 33.82 + 14.50 + 3.15 = 51.47 G per token, the log's 1,167.0 TFLOP/s over its tokens/s; and its tokens/s is
+    128 x 8,192 tokens per step over the 5.7807 s mean step of iterations 31-50 on 8 GPUs."""
+    L, h, g, n, f, V, s = 32, 4096, 8, 32, 14336, 128256, 8192
+    per_token = 18 * L * h * f + 12 * L * h * h * (1 + g / n + s / h / 2) + 6 * h * V
+    assert per_token == pytest.approx(51.47e9, rel=1e-3)
+    (run,) = [r for r in CORPUS if r.id == "together-b300-llama3-8b-8gpu-bf16"]
+    assert run.flops_per_token == pytest.approx(per_token, rel=1e-3)
+    assert 128 * 8192 / 5.7807 / 8 == pytest.approx(run.measured["tokens_per_s_per_gpu"], rel=1e-5)
+
+
 def test_megatron_bridge_2606_finetuning_conventions_by_hand():
     """The 26.06 SFT and LoRA rows of Llama 3 70B (L 80, h 8,192, 64 heads in 8 groups, f 28,672, V 128,256) at
     4,096 tokens per packed row, by Megatron-Bridge's flop_utils. SFT, the general formula with causal attention

@@ -30,6 +30,9 @@ PUBLISHED_GIB = {
     "together-b200-llama3-70b": [171.9, 166.8, 165.9, 163.1, 162.6],
     # together-dgxc-benchmarking tests/b200/scripts/nemotron4_15b/REPORT_BF16.md, "Peak memory reserved" on 64 / 256 GPUs
     "together-b200-nemotron4-15b": [118.9, 117.2],
+    # together-dgxc-benchmarking tests/b300/pretrain/llama3.1/llama3_job.log, "mem-max-reserved-gigabytes: 216.89",
+    # Megatron-Bridge's gigabytes being bytes / 1e9
+    "together-b300-llama3-8b": [round(216.89e9 / 2**30, 2)],
 }
 
 
