@@ -279,30 +279,29 @@ def test_megatron_bridge_2606_gpt_oss_convention_by_hand():
     assert new.flops_per_token == pytest.approx(linear + logits + attention, rel=0.01)
 
 
-def test_megatron_bridge_model_verification_qwen3_8b_convention_by_hand():
-    """The Qwen3-8B verification card (L 36, h 4,096, 32 heads in 8 groups, f 12,288, V 151,936, 4,096 tokens) by
-    Megatron-Bridge's flop_utils general formula with causal attention: 18·L·h·f + 12·L·h²·(1 + 8/32 + s/(2h)) +
-    6·h·V = 32.62 + 12.68 + 3.73 = 49.03 G per token, the card's 512.7 TFLOP/s over its 10,456.348 tokens/s; and
-    its tokens/s is 1,024 x 4,096 tokens per step over the 25.07032 s step on 16 GPUs."""
-    L, h, g, n, f, V, s = 36, 4096, 8, 32, 12288, 151936, 4096
+@pytest.mark.parametrize(
+    ("run_id", "shape", "expected", "step"),
+    [
+        # Megatron-Bridge's Qwen3-8B verification card: the card's 512.7 TFLOP/s over its 10,456.348 tokens/s; 1,024 x
+        # 4,096 tokens per step over the 25.07032 s step on 16 GPUs
+        ("mbverify-h100-qwen3-8b-16gpu-bf16", (36, 4096, 8, 32, 12288, 151936, 4096), 49.03e9, (1024, 25.07032, 16)),
+        # Together AI's B300 Llama 3 8B log: its 1,167.0 TFLOP/s over its tokens/s; 128 x 8,192 tokens per step over
+        # the 5.7807 s mean step of iterations 31-50 on 8 GPUs
+        ("together-b300-llama3-8b-8gpu-bf16", (32, 4096, 8, 32, 14336, 128256, 8192), 51.47e9, (128, 5.7807, 8)),
+    ],
+)
+def test_megatron_bridge_general_formula_by_hand(run_id, shape, expected, step):
+    """Dense rows whose convention is Megatron-Bridge's flop_utils general formula with causal attention, per token
+    18·L·h·f + 12·L·h²·(1 + g/n + s/(2h)) + 6·h·V (L layers, hidden h, n heads in g groups, FFN f, vocabulary V,
+    s tokens): Qwen3-8B 32.62 + 12.68 + 3.73 = 49.03 G, Llama 3 8B at 8,192 tokens 33.82 + 14.50 + 3.15 = 51.47 G;
+    and each row's tokens/s per GPU is its global batch x sequence over its step time and GPUs."""
+    L, h, g, n, f, V, s = shape
     per_token = 18 * L * h * f + 12 * L * h * h * (1 + g / n + s / h / 2) + 6 * h * V
-    assert per_token == pytest.approx(49.03e9, rel=1e-3)
-    (run,) = [r for r in CORPUS if r.id == "mbverify-h100-qwen3-8b-16gpu-bf16"]
+    assert per_token == pytest.approx(expected, rel=1e-3)
+    (run,) = [r for r in CORPUS if r.id == run_id]
     assert run.flops_per_token == pytest.approx(per_token, rel=1e-3)
-    assert 1024 * 4096 / 25.07032 / 16 == pytest.approx(run.measured["tokens_per_s_per_gpu"], rel=1e-5)
-
-
-def test_together_b300_llama3_8b_convention_by_hand():
-    """Together AI's B300 Llama 3 8B log (L 32, h 4,096, 32 heads in 8 groups, f 14,336, V 128,256, 8,192 tokens)
-    by Megatron-Bridge's flop_utils general formula with causal attention: 18·L·h·f + 12·L·h²·(1 + 8/32 + s/(2h)) +
-    6·h·V = 33.82 + 14.50 + 3.15 = 51.47 G per token, the log's 1,167.0 TFLOP/s over its tokens/s; and its tokens/s is
-    128 x 8,192 tokens per step over the 5.7807 s mean step of iterations 31-50 on 8 GPUs."""
-    L, h, g, n, f, V, s = 32, 4096, 8, 32, 14336, 128256, 8192
-    per_token = 18 * L * h * f + 12 * L * h * h * (1 + g / n + s / h / 2) + 6 * h * V
-    assert per_token == pytest.approx(51.47e9, rel=1e-3)
-    (run,) = [r for r in CORPUS if r.id == "together-b300-llama3-8b-8gpu-bf16"]
-    assert run.flops_per_token == pytest.approx(per_token, rel=1e-3)
-    assert 128 * 8192 / 5.7807 / 8 == pytest.approx(run.measured["tokens_per_s_per_gpu"], rel=1e-5)
+    gbs, step_s, gpus = step
+    assert gbs * s / step_s / gpus == pytest.approx(run.measured["tokens_per_s_per_gpu"], rel=1e-5)
 
 
 def test_megatron_bridge_2606_finetuning_conventions_by_hand():
