@@ -288,6 +288,8 @@ def test_megatron_bridge_2606_gpt_oss_convention_by_hand():
         # Together AI's B300 Llama 3 8B log: its 1,167.0 TFLOP/s over its tokens/s; 128 x 8,192 tokens per step over
         # the 5.7807 s mean step of iterations 31-50 on 8 GPUs
         ("together-b300-llama3-8b-8gpu-bf16", (32, 4096, 8, 32, 14336, 128256, 8192), 51.47e9, (128, 5.7807, 8)),
+        # Together AI's DGX-B200 Llama 3.1 8B NVFP4 row: 2,001.6 TFLOP/s over 128 x 8,192 tokens per 3.369 s step on 8 GPUs
+        ("together-b200-llama3.1-8b-8gpu-nvfp4", (32, 4096, 8, 32, 14336, 128256, 8192), 51.47e9, (128, 3.369, 8)),
     ],
 )
 def test_megatron_bridge_general_formula_by_hand(run_id, shape, expected, step):
