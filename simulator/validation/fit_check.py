@@ -38,11 +38,6 @@ CAUSES: tuple[tuple[str, str], ...] = (
      "excess; the rest is not identified"),
     ("dgxc2409-*", "NVIDIA's DGX Cloud NeMo 24.09 Llama 3.1 recipes at micro-batch 1 and 8,192 tokens: the recipe sets "
      "no recomputation (its configure.sh overrides none and the README states none), so none is simulated"),
-    ("together-b200-nemotronh-56b-*", "Megatron-Core with FP8 parameter gather (fp8_param_gather, Megatron-Bridge's "
-     "FP8 current-scaling recipe) keeps the linear weights as Transformer Engine FP8 tensors, 1 byte each on Blackwell, "
-     "while the memory model holds a Megatron (framework ddp) rank's weights in 16 bits: Nemotron-H 56B's linear "
-     "weights are 27.1e9 per rank at TP 2, 25.2 GiB, which brings the 64-GPU row's 202 GiB to 177 GiB of the 178 "
-     "usable"),
     ("llmfoundry-mpt30b-*-8gpu-*", "30B on 8 GPUs under FSDP: model states alone are 56 GiB; the 5% excess is within "
      "the allocator's fragmentation term (10% of the allocated bytes, formulas.md §2.6)"),
 )

@@ -5,9 +5,11 @@ model's states, ``workload.memory``)."""
 from __future__ import annotations
 
 from simulator.config.scenario import Scenario
+from simulator.hardware.compute import NON_TN_FP8_ARCHS
 from simulator.workload import moe_memory, params
 from simulator.workload import muon as wmuon
 from simulator.workload.activations import is_16bit
+from simulator.workload.fp8_casts import TRANSPOSED_RECIPES
 from simulator.workload.zero_states import ModelStateBytes, zero_model_states
 
 
@@ -29,6 +31,41 @@ def megatron_mixed_precision(scenario: Scenario) -> bool:
     ``theoretical_memory_usage.py``: ``num_bytes_per_parameter = 18`` without the distributed optimizer)."""
     p = scenario.parallel
     return p.framework == "ddp" and (p.megatron_ddp or p.tp > 1 or p.pp > 1) and is_16bit(scenario)
+
+
+#: Bytes of a linear weight held as a Megatron-Core FP8 parameter: row-wise FP8 data only where a per-tensor
+#: recipe runs on a GPU whose FP8 GEMMs take any layout (``fp8_param_savings``).
+FP8_PARAM_BYTES = 1
+
+
+def fp8_param_savings(scenario: Scenario, psi: float, outside: float, pipeline_stage: int | None = None) -> float:
+    """Bytes the GPU's 16-bit weights shrink by as Megatron-Core FP8 parameters: ``(2 − FP8_PARAM_BYTES)`` per
+    linear weight (the blocks' ``psi − outside`` less their norms and biases, and the local experts).
+
+    With ``parallel.fp8_param_gather`` under the Megatron engine (``--fp8-param-gather``, Megatron-Bridge's
+    ``fp8_param``) Transformer Engine builds its modules' weights as FP8 tensors (``fp8_model_init``) and keeps no
+    16-bit copy: the distributed optimizer's fp32 shard is cast into them after each step and gathered in FP8. A
+    per-tensor (delayed or current scaling) FP8 weight is its row-wise data, 1 byte, plus a transposed copy only
+    where FP8 GEMMs need the TN layout (``quantizer.cpp``: ``create_transpose = columnwise_usage &&
+    !nvte_is_non_tn_fp8_gemm_supported()``, compute capability 10.0 on: ``hardware.compute.NON_TN_FP8_ARCHS``;
+    ``workload.fp8_casts``). So on Blackwell each linear weight takes 1 byte where a 16-bit one takes 2; on
+    Hopper the transpose makes it 2, and MXFP8 keeps a column-wise copy with its own scales on every GPU (2 bytes
+    and more): no saving there. The embedding, the output layer (Megatron-Core's own ``ColumnParallelLinear``) and
+    the norms stay 16-bit. Measured: Together AI's DGX-B200 Llama 3.1 8B logs (Megatron-Bridge, one node) hold
+    50.804 GB allocated after the first iteration in BF16 and 43.823 GB in FP8 current scaling with FP8
+    parameters, 6.98 GB apart: the model's 6.98e9 linear weights at one byte each
+    (docs/accuracy-history.md item 78)."""
+    p, t = scenario.parallel, scenario.training
+    if not (p.fp8_param_gather and megatron_mixed_precision(scenario)
+            and t.active_fp8_recipe in TRANSPOSED_RECIPES and scenario.cluster.gpu_spec.arch in NON_TN_FP8_ARCHS):
+        return 0.0
+    m = scenario.model
+    per_block = params.layer_local(m, p.tp)
+    blocks = round((psi - outside) / per_block) if per_block else 0
+    linear = max(0.0, psi - outside - blocks * sum(params.block_vectors(m)))
+    if m.moe is not None:
+        linear += moe_memory.split(scenario, pipeline_stage).experts
+    return (2 - FP8_PARAM_BYTES) * linear
 
 
 def shard_degree(scenario: Scenario) -> int:
@@ -73,6 +110,8 @@ def model_states(scenario: Scenario, psi: float | None = None, outside: float | 
       the buffer is 16-bit, ``4 + 12/d`` B; the fp32 copy of its shard each rank makes for the step is a
       step transient (``memory.buffers``). Megatron without the distributed optimizer (its bucket size
       named, or tensor or pipeline parallelism: ``megatron_mixed_precision``): 2 + 4 + 12 = 18 B.
+    * Megatron-Core FP8 parameters (``parallel.fp8_param_gather`` under the Megatron engine): a linear weight
+      takes 1 byte instead of 2 with a per-tensor recipe on Blackwell (``fp8_param_savings``).
     """
     p = scenario.parallel
     if psi is None:
@@ -104,6 +143,9 @@ def model_states(scenario: Scenario, psi: float | None = None, outside: float | 
     else:
         st = zero_model_states(psi, shard_degree(scenario), stage, *sizes)
     pb, gb, ob, host = st.params_bytes, st.grads_bytes, st.optimizer_bytes, 0.0
+    if outside is None:
+        outside = params.outside_local(scenario.model, p.tp, p.pp)
+    pb -= fp8_param_savings(scenario, psi, outside, pipeline_stage)
     if p.framework == "fsdp" and p.offload_optimizer != "none":
         return ModelStateBytes(0.0, 0.0, 0.0, offloaded_bytes=st.total_bytes)
     if p.offload_optimizer != "none":

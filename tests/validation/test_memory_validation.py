@@ -33,6 +33,9 @@ PUBLISHED_GIB = {
     # together-dgxc-benchmarking tests/b300/pretrain/llama3.1/llama3_job.log, "mem-max-reserved-gigabytes: 216.89",
     # Megatron-Bridge's gigabytes being bytes / 1e9
     "together-b300-llama3-8b": [round(216.89e9 / 2**30, 2)],
+    # together-dgxc-benchmarking tests/b200/pretrain/llama3.1/logs/pretrain-b200-llama3.1-8b-{bf16,fp8,nvfp4}-gbs128.log,
+    # "mem-max-reserved-gigabytes": 127.05, 102.9 and 175.85 (GB of 1e9 bytes)
+    "together-b200-llama3.1-8b": [round(gb * 1e9 / 2**30, 2) for gb in (127.05, 102.9, 175.85)],
 }
 
 

@@ -296,3 +296,25 @@ def test_fsdp_no_sync_holds_the_whole_unsharded_gradient():
         assert no_sync.communication - plain.communication == held * 8_030_261_248 - 4 * 218_112_000
     one = load_scenario(path, ["parallel.fsdp_no_sync=true", "training.global_batch_size=64"])
     assert memory.buffers(one).communication == memory.buffers(load_scenario(path)).communication
+
+
+def test_megatron_fp8_parameters_keep_one_byte_per_linear_weight_on_blackwell(new_scenario, shapes):
+    # Megatron-Core FP8 parameters (parallel.fp8_param_gather under the distributed optimizer) with a per-tensor
+    # recipe: on a B200 each linear weight is its row-wise FP8 data, 1 byte, with no 16-bit copy and no transposed
+    # one (FP8 GEMMs take any layout there). Llama 3 8B's linear weights: 32 x (4,096 x (4,096 + 2 x 1,024) +
+    # 4,096 x 4,096 + 3 x 4,096 x 14,336) = 6,979,321,856 of its 8,030,261,248; embedding, output layer and norms
+    # stay 16-bit.
+    psi, linear = 8_030_261_248, 32 * (4096 * (4096 + 2 * 1024) + 4096 * 4096 + 3 * 4096 * 14336)
+    assert linear == 6_979_321_856
+
+    def params_bytes(gpu: str, recipe: str = "current", gather: bool = True) -> float:
+        sc = new_scenario(shapes["llama3_8b"], cluster={"topology": {"name": "t", "gpu": gpu, "gpus_per_node": 8}},
+                          training={"precision": "fp8", "kernels": {"fp8_recipe": recipe}},
+                          parallel={"framework": "ddp", "distributed_optimizer": True, "fp8_param_gather": gather})
+        return memory.model_states(sc).params_bytes
+
+    assert params_bytes("b200") == 2 * psi - linear
+    assert params_bytes("b200", "delayed") == 2 * psi - linear
+    # Hopper keeps the transposed copy (2 bytes), MXFP8 a column-wise copy with its scales; without FP8
+    # parameters the weights are 16-bit
+    assert params_bytes("h100-sxm") == params_bytes("b200", "mxfp8") == params_bytes("b200", gather=False) == 2 * psi
