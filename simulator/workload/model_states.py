@@ -40,32 +40,31 @@ FP8_PARAM_BYTES = 1
 
 def fp8_param_savings(scenario: Scenario, psi: float, outside: float, pipeline_stage: int | None = None) -> float:
     """Bytes the GPU's 16-bit weights shrink by as Megatron-Core FP8 parameters: ``(2 − FP8_PARAM_BYTES)`` per
-    linear weight (the blocks' ``psi − outside`` less their norms and biases, and the local experts).
+    linear weight (the blocks' ``psi − outside`` less their norms and biases; for an MoE model its stage's dense
+    part, ``moe_memory.split``, and its local experts).
 
     With ``parallel.fp8_param_gather`` under the Megatron engine (``--fp8-param-gather``, Megatron-Bridge's
     ``fp8_param``) Transformer Engine builds its modules' weights as FP8 tensors (``fp8_model_init``) and keeps no
     16-bit copy: the distributed optimizer's fp32 shard is cast into them after each step and gathered in FP8. A
-    per-tensor (delayed or current scaling) FP8 weight is its row-wise data, 1 byte, plus a transposed copy only
-    where FP8 GEMMs need the TN layout (``quantizer.cpp``: ``create_transpose = columnwise_usage &&
-    !nvte_is_non_tn_fp8_gemm_supported()``, compute capability 10.0 on: ``hardware.compute.NON_TN_FP8_ARCHS``;
-    ``workload.fp8_casts``). So on Blackwell each linear weight takes 1 byte where a 16-bit one takes 2; on
-    Hopper the transpose makes it 2, and MXFP8 keeps a column-wise copy with its own scales on every GPU (2 bytes
-    and more): no saving there. The embedding, the output layer (Megatron-Core's own ``ColumnParallelLinear``) and
-    the norms stay 16-bit. Measured: Together AI's DGX-B200 Llama 3.1 8B logs (Megatron-Bridge, one node) hold
-    50.804 GB allocated after the first iteration in BF16 and 43.823 GB in FP8 current scaling with FP8
-    parameters, 6.98 GB apart: the model's 6.98e9 linear weights at one byte each
-    (docs/accuracy-history.md item 78)."""
+    per-tensor FP8 weight (``fp8_casts.TRANSPOSED_RECIPES``) is its row-wise data, 1 byte, plus a transposed copy
+    only where FP8 GEMMs need the TN layout, which ``fp8_casts`` cites from Transformer Engine: none on
+    ``hardware.compute.NON_TN_FP8_ARCHS`` (Blackwell). On Hopper the transpose makes it 2 bytes, and MXFP8 keeps a
+    column-wise copy with its own scales on every GPU: no saving there. The embedding, the output layer
+    (Megatron-Core's own ``ColumnParallelLinear``) and the norms stay 16-bit. Measured: Together AI's DGX-B200
+    Llama 3.1 8B logs (Megatron-Bridge, one node) hold 50.804 GB allocated after the first iteration in BF16 and
+    43.823 GB in FP8 current scaling with FP8 parameters, 6.98 GB apart: the model's 6.98e9 linear weights at one
+    byte each (docs/accuracy-history.md item 78)."""
     p, t = scenario.parallel, scenario.training
     if not (p.fp8_param_gather and megatron_mixed_precision(scenario)
             and t.active_fp8_recipe in TRANSPOSED_RECIPES and scenario.cluster.gpu_spec.arch in NON_TN_FP8_ARCHS):
         return 0.0
-    m = scenario.model
+    m, experts = scenario.model, 0.0
+    if m.moe is not None:  # psi is not an MoE model's own count here (its states come from the split)
+        held = moe_memory.split(scenario, pipeline_stage)
+        psi, experts = held.dense, held.experts
     per_block = params.layer_local(m, p.tp)
     blocks = round((psi - outside) / per_block) if per_block else 0
-    linear = max(0.0, psi - outside - blocks * sum(params.block_vectors(m)))
-    if m.moe is not None:
-        linear += moe_memory.split(scenario, pipeline_stage).experts
-    return (2 - FP8_PARAM_BYTES) * linear
+    return (2 - FP8_PARAM_BYTES) * (max(0.0, psi - outside - blocks * sum(params.block_vectors(m))) + experts)
 
 
 def shard_degree(scenario: Scenario) -> int:
