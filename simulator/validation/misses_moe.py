@@ -65,6 +65,12 @@ MOE_CAUSES: tuple[tuple[str, str], ...] = (
      "micro-batches; the same preset on NVIDIA's DGX-B200 at 256 GPUs and global batch 4,096 ran 732 TFLOP/s/GPU "
      "(mbridge2604-b200-deepseekv3-256gpu-mxfp8, +19%); the ablation's CUDA graphs and dropped recomputation move "
      "dtsim +0.0% and +0.7% where they move the measurement +4.4% and +2.1%: too fast"),
+    ("gcpa4-qwen3-30b-a3b-*", "not identified: NeMo 1.0 (nemo:25.04) Qwen3-30B-A3B in delayed-scaling FP8 with token drop "
+     "at capacity 1.0 (static token counts: no host synchronisation per layer), EP 8 inside each Google Cloud A4 node, "
+     "micro-batch 4: 0.98 s per micro-batch on 16 GPUs and 1.01 s on 32, where dtsim gives 0.73 and 0.74 s (0.17 s of "
+     "it exposed EP all-to-alls); the same model on one DGX-B200 in Megatron-Bridge 26.02 and 26.04.01 is within 3% "
+     "(mbridge2602-b200-qwen3-30b-a3b-8gpu-mxfp8, mbridge260401-b200-qwen3-30b-a3b-8gpu-mxfp8) and Together AI's "
+     "one-node runs of the 26.02 preset are 40-60% too fast (together-b200-qwen3-30b-a3b-*): too fast"),
     ("together-b200-qwen3-30b-a3b-*", "the 26.02 preset before Megatron-Bridge PR #2499 (micro-batch 1, dropless "
      "alltoall dispatcher) that NVIDIA's own 26.02 row of the layout runs at 223 TFLOP/s/GPU (-3% here, "
      "mbridge2602-b200-qwen3-30b-a3b-8gpu-mxfp8; issue #1998: \"2X slower\"), here on one Kubernetes node "

@@ -325,3 +325,26 @@ def test_megatron_bridge_2606_finetuning_conventions_by_hand():
         assert run.flops_per_token == pytest.approx(expected, rel=0.01), run.id
         assert run.scenario["training"]["document_tokens"] == round(sq / s)
         assert ("lora" in run.scenario["training"]) == ("-lora-" in run.id)
+
+
+@pytest.mark.parametrize(("run_id", "printed", "by_hand"), [
+    # Llama 3 8B's 8,030,261,248 less its embedding and untied head cut from 128,256 rows to the GPT-2
+    # tokenizer's padded 50,304
+    ("gcpa4-llama3-8b-8gpu-fp8", 7_391_678_464, 8_030_261_248 - 2 * (128_256 - 50_304) * 4_096),
+    # Qwen2.5-7B's 7,615,616,512 less the QKV biases its config turns off, 28 x (3,584 + 2 x 512)
+    ("gcpa4-qwen2.5-7b-8gpu-bf16", 7_615_487_488, 7_615_616_512 - 28 * (3_584 + 2 * 512)),
+])
+def test_gcp_a4_logs_parameter_counts_by_hand(run_id, printed, by_hand):
+    """Google Cloud's A4 logs print 'Number of precise model parameters on device'; the hand arithmetic
+    and the rows' overrides (vocabulary, no QKV bias) both rebuild it exactly."""
+    from simulator.workload import params
+
+    assert by_hand == printed
+    run = next(r for r in CORPUS if r.id == run_id)
+    assert params.count(scenario_for(run).model).total == printed
+
+
+def test_gcp_a4_tokens_per_second_by_hand():
+    """tokens/s per GPU = global batch x sequence / step / GPUs: Llama 3 8B, 128 x 8,192 / 4.326 s / 8."""
+    run = next(r for r in CORPUS if r.id == "gcpa4-llama3-8b-8gpu-fp8")
+    assert run.measured["tokens_per_s_per_gpu"] == pytest.approx(128 * 8_192 / 4.326 / 8, abs=0.1)
