@@ -113,8 +113,9 @@ GROUP_CAUSES: tuple[tuple[str, str], ...] = _DENSE_FIRST + MOE_CAUSES + (
     ("gcpa4-qwen2.5-7b-16gpu-bf16", "not identified: two Google Cloud A4 nodes ran this configuration at 0.881 s per "
      "micro-batch of 4 x 4,096 tokens (7.048 s for 8) where one node ran it at 0.694 s (gcpa4-qwen2.5-7b-8gpu-bf16, "
      "+7.4%); dtsim gives both 0.65 s, the two nodes' data-parallel reduce-scatter and all-gather of 15.2 GB of BF16 "
-     "gradients and parameters taking 0.1 s on link, overlapped; at one 400 Gb/s NIC per GPU and not overlapped "
-     "they would take 0.57 s of the 1.5 s per step that the second node adds: too fast"),
+     "gradients and parameters taking 0.1 s on link, overlapped (a ring over 16 ranks sends 14.3 GB each way between "
+     "the nodes per collective, 1.8 GB per 400 Gb/s NIC: 36 ms); the 1.5 s per step that the second node adds is "
+     "not that exchange even unoverlapped: too fast"),
     ("dgxc2505-h100-grok1-314b-512gpu-bf16", "the recipe's tensor-parallel communication overlap is simulated (0.08 s of "
      "sequence-parallel collectives left exposed in a 19.6 s step, 0.55 s before it was modelled with MoE); the rest is "
      "Hopper's GEMM share on NVIDIA's tuned stacks (" + _HOPPER_GEMM + "); its FP8 sibling is -1.4%: too slow"),
