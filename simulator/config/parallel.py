@@ -164,6 +164,16 @@ class ParallelConfig(Frozen):
     #: fp32 for the step (``4/d`` B per parameter, counted with the optimizer states). No effect in fp32
     #: training (the parameters, and so the gradients, are fp32).
     grad_reduce_in_fp32: bool = True
+    #: Megatron-Core's precision-aware optimizer (``--use-precision-aware-optimizer``, Megatron-Bridge
+    #: ``optimizer.use_precision_aware_optimizer``): Transformer Engine's ``FusedAdam`` steps the distributed
+    #: optimizer's states in their own dtypes. With BF16 weights its fp32 master copy keeps only the 16 low
+    #: bits the BF16 weight lacks (``OptimizerConfig.store_param_remainders``, on by default: 2 B per
+    #: parameter instead of 4, the weight being the high half); FP8 weights (``fp8_param_gather``) keep a
+    #: 4-byte master. Memory only (``workload.model_states``); needs the distributed optimizer.
+    precision_aware_optimizer: bool = False
+    #: Adam's ``exp_avg`` and ``exp_avg_sq`` under the precision-aware optimizer (``--exp-avg-dtype``,
+    #: ``--exp-avg-sq-dtype``): fp32 (Megatron-Core's default, 4 B each) or bf16 (2 B each).
+    optimizer_moments_dtype: Literal["fp32", "bf16"] = "fp32"
     # --- PyTorch FSDP (torch/distributed/fsdp/api.py) ---
     sharding_strategy: Literal["full_shard", "shard_grad_op", "hybrid_shard", "no_shard"] = "full_shard"
     backward_prefetch: Literal["backward_pre", "backward_post", "none"] = "backward_pre"
@@ -218,6 +228,8 @@ class ParallelConfig(Frozen):
         "comm_hook",
         "overlap_grad_reduce",
         "grad_reduce_in_fp32",
+        "precision_aware_optimizer",
+        "optimizer_moments_dtype",
         "defer_embedding_wgrad_compute",
         "wgrad_deferral_limit",
     )
@@ -324,6 +336,12 @@ class ParallelConfig(Frozen):
         if self.overlap_param_gather and not self.distributed_optimizer:
             raise ValueError("parallel.overlap_param_gather needs parallel.distributed_optimizer: true (Megatron "
                              "gathers the parameters its distributed optimizer sharded)")
+        if self.precision_aware_optimizer and not self.distributed_optimizer:
+            raise ValueError("parallel.precision_aware_optimizer steps the distributed optimizer's shards (Megatron-Core "
+                             "refuses it without): set parallel.distributed_optimizer: true or remove it")
+        if self.optimizer_moments_dtype != "fp32" and not self.precision_aware_optimizer:
+            raise ValueError("parallel.optimizer_moments_dtype bf16 needs parallel.precision_aware_optimizer: true "
+                             "(Megatron-Core's exp_avg_dtype acts only under the precision-aware optimizer)")
         if self.distributed_optimizer and self.framework != "ddp":
             raise ValueError(
                 "parallel.distributed_optimizer (Megatron) applies to framework ddp; with deepspeed use "

@@ -355,8 +355,28 @@ def _parallel(flags: dict, integer, out: Imported) -> None:
         if not value_of(flags, "fp8-format"):
             raise InputError("--fp8-param-gather needs --fp8-format (FP8 training)", FIELD)
         out.set("parallel.fp8_param_gather", True)
+    _precision_aware_optimizer(flags, out, distributed)
     nodes, per_node = integer("nnodes"), integer("nproc-per-node")
     if nodes is not None:
         out.set("cluster.nodes", nodes)
     if nodes is not None and per_node is not None:
         out.world_size = nodes * per_node
+
+
+def _precision_aware_optimizer(flags: dict, out: Imported, distributed: bool) -> None:
+    """``--use-precision-aware-optimizer`` and its moments' dtype (``--exp-avg-dtype`` / ``--exp-avg-sq-dtype``,
+    both fp32 or both bf16) as ``parallel.precision_aware_optimizer`` and ``parallel.optimizer_moments_dtype``."""
+    moments = {value_of(flags, name) or "fp32" for name in ("exp-avg-dtype", "exp-avg-sq-dtype")}
+    if not flags.get("use-precision-aware-optimizer"):
+        if moments != {"fp32"}:
+            raise InputError("--exp-avg-dtype / --exp-avg-sq-dtype act only with --use-precision-aware-optimizer; "
+                             "add it or drop them", FIELD)
+        return
+    if not distributed:
+        raise InputError("--use-precision-aware-optimizer needs --use-distributed-optimizer", FIELD)
+    if moments - {"fp32", "bf16"} or len(moments) > 1:
+        raise InputError(f"--exp-avg-dtype / --exp-avg-sq-dtype {sorted(moments)}: dtsim models both moments in fp32 "
+                         "or both in bf16; give the same one of those two", FIELD)
+    out.set("parallel.precision_aware_optimizer", True)
+    if moments == {"bf16"}:
+        out.set("parallel.optimizer_moments_dtype", "bf16")

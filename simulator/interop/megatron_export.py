@@ -158,6 +158,10 @@ def export_args(s: Scenario) -> Exported:
         lines.append("--fp8-param-gather")
     if par.framework == "ddp" and not par.grad_reduce_in_fp32:
         lines.append("--grad-reduce-in-bf16")
+    if par.framework == "ddp" and par.precision_aware_optimizer:
+        lines.append("--use-precision-aware-optimizer")
+        if par.optimizer_moments_dtype == "bf16":
+            lines += ["--exp-avg-dtype bf16", "--exp-avg-sq-dtype bf16"]
     if par.offload_optimizer != "none" or par.offload_param != "none":
         notes.append("optimizer/parameter offload: not a Megatron-LM option")
     if tr.lora is not None:

@@ -24,7 +24,7 @@ VALUE_FLAGS = (
     "fp8-format", "window-size", "window-attn-skip-freq", "recompute-modules",
     "attention-backend", "nnodes", "nproc-per-node", "clip-grad", "fp8-recipe", "ddp-bucket-size",
     "transformer-impl", "wgrad-deferral-limit", "optimizer", "muon-num-ns-steps", "fp4-format", "fp4-recipe",
-    "cross-entropy-fusion-impl",
+    "cross-entropy-fusion-impl", "exp-avg-dtype", "exp-avg-sq-dtype",
 ) + megatron_moe.VALUE_FLAGS + megatron_graphs.VALUE_FLAGS + megatron_mla.VALUE_FLAGS
 #: Switches dtsim reads.
 BOOL_FLAGS = (
@@ -33,7 +33,7 @@ BOOL_FLAGS = (
     "recompute-activations", "sequence-parallel", "use-distributed-optimizer", "tp-comm-overlap",
     "use-flash-attn", "overlap-grad-reduce", "overlap-param-gather", "fp8-param-gather", "grad-reduce-in-bf16",
     "no-position-embedding", "account-for-embedding-in-pipeline-split", "account-for-loss-in-pipeline-split",
-    "defer-embedding-wgrad-compute", "moe-layer-recompute", "cross-entropy-loss-fusion",
+    "defer-embedding-wgrad-compute", "moe-layer-recompute", "cross-entropy-loss-fusion", "use-precision-aware-optimizer",
 ) + megatron_moe.BOOL_FLAGS + megatron_graphs.BOOL_FLAGS + megatron_mla.BOOL_FLAGS
 #: Flags taking a list of values (argparse ``nargs="*"``): every word up to the next flag.
 LIST_FLAGS = ("recompute-modules", "offload-modules") + megatron_graphs.LIST_FLAGS
@@ -83,10 +83,9 @@ IGNORED = (
       "ddp-average-in-collective", "tp-comm-",
       "enable-experimental", "te-rng-tracker", "mscale", "mscale-all-dim"),
      _NUMERICS),
-    (("use-precision-aware-optimizer", "main-grads-dtype", "main-params-dtype", "exp-avg-dtype",
-      "exp-avg-sq-dtype", "reuse-grad-buf-for-mxfp8-param-ag"),
-     "optimizer-state and buffer dtypes: same step time; memory is modelled with FP32 master weights and "
-     "moments and separate gradient and parameter-gather buffers (an overestimate with BF16 moments)"),
+    (("main-grads-dtype", "main-params-dtype", "reuse-grad-buf-for-mxfp8-param-ag"),
+     "optimizer buffer dtypes: same step time; memory is modelled with an FP32 master copy (its 16-bit remainder "
+     "under --use-precision-aware-optimizer) and separate gradient and parameter-gather buffers"),
     (("distributed-backend", "distributed-timeout-minutes", "local-rank", "local_rank", "use-cpu-initialization",
       "empty-unused-memory-level", "node_rank", "node-rank", "master_addr", "master-addr", "master_port",
       "master-port", "rdzv-", "rdzv_"),

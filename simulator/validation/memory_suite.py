@@ -35,6 +35,8 @@ class MemoryRun:
     outcome: str | None = None
     assumed: str | None = None
     known_cause: str | None = None
+    #: ``--set`` overrides on the scenario (``model.moe.imbalance=1.0``), as the throughput corpus's ``set``.
+    set: tuple[str, ...] = ()
 
 
 def _text(text: str | None) -> dict[str, Any]:
@@ -59,7 +61,7 @@ def boundary_row(run: MemoryRun, sources: dict[str, str]) -> dict[str, Any]:
     out: dict[str, Any] = {"id": run.id, "source": sources.get(run.source, run.source), "detail": run.detail,
                            "outcome": run.outcome}
     try:
-        scenario = scenario_from_dict({"name": run.id, **run.scenario})
+        scenario = scenario_from_dict({"name": run.id, **run.scenario}, overrides=list(run.set))
     except InputError as exc:
         out["skipped"] = f"refused by dtsim: {exc}"
         return out
@@ -77,7 +79,7 @@ def row(run: MemoryRun, sources: dict[str, str]) -> dict[str, Any]:
     out: dict[str, Any] = {"id": run.id, "source": sources.get(run.source, run.source), "detail": run.detail,
                            "measured_GiB": run.measured_GiB, "assumed": run.assumed}
     try:
-        scenario = scenario_from_dict({"name": run.id, **run.scenario})
+        scenario = scenario_from_dict({"name": run.id, **run.scenario}, overrides=list(run.set))
     except InputError as exc:
         out["skipped"] = f"refused by dtsim: {exc}"
         return out

@@ -67,6 +67,21 @@ def fp8_param_savings(scenario: Scenario, psi: float, outside: float, pipeline_s
     return (2 - FP8_PARAM_BYTES) * (max(0.0, psi - outside - blocks * sum(params.block_vectors(m))) + experts)
 
 
+def optimizer_state_bytes(scenario: Scenario) -> int:
+    """Bytes per parameter of Megatron-Core's optimizer states in 16-bit training: an fp32 master copy and Adam's
+    fp32 ``exp_avg`` and ``exp_avg_sq``, 4 + 4 + 4 = 12. Under the precision-aware optimizer
+    (``parallel.precision_aware_optimizer``) BF16 weights keep only the master's 16 low bits
+    (Megatron-Core ``OptimizerConfig.store_param_remainders``, default True: "store the 16-bit FP32 parameter
+    remainders in the optimizer state, excluding the 16 bits shared with the BF16 parameters"; Transformer
+    Engine's ``FusedAdam`` holds them as int16), 2 + 4 + 4 = 10, and ``optimizer_moments_dtype`` bf16 halves
+    the moments, 2 + 2 + 2 = 6. fp16 and FP8 weights (``fp8_param_gather``) keep the 4-byte master."""
+    p = scenario.parallel
+    if not p.precision_aware_optimizer:
+        return 12
+    remainders = scenario.training.precision in ("bf16", "fp8") and not p.fp8_param_gather
+    return (2 if remainders else 4) + 2 * (2 if p.optimizer_moments_dtype == "bf16" else 4)
+
+
 def shard_degree(scenario: Scenario) -> int:
     """GPUs a ZeRO/FSDP shard spans: the data × context parallel ranks (Megatron's distributed
     optimizer shards over ``dp·cp``, torchtitan's FSDP over ``dp_shard_cp``), or one node's DP ranks
@@ -109,6 +124,7 @@ def model_states(scenario: Scenario, psi: float | None = None, outside: float | 
       the buffer is 16-bit, ``4 + 12/d`` B; the fp32 copy of its shard each rank makes for the step is a
       step transient (``memory.buffers``). Megatron without the distributed optimizer (its bucket size
       named, or tensor or pipeline parallelism: ``megatron_mixed_precision``): 2 + 4 + 12 = 18 B.
+    * Megatron-Core's precision-aware optimizer: its master copy and moments as ``optimizer_state_bytes`` gives.
     * Megatron-Core FP8 parameters (``parallel.fp8_param_gather`` under the Megatron engine): a linear weight
       takes 1 byte instead of 2 with a per-tensor recipe on Blackwell (``fp8_param_savings``).
     """
@@ -128,7 +144,7 @@ def model_states(scenario: Scenario, psi: float | None = None, outside: float | 
     elif megatron_mixed_precision(scenario):
         # 16-bit weights, the main_grad buffer, an fp32 master copy and Adam's m, v (the step's fp32 copy of a
         # 16-bit main_grad is a transient: buffers)
-        sizes = (2, p.grad_buffer_bytes(scenario.training.precision), 12)
+        sizes = (2, p.grad_buffer_bytes(scenario.training.precision), optimizer_state_bytes(scenario))
     elif p.framework == "ddp":
         sizes = (4, p.grad_buffer_bytes(scenario.training.precision), 8)
     else:

@@ -90,6 +90,15 @@ def test_megatron_grad_reduce_in_bf16_round_trips():
     assert "--grad-reduce-in-bf16" in export_scenario(s, "megatron").text
 
 
+def test_megatron_precision_aware_optimizer_round_trips():
+    text = MEGATRON + " --use-precision-aware-optimizer --exp-avg-dtype bf16 --exp-avg-sq-dtype bf16"
+    s, _, _ = import_scenario("megatron", text=text, topology="dgx-h100")
+    out = export_scenario(s, "megatron").text
+    assert "--use-precision-aware-optimizer" in out and "--exp-avg-sq-dtype bf16" in out
+    s2, _, _ = import_scenario("megatron", text=MEGATRON, topology="dgx-h100")
+    assert "precision-aware" not in export_scenario(s2, "megatron").text
+
+
 def test_megatron_ddp_bucket_size_round_trips():
     text = MEGATRON.replace("--overlap-param-gather", "--overlap-param-gather --ddp-bucket-size 80000000")
     s, _, _ = import_scenario("megatron", text=text, topology="dgx-h100")
@@ -905,10 +914,24 @@ def test_megatron_reproduce_guide_flags_are_known():
              "--te-rng-tracker --mscale 1.0 --mscale-all-dim 1.0 --use-precision-aware-optimizer "
              "--main-grads-dtype fp32 --main-params-dtype fp32 --exp-avg-dtype bf16 --exp-avg-sq-dtype bf16 "
              "--reuse-grad-buf-for-mxfp8-param-ag")
-    _, _, imported = import_scenario("megatron", text=MEGATRON + " " + flags, topology="dgx-h100")
+    s, _, imported = import_scenario("megatron", text=MEGATRON + " " + flags, topology="dgx-h100")
     ignored = {k for k, _ in imported.ignored}
-    assert {"--manual-gc-interval", "--exp-avg-dtype", "--te-rng-tracker", "--mscale-all-dim",
+    assert {"--manual-gc-interval", "--main-params-dtype", "--te-rng-tracker", "--mscale-all-dim",
             "--cross-entropy-fusion-impl"} <= ignored
+    # the precision-aware optimizer and its BF16 moments change the memory model, so they are read
+    assert (s.parallel.precision_aware_optimizer, s.parallel.optimizer_moments_dtype) == (True, "bf16")
+
+
+def test_megatron_precision_aware_optimizer_flags_are_checked():
+    """Moments in a dtype dtsim does not model, moments without the precision-aware optimizer and the optimizer
+    without the distributed one are refused, each with one message naming the flags."""
+    for extra, match in [(" --use-precision-aware-optimizer --exp-avg-dtype fp8 --exp-avg-sq-dtype fp8", "both moments"),
+                         (" --exp-avg-dtype bf16 --exp-avg-sq-dtype bf16", "act only with --use-precision-aware"),
+                         (" --use-precision-aware-optimizer", "needs --use-distributed-optimizer")]:
+        text = (MEGATRON.replace("--use-distributed-optimizer", "").replace("--overlap-param-gather", "")
+                if "needs" in match else MEGATRON)
+        with pytest.raises(InputError, match=match):
+            import_scenario("megatron", text=text + extra, topology="dgx-h100")
 
 
 def test_import_set_edits_a_topology_file_and_keeps_other_names():

@@ -36,6 +36,8 @@ PUBLISHED_GIB = {
     # together-dgxc-benchmarking tests/b200/pretrain/llama3.1/logs/pretrain-b200-llama3.1-8b-{bf16,fp8,nvfp4}-gbs128.log,
     # "mem-max-reserved-gigabytes": 127.05, 102.9 and 175.85 (GB of 1e9 bytes)
     "together-b200-llama3.1-8b": [round(gb * 1e9 / 2**30, 2) for gb in (127.05, 102.9, 175.85)],
+    # the Qwen3-30B-A3B logs' "mem-max-reserved-gigabytes", 85.763 (BF16) and 88.624 (FP8) GB of 1e9 bytes
+    "together-b200-qwen3-30b-a3b": [round(gb * 1e9 / 2**30, 2) for gb in (85.763, 88.624)],
 }
 
 

@@ -318,3 +318,30 @@ def test_megatron_fp8_parameters_keep_one_byte_per_linear_weight_on_blackwell(ne
     # Hopper keeps the transposed copy (2 bytes), MXFP8 a column-wise copy with its scales; without FP8
     # parameters the weights are 16-bit
     assert params_bytes("h100-sxm") == params_bytes("b200", "mxfp8") == params_bytes("b200", gather=False) == 2 * psi
+
+
+def test_precision_aware_optimizer_keeps_the_master_remainder_beside_bf16_weights(new_scenario, shapes):
+    # Megatron-Core's distributed optimizer over 8 ranks holds 12 B per parameter of optimizer states (fp32 master,
+    # exp_avg, exp_avg_sq), 12 / 8 each. Under the precision-aware optimizer a BF16 weight's master copy is its
+    # 16-bit remainder (store_param_remainders): 2 + 4 + 4 = 10 B; BF16 moments: 2 + 2 + 2 = 6 B; FP8 weights
+    # keep the 4-byte master: 4 + 4 + 4 = 12 B. Llama 3 8B: 8,030,261,248 parameters.
+    psi = 8_030_261_248
+
+    def optimizer_bytes(precision: str = "bf16", **par) -> float:
+        sc = new_scenario(shapes["llama3_8b"], cluster={"gpus": 8},
+                          training={"precision": precision},
+                          parallel={"framework": "ddp", "distributed_optimizer": True, **par})
+        return memory.model_states(sc).optimizer_bytes
+
+    assert optimizer_bytes() == pytest.approx(psi * 12 / 8)
+    assert optimizer_bytes(precision_aware_optimizer=True) == pytest.approx(psi * 10 / 8)
+    assert optimizer_bytes(precision_aware_optimizer=True, optimizer_moments_dtype="bf16") == pytest.approx(psi * 6 / 8)
+    assert optimizer_bytes("fp8", precision_aware_optimizer=True, fp8_param_gather=True) == pytest.approx(psi * 12 / 8)
+
+
+def test_precision_aware_optimizer_needs_the_distributed_optimizer(new_scenario, shapes):
+    with pytest.raises(ValueError, match="set parallel.distributed_optimizer: true"):
+        new_scenario(shapes["llama3_8b"], parallel={"framework": "ddp", "precision_aware_optimizer": True})
+    with pytest.raises(ValueError, match="needs parallel.precision_aware_optimizer"):
+        new_scenario(shapes["llama3_8b"], parallel={"framework": "ddp", "distributed_optimizer": True,
+                                                    "optimizer_moments_dtype": "bf16"})
