@@ -10,6 +10,7 @@ from typing import Any, ClassVar, Literal
 from pydantic import Field, NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt, model_validator
 
 from simulator.config.base import Frozen
+from simulator.config.parallel_rules import check_schedule_and_optimizer
 
 Framework = Literal["deepspeed", "fsdp", "ddp"]
 Offload = Literal["none", "cpu", "nvme"]
@@ -297,56 +298,8 @@ class ParallelConfig(Frozen):
             raise ValueError("parallel.offload_optimizer needs zero_stage 1, 2 or 3 (ZeRO-Offload)")
         if self.framework == "ddp" and self.offload_optimizer != "none":
             raise ValueError("parallel.offload_optimizer is not available with framework ddp; use deepspeed")
-        self._check_pipeline_keys()
+        check_schedule_and_optimizer(self)
         return self
-
-    def _check_pipeline_keys(self) -> None:
-        """Schedule, virtual stages and the distributed optimizer against each other (the checks that
-        need the model or the cluster are in ``simulator.parallel.checks``)."""
-        if self.virtual_stages > 1 and self.pipeline_schedule != "interleaved":
-            raise ValueError(
-                f"parallel.virtual_stages ({self.virtual_stages}) needs parallel.pipeline_schedule: interleaved "
-                f"(got {self.pipeline_schedule!r})"
-            )
-        if self.pipeline_schedule == "interleaved" and self.pp < 2:
-            raise ValueError("parallel.pipeline_schedule interleaved needs parallel.pp >= 2")
-        if self.defer_embedding_wgrad_compute and self.pp < 2:
-            raise ValueError("parallel.defer_embedding_wgrad_compute defers the output layer's weight gradients "
-                             "to the pipeline flush and needs parallel.pp >= 2 (Megatron-Core refuses it without "
-                             "pipeline parallelism); remove it or set parallel.pp")
-        if "wgrad_deferral_limit" in self.model_fields_set and not self.defer_embedding_wgrad_compute:
-            raise ValueError("parallel.wgrad_deferral_limit applies with parallel.defer_embedding_wgrad_compute: "
-                             "true; set that too or remove the limit")
-        if self.pipeline_layout is not None:
-            from simulator.parallel.pipeline_split import layout_stages
-
-            try:
-                n = len(layout_stages(self.pipeline_layout))
-            except ValueError as exc:
-                raise ValueError(f"parallel.pipeline_layout: {exc}") from None
-            v = self.virtual_stages if self.pipeline_schedule == "interleaved" else 1
-            if n != self.pp * v:
-                raise ValueError(
-                    f"parallel.pipeline_layout has {n} stages but pp x virtual_stages = {self.pp} x {v} = "
-                    f"{self.pp * v}; give one '|'-separated stage per virtual stage (or set "
-                    f"parallel.virtual_stages: {n // self.pp if n % self.pp == 0 else 'n/pp'})")
-        if self.fp8_param_gather and self.framework == "deepspeed":
-            raise ValueError("parallel.fp8_param_gather is a Megatron (framework ddp) / FSDP option; DeepSpeed "
-                             "gathers parameters in their dtype: remove it or use framework ddp or fsdp")
-        if self.overlap_param_gather and not self.distributed_optimizer:
-            raise ValueError("parallel.overlap_param_gather needs parallel.distributed_optimizer: true (Megatron "
-                             "gathers the parameters its distributed optimizer sharded)")
-        if self.precision_aware_optimizer and not self.distributed_optimizer:
-            raise ValueError("parallel.precision_aware_optimizer steps the distributed optimizer's shards (Megatron-Core "
-                             "refuses it without): set parallel.distributed_optimizer: true or remove it")
-        if self.optimizer_moments_dtype != "fp32" and not self.precision_aware_optimizer:
-            raise ValueError("parallel.optimizer_moments_dtype bf16 needs parallel.precision_aware_optimizer: true "
-                             "(Megatron-Core's exp_avg_dtype acts only under the precision-aware optimizer)")
-        if self.distributed_optimizer and self.framework != "ddp":
-            raise ValueError(
-                "parallel.distributed_optimizer (Megatron) applies to framework ddp; with deepspeed use "
-                "zero_stage: 1, with fsdp a sharding_strategy"
-            )
 
     def ddp_grad_bytes(self, precision: str) -> int:
         """Bytes per gradient in the ddp engine's buffer and its reduction: 4 (fp32, PyTorch DDP under
