@@ -7,23 +7,39 @@ from dataclasses import dataclass
 
 from simulator.config.scenario import Scenario
 from simulator.units import GB
-from simulator.workload import params
+from simulator.workload import lora as wlora
+from simulator.workload import model_states, params
 
 
-def checkpoint_bytes_per_param(scenario: Scenario) -> int:
-    """What a checkpoint holds per parameter: Adam's momentum and variance (8 B) and the fp32 weights
-    (4 B), plus a separate 16-bit copy of the weights when the framework keeps one.
+def checkpoint_bytes(scenario: Scenario) -> float:
+    """What one checkpoint holds: each trained parameter's persistent weight and optimizer states, at the bytes
+    the memory model gives them (``workload.model_states.state_sizes``; gradients are not saved), over the whole
+    model.
 
-    DeepSpeed under fp16/bf16 keeps 16-bit weights beside the fp32 master copy: 2 + 12 = 14 B
-    (formulas.md §7, the ZeRO paper's K = 12 plus 2Ψ); so does Megatron's distributed optimizer (16-bit
-    model weights in the model checkpoint, the fp32 master and Adam states in the optimizer's: the
-    ``2 + 12/d`` of its memory model, ``workload.memory.model_states``). DDP and FSDP under autocast keep
-    fp32 parameters only (the 16-bit copies are transient): 4 + 8 = 12 B; so does any fp32/tf32 run.
-    """
-    par = scenario.parallel
-    mixed = scenario.training.precision in ("fp16", "bf16", "fp8")
-    sixteen_bit_weights = par.framework == "deepspeed" or (par.framework == "ddp" and par.distributed_optimizer)
-    return 14 if mixed and sixteen_bit_weights else 12
+    * DeepSpeed and Megatron in 16-bit training save the 16-bit weights beside the fp32 master and Adam's states,
+      2 + 12 = 14 B (formulas.md §7, the ZeRO paper's K = 12 plus 2Ψ; Megatron's model checkpoint holds the
+      16-bit weights, its optimizer's the master and moments, with or without the distributed optimizer).
+      PyTorch DDP and FSDP under autocast keep fp32 parameters only (the 16-bit copies are transient): 4 + 8 =
+      12 B; so does any fp32/tf32 run.
+    * Megatron-Core's precision-aware optimizer writes the BF16 weights' 16-bit master remainders and fp32
+      moments, 2 + 2 + 8 = 12 B (``optimizer_state_bytes(saved=True)``).
+    * Muon: the fp32 master and one momentum for the blocks' matrices, Adam's states for the embedding and
+      output layer (``workload.muon``).
+    * LoRA (``training.lora``): the adapters only, their weights and optimizer states; the frozen base weights
+      are not saved (Megatron-Bridge's ``PEFT.params_to_save``: "Checkpoints store adapter weights only",
+      NVIDIA's Megatron-Bridge LoRA guide).
+
+    Kept at 2 B (U): a weight stored in FP8 (``parallel.fp8_param_gather``); how Megatron-Core saves FP8
+    parameters is not read."""
+    model, lora = scenario.model, scenario.training.lora
+    if lora is not None:
+        trained = model.n_layers * wlora.block_params(model, lora, 1)
+        (weight, _, optimizer), _ = model_states.state_sizes(scenario, trained, 0.0, saved=True)
+        return (weight + optimizer) * trained
+    counts = params.count(model)
+    (weight, _, optimizer), _ = model_states.state_sizes(scenario, counts.total, counts.embedding + counts.lm_head,
+                                                         saved=True)
+    return (weight + optimizer) * counts.total
 
 
 @dataclass(frozen=True)
@@ -37,7 +53,7 @@ class CheckpointCost:
 
 
 def checkpoint_cost(scenario: Scenario) -> CheckpointCost:
-    """Size = bytes per parameter (``checkpoint_bytes_per_param``) · Ψ · size_factor. Who writes: with any ZeRO/FSDP sharding every data-parallel rank
+    """Size = ``checkpoint_bytes`` · size_factor. Who writes: with any ZeRO/FSDP sharding every data-parallel rank
     saves its own shard (DeepSpeed per-rank optimizer files, FSDP sharded state dicts), so all nodes
     write at once; without sharding (DDP, ZeRO-0) one data-parallel replica (its tp·pp ranks) writes.
 
@@ -46,7 +62,7 @@ def checkpoint_cost(scenario: Scenario) -> CheckpointCost:
     host memory over PCIe.
     """
     ck = scenario.reliability.checkpoint
-    size = checkpoint_bytes_per_param(scenario) * params.count(scenario.model).total * ck.size_factor
+    size = checkpoint_bytes(scenario) * ck.size_factor
     per_node = scenario.cluster.topology.gpus_per_node
     n_nodes = math.ceil(scenario.n_gpus / per_node)
     model_parallel = scenario.parallel.tp * scenario.parallel.pp

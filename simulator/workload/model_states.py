@@ -67,19 +67,48 @@ def fp8_param_savings(scenario: Scenario, psi: float, outside: float, pipeline_s
     return (2 - FP8_PARAM_BYTES) * (max(0.0, psi - outside - blocks * sum(params.block_vectors(m))) + experts)
 
 
-def optimizer_state_bytes(scenario: Scenario) -> int:
+def optimizer_state_bytes(scenario: Scenario, saved: bool = False) -> int:
     """Bytes per parameter of Megatron-Core's optimizer states in 16-bit training: an fp32 master copy and Adam's
     fp32 ``exp_avg`` and ``exp_avg_sq``, 4 + 4 + 4 = 12. Under the precision-aware optimizer
     (``parallel.precision_aware_optimizer``) BF16 weights keep only the master's 16 low bits
     (Megatron-Core ``OptimizerConfig.store_param_remainders``, default True: "store the 16-bit FP32 parameter
     remainders in the optimizer state, excluding the 16 bits shared with the BF16 parameters"; Transformer
     Engine's ``FusedAdam`` holds them as int16), 2 + 4 + 4 = 10, and ``optimizer_moments_dtype`` bf16 halves
-    the moments, 2 + 2 + 2 = 6. fp16 and FP8 weights (``fp8_param_gather``) keep the 4-byte master."""
+    the moments, 2 + 2 + 2 = 6. fp16 and FP8 weights (``fp8_param_gather``) keep the 4-byte master.
+
+    ``saved``: as a checkpoint holds them. Megatron-Core reads each state for saving through ``FusedAdam``'s
+    ``get_unscaled_state`` (``DistributedOptimizer._get_main_param_and_optimizer_states``), which returns the
+    int16 remainder as it is and upcasts 16-bit moments (``.float()``), and its default ``dp_reshardable``
+    format writes each tensor in its own dtype: 2 + 4 + 4 = 10 with remainders whatever the moments' dtype."""
     p = scenario.parallel
     if not p.precision_aware_optimizer:
         return 12
     remainders = scenario.training.precision in ("bf16", "fp8") and not p.fp8_param_gather
-    return (2 if remainders else 4) + 2 * (2 if p.optimizer_moments_dtype == "bf16" else 4)
+    moments = 2 if p.optimizer_moments_dtype == "bf16" and not saved else 4
+    return (2 if remainders else 4) + 2 * moments
+
+
+def state_sizes(scenario: Scenario, dense: float, outside: float | None,
+                saved: bool = False) -> tuple[tuple, tuple | None]:
+    """Bytes per parameter ``(weight, gradient, optimizer states)`` by framework and precision (the bullets of
+    ``model_states``), and under Muon those of the routed experts apart (else None: as the others). Muon's
+    depend on the share of Adam-trained parameters: ``outside`` (embedding and output layer; None: the
+    most-loaded GPU's) of ``dense`` non-expert ones (``workload.muon.state_sizes``). ``saved``: the optimizer
+    states as a checkpoint holds them (``optimizer_state_bytes``)."""
+    p, precision = scenario.parallel, scenario.training.precision
+    if scenario.training.optimizer == "muon":  # fp32 master and one momentum (workload.muon)
+        return wmuon.state_sizes(scenario, dense, outside)
+    if p.bf16_optimizer(precision):
+        return (2, 2 + 4, 12), None  # the bf16 gradients and BF16_Optimizer's unsharded fp32 accumulation buffer
+    if p.framework == "deepspeed" and is_16bit(scenario):
+        return (2, 2, 12), None
+    if megatron_mixed_precision(scenario):
+        # 16-bit weights, the main_grad buffer, an fp32 master copy and Adam's m, v (the step's fp32 copy of a
+        # 16-bit main_grad is a transient: buffers)
+        return (2, p.grad_buffer_bytes(precision), optimizer_state_bytes(scenario, saved)), None
+    if p.framework == "ddp":
+        return (4, p.grad_buffer_bytes(precision), 8), None
+    return (4, 4, 8), None
 
 
 def shard_degree(scenario: Scenario) -> int:
@@ -131,25 +160,13 @@ def model_states(scenario: Scenario, psi: float | None = None, outside: float | 
     p = scenario.parallel
     if psi is None:
         psi = params.local(scenario.model, p.tp, p.pp)
-    bf16_optimizer = p.bf16_optimizer(scenario.training.precision)
-    expert_sizes = None
-    if scenario.training.optimizer == "muon":  # fp32 master and one momentum (workload.muon)
-        moe = scenario.model.moe is not None  # an MoE model's states come from its stage's split
-        dense = moe_memory.split(scenario, pipeline_stage).dense if moe else psi
-        sizes, expert_sizes = wmuon.state_sizes(scenario, dense, None if moe else outside)
-    elif bf16_optimizer:
-        sizes = (2, 2 + 4, 12)  # the bf16 gradients and BF16_Optimizer's unsharded fp32 accumulation buffer
-    elif p.framework == "deepspeed" and is_16bit(scenario):
-        sizes = (2, 2, 12)
-    elif megatron_mixed_precision(scenario):
-        # 16-bit weights, the main_grad buffer, an fp32 master copy and Adam's m, v (the step's fp32 copy of a
-        # 16-bit main_grad is a transient: buffers)
-        sizes = (2, p.grad_buffer_bytes(scenario.training.precision), optimizer_state_bytes(scenario))
-    elif p.framework == "ddp":
-        sizes = (4, p.grad_buffer_bytes(scenario.training.precision), 8)
+    if scenario.training.optimizer == "muon" and scenario.model.moe is not None:
+        # an MoE model's Muon states come from its stage's split (its experts apart)
+        sizes, expert_sizes = state_sizes(scenario, moe_memory.split(scenario, pipeline_stage).dense, None)
     else:
-        sizes = (4, 4, 8)
-    stage = 1 if bf16_optimizer else p.effective_zero_stage  # it shards its fp32 master and Adam states
+        sizes, expert_sizes = state_sizes(scenario, psi, outside)
+    # DeepSpeed's BF16_Optimizer shards its fp32 master and Adam states
+    stage = 1 if p.bf16_optimizer(scenario.training.precision) else p.effective_zero_stage
     if p.framework == "fsdp" and stage == 2:
         stage = 3  # SHARD_GRAD_OP also stores its fp32 flat parameters sharded; the 16-bit copy is a buffer
     if scenario.model.moe is not None:  # experts sharded over EP x ETP and expert-DP

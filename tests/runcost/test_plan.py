@@ -79,6 +79,48 @@ def test_checkpoint_size_and_daly_interval():
     assert run.checkpoint_interval_s is not None and run.checkpoint_interval_s > run.checkpoint_write_s
 
 
+PSI = 8_030_261_248  # Llama 3 8B
+MEGATRON = ("parallel.framework=ddp", "parallel.zero_stage=0", "parallel.distributed_optimizer=true")
+
+
+def test_checkpoint_under_megatron_without_distributed_optimizer():
+    # Tensor parallelism runs only under Megatron: its Float16 optimizer also keeps 16-bit model weights beside
+    # the fp32 master and Adam's moments, 2 + 12 B, as the distributed optimizer does.
+    run = plan_run(_scenario("parallel.framework=ddp", "parallel.zero_stage=0", "parallel.tp=2"), step_time_s=5.0)
+    assert run.checkpoint_bytes == pytest.approx(14 * PSI)
+
+
+def test_checkpoint_under_the_precision_aware_optimizer():
+    # BF16 weights: the master's 16-bit remainder is saved as it is (2 B) and the moments in fp32, also when
+    # they are held in BF16: 2 (weight) + 2 + 4 + 4 = 12 B.
+    pao = plan_run(_scenario(*MEGATRON, "parallel.precision_aware_optimizer=true"), step_time_s=5.0)
+    assert pao.checkpoint_bytes == pytest.approx(12 * PSI)
+    bf16_moments = plan_run(_scenario(*MEGATRON, "parallel.precision_aware_optimizer=true",
+                                      "parallel.optimizer_moments_dtype=bf16"), step_time_s=5.0)
+    assert bf16_moments.checkpoint_bytes == pytest.approx(12 * PSI)
+    # fp16 weights keep the 4-byte master: 2 + 4 + 4 + 4 = 14 B
+    fp16 = plan_run(_scenario(*MEGATRON, "parallel.precision_aware_optimizer=true", "training.precision=fp16"),
+                    step_time_s=5.0)
+    assert fp16.checkpoint_bytes == pytest.approx(14 * PSI)
+
+
+def test_checkpoint_under_muon():
+    # 16-bit weights (2 B) and Muon's fp32 master and momentum (8 B) for the blocks; Adam's 12 B for the
+    # embedding and the untied output layer, 128,256 x 4,096 each.
+    outside = 2 * 128_256 * 4_096
+    run = plan_run(_scenario(*MEGATRON, "training.optimizer=muon"), step_time_s=5.0)
+    assert run.checkpoint_bytes == pytest.approx(2 * PSI + 8 * (PSI - outside) + 12 * outside)
+
+
+def test_lora_checkpoint_holds_the_adapters_only():
+    # Rank 16 beside qkv (4,096 -> 4,096 + 2 x 1,024), proj (4,096 -> 4,096), fc1 (4,096 -> 2 x 14,336) and fc2
+    # (14,336 -> 4,096): r (k + n) each, 16 x (10,240 + 8,192 + 32,768 + 18,432) = 1,114,112 per block, 32 blocks;
+    # each adapter parameter saved with its 16-bit weight, fp32 master and Adam's moments, 14 B.
+    adapters = 32 * 16 * (10_240 + 8_192 + 32_768 + 18_432)
+    run = plan_run(_scenario(*MEGATRON, "training.lora.rank=16"), step_time_s=5.0)
+    assert run.checkpoint_bytes == pytest.approx(14 * adapters)
+
+
 def test_async_checkpoint_stalls_less():
     sync = plan_run(_scenario(), step_time_s=5.0)
     asyn = plan_run(_scenario("reliability.checkpoint.asynchronous=true"), step_time_s=5.0)
