@@ -97,7 +97,7 @@ def compute_model_for(scenario: Scenario, eff: Efficiency | None = None,
                                 attention_impl=attention.for_scenario(scenario),
                                 attention_head_dim=attention.head_dim_of(scenario.model),
                                 host_scale=scenario.cluster.topology.host.dispatch_scale,
-                                fp8_recipe=tr.active_fp8_recipe or "")
+                                fp8_recipe=tr.active_fp8_recipe or "", fp8_attention=tr.kernels.fp8_attention)
 
 
 def simulate(scenario: Scenario, *, efficiency: Efficiency | None = None, what_if: WhatIf = WhatIf(),

@@ -33,6 +33,15 @@ class KernelConfig(Frozen):
     #: Which attention kernel runs (``AttentionImpl``); ``sdpa_math``/``eager``/``hf_eager`` imply
     #: ``flash_attention: false``.
     attention: AttentionImpl = "auto"
+    #: Transformer Engine's FP8 dot-product attention (Megatron-Core ``--fp8-dot-product-attention``, NeMo
+    #: ``fp8_dot_product_attention``, ``FP8_DPA=1`` in NVIDIA's MLPerf configs): cuDNN fused attention with its
+    #: GEMMs in FP8, forward and backward, and TE's casts of Q, K, V and the output gradient to FP8
+    #: (``simulator.hardware.attention.FP8_SPEEDUP``). Needs a TE FP8 recipe and cuDNN attention.
+    fp8_attention: bool = False
+    #: Megatron-Core's ``activation_func_fp8_input_store`` (``--activation-func-fp8-input-store``; NVIDIA's MLPerf
+    #: ``FP8_ACT=1``): the MLP activation's input kept for the backward in FP8, 1 byte per element instead of 2,
+    #: quantized in the forward and dequantized in the backward (``simulator.workload.ops``). Needs precision fp8.
+    activation_fp8_input_store: bool = False
     fused_norm_residual: bool = True
     #: Bias add and a GELU/ReLU activation in the linear GEMMs' epilogues, forward and backward (flash-attn's
     #: ``fused_dense``, Apex's FusedDense: ``simulator.workload.bias``); gated MLPs keep their activation kernel.

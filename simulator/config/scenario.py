@@ -306,13 +306,18 @@ class Scenario(Frozen):
         if "mamba" in t.kernels.cuda_graphs and not (m.is_hybrid and m.hybrid_counts[0]):
             raise ValueError("training.kernels.cuda_graphs: mamba captures a hybrid's Mamba layers, which this model "
                              "has none of (model.hybrid_pattern); remove it")
+        if t.kernels.activation_fp8_input_store and t.precision != "fp8":
+            raise ValueError("training.kernels.activation_fp8_input_store keeps the activation's input in FP8, which "
+                             "needs training.precision: fp8; remove it or train in fp8")
         if p.fp8_param_gather and t.precision != "fp8":
             raise ValueError(f"parallel.fp8_param_gather needs training.precision: fp8 (got {t.precision!r}): only "
                              "FP8 linears have FP8 weights to gather; remove it or train in fp8")
         from simulator.config.moe import check_layout, fused_grouped_mlp_problem
 
         check_layout(m, p, n, self.cluster.topology.gpus_per_node)
-        problem = fused_grouped_mlp_problem(m, t, p, self.cluster.gpu_spec)
+        from simulator.hardware.attention import fp8_problem
+
+        problem = fused_grouped_mlp_problem(m, t, p, self.cluster.gpu_spec) or fp8_problem(self)
         if problem:
             raise ValueError(problem)
         try:

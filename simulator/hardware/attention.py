@@ -115,6 +115,25 @@ HEAD_DIM_64: dict[str, tuple[float, float]] = {
 #: against 1,562.9 (1.271).
 SM_CUDNN_SPEEDUP: dict[int, tuple[float, float]] = {103: (2112 / 1662, 1494 / 1322)}
 
+#: cuDNN fused attention in FP8 (Transformer Engine's FP8 dot-product attention, ``training.kernels.fp8_attention``)
+#: over the same kernel in BF16 on the same GPU, ``(forward, backward)``: both batched GEMMs in FP8, the softmax
+#: in fp32, the backward in FP8 too (TE's default ``NVTE_FP8_DPA_BWD=1``). Measured at 8,192 tokens, causal, head
+#: dim 128 (the rows it prices run 4k-8k tokens; the ratio grows with length, B200 16k: 1.147 / 1.276), FP8 and
+#: BF16 timed in the same run. By SM version: cudnn-frontend's SDPA training benchmark with cuDNN 9.13.1 and the
+#: nv25.09 PyTorch container (benchmark/sdpa_benchmark_training/artifacts, sdpa_fp8_benchmark_results_NVIDIA_B200.csv
+#: and _GB300.csv @0b1577c8, sample_gb300_fp8_run.txt: backend_version 91301; batch 1, 128 query / 8 KV heads):
+#: sm_100 (B200, and GB200 with the same SM) forward 1.589 -> 1.464 ms, backward 5.526 -> 4.382; sm_103 (GB300, B300)
+#: forward 1.281 -> 1.060, backward 4.778 -> 3.632. Hopper (sm_90): cudnn-frontend's attention training sweep on an
+#: H200 with cuDNN 9.27 (results/llama3.1/h200/llama3.1_20260928_130009.csv @816ea457; batch 2, 64 / 8 heads,
+#: top-left causal): forward 3.357 -> 2.260 ms, backward 10.448 -> 16.298: its FP8 causal backward takes as long
+#: as its unmasked one (15.632), no masked tiles skipped, so FP8 slows the backward there. Other GPUs: no measured
+#: rate (``fp8_problem``). Its casts: ``workload.attention_core.fp8_cast``.
+FP8_SPEEDUP: dict[int, tuple[float, float]] = {
+    100: (1.589 / 1.464, 5.526 / 4.382),
+    103: (1.281 / 1.060, 4.778 / 3.632),
+    90: (3.357 / 2.260, 10.448 / 16.298),
+}
+
 
 #: Sliding-window ("band") attention: a kernel whose query tiles loop over a band of ``w`` keys runs
 #: below the long full-length rate, the more so the narrower the band: each 128-query tile visits the
@@ -152,6 +171,33 @@ def band_half(arch: str) -> tuple[float, float] | None:
 def sm_speedup(impl: str, sm: int | None) -> tuple[float, float]:
     """``SM_CUDNN_SPEEDUP`` of ``sm`` for cuDNN fused attention, else ``(1, 1)``."""
     return SM_CUDNN_SPEEDUP.get(sm or 0, (1.0, 1.0)) if impl == "cudnn" else (1.0, 1.0)
+
+
+def fp8_speedup(impl: str, sm: int | None, fp8_attention: bool) -> tuple[float, float]:
+    """``FP8_SPEEDUP`` of ``sm`` for cuDNN attention run in FP8, else ``(1, 1)``."""
+    return FP8_SPEEDUP.get(sm or 0, (1.0, 1.0)) if fp8_attention and impl == "cudnn" else (1.0, 1.0)
+
+
+def fp8_problem(scenario: Any) -> str | None:
+    """Why ``training.kernels.fp8_attention`` cannot run here, or None: Transformer Engine's FP8 attention runs in
+    an FP8 recipe of its own (delayed or current scaling, MXFP8, NVFP4: not torchao's), through cuDNN
+    (``training.kernels.attention`` cudnn, Megatron's default), on a GPU whose rate is measured (``FP8_SPEEDUP``)."""
+    t, gpu = scenario.training, scenario.cluster.gpu_spec
+    if not t.kernels.fp8_attention:
+        return None
+    if t.precision != "fp8" or t.kernels.fp8_recipe in ("tensorwise", "rowwise"):
+        return ("training.kernels.fp8_attention is Transformer Engine's FP8 attention, which runs with a TE FP8 "
+                "recipe: set training.precision fp8 with fp8_recipe delayed, current, mxfp8 or nvfp4, or remove it")
+    if for_scenario(scenario) != "cudnn":
+        return ("training.kernels.fp8_attention runs through cuDNN fused attention: set training.kernels.attention "
+                "cudnn (Megatron-Core with Transformer Engine), or remove fp8_attention")
+    if head_dim_of(scenario.model) > 128:
+        return (f"training.kernels.fp8_attention: cuDNN's FP8 attention takes head dims up to 128 (this model's "
+                f"is {head_dim_of(scenario.model)}); remove it")
+    if (gpu.sm or 0) not in FP8_SPEEDUP:
+        return (f"training.kernels.fp8_attention has no measured rate on {gpu.name} (sm_{gpu.sm}); measured on "
+                "Hopper and Blackwell only: remove it")
+    return None
 
 
 #: A fused attention backward's main-loop fill over its forward's: ``k½`` of ``a(s)`` is ``gemm_half_dim``

@@ -93,7 +93,8 @@ class RooflineComputeModel:
 
     def __init__(self, gpu: GPUSpec, dtype: Dtype, efficiency: Efficiency, *, flops_scale: float = 1.0,
                  hbm_scale: float = 1.0, launch: LaunchCosts = EAGER, attention_impl: str = "fa2",
-                 attention_head_dim: int = 128, host_scale: float = 1.0, fp8_recipe: str = "") -> None:
+                 attention_head_dim: int = 128, host_scale: float = 1.0, fp8_recipe: str = "",
+                 fp8_attention: bool = False) -> None:
         self.gpu = gpu
         #: the host CPU's time per call over an x86 DGX host's (``HostConfig.dispatch_scale``)
         self.host_scale = host_scale
@@ -131,7 +132,8 @@ class RooflineComputeModel:
             hf, hb = attention.head_dim_factor(attention_impl, attention_head_dim, gpu.arch)
             c = efficiency.attention_sustained_of_bench
             sf, sb = attention.sm_speedup(attention_impl, getattr(gpu, "sm", None))
-            self.attn_rate = (self.attn_peak * fwd * hf * c * sf, self.attn_peak * bwd * hb * c * sb)
+            ff, fb = attention.fp8_speedup(attention_impl, getattr(gpu, "sm", None), fp8_attention and self.fp8)
+            self.attn_rate = (self.attn_peak * fwd * hf * c * sf * ff, self.attn_peak * bwd * hb * c * sb * fb)
         else:  # unfused: no attention ops reach op_time; keep a rate for ops built without the scenario
             self.attn_rate = (self.attn_peak * efficiency.flash_attention_fraction,) * 2
         #: sliding-window kernels' half-rate band width (forward, backward): measured per architecture,

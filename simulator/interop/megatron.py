@@ -205,6 +205,10 @@ def _training(flags: dict, integer, out: Imported) -> None:
         precision = "fp8"  # dtsim's low-precision path, with the NVFP4 GEMM recipe (training.kernels.fp8_recipe)
         out.set("training.kernels.fp8_recipe", "nvfp4")
     out.set("training.precision", precision)
+    for flag, field in (("fp8-dot-product-attention", "fp8_attention"),
+                        ("activation-func-fp8-input-store", "activation_fp8_input_store")):
+        if flags.get(flag):  # Transformer Engine FP8 options (the scenario checks what they need)
+            out.set(f"training.kernels.{field}", True)
     recipe = value_of(flags, "fp8-recipe")
     if recipe is not None:
         if not value_of(flags, "fp8-format"):

@@ -156,6 +156,10 @@ def export_args(s: Scenario) -> Exported:
                      "optimizer states only (ZeRO-1); parameters and gradients stay replicated")
     if par.fp8_param_gather:
         lines.append("--fp8-param-gather")
+    if tr.kernels.fp8_attention:
+        lines.append("--fp8-dot-product-attention")
+    if tr.kernels.activation_fp8_input_store:
+        lines.append("--activation-func-fp8-input-store")
     if par.framework == "ddp" and not par.grad_reduce_in_fp32:
         lines.append("--grad-reduce-in-bf16")
     if par.framework == "ddp" and par.precision_aware_optimizer:

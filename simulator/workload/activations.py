@@ -90,6 +90,9 @@ def layer_activation_bytes(
     fp8_input_bytes: float = 1.0,
     gathered_inputs: bool = False,
     mlp_recompute: bool = False,
+    adapters: tuple[str, ...] | None = None,
+    act_input_bytes: float | None = None,
+    qkv_bytes: float | None = None,
 ) -> float:
     """Bytes one transformer block keeps for the backward, one micro-batch (Korthikanti et al. 2022,
     "Reducing Activation Recomputation in Large Transformer Models", Sec. 4 and Table 2).
@@ -127,6 +130,15 @@ def layer_activation_bytes(
     MLP-down input (the activation output); the out projection's FP8 copy of the attention output comes
     on top of the 16-bit output a fused attention kernel keeps (``out_proj_input_bytes``).
 
+    ``adapters`` (LoRA, ``training.lora``: the modules carrying adapters; None in full training): a frozen linear
+    has no weight gradient, so it keeps no input (Transformer Engine's ``BasicLinear``: the input "is returned
+    [None] if loss gradient w.r.t. the weight tensor is not required"; its module path likewise,
+    ``backward_needs_input = weight.requires_grad``); an adapter keeps its own 16-bit input (``p``): the norm
+    outputs beside qkv and fc1, the attention output (the fused kernel's copy) beside proj, the activation output
+    beside fc2. ``act_input_bytes``: bytes per element of the stored activation input (Megatron-Core's
+    ``activation_func_fp8_input_store``: 1; default ``p``); ``qkv_bytes``: of the stored Q, K and V (FP8
+    attention: 1; default ``p``).
+
     ``mlp_recompute`` (Megatron-Core's ``mlp`` recompute module, ``recompute.modules``): the checkpointed
     MLP keeps only its input, the pre-MLP norm's input, which the norm/dropout region counts already;
     its norm output (the MLP input, ``lin·sbh``), the tensor-parallel ``mlp`` tensors and, with sandwich
@@ -140,17 +152,23 @@ def layer_activation_bytes(
     if recompute == "selective_op":
         return op_sac_layer_bytes(model, b, s, t, sequence_parallel=sequence_parallel, precision_bytes=p)
     lin = fp8_input_bytes if fp8_inputs else p  # bytes per element of a saved linear-layer input
-    inputs = 1 if mlp_recompute else 2  # the attention's and the MLP's norm outputs
+    kept_core_out = flash_attention and recompute != "selective"  # the fused kernel's copy of its output
+    if adapters is None:  # each linear keeps its input for its weight gradient
+        qkv_in = fc1_in = fc2_in = lin
+        out = out_proj_input_bytes(p, lin, kept_core_out)  # the attention output as stored
+    else:  # LoRA: only an adapter keeps (its 16-bit) input
+        qkv_in, fc1_in, fc2_in = (p if name in adapters else 0 for name in ("qkv", "fc1", "fc2"))
+        out = p if kept_core_out or "proj" in adapters else 0
+    inputs = qkv_in + (0 if mlp_recompute else fc1_in)  # the attention's and the MLP's norm outputs
     # the norms' inputs; a checkpointed MLP re-runs the sandwich norm on its output (mark_mlp)
     norm_inputs = model.block_norms - (1 if mlp_recompute and model.sandwich_norm else 0)
-    replicated = sbh * (norm_inputs * p + 2 * mask + (0 if gathered_inputs else inputs * lin))
-    gathered = inputs * lin * sbh if gathered_inputs else 0.0  # kept whole on every rank
-    # the attention output as stored (a checkpointed fused core keeps no 16-bit copy of its output)
-    out = out_proj_input_bytes(p, lin, flash_attention and recompute != "selective")
-    qkv_out = s * b * (p * (model.q_dim + 2 * model.kv_dim) + out * model.q_dim)
+    replicated = sbh * (norm_inputs * p + 2 * mask + (0 if gathered_inputs else inputs))
+    gathered = inputs * sbh if gathered_inputs else 0.0  # kept whole on every rank
+    qkv_out = s * b * ((qkv_bytes or p) * (model.q_dim + 2 * model.kv_dim) + out * model.q_dim)
     if model.qk_norm:
         qkv_out += p * s * b * (model.q_dim + model.kv_dim)
-    mlp = 0.0 if mlp_recompute else s * b * model.ffn_hidden_size * (p * (model.mlp_matrices - 1) + lin)
+    act_in = act_input_bytes or p
+    mlp = 0.0 if mlp_recompute else s * b * model.ffn_hidden_size * (act_in * (model.mlp_matrices - 1) + fc2_in)
     heads_s2b = model.n_heads * s * s * b
     if recompute == "selective":
         core = 0.0
@@ -267,7 +285,10 @@ def stage_activations(scenario: Scenario) -> list[ActivationBytes]:
     common = dict(flash_attention=tr.kernels.flash_attention, hf_eager=tr.kernels.attention == "hf_eager",
                   precision_bytes=pb, dropout=dropout,
                   sequence_parallel=sp, fp8_inputs=lin < pb, fp8_input_bytes=lin,
-                  gathered_inputs=sp and par.framework == "fsdp")  # DTensor TP (torchtitan)
+                  gathered_inputs=sp and par.framework == "fsdp",  # DTensor TP (torchtitan)
+                  adapters=None if tr.lora is None else tuple(tr.lora.modules),
+                  act_input_bytes=1 if tr.kernels.activation_fp8_input_store else None,
+                  qkv_bytes=1 if tr.kernels.fp8_attention else None)
     # the mlp module's saving is modelled for dense models; an MoE / MLA model's few dense blocks keep
     # their MLP's tensors here (an overestimate)
     dense_mlp = recompute.mlp(tr) and m.moe is None and not m.is_mla

@@ -9,6 +9,8 @@ token-major layout.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from simulator.config.model import ModelConfig
 from simulator.workload.op import Op, gemm, memory_op
 
@@ -23,6 +25,9 @@ FA_BWD_LAUNCHES = 3
 #: Dropout mask bytes per element (PyTorch ``native_dropout`` returns a bool mask; Korthikanti et al.
 #: 2022 §4.1 count 1-byte masks, as ``workload.activations`` does).
 DROPOUT_MASK_BYTES = 1
+#: Bytes per element of Transformer Engine's casts around FP8 attention (``fp8_cast``): read the 16-bit tensor
+#: (2 B), write its FP8 copy (1 B).
+FP8_CAST_BYTES = 3
 # Attention dropout on the unfused path (Megatron ``CoreAttention``: ``attention_dropout`` of the
 # softmax output; FlashAttention applies dropout inside its kernel): forward reads p, writes p and the
 # mask; backward reads the gradient and the mask, writes p: ``(2p + 1)`` bytes per score each way.
@@ -86,9 +91,10 @@ def _softmax(scores_el: float, pb: int, fused: bool, hf_eager: bool = False) -> 
 
 
 def attention_core_ops(model: ModelConfig, b: int, s: int, tp: int, pb: int, flash: bool,
-                       hf_eager: bool = False) -> list[Op]:
+                       hf_eager: bool = False, fp8: bool = False) -> list[Op]:
     """The attention core of one block on one TP rank (``a/t`` query heads, ``g_kv/t`` KV heads);
-    ``hf_eager``: the unfused core as Hugging Face's eager attention runs it."""
+    ``hf_eager``: the unfused core as Hugging Face's eager attention runs it; ``fp8``: the fused kernel in FP8
+    (``training.kernels.fp8_attention``) after Transformer Engine's cast of its inputs (``fp8_cast``)."""
     heads = model.n_heads // tp
     d = model.d_head
     q_el = b * s * model.q_dim / tp
@@ -99,7 +105,17 @@ def attention_core_ops(model: ModelConfig, b: int, s: int, tp: int, pb: int, fla
     flops = 4.0 * b * s * s * heads * d / 2
     io = (2 * q_el + 2 * kv_el) * pb + b * heads * s * LSE_BYTES
     # k: the key/value length each query tile loops over (the compute model's main-loop fill)
-    return [Op("attention", "attention", flops, float(io), k=s, bwd_launches=FA_BWD_LAUNCHES)]
+    core = Op("attention", "attention", flops, float(io), k=s, bwd_launches=FA_BWD_LAUNCHES)
+    return [fp8_cast(q_el, kv_el), core] if fp8 else [core]
+
+
+def fp8_cast(q_el: float, kv_el: float) -> Op:
+    """Transformer Engine's casts around FP8 attention: forward Q, K and V to FP8 in one kernel
+    (``combine_and_quantize``, ``backends.FusedAttnFunc``), backward the output gradient (the query's size);
+    the output and dQ, dK, dV stay 16-bit (``NVTE_DPA_FP8CS_O_in_F16`` default 1; cuDNN returns the input
+    gradients in BF16). ``FP8_CAST_BYTES`` per element each way; the kernel's rate: ``hardware.attention``."""
+    cast = memory_op("attention.fp8_quantize", q_el + 2 * kv_el, FP8_CAST_BYTES, 1, 0.0)
+    return replace(cast, bwd_bytes=float(FP8_CAST_BYTES * q_el))
 
 
 def unfused_core_ops(model: ModelConfig, b: int, s: int, heads: int, d_qk: int, d_v: int, pb: int,

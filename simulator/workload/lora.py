@@ -24,10 +24,13 @@ training low-rank adapters ``B·A`` of rank ``r`` beside the blocks' linear laye
   (``is_first_microbatch``), so the once-per-step weight cast covers them (``cast_scale``), unless they are
   stored in FP8 (``parallel.fp8_param_gather``; NeMo's ``fp8_params``, Transformer Engine's ``fp8_model_init``):
   then the blocks' linear weights take 1 B each and are never cast. The adapters are 16-bit modules: no FP8 weight of their own.
+* Saved activations: a frozen linear keeps no input, having no weight gradient to compute (Transformer
+  Engine's ``BasicLinear`` and ``Linear``: the input is saved only when the weight requires a gradient); an
+  adapter keeps its own 16-bit input (``workload.activations.layer_activation_bytes``, ``adapters``).
 * Kept as in full training (U): the FP8 casts (Transformer Engine's ``Linear`` quantizes the output gradient
   row- and column-wise whether or not a weight gradient follows: ``module/linear.py``
-  ``grad_output_quantizer.set_usage(rowwise=True, columnwise=True)``), the saved activations (what a frozen
-  linear still saves is not read) and the host time of the base block's backward.
+  ``grad_output_quantizer.set_usage(rowwise=True, columnwise=True)``) and the host time of the base block's
+  backward; an adapter's dropout (NeMo's ``dropout_position: pre``) is not modelled.
 
 Modelled for Megatron-style data parallelism (``parallel.framework: ddp``) and dense blocks (``check``).
 """

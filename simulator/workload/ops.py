@@ -242,7 +242,8 @@ def layer_ops(
         else:
             ops.append(replace(memory_op("rotary", qk_el, EAGER_ROPE_PASSES, pb, _ROPE_FLOPS),
                                launches=2 * EAGER_ROPE_LAUNCHES_PER_TENSOR))
-    core = attention_core_ops(model, b, s, t, pb, kernels.flash_attention, kernels.attention == "hf_eager")
+    core = attention_core_ops(model, b, s, t, pb, kernels.flash_attention, kernels.attention == "hf_eager",
+                              fp8 is not None and getattr(kernels, "fp8_attention", False))
     if recompute == "selective":
         core = [replace(op, recompute=True) for op in core]
     ops += core
@@ -262,7 +263,12 @@ def layer_ops(
         ops.append(replace(memory_op(f"mlp_{model.mlp}", tokens * f / t, EAGER_SWIGLU_PASSES, pb, _ACT_FLOPS),
                            launches=EAGER_SWIGLU_LAUNCHES))
     elif not (epilogue and model.mlp_matrices == 2):
-        ops.append(memory_op(f"mlp_{model.mlp}", tokens * f / t, model.mlp_matrices, pb, _ACT_FLOPS))
+        act = memory_op(f"mlp_{model.mlp}", tokens * f / t, model.mlp_matrices, pb, _ACT_FLOPS)
+        if fp8 is not None and getattr(kernels, "activation_fp8_input_store", False):
+            # the input (k-1 matrices wide) also written in FP8, and dequantized (1 B read, 2 B written) for the backward
+            width = (model.mlp_matrices - 1) * tokens * f / t
+            act = replace(act, bytes=act.bytes + width, bwd_bytes=MEMORY_BWD * act.bytes + 3 * width)
+        ops.append(act)
     # FP8: the down projection's input cast rides on the activation kernel, which the epilogue removes
     ops += _linear("mlp_down", tokens, h, f // t, pb, 1, fp8, eager_cast,
                    producer="act" if fused and not epilogue else "", te_linear=te_linear)

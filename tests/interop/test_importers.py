@@ -90,6 +90,17 @@ def test_megatron_grad_reduce_in_bf16_round_trips():
     assert "--grad-reduce-in-bf16" in export_scenario(s, "megatron").text
 
 
+def test_megatron_fp8_attention_and_activation_store_round_trip():
+    text = MEGATRON + " --fp8-format hybrid --fp8-dot-product-attention --activation-func-fp8-input-store"
+    s, _, _ = import_scenario("megatron", text=text, topology="dgx-h100")
+    assert s.training.kernels.fp8_attention and s.training.kernels.activation_fp8_input_store
+    out = export_scenario(s, "megatron").text
+    assert "--fp8-dot-product-attention" in out and "--activation-func-fp8-input-store" in out
+    # without FP8 training the scenario refuses them, naming the field
+    with pytest.raises(InputError, match="fp8_attention"):
+        import_scenario("megatron", text=MEGATRON + " --fp8-dot-product-attention", topology="dgx-h100")
+
+
 def test_megatron_precision_aware_optimizer_round_trips():
     text = MEGATRON + " --use-precision-aware-optimizer --exp-avg-dtype bf16 --exp-avg-sq-dtype bf16"
     s, _, _ = import_scenario("megatron", text=text, topology="dgx-h100")
