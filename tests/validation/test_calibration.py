@@ -81,6 +81,9 @@ def test_source_key_names_the_publication():
     assert cal.source_key(run('Narayanan et al., "Efficient ...", SC21 (arXiv:2104.04473)')) == "arXiv:2104.04473"
     assert cal.source_key(run("Narayanan et al., SC21 (arXiv:2104.04473)")) == "arXiv:2104.04473"
     assert cal.source_key(run("'pytorch/torchtitan docs/performance.md (2024 version)'")) == "pytorch/torchtitan"
+    # MLCommons' result repositories: every submitter's logs are one publication
+    assert cal.source_key(run("mlcommons/training_results_v5.1 Dell/results/1xXE9685Lx8B200-SXM-180GB/llama2_70b_lora/"
+                              "result_0.txt (@4da2d1cd)")) == "mlcommons/training_results_v5.1"
     assert cal.source_key(run("mosaicml/llm-foundry scripts/train/benchmarking/README.md")) == "mosaicml/llm-foundry"
     # FlagPerf's cases are one publication, whatever the case's README
     for case in ("llama2_7b-deepspeed", "chatglm3_6b-deepspeed"):

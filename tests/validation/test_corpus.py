@@ -348,3 +348,18 @@ def test_gcp_a4_tokens_per_second_by_hand():
     """tokens/s per GPU = global batch x sequence / step / GPUs: Llama 3 8B, 128 x 8,192 / 4.326 s / 8."""
     run = next(r for r in CORPUS if r.id == "gcpa4-llama3-8b-8gpu-fp8")
     assert run.measured["tokens_per_s_per_gpu"] == pytest.approx(128 * 8_192 / 4.326 / 8, abs=0.1)
+
+
+def test_mlperf_lora_rows_count_each_configuration_once_at_the_systems_median():
+    """MLPerf v5.1 Llama 2 70B LoRA on 8 x B200 in FP8: eight systems of four submitters ran NVIDIA's DGX-B200 recipe
+    (global batch 8 of 8,192-token rows); their logs' mean steady train_step_time, s: Dell XE9685L 1.2958, Dell XE9780
+    1.2976, Supermicro AS-4126GS 1.3127, AS-A126GS 1.3033, SYS-422GS 1.2968, Lenovo SR680aV3 1.2925, SR780aV3 1.3151,
+    GigaComputing G894 1.3017. One row, at their median: (1.2976 + 1.3017) / 2 = 1.29965 s, 8 x 8,192 / 1.29965 / 8
+    tokens/s per GPU."""
+    rows = [r for r in CORPUS if r.id.startswith("mlperf51-b200-llama2-70b-lora-8gpu-fp8")]
+    assert len(rows) == 1
+    run = rows[0]
+    assert run.measured["iteration_time_s"] == pytest.approx(1.29965, abs=1e-4)
+    assert run.measured["tokens_per_s_per_gpu"] == pytest.approx(8 * 8_192 / 1.29965 / 8, abs=0.1)
+    for figure in ("1.2958", "1.2976", "1.3127", "1.3033", "1.2968", "1.2925", "1.3151", "1.3017"):
+        assert figure in run.extra.get("source_detail", "")
