@@ -29,8 +29,9 @@ CAUSES: dict[str, str] = {
     "GB300 FP8 at CP 8 -5% and -7%), where the B200 and GB200 NVFP4 rows are -5% to +6%: dtsim prices an NVFP4 GEMM at "
     "1.81x the FP8 one on every Blackwell part (Transformer Engine's GEMM profiling guide, timed on B300: "
     "hardware.compute NVFP4_GEMM_RATE), not scaled by the FP4 / FP8 peak ratio (3.1 on B300 and GB300, 2 on B200 and "
-    "GB200), since no B200 NVFP4 timing is published; the frozen base weights are pre-quantized (PRE_QUANTIZED_MODEL), "
-    "which dtsim casts every step: too slow",
+    "GB200), and B200's measured ratio is about the same (1.53x: vLLM's CUTLASS kernels at 16,384 x 6,144 x 4,096, "
+    "3,904 NVFP4 against 2,545 per-tensor FP8 TFLOP/s, PRs #20646 and #19566), so the peak ratio is not it; the frozen "
+    "base weights are pre-quantized (PRE_QUANTIZED_MODEL), which dtsim casts every step: too slow",
     "mtnlg-530b-2240gpu": "not identified: 126 TFLOP/s against 159 for Megatron-LM's own 530B run on the same "
     "2,240 DGX A100s (SC'21 Table 2, 1F1B, batch 2,240; its 12.1 % bubble against 14.2 % here explains 2 of the 26 "
     "points), which dtsim matches (+2.0 %). The pipeline engine's blocking sends (an 84 MB activation, 1/8 per TP "
