@@ -363,3 +363,12 @@ def test_mlperf_lora_rows_count_each_configuration_once_at_the_systems_median():
     assert run.measured["tokens_per_s_per_gpu"] == pytest.approx(8 * 8_192 / 1.29965 / 8, abs=0.1)
     for figure in ("1.2958", "1.2976", "1.3127", "1.3033", "1.2968", "1.2925", "1.3151", "1.3017"):
         assert figure in run.extra.get("source_detail", "")
+
+
+def test_mlperf_llama31_8b_nvfp4_row_by_hand():
+    """MLPerf v5.1 Llama 3.1 8B on 8 x B200 in NVFP4 (global batch 16 of 8,192 tokens): five systems' steady steps, s:
+    Nebius 0.4560, Supermicro AS-4126GS 0.4499, SYS-422GS 0.4509, Dell XE9680L 0.4506, Oracle 0.4537; median 0.4509,
+    16 x 8,192 / 0.4509 / 8 tokens/s per GPU."""
+    run = next(r for r in CORPUS if r.id == "mlperf51-b200-llama3.1-8b-8gpu-nvfp4")
+    assert run.measured["iteration_time_s"] == pytest.approx(0.4509, abs=1e-4)
+    assert run.measured["tokens_per_s_per_gpu"] == pytest.approx(16 * 8_192 / 0.4509 / 8, rel=2e-4)
