@@ -40,7 +40,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from simulator.config.scenario import UNFUSED_ATTENTION
+from simulator.config.scenario import TORCHAO_RECIPES, UNFUSED_ATTENTION
 from simulator.errors import InputError
 
 FIELD = "training.kernels.attention"
@@ -185,7 +185,7 @@ def fp8_problem(scenario: Any) -> str | None:
     t, gpu = scenario.training, scenario.cluster.gpu_spec
     if not t.kernels.fp8_attention:
         return None
-    if t.precision != "fp8" or t.kernels.fp8_recipe in ("tensorwise", "rowwise"):
+    if t.precision != "fp8" or t.kernels.fp8_recipe in TORCHAO_RECIPES:
         return ("training.kernels.fp8_attention is Transformer Engine's FP8 attention, which runs with a TE FP8 "
                 "recipe: set training.precision fp8 with fp8_recipe delayed, current, mxfp8 or nvfp4, or remove it")
     if for_scenario(scenario) != "cudnn":
