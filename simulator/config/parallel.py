@@ -69,6 +69,12 @@ class ParallelConfig(Frozen):
     decoder_last_pipeline_num_layers: PositiveInt | None = None
     account_for_embedding_in_pipeline_split: bool = False
     account_for_loss_in_pipeline_split: bool = False
+    #: Megatron-Core's rank order ``tp-cp-ep-pp-dp`` instead of ``tp-cp-ep-dp-pp``
+    #: (``--use-tp-pp-dp-mapping``, NeMo ``use_tp_pp_dp_mapping``): consecutive ranks hold one whole
+    #: pipeline and data parallelism is outermost, so on a large NVLink domain a pipeline's stage
+    #: boundaries stay inside it and the gradient reduction crosses the network instead
+    #: (``simulator.parallel.mesh``). Dense models (ep = 1).
+    use_tp_pp_dp_mapping: bool = False
     #: Megatron-Core ``defer_embedding_wgrad_compute``: the last pipeline stage keeps the output layer's
     #: weight-gradient GEMM of its first ``wgrad_deferral_limit`` micro-batches (0: all of them) and runs
     #: them in the pipeline flush, after its last backward (``simulator.parallel.deferred_wgrad``).
@@ -233,6 +239,7 @@ class ParallelConfig(Frozen):
         "optimizer_moments_dtype",
         "defer_embedding_wgrad_compute",
         "wgrad_deferral_limit",
+        "use_tp_pp_dp_mapping",
     )
     _FSDP_ONLY: ClassVar[tuple[str, ...]] = (
         "sharding_strategy",

@@ -122,6 +122,8 @@ def export_args(s: Scenario) -> Exported:
         lines.append(f"--context-parallel-size {par.cp}")
     if par.sequence_parallel:
         lines.append("--sequence-parallel")
+    if par.use_tp_pp_dp_mapping:
+        lines.append("--use-tp-pp-dp-mapping")
     slots = [f for f in ("account_for_embedding_in_pipeline_split", "account_for_loss_in_pipeline_split")
              if getattr(par, f)]
     lines += [f"--{f.replace('_', '-')}" for f in slots]

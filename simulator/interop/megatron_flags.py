@@ -34,7 +34,7 @@ BOOL_FLAGS = (
     "use-flash-attn", "overlap-grad-reduce", "overlap-param-gather", "fp8-param-gather", "grad-reduce-in-bf16",
     "no-position-embedding", "account-for-embedding-in-pipeline-split", "account-for-loss-in-pipeline-split",
     "defer-embedding-wgrad-compute", "moe-layer-recompute", "cross-entropy-loss-fusion", "use-precision-aware-optimizer",
-    "fp8-dot-product-attention", "activation-func-fp8-input-store",
+    "fp8-dot-product-attention", "activation-func-fp8-input-store", "use-tp-pp-dp-mapping",
 ) + megatron_moe.BOOL_FLAGS + megatron_graphs.BOOL_FLAGS + megatron_mla.BOOL_FLAGS
 #: Flags taking a list of values (argparse ``nargs="*"``): every word up to the next flag.
 LIST_FLAGS = ("recompute-modules", "offload-modules") + megatron_graphs.LIST_FLAGS

@@ -98,7 +98,8 @@ def mesh_for(scenario: Any, gpus_per_node: int) -> RankMesh:
     p = scenario.parallel
     cp = getattr(p, "cp", 1)
     return RankMesh(tp=p.tp, dp=scenario.n_gpus // (p.tp * cp * p.pp), pp=p.pp, gpus_per_node=gpus_per_node, cp=cp,
-                    ep=getattr(p, "ep", 1), etp=getattr(p, "etp", 1))
+                    ep=getattr(p, "ep", 1), etp=getattr(p, "etp", 1),
+                    pp_before_dp=bool(getattr(p, "use_tp_pp_dp_mapping", False)))
 
 
 def context_for(scenario: Any, work: StepWork | None = None, gpus_per_node: int | None = None) -> BuildContext:

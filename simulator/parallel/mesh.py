@@ -4,7 +4,10 @@ Rank order follows Megatron-LM (``parallel_state.py``, order "tp-cp-dp-pp") and 
 innermost, then context parallel, then DP, then PP:
 ``rank = tp_idx + tp · (cp_idx + cp · (dp_idx + dp · pp_idx))``. With TP inside a node, DP peers of
 one TP index sit on different GPUs of different nodes, and the ``tp`` copies of each DP group run at
-the same time.
+the same time. ``pp_before_dp`` is Megatron-Core's other order, "tp-cp-pp-dp"
+(``--use-tp-pp-dp-mapping``): ``rank = tp_idx + tp · (cp_idx + cp · (pp_idx + pp · dp_idx))``, one
+whole pipeline on consecutive ranks (the expert groups keep the default order: ``ParallelConfig``
+refuses the mapping with ep > 1).
 
 Group kinds:
 
@@ -42,6 +45,8 @@ class RankMesh:
     #: Expert parallel and expert tensor parallel degrees (MoE models; 1 otherwise).
     ep: int = 1
     etp: int = 1
+    #: Megatron-Core's "tp-cp-pp-dp" rank order (``parallel.use_tp_pp_dp_mapping``).
+    pp_before_dp: bool = False
 
     def __post_init__(self) -> None:
         if min(self.tp, self.dp, self.pp, self.cp, self.gpus_per_node) < 1:
@@ -52,6 +57,8 @@ class RankMesh:
         return self.tp * self.cp * self.dp * self.pp
 
     def rank(self, tp_idx: int, dp_idx: int, pp_idx: int = 0, cp_idx: int = 0) -> int:
+        if self.pp_before_dp:
+            return tp_idx + self.tp * (cp_idx + self.cp * (pp_idx + self.pp * dp_idx))
         return tp_idx + self.tp * (cp_idx + self.cp * (dp_idx + self.dp * pp_idx))
 
     def node(self, rank: int) -> int:
