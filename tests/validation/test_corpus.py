@@ -372,3 +372,30 @@ def test_mlperf_llama31_8b_nvfp4_row_by_hand():
     run = next(r for r in CORPUS if r.id == "mlperf51-b200-llama3.1-8b-8gpu-nvfp4")
     assert run.measured["iteration_time_s"] == pytest.approx(0.4509, abs=1e-4)
     assert run.measured["tokens_per_s_per_gpu"] == pytest.approx(16 * 8_192 / 0.4509 / 8, rel=2e-4)
+
+
+def test_mlperf_llama31_405b_rows_by_hand():
+    """MLPerf v5.1 Llama 3.1 405B (8,192-token C4 sequences): NVIDIA's 128 GB200 trays (512 GPUs) ran global batch
+    1,152 at 17.2653 s per step, 1,152 x 8,192 / 17.2653 / 512 tokens/s per GPU; the University of Florida's 32 DGX-B200
+    nodes 576 at 27.8324 s. TP 4 x CP 2 x PP 8 = 64 GPUs a pipeline, which the tp-cp-pp-dp rank order the configs set
+    (TP_PP_DP_MAPPING=True) keeps inside one 64-GPU NVLink domain of the GB200 racks."""
+    from simulator.parallel.build import mesh_for
+
+    gb200 = next(r for r in CORPUS if r.id == "mlperf51-gb200-llama3.1-405b-512gpu-nvfp4")
+    assert gb200.measured["tokens_per_s_per_gpu"] == pytest.approx(1_152 * 8_192 / 17.2653 / 512, abs=0.1)
+    b200 = next(r for r in CORPUS if r.id == "mlperf51-b200-llama3.1-405b-256gpu-fp8")
+    assert b200.measured["tokens_per_s_per_gpu"] == pytest.approx(576 * 8_192 / 27.8324 / 256, abs=0.1)
+    scenario = scenario_for(gb200)
+    mesh = mesh_for(scenario, scenario.cluster.topology.gpus_per_node)
+    assert mesh.gpus_per_node == 64 and mesh.spans_nodes("pp") == []
+    # the gradient groups (data x context parallel, 8 x 2 GPUs; tp x pp = 32 of them): two GPUs in each of the 8 racks
+    groups = mesh.groups("dp")
+    assert len(groups) == 32 and all(len({mesh.node(g) for g in group}) == 8 for group in groups)
+
+
+def test_mlperf_llama31_8b_h200_row_by_hand():
+    """HPE's 8 XD670 nodes (64 H200), global batch 32 of 8,192 tokens at 0.3530 s per step: 32 x 8,192 / 0.3530 / 64
+    tokens/s per GPU, CP 2 over data parallelism 32 (32 x 2 = 64 GPUs)."""
+    run = next(r for r in CORPUS if r.id == "mlperf51-h200-llama3.1-8b-64gpu-cp2-fp8")
+    assert run.measured["tokens_per_s_per_gpu"] == pytest.approx(32 * 8_192 / 0.3530 / 64, abs=0.1)
+    assert run.scenario["parallel"]["cp"] * 32 == 64
