@@ -399,3 +399,14 @@ def test_mlperf_llama31_8b_h200_row_by_hand():
     run = next(r for r in CORPUS if r.id == "mlperf51-h200-llama3.1-8b-64gpu-cp2-fp8")
     assert run.measured["tokens_per_s_per_gpu"] == pytest.approx(32 * 8_192 / 0.3530 / 64, abs=0.1)
     assert run.scenario["parallel"]["cp"] * 32 == 64
+
+
+def test_mlperf_hopper_lora_rows_by_hand():
+    """The v5.0-era NeMo 1 LoRA logs give throughput in samples/s per evaluation block; Krai's 16 H200 (TP 2, global
+    batch 8) average 1.6682 s per step, 8 x 8,192 / 1.6682 / 16 tokens/s per GPU; Cisco's 128 H100 (TP 4 x CP 2, global
+    batch 16) 0.5437 s, 16 x 8,192 / 0.5437 / 128."""
+    krai = next(r for r in CORPUS if r.id == "mlperf51-h200-llama2-70b-lora-16gpu-tp2-fp8attn")
+    assert krai.measured["tokens_per_s_per_gpu"] == pytest.approx(8 * 8_192 / 1.6682 / 16, abs=0.1)
+    cisco = next(r for r in CORPUS if r.id == "mlperf51-h100-llama2-70b-lora-128gpu-tp4-cp2-fp8")
+    assert cisco.measured["tokens_per_s_per_gpu"] == pytest.approx(16 * 8_192 / 0.5437 / 128, abs=0.1)
+    assert cisco.scenario["parallel"]["tp"] * cisco.scenario["parallel"]["cp"] * 16 == 128
