@@ -69,11 +69,11 @@ class ParallelConfig(Frozen):
     decoder_last_pipeline_num_layers: PositiveInt | None = None
     account_for_embedding_in_pipeline_split: bool = False
     account_for_loss_in_pipeline_split: bool = False
-    #: Megatron-Core's rank order ``tp-cp-ep-pp-dp`` instead of ``tp-cp-ep-dp-pp``
-    #: (``--use-tp-pp-dp-mapping``, NeMo ``use_tp_pp_dp_mapping``): consecutive ranks hold one whole
-    #: pipeline and data parallelism is outermost, so on a large NVLink domain a pipeline's stage
-    #: boundaries stay inside it and the gradient reduction crosses the network instead
-    #: (``simulator.parallel.mesh``). Dense models (ep = 1).
+    #: Megatron-Core's rank order tp-cp-pp-dp instead of tp-cp-dp-pp (``--use-tp-pp-dp-mapping``, NeMo
+    #: ``use_tp_pp_dp_mapping``): consecutive ranks hold one whole pipeline and data parallelism is
+    #: outermost, so on a large NVLink domain a pipeline's stage boundaries stay inside it and the gradient
+    #: reduction crosses the network instead (``simulator.parallel.mesh``). Dense models only
+    #: (``simulator.parallel.checks``).
     use_tp_pp_dp_mapping: bool = False
     #: Megatron-Core ``defer_embedding_wgrad_compute``: the last pipeline stage keeps the output layer's
     #: weight-gradient GEMM of its first ``wgrad_deferral_limit`` micro-batches (0: all of them) and runs

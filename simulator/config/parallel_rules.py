@@ -38,9 +38,6 @@ def check_schedule_and_optimizer(p: Any) -> None:
                 f"parallel.pipeline_layout has {n} stages but pp x virtual_stages = {p.pp} x {v} = "
                 f"{p.pp * v}; give one '|'-separated stage per virtual stage (or set "
                 f"parallel.virtual_stages: {n // p.pp if n % p.pp == 0 else 'n/pp'})")
-    if p.use_tp_pp_dp_mapping and p.ep > 1:
-        raise ValueError("parallel.use_tp_pp_dp_mapping with parallel.ep > 1 is not modelled (the expert groups "
-                         "are placed in Megatron-Core's default tp-cp-ep-dp-pp order): remove it or set ep: 1")
     if p.fp8_param_gather and p.framework == "deepspeed":
         raise ValueError("parallel.fp8_param_gather is a Megatron (framework ddp) / FSDP option; DeepSpeed "
                          "gathers parameters in their dtype: remove it or use framework ddp or fsdp")

@@ -308,9 +308,9 @@ def _parallel(flags: dict, integer, out: Imported) -> None:
     distributed = bool(flags.get("use-distributed-optimizer")) or value_of(flags, "optimizer") == "dist_muon"
     out.set("parallel.distributed_optimizer", distributed)
     out.set("parallel.tp_comm_overlap", bool(flags.get("tp-comm-overlap")))
-    if flags.get("use-tp-pp-dp-mapping"):  # rank order tp-cp-ep-pp-dp (simulator.parallel.mesh)
-        if (integer("expert-model-parallel-size") or 1) > 1:
-            out.ignore("--use-tp-pp-dp-mapping", "not modelled with expert parallelism: ranks placed tp-cp-ep-dp-pp")
+    if flags.get("use-tp-pp-dp-mapping"):  # rank order tp-cp-pp-dp (simulator.parallel.mesh)
+        if integer("num-experts"):
+            out.ignore("--use-tp-pp-dp-mapping", "not modelled for MoE models: ranks placed tp-cp-ep-dp-pp")
         else:
             out.set("parallel.use_tp_pp_dp_mapping", True)
     per_chunk, chunks = integer("num-layers-per-virtual-pipeline-stage"), integer("virtual-pipeline-model-parallel-size")

@@ -41,6 +41,7 @@ _MODEL_READ = {
     "activations_checkpoint_method", "activations_checkpoint_num_layers", "ub_tp_comm_overlap",
     "use_flash_attention", "fp8", "optim", "cpu_offloading", "make_vocab_size_divisible_by", "precision",
     "qk_layernorm", "transformer_engine", "defer_embedding_wgrad_compute", "wgrad_deferral_limit",
+    "use_tp_pp_dp_mapping",
 }
 _HYPER = "optimizer, initialisation or loss-scaling hyper-parameter: no effect on step time"
 _DATA = "data or tokenizer: dtsim assumes the input pipeline never stalls the step"
@@ -219,6 +220,8 @@ def _parallel(trainer: dict, m: dict, out: Imported) -> None:
         out.set("parallel.virtual_stages", vp)
     out.set("parallel.sequence_parallel", bool(m.get("sequence_parallel", False)))
     out.set("parallel.tp_comm_overlap", bool(m.get("ub_tp_comm_overlap", False)))
+    if m.get("use_tp_pp_dp_mapping"):  # the rank order tp-cp-pp-dp (simulator.parallel.mesh)
+        out.set("parallel.use_tp_pp_dp_mapping", True)
     set_wgrad_deferral(out, bool(m.get("defer_embedding_wgrad_compute", False)),
                        _get_int(m, "wgrad_deferral_limit", "model"), pp,
                        ("model.defer_embedding_wgrad_compute", "model.wgrad_deferral_limit"))

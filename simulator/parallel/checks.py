@@ -66,6 +66,10 @@ def check_layout(scenario: Any) -> None:
         if why:
             key = "parallel.pipeline_layout" if getattr(p, "pipeline_layout", None) else "parallel.pp"
             raise InputError(f"uneven pipeline placement: {why}", key)
+    if getattr(p, "use_tp_pp_dp_mapping", False) and m.moe is not None:
+        raise InputError("the tp-cp-pp-dp rank order is not modelled for an MoE model (its expert groups are placed "
+                         "in Megatron-Core's default tp-cp-ep-dp-pp order only): remove it or use a dense model",
+                         "parallel.use_tp_pp_dp_mapping")
     if getattr(p, "moe_a2a_overlap", False):
         if p.framework != "ddp":
             raise InputError("parallel.moe_a2a_overlap is Megatron-Core's combined 1F1B schedule: it needs "

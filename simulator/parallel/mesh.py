@@ -6,8 +6,8 @@ innermost, then context parallel, then DP, then PP:
 one TP index sit on different GPUs of different nodes, and the ``tp`` copies of each DP group run at
 the same time. ``pp_before_dp`` is Megatron-Core's other order, "tp-cp-pp-dp"
 (``--use-tp-pp-dp-mapping``): ``rank = tp_idx + tp · (cp_idx + cp · (pp_idx + pp · dp_idx))``, one
-whole pipeline on consecutive ranks (the expert groups keep the default order: ``ParallelConfig``
-refuses the mapping with ep > 1).
+whole pipeline on consecutive ranks (the expert groups keep the default order:
+``simulator.parallel.checks`` refuses the mapping for MoE models).
 
 Group kinds:
 
@@ -56,10 +56,23 @@ class RankMesh:
     def n_gpus(self) -> int:
         return self.tp * self.cp * self.dp * self.pp
 
+    @property
+    def formula(self) -> str:
+        """The rank order in words, for reports."""
+        if self.pp_before_dp:
+            return "rank = tp + tp*(cp + cp*(pp + pp*dp)), TP innermost, DP outermost (tp-cp-pp-dp)"
+        return "rank = tp + tp*(cp + cp*(dp + dp*pp)), TP innermost"
+
     def rank(self, tp_idx: int, dp_idx: int, pp_idx: int = 0, cp_idx: int = 0) -> int:
         if self.pp_before_dp:
             return tp_idx + self.tp * (cp_idx + self.cp * (pp_idx + self.pp * dp_idx))
         return tp_idx + self.tp * (cp_idx + self.cp * (dp_idx + self.dp * pp_idx))
+
+    def stage(self, rank: int) -> int:
+        """The pipeline stage (pp index) of a global rank."""
+        if self.pp_before_dp:
+            return rank // (self.tp * self.cp) % self.pp
+        return rank // (self.tp * self.cp * self.dp)
 
     def node(self, rank: int) -> int:
         return rank // self.gpus_per_node
@@ -93,10 +106,6 @@ class RankMesh:
             "dp_shard": self.shard_size,
             "dp_replicate": self.dp // self.shard_size,
         }[kind]
-
-    def _all(self):
-        return [(t, c, d, p) for p in range(self.pp) for d in range(self.dp) for c in range(self.cp)
-                for t in range(self.tp)]
 
     def groups(self, kind: str) -> list[list[int]]:
         """Every concurrent copy of a group of ``kind``, each a list of GPU indices."""

@@ -19,11 +19,24 @@ def _fmt_group(mesh: RankMesh, group: list[int]) -> str:
     return f"[{', '.join(map(str, group))}] ({where})"
 
 
+def _ranges(xs: list[int]) -> str:
+    """Sorted integers as runs: [0, 1, 2, 3, 8, 9] -> "0-3, 8-9" (at most MAX_GROUPS runs, then a count)."""
+    runs: list[list[int]] = []
+    for x in xs:
+        if runs and x == runs[-1][1] + 1:
+            runs[-1][1] = x
+        else:
+            runs.append([x, x])
+    text = [f"{a}-{b}" if b > a else str(a) for a, b in runs]
+    more = f", ... {len(text) - MAX_GROUPS} more runs" if len(text) > MAX_GROUPS else ""
+    return ", ".join(text[:MAX_GROUPS]) + more
+
+
 def placement_lines(mesh: RankMesh) -> list[str]:
     """Lines describing the mesh: degrees, then each group kind's groups (GPU indices, nodes)."""
     lines = [
         f"mesh: tp={mesh.tp} cp={mesh.cp} dp={mesh.dp} pp={mesh.pp} on {mesh.n_gpus} GPUs "
-        f"({mesh.gpus_per_node} per node); rank = tp + tp*(cp + cp*(dp + dp*pp)), TP innermost"
+        f"({mesh.gpus_per_node} per node); {mesh.formula}"
     ]
     kinds = [("tp", mesh.tp), ("cp", mesh.cp), ("pp", mesh.pp), ("dp", mesh.dp * mesh.cp)]
     for kind, degree in kinds:
@@ -39,11 +52,10 @@ def placement_lines(mesh: RankMesh) -> list[str]:
     if mesh.ep > 1 or mesh.etp > 1:
         lines += _expert_lines(mesh)
     if mesh.pp > 1:
-        stages = [sorted(x for x in range(mesh.n_gpus) if (x // (mesh.tp * mesh.cp * mesh.dp)) == p)
-                  for p in range(mesh.pp)]
-        for p, gpus in enumerate(stages):
+        for p in range(mesh.pp):
+            gpus = [x for x in range(mesh.n_gpus) if mesh.stage(x) == p]
             nodes = sorted({mesh.node(g) for g in gpus})
-            lines.append(f"stage {p}: GPUs {gpus[0]}-{gpus[-1]} (nodes {nodes[0]}-{nodes[-1]})")
+            lines.append(f"stage {p}: GPUs {_ranges(gpus)} (nodes {_ranges(nodes)})")
     crossing = mesh.spans_nodes("tp") if mesh.tp > 1 else []
     if crossing:
         lines.append(f"WARNING: {len(crossing)} of {len(mesh.groups('tp'))} TP groups span nodes "

@@ -35,8 +35,9 @@ CAUSES: dict[str, str] = {
     "mlperf51-b200-llama3.1-8b-256gpu-cp2-fp8": "the University of Florida's 32-node runs: not identified. The same "
     "recipe (one 8,192-token sample per data-parallel rank, CP 2, whole-iteration CUDA graph) measures 0.1933 s per step on "
     "16 of its DGX-B200 nodes and 0.2213 s on 32 (+14.5%), where dtsim gives 0.176 and 0.184 s (+4.5%: the overlapped "
-    "reduce-scatter of the 8B gradients over 256 ranks 65 -> 82 ms on the links, 5 -> 7 ms exposed); the recipe's "
-    "4-16-node rows (its own and other submitters' systems) are +10% (mlperf51-b200-llama3.1-8b-128gpu-cp2-fp8 and below), and its Llama 3.1 405B runs on 32 and 56 nodes +13% "
+    "reduce-scatter of the 8B gradients over 256 ranks 65 -> 82 ms on the links, 5 -> 7 ms exposed). The recipe's rows on "
+    "4-16 nodes (the University's and other submitters' systems: mlperf51-b200-llama3.1-8b-32gpu-cp2-fp8, -64gpu-cp2-fp8, "
+    "-128gpu-cp2-fp8) are +10%, and the University's Llama 3.1 405B runs on 32 and 56 nodes +13% "
     "(mlperf51-b200-llama3.1-405b-*), so the extra time comes with the cluster's size, not the model. Together AI measures "
     "its DGX-B200 fabric's ring all-reduce 8-17% below dtsim's at 2-64 nodes (together-b200-* rows' notes): too fast",
     "mtnlg-530b-2240gpu": "not identified: 126 TFLOP/s against 159 for Megatron-LM's own 530B run on the same "

@@ -46,13 +46,30 @@ def test_scenario_key_reaches_the_mesh():
     assert mesh_for(_scenario(use_tp_pp_dp_mapping=True), 8).spans_nodes("pp") == []
 
 
-def test_mapping_with_expert_parallelism_is_refused():
+@pytest.mark.parametrize("ep", [1, 8])
+def test_mapping_with_an_moe_model_is_refused(ep):
+    """The expert groups are placed in the default order only, so an MoE model is refused at any ep (at ep 1 its
+    expert-data-parallel groups would still be contiguous blocks of ranks)."""
+    from simulator.api import simulate
+
+    scenario = scenario_from_dict({
+        "name": "moe", "model": "mixtral-8x7b", "cluster": {"topology": "dgx-h100", "nodes": 2},
+        "training": {"seq_len": 4096, "micro_batch_size": 1, "global_batch_size": 32, "precision": "bf16"},
+        "parallel": {"framework": "ddp", "tp": 4, "pp": 2, "ep": ep, "sequence_parallel": True,
+                     "use_tp_pp_dp_mapping": True},
+    })
     with pytest.raises(InputError, match="use_tp_pp_dp_mapping"):
-        scenario_from_dict({
-            "name": "moe", "model": "mixtral-8x7b", "cluster": {"topology": "dgx-h100", "nodes": 2},
-            "training": {"seq_len": 4096, "micro_batch_size": 1, "global_batch_size": 32, "precision": "bf16"},
-            "parallel": {"framework": "ddp", "ep": 8, "use_tp_pp_dp_mapping": True},
-        })
+        simulate(scenario)
+
+
+def test_placement_lists_each_stage_under_the_mapping():
+    """tp 2, dp 2, pp 2 mapped: stage 0 is GPUs 0, 1 (pipeline 0) and 4, 5 (pipeline 1); stage 1 is 2, 3 and 6, 7."""
+    from simulator.parallel.placement import placement_lines
+
+    text = "\n".join(placement_lines(RankMesh(tp=2, dp=2, pp=2, gpus_per_node=4, pp_before_dp=True)))
+    assert "stage 0: GPUs 0-1, 4-5 (nodes 0-1)" in text and "stage 1: GPUs 2-3, 6-7 (nodes 0-1)" in text
+    assert "tp-cp-pp-dp" in text
+    assert "stage 0: GPUs 0-3 (nodes 0)" in "\n".join(placement_lines(RankMesh(tp=2, dp=2, pp=2, gpus_per_node=4)))
 
 
 def test_megatron_flag_round_trip():
@@ -64,5 +81,16 @@ def test_megatron_flag_round_trip():
     assert import_args(args).get("parallel.use_tp_pp_dp_mapping") is True
     scenario, _, _ = import_scenario("megatron", text=args, topology="dgx-h100", nodes=2)
     assert "--use-tp-pp-dp-mapping" in export_args(scenario).text
-    moe = import_args(args + " --num-experts 8 --expert-model-parallel-size 2 --moe-token-dispatcher-type alltoall")
+    moe = import_args(args + " --num-experts 8 --moe-token-dispatcher-type alltoall")
     assert moe.get("parallel.use_tp_pp_dp_mapping") is None
+
+
+def test_nemo_recipe_key_reaches_the_scenario():
+    """NeMo's model.use_tp_pp_dp_mapping (megatron_gpt_config.yaml) is the same switch."""
+    from tests.interop.test_importers import NEMO
+
+    text = NEMO.replace("  sequence_parallel:", "  use_tp_pp_dp_mapping: true\n  sequence_parallel:", 1)
+    assert "use_tp_pp_dp_mapping" in text
+    scenario, _, _ = import_scenario("nemo", text=text, topology="dgx-a100", nodes=2,
+                                     overrides=["model.vocab_size=50304"])
+    assert scenario.parallel.use_tp_pp_dp_mapping is True
