@@ -52,8 +52,10 @@ def placement_lines(mesh: RankMesh) -> list[str]:
     if mesh.ep > 1 or mesh.etp > 1:
         lines += _expert_lines(mesh)
     if mesh.pp > 1:
-        for p in range(mesh.pp):
-            gpus = [x for x in range(mesh.n_gpus) if mesh.stage(x) == p]
+        stages: list[list[int]] = [[] for _ in range(mesh.pp)]
+        for x in range(mesh.n_gpus):  # one pass over the GPUs, each to its stage in rank order
+            stages[mesh.stage(x)].append(x)
+        for p, gpus in enumerate(stages):
             nodes = sorted({mesh.node(g) for g in gpus})
             lines.append(f"stage {p}: GPUs {_ranges(gpus)} (nodes {_ranges(nodes)})")
     crossing = mesh.spans_nodes("tp") if mesh.tp > 1 else []
