@@ -17,7 +17,7 @@ MOE_MODELS = [name for name, m in catalog.models().items() if m.moe is not None]
 
 def test_every_moe_model_is_catalogued():
     assert set(MOE_MODELS) == {"mixtral-8x7b", "mixtral-8x22b", "qwen3-30b-a3b", "qwen3-235b-a22b",
-                               "deepseek-v2", "deepseek-v3", "gpt-oss-120b", "olmoe-1b-7b", "grok-1", "kimi-k2",
+                               "deepseek-v2", "deepseek-v3", "gpt-oss-120b", "gpt-oss-20b", "olmoe-1b-7b", "grok-1", "kimi-k2",
                                "nemotron-3-nano-30b-a3b", "nemotron-3-super-120b-a12b"}
 
 
@@ -33,7 +33,7 @@ def test_flops_prints_total_and_active(name):
     total = out["n_params_non_embedding"] if name == "grok-1" else out["n_params"]
     assert total == pytest.approx(model.reported_params, rel=5e-3)
     if model.reported_active_params is not None:  # xAI gives Grok-1's active share only as "25%"
-        active = out["n_params_active"] if name not in ("gpt-oss-120b", "deepseek-v3", "kimi-k2") else \
+        active = out["n_params_active"] if name not in ("gpt-oss-120b", "gpt-oss-20b", "deepseek-v3", "kimi-k2") else \
             out["n_params_active_without_input_embedding"]
         assert active == pytest.approx(model.reported_active_params, rel=2e-2)
     assert out["six_n_flops_per_token"] == 6 * out["n_params_active"]

@@ -140,6 +140,20 @@ def test_gpt_oss_120b_by_hand():
     assert round((c.active - c.embedding) / 1e9, 2) == 5.13
 
 
+def test_gpt_oss_20b_by_hand():
+    """The 120B's block with 24 blocks and 32 experts (openai/gpt-oss-20b config.json)."""
+    h, L, V, E, k, f, heads, kv, d = 2880, 24, 201088, 32, 4, 2880, 64, 8, 64
+    attn = h * heads * d + heads * d + 2 * (h * kv * d + kv * d) + heads * d * h + h
+    expert = h * 2 * f + 2 * f + f * h + h
+    other = attn + 2 * h + E * h + E
+    c = _count("gpt-oss-20b")
+    assert c.total == 2 * V * h + h + L * (other + E * expert)
+    assert c.active == 2 * V * h + h + L * (other + k * expert)
+    # OpenAI model card Table 1: 20.91B total; 3.61B active counting the unembedding, not the embedding.
+    assert round(c.total / 1e9, 2) == 20.91
+    assert round((c.active - c.embedding) / 1e9, 2) == 3.61
+
+
 def test_olmoe_by_hand():
     h, L, V, E, k, f = 2048, 16, 50304, 64, 8, 1024
     other = 4 * h * h + 2 * h + 2 * h + E * h  # MHA, 2 norms, full-width q_norm and k_norm, router
