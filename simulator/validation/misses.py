@@ -111,8 +111,8 @@ CAUSES: dict[str, str] = {
 #: Dense rows whose glob the MoE file's broader Grace entry would match first.
 _DENSE_FIRST: tuple[tuple[str, str], ...] = (
     ("mlperf60-*-llama2-70b-lora-*", "MLPerf v6.0 Llama 2 70B LoRA (NeMo 26.04, the whole-iteration CUDA graph): the "
-     "Blackwell Ultra rows are too slow as in v5.1 (mlperf51-gb300-llama2-70b-lora-8gpu-nvfp4): NVFP4 on 8 B300 -18% and "
-     "on 8 GB300 -22%, FP8 on 72 GB300 at CP 8 -13%, where 8 B200 in NVFP4 are -7%; the systems measure B300 1.20x B200 "
+     "Blackwell Ultra rows are too slow as in v5.1 (mlperf51-gb300-llama2-70b-lora-8gpu-nvfp4): NVFP4 on 8 B300 -18%, "
+     "on 16 B300 at CP 2 -9% and on 8 GB300 -22%, FP8 on 72 GB300 at CP 8 -13%, where 8 B200 in NVFP4 are -7%; the systems measure B300 1.20x B200 "
      "at this recipe and dtsim gives 1.06x. Not identified: the NVFP4 GEMM rate (1.81x FP8 on every Blackwell part, "
      "hardware.compute NVFP4_GEMM_RATE), Blackwell Ultra's attention rates (attention.SM_CUDNN_SPEEDUP, FP8_SPEEDUP) and "
      "the pre-quantized frozen weights (PRE_QUANTIZED_MODEL=True; dtsim's once-per-step weight cast is 5 ms of the 1.03 s "

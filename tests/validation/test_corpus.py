@@ -415,14 +415,15 @@ def test_mlperf_hopper_lora_rows_by_hand():
 def test_mlperf60_rows_by_hand():
     """MLPerf Training v6.0 (8,192-token sequences; the logs' time_ms over a block's steps): Llama 3.1 8B in NVFP4 on 8
     B300, five systems at 0.4009 (Dell), 0.3832 and 0.3818 (Supermicro), 0.4000 (HPE) and 0.39997 s (Cisco), one row at
-    their median 0.39997 s, 16 x 8,192 / 0.39997 / 8 tokens/s per GPU; Llama 2 70B LoRA in NVFP4 on 8 B300, four systems at 0.8462, 0.8448, 0.8493 and
-    0.8522 s, median (0.8462 + 0.8493) / 2; GPT-OSS 20B on 512 GB300 (global batch 64) at 0.08942 s with the
+    their median 0.39997 s, 16 x 8,192 / 0.39997 / 8 tokens/s per GPU; Llama 2 70B LoRA in NVFP4 on 8 B300, six systems at 0.8462, 0.8448, 0.8493,
+    0.8522, 0.84985 and 0.84113 s, median (0.8462 + 0.8493) / 2; GPT-OSS 20B on 512 GB300 (global batch 64) at 0.08942 s with the
     implementation's 128,256-entry Llama 3 vocabulary."""
     b300 = next(r for r in CORPUS if r.id == "mlperf60-b300-llama3.1-8b-8gpu-nvfp4")
     assert sorted([0.4009, 0.3832, 0.3818, 0.4000, 0.39997])[2] == b300.measured["iteration_time_s"]
     assert b300.measured["tokens_per_s_per_gpu"] == pytest.approx(16 * 8_192 / 0.39997 / 8, abs=0.1)
     lora = next(r for r in CORPUS if r.id == "mlperf60-b300-llama2-70b-lora-8gpu-nvfp4")
-    assert lora.measured["iteration_time_s"] == pytest.approx((0.8462 + 0.8493) / 2, abs=1e-5)
+    six = sorted([0.8462, 0.8448, 0.8493, 0.8522, 0.84985, 0.84113])
+    assert lora.measured["iteration_time_s"] == pytest.approx((six[2] + six[3]) / 2, abs=1e-5)
     assert lora.measured["tokens_per_s_per_gpu"] == pytest.approx(8 * 8_192 / 0.84775 / 8, abs=0.1)
     oss = next(r for r in CORPUS if r.id == "mlperf60-gb300-gpt-oss-20b-512gpu-tp2-cp4-ep8-mxfp8")
     assert oss.measured["tokens_per_s_per_gpu"] == pytest.approx(64 * 8_192 / 0.08942 / 512, abs=0.1)

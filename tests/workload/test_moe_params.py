@@ -127,31 +127,26 @@ def test_deepseek_v2_by_hand():
     assert round(c.total / 1e9) == 236 and round(c.active / 1e9) == 21  # DeepSeek-V2: 236B / 21B
 
 
-def test_gpt_oss_120b_by_hand():
-    h, L, V, E, k, f, heads, kv, d = 2880, 36, 201088, 128, 4, 2880, 64, 8, 64
-    attn = h * heads * d + heads * d + 2 * (h * kv * d + kv * d) + heads * d * h + h  # biases on q, k, v, o
-    expert = h * 2 * f + 2 * f + f * h + h  # gate_up_proj (+bias), down_proj (+bias)
-    other = attn + 2 * h + E * h + E  # norms, router weight + bias
-    c = _count("gpt-oss-120b")
-    assert c.total == 2 * V * h + h + L * (other + E * expert)
-    assert c.active == 2 * V * h + h + L * (other + k * expert)
-    # OpenAI model card Table 1: 116.83B total; 5.13B active counting the unembedding, not the embedding.
-    assert round(c.total / 1e9, 2) == 116.83
-    assert round((c.active - c.embedding) / 1e9, 2) == 5.13
-
-
-def test_gpt_oss_20b_by_hand():
-    """The 120B's block with 24 blocks and 32 experts (openai/gpt-oss-20b config.json)."""
-    h, L, V, E, k, f, heads, kv, d = 2880, 24, 201088, 32, 4, 2880, 64, 8, 64
+def _gpt_oss(name: str, L: int, E: int):
+    """GPT-OSS's block by hand (openai/gpt-oss-* config.json): biases on q, k, v, o and on both expert
+    projections, two norms, a router with a bias; the two models differ in depth and expert count."""
+    h, V, k, f, heads, kv, d = 2880, 201088, 4, 2880, 64, 8, 64
     attn = h * heads * d + heads * d + 2 * (h * kv * d + kv * d) + heads * d * h + h
-    expert = h * 2 * f + 2 * f + f * h + h
+    expert = h * 2 * f + 2 * f + f * h + h  # gate_up_proj (+bias), down_proj (+bias)
     other = attn + 2 * h + E * h + E
-    c = _count("gpt-oss-20b")
+    c = _count(name)
     assert c.total == 2 * V * h + h + L * (other + E * expert)
     assert c.active == 2 * V * h + h + L * (other + k * expert)
-    # OpenAI model card Table 1: 20.91B total; 3.61B active counting the unembedding, not the embedding.
-    assert round(c.total / 1e9, 2) == 20.91
-    assert round((c.active - c.embedding) / 1e9, 2) == 3.61
+    return c
+
+
+@pytest.mark.parametrize("name, L, E, total_b, active_b", [("gpt-oss-120b", 36, 128, 116.83, 5.13),
+                                                          ("gpt-oss-20b", 24, 32, 20.91, 3.61)])
+def test_gpt_oss_by_hand(name, L, E, total_b, active_b):
+    # OpenAI model card Table 1: total; active counting the unembedding, not the embedding.
+    c = _gpt_oss(name, L, E)
+    assert round(c.total / 1e9, 2) == total_b
+    assert round((c.active - c.embedding) / 1e9, 2) == active_b
 
 
 def test_olmoe_by_hand():
