@@ -10,8 +10,7 @@ import yaml
 
 from simulator.errors import InputError
 from simulator.validation.suite import Run, load_runs, scenario_for
-
-CORPUS = load_runs(files=("runs_corpus.yaml",))
+from tests.validation.runs import CORPUS, corpus_run
 
 
 def test_ids_unique_across_both_files():
@@ -144,7 +143,7 @@ def test_duplicate_id_is_refused():
 def test_llmfoundry_mfu_convention_by_hand():
     """MPT-1b, H100, 8 GPUs, seq 2048 row: NumParams 1,315,950,592; MFU 41.82 %; 45,455 tokens/s/GPU.
     collect_results.py: FLOP/token = 6·N + 12·n_layers·d_model·seq (24 layers, d_model 2048, mpt-1b.yaml)."""
-    run = next(r for r in CORPUS if r.id == "llmfoundry-mpt1b-h100-8gpu-seq2048")
+    run = corpus_run("llmfoundry-mpt1b-h100-8gpu-seq2048")
     per_token = 6 * 1_315_950_592 + 12 * 24 * 2048 * 2048
     assert run.flops_per_token == pytest.approx(per_token, rel=2e-3)
     assert per_token * 45_455 / 989.5e12 == pytest.approx(0.4182, abs=5e-4)
@@ -152,7 +151,7 @@ def test_llmfoundry_mfu_convention_by_hand():
 
 def test_nemo_tflops_pair_by_hand():
     """NeMo 24.07 LLAMA2-7B row: 16,847 tokens/s/GPU at 776 model TFLOP/s/GPU -> 776e12 / 16,847 FLOP/token."""
-    run = next(r for r in CORPUS if r.id == "nemo2407-llama2-7b-8gpu-fp8")
+    run = corpus_run("nemo2407-llama2-7b-8gpu-fp8")
     assert run.flops_per_token == pytest.approx(776e12 / 16_847, rel=1e-5)
     # ~6 N + attention for Llama 2 7B (6.74e9 params): the convention is model FLOPs, no recompute.
     assert 6 * 6.74e9 < run.flops_per_token < 8 * 6.74e9
@@ -166,7 +165,7 @@ def test_nemo_2407_flop_formula_by_hand_for_nemotron_340b():
     """NeMo 24.07 ``flops_formulas.nemotron`` per token: L·h²·(12 + 12·G/A + 12·f/h + 12·s/h + 6·V/(L·h)), with the
     Nemotron-4 340B shape of NeMo's Nemotron4Config340B (L 96, h 18432, A 96, G 8, f 73728; s 4096; V 256000).
     The table's pair (678 TFLOP/s at 322 tokens/s/GPU) agrees to the rounding of its 3-digit TFLOP/s."""
-    run = next(r for r in CORPUS if r.id == "nemo2407-nemotron-340b-128gpu-fp8")
+    run = corpus_run("nemo2407-nemotron-340b-128gpu-fp8")
     L, h, A, G, f, s, V = 96, 18432, 96, 8, 73728, 4096, 256000
     per_token = L * h * h * (12 + 12 * G / A + 12 * f / h + 12 * s / h + 6 * V / (L * h))
     assert run.flops_per_token == pytest.approx(per_token, rel=2e-3)
@@ -178,7 +177,7 @@ def test_nemotron4_340b_report_row_by_hand():
     on 6,144 H100 is 192.0 tokens/s/GPU; at NeMo's per-token FLOPs of the shape (the formula of the test above,
     12 + 12·G/A = 13, 12·f/h = 48, 12·s/h = 2.67, 6·V/(L·h) = 0.87: 2.105e12) that is 40.9% of the 989 TFLOP/s BF16
     peak, the table's 41-42% MFU."""
-    run = next(r for r in CORPUS if r.id == "nemotron4-340b-report-h100-6144gpu-bf16")
+    run = corpus_run("nemotron4-340b-report-h100-6144gpu-bf16")
     assert run.measured_tokens_per_s_per_gpu == pytest.approx(2304 * 4096 / 8.0 / 6144)
     assert run.scenario["training"]["global_batch_size"] == 2304 and run.scenario["cluster"]["nodes"] * 8 == 6144
     L, h, A, G, f, s, V = 96, 18432, 96, 8, 73728, 4096, 256000
@@ -191,18 +190,18 @@ def test_dgx_cloud_nemotron4_rows_by_hand():
     per GPU (the table's 28,432 tokens/s over 128), and the README's MFU of that step, 32 x 1.01e16 / 4.61 / 128 /
     989e12 = 55.38%, as printed; its model flops per sequence are 4,096 x (24·L·h² + 12·L·h·s + 48·L·h² +
     6·V·h) = 1.01e16 (the README's Notes, L 96, h 18432, V 256000)."""
-    run = next(r for r in CORPUS if r.id == "dgxc2409-h100-nemotron4-340b-128gpu-bf16")
+    run = corpus_run("dgxc2409-h100-nemotron4-340b-128gpu-bf16")
     assert run.measured_tokens_per_s_per_gpu == pytest.approx(4096 * 32 / 4.61 / 128, rel=1e-4)
     assert run.measured_tokens_per_s_per_gpu == pytest.approx(28432 / 128, rel=1e-3)
     L, h, s, V = 96, 18432, 4096, 256000
     per_sequence = s * (24 * L * h * h + 12 * L * h * s + 48 * L * h * h + 6 * V * h)
     assert per_sequence == pytest.approx(1.01e16, rel=5e-3)
     assert 32 * 1.01e16 / 4.61 / 128 / 989e12 == pytest.approx(0.5538, abs=5e-5)
-    fp8 = next(r for r in CORPUS if r.id == "dgxc2409-h100-nemotron4-340b-2048gpu-fp8")
+    fp8 = corpus_run("dgxc2409-h100-nemotron4-340b-2048gpu-fp8")
     assert fp8.measured_tokens_per_s_per_gpu == pytest.approx(600903 / 2048, rel=1e-3)
     # the 15B table (nemotron/README_15b.md): 4,096 x 64 / 2.83 s / 16 GPUs = 5,789 tokens/s per GPU (92,630 / 16), and
     # its MFU, 64 x 434.5e12 / 2.83 / 16 / 989e12 = 62.1%, from 4,096 x (24·L·h² + 12·L·h·s + 48·L·h² + 6·V·h), L 32, h 6144
-    small = next(r for r in CORPUS if r.id == "dgxc2409-h100-nemotron4-15b-16gpu-bf16")
+    small = corpus_run("dgxc2409-h100-nemotron4-15b-16gpu-bf16")
     assert small.measured_tokens_per_s_per_gpu == pytest.approx(92630 / 16, rel=1e-3)
     L, h = 32, 6144
     assert s * (24 * L * h * h + 12 * L * h * s + 48 * L * h * h + 6 * V * h) == pytest.approx(434.5e12, rel=1e-3)
@@ -217,7 +216,7 @@ def test_nemo2_flop_formula_by_hand_for_nemotron4_15b():
     from simulator.catalog import get_model
     from simulator.workload import flops
 
-    run = next(r for r in CORPUS if r.id == "nemo2502-b200-nemotron4-15b-64gpu-fp8")
+    run = corpus_run("nemo2502-b200-nemotron4-15b-64gpu-fp8")
     L, h, A, G, f, s, V = 32, 6144, 48, 8, 24576, 4096, 256000
     per_token = L * h * h * (12 + 12 * G / A + 12 * f / h + 12 * s / h + 6 * V / (L * h))
     assert per_token == pytest.approx(9.3998e10, rel=1e-4)
@@ -235,7 +234,7 @@ def test_megatron_bridge_2509_counts_causal_attention_as_half():
     dense = 6 * (L * h * h * (2 + 2 * G / A) + 3 * L * h * f + h * V)
     assert dense + 6 * L * h * s == pytest.approx(1544e12 / 29_994, rel=2e-3)
     assert dense + 12 * L * h * s == pytest.approx(5.79e10, rel=2e-3)
-    run = next(r for r in CORPUS if r.id == "mbridge2509-b200-qwen3-30b-a3b-8gpu-fp8cs-tokendrop")
+    run = corpus_run("mbridge2509-b200-qwen3-30b-a3b-8gpu-fp8cs-tokendrop")
     assert run.flops_per_token == pytest.approx(416e12 / 18_066, rel=1e-5)
     assert run.scenario["training"]["global_batch_size"] == 512
 
@@ -340,11 +339,11 @@ def test_gcp_a4_logs_parameter_counts_by_hand(run_id, printed, by_hand):
     from simulator.workload import params
 
     assert by_hand == printed
-    run = next(r for r in CORPUS if r.id == run_id)
+    run = corpus_run(run_id)
     assert params.count(scenario_for(run).model).total == printed
 
 
 def test_gcp_a4_tokens_per_second_by_hand():
     """tokens/s per GPU = global batch x sequence / step / GPUs: Llama 3 8B, 128 x 8,192 / 4.326 s / 8."""
-    run = next(r for r in CORPUS if r.id == "gcpa4-llama3-8b-8gpu-fp8")
+    run = corpus_run("gcpa4-llama3-8b-8gpu-fp8")
     assert run.measured["tokens_per_s_per_gpu"] == pytest.approx(128 * 8_192 / 4.326 / 8, abs=0.1)

@@ -5,9 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from simulator.validation.suite import load_runs, scenario_for
-
-CORPUS = load_runs(files=("runs_corpus.yaml",))
+from simulator.validation.suite import scenario_for
+from tests.validation.runs import CORPUS, corpus_run
 
 
 def test_mlperf_lora_rows_count_each_configuration_once_at_the_systems_median():
@@ -29,7 +28,7 @@ def test_mlperf_llama31_8b_nvfp4_row_by_hand():
     """MLPerf v5.1 Llama 3.1 8B on 8 x B200 in NVFP4 (global batch 16 of 8,192 tokens): five systems' steady steps, s:
     Nebius 0.4560, Supermicro AS-4126GS 0.4499, SYS-422GS 0.4509, Dell XE9680L 0.4506, Oracle 0.4537; median 0.4509,
     16 x 8,192 / 0.4509 / 8 tokens/s per GPU."""
-    run = next(r for r in CORPUS if r.id == "mlperf51-b200-llama3.1-8b-8gpu-nvfp4")
+    run = corpus_run("mlperf51-b200-llama3.1-8b-8gpu-nvfp4")
     assert run.measured["iteration_time_s"] == pytest.approx(0.4509, abs=1e-4)
     assert run.measured["tokens_per_s_per_gpu"] == pytest.approx(16 * 8_192 / 0.4509 / 8, rel=2e-4)
 
@@ -41,9 +40,9 @@ def test_mlperf_llama31_405b_rows_by_hand():
     (TP_PP_DP_MAPPING=True) keeps inside one 64-GPU NVLink domain of the GB200 racks."""
     from simulator.parallel.build import mesh_for
 
-    gb200 = next(r for r in CORPUS if r.id == "mlperf51-gb200-llama3.1-405b-512gpu-nvfp4")
+    gb200 = corpus_run("mlperf51-gb200-llama3.1-405b-512gpu-nvfp4")
     assert gb200.measured["tokens_per_s_per_gpu"] == pytest.approx(1_152 * 8_192 / 17.2653 / 512, abs=0.1)
-    b200 = next(r for r in CORPUS if r.id == "mlperf51-b200-llama3.1-405b-256gpu-fp8")
+    b200 = corpus_run("mlperf51-b200-llama3.1-405b-256gpu-fp8")
     assert b200.measured["tokens_per_s_per_gpu"] == pytest.approx(576 * 8_192 / 27.8324 / 256, abs=0.1)
     scenario = scenario_for(gb200)
     mesh = mesh_for(scenario, scenario.cluster.topology.gpus_per_node)
@@ -56,7 +55,7 @@ def test_mlperf_llama31_405b_rows_by_hand():
 def test_mlperf_llama31_8b_h200_row_by_hand():
     """HPE's 8 XD670 nodes (64 H200), global batch 32 of 8,192 tokens at 0.3530 s per step: 32 x 8,192 / 0.3530 / 64
     tokens/s per GPU, CP 2 over data parallelism 32 (32 x 2 = 64 GPUs)."""
-    run = next(r for r in CORPUS if r.id == "mlperf51-h200-llama3.1-8b-64gpu-cp2-fp8")
+    run = corpus_run("mlperf51-h200-llama3.1-8b-64gpu-cp2-fp8")
     assert run.measured["tokens_per_s_per_gpu"] == pytest.approx(32 * 8_192 / 0.3530 / 64, abs=0.1)
     assert run.scenario["parallel"]["cp"] * 32 == 64
 
@@ -65,9 +64,9 @@ def test_mlperf_hopper_lora_rows_by_hand():
     """The v5.0-era NeMo 1 LoRA logs give throughput in samples/s per evaluation block; Krai's 16 H200 (TP 2, global
     batch 8) average 1.6682 s per step, 8 x 8,192 / 1.6682 / 16 tokens/s per GPU; Cisco's 128 H100 (TP 4 x CP 2, global
     batch 16) 0.5437 s, 16 x 8,192 / 0.5437 / 128."""
-    krai = next(r for r in CORPUS if r.id == "mlperf51-h200-llama2-70b-lora-16gpu-tp2-fp8attn")
+    krai = corpus_run("mlperf51-h200-llama2-70b-lora-16gpu-tp2-fp8attn")
     assert krai.measured["tokens_per_s_per_gpu"] == pytest.approx(8 * 8_192 / 1.6682 / 16, abs=0.1)
-    cisco = next(r for r in CORPUS if r.id == "mlperf51-h100-llama2-70b-lora-128gpu-tp4-cp2-fp8")
+    cisco = corpus_run("mlperf51-h100-llama2-70b-lora-128gpu-tp4-cp2-fp8")
     assert cisco.measured["tokens_per_s_per_gpu"] == pytest.approx(16 * 8_192 / 0.5437 / 128, abs=0.1)
     assert cisco.scenario["parallel"]["tp"] * cisco.scenario["parallel"]["cp"] * 16 == 128
 
@@ -78,14 +77,14 @@ def test_mlperf60_rows_by_hand():
     their median 0.39997 s, 16 x 8,192 / 0.39997 / 8 tokens/s per GPU; Llama 2 70B LoRA in NVFP4 on 8 B300, six systems at 0.8462, 0.8448, 0.8493,
     0.8522, 0.84985 and 0.84113 s, median (0.8462 + 0.8493) / 2; GPT-OSS 20B on 512 GB300 (global batch 64) at 0.08942 s with the
     implementation's 128,256-entry Llama 3 vocabulary."""
-    b300 = next(r for r in CORPUS if r.id == "mlperf60-b300-llama3.1-8b-8gpu-nvfp4")
+    b300 = corpus_run("mlperf60-b300-llama3.1-8b-8gpu-nvfp4")
     assert sorted([0.4009, 0.3832, 0.3818, 0.4000, 0.39997])[2] == b300.measured["iteration_time_s"]
     assert b300.measured["tokens_per_s_per_gpu"] == pytest.approx(16 * 8_192 / 0.39997 / 8, abs=0.1)
-    lora = next(r for r in CORPUS if r.id == "mlperf60-b300-llama2-70b-lora-8gpu-nvfp4")
+    lora = corpus_run("mlperf60-b300-llama2-70b-lora-8gpu-nvfp4")
     six = sorted([0.8462, 0.8448, 0.8493, 0.8522, 0.84985, 0.84113])
     assert lora.measured["iteration_time_s"] == pytest.approx((six[2] + six[3]) / 2, abs=1e-5)
     assert lora.measured["tokens_per_s_per_gpu"] == pytest.approx(8 * 8_192 / 0.84775 / 8, abs=0.1)
-    oss = next(r for r in CORPUS if r.id == "mlperf60-gb300-gpt-oss-20b-512gpu-tp2-cp4-ep8-mxfp8")
+    oss = corpus_run("mlperf60-gb300-gpt-oss-20b-512gpu-tp2-cp4-ep8-mxfp8")
     assert oss.measured["tokens_per_s_per_gpu"] == pytest.approx(64 * 8_192 / 0.08942 / 512, abs=0.1)
     assert "model.vocab_size=128256" in oss.overrides
     p = oss.scenario["parallel"]
