@@ -32,6 +32,15 @@ CAUSES: dict[str, str] = {
     "GB200), and B200's measured ratio is about the same (1.53x: vLLM's CUTLASS kernels at 16,384 x 6,144 x 4,096, "
     "3,904 NVFP4 against 2,545 per-tensor FP8 TFLOP/s, PRs #20646 and #19566), so the peak ratio is not it; the frozen "
     "base weights are pre-quantized (PRE_QUANTIZED_MODEL), which dtsim casts every step: too slow",
+    "mlperf50-h200-llama2-70b-lora-512gpu-tp4-cp2-fp8": "Oracle's 64 H200 nodes, LoRA at TP 4 x CP 2 (data "
+    "parallelism 64, one 8,192-token sample per model copy and step): not identified. The same layout on Cisco's 128 H100 "
+    "with per-layer CUDA graphs ran 0.544 s per step (mlperf51-h100-llama2-70b-lora-128gpu-tp4-cp2-fp8, +4.8%), this run "
+    "0.796 s, where dtsim gives 0.493 s: 0.48 s of compute, TP and CP exchanges hidden, the LoRA gradients' reduction "
+    "over the 64 nodes 1 ms. Without CUDA graphs the eager block's host time nears its GPU time here, but even twice "
+    "dtsim's host time per call (cluster.topology.host.dispatch_scale 2) leaves +22%, and HPE's TP 4 runs of the same "
+    "build without graphs at full per-GPU work are 11% too slow (mlperf50-h200-llama2-70b-lora-16gpu-tp4-fp8attn). The "
+    "blocks between evaluations are six steps (770-824 ms each), so a fixed cost per block (the restart after each "
+    "evaluation across 512 GPUs) would weigh a sixth of it on every step; the logs do not separate it: too fast",
     "mlperf51-b200-llama3.1-8b-256gpu-cp2-fp8": "the University of Florida's 32-node runs: not identified. The same "
     "recipe (one 8,192-token sample per data-parallel rank, CP 2, whole-iteration CUDA graph) measures 0.1933 s per step on "
     "16 of its DGX-B200 nodes and 0.2213 s on 32 (+14.5%), where dtsim gives 0.176 and 0.184 s (+4.5%: the overlapped "
