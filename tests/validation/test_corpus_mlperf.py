@@ -95,7 +95,8 @@ def test_mlperf50_and_41_rows_by_hand():
     """MLPerf Training v5.0 and v4.1: NVIDIA's 1,024 DGX H100 (8,192 GPUs) ran Llama 3.1 405B at global batch 1,536
     in 5.175 s per step, 1,536 x 8,192 / 5.175 / 8,192 tokens/s per GPU, TP 8 x PP 8 x CP 2 = 128 GPUs a model copy,
     so data parallelism 64 and 1,536 / 64 = 24 micro-batches per step; Oracle's 64 B200 ran LoRA at CP 8, global batch
-    8, 0.2550 s; the v4.1 B200 preview GPT-3 175B 2,048 sequences of 2,048 tokens in 36.067 s on 64 GPUs. v5.0's 8-B200
+    8, 0.2550 s; 512 GB200 ran 405B at global batch 896 in 19.637 s (NVIDIA) and 19.479 s (Carina), one row at their
+    median; the v4.1 B200 preview GPT-3 175B 2,048 sequences of 2,048 tokens in 36.067 s on 64 GPUs. v5.0's 8-B200
     LoRA runs (eight systems: Lambda 1.5218, NVIDIA 1.5427, Dell 1.5178, Oracle 1.5275, Lenovo 1.5248, GigaComputing
     1.5204, Supermicro 1.5099 and 1.5160 s) are the configuration v5.1 measured again: listed at their median, pointing
     at it."""
@@ -106,6 +107,9 @@ def test_mlperf50_and_41_rows_by_hand():
     assert h100.scenario["training"]["global_batch_size"] // 64 == 24
     oracle = corpus_run("mlperf50-b200-llama2-70b-lora-64gpu-cp8-fp8-cudagraphs")
     assert oracle.measured["tokens_per_s_per_gpu"] == pytest.approx(8 * 8_192 / 0.2550 / 64, abs=0.1)
+    gb200 = corpus_run("mlperf50-gb200-llama3.1-405b-512gpu-fp8")  # NVIDIA's Tyche and the Carina cluster, one row
+    assert gb200.measured["iteration_time_s"] == pytest.approx((19.479 + 19.637) / 2)
+    assert gb200.measured["tokens_per_s_per_gpu"] == pytest.approx(896 * 8_192 / 19.558 / 512, abs=0.1)
     gpt3 = corpus_run("mlperf41-b200-gpt3-175b-64gpu-fp8")
     assert gpt3.measured["tokens_per_s_per_gpu"] == pytest.approx(2_048 * 2_048 / 36.067 / 64, abs=0.1)
     old = corpus_run("mlperf50-b200-llama2-70b-lora-8gpu-fp8")
