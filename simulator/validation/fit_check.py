@@ -38,12 +38,10 @@ CAUSES: tuple[tuple[str, str], ...] = (
      "excess; the rest is not identified"),
     ("dgxc2409-*", "NVIDIA's DGX Cloud NeMo 24.09 Llama 3.1 recipes at micro-batch 1 and 8,192 tokens: the recipe sets "
      "no recomputation (its configure.sh overrides none and the README states none), so none is simulated"),
-    ("mlperf60-*-lora-*nvfp4*", "MLPerf v6.0 Llama 2 70B LoRA in NVFP4, as the v5.1 rows (mlperf51-*-lora-*nvfp4*): the pre-quantized base "
-     "model (PRE_QUANTIZED_MODEL=True in the reference's config_common_fp4.sh) held here in BF16, 129 GiB per GPU at TP 1: 1.32x the usable memory, as the v5.1 B200 NVFP4 row"),
-    ("mlperf51-*-lora-*nvfp4*", "MLPerf v5.1 Llama 2 70B LoRA in NVFP4: the FP4 configs load a pre-quantized model "
-     "(config_common_fp4.sh PRE_QUANTIZED_MODEL=True, FP8=False, so no te.fp8_model_init), held here in BF16 (129 GiB per "
-     "GPU at TP 1); how the frozen weights are stored is not read, and the FP4 configs' activation settings (FP8_ACT) "
-     "are not stored"),
+    ("mlperf*-*-lora-*nvfp4*", "MLPerf v5.1 and v6.0 Llama 2 70B LoRA in NVFP4: the FP4 configs load a pre-quantized "
+     "model (config_common_fp4.sh PRE_QUANTIZED_MODEL=True, FP8=False, so no te.fp8_model_init), held here in BF16 (129 "
+     "GiB per GPU at TP 1); how the frozen weights are stored is not read, and the FP4 configs' activation settings "
+     "(FP8_ACT) are not stored"),
     ("llmfoundry-mpt30b-*-8gpu-*", "30B on 8 GPUs under FSDP: model states alone are 56 GiB; the 5% excess is within "
      "the allocator's fragmentation term (10% of the allocated bytes, formulas.md §2.6)"),
 )
