@@ -58,28 +58,24 @@ MOE_CAUSES: tuple[tuple[str, str], ...] = (
      "recomputation and 5.1 s idle on exposed DeepEP all-to-alls (six per block and micro-batch). Hopper's fitted "
      "kernel shares (0.74 of MAMF for the GEMMs, 0.58 of the attention benchmark, 5 December 2026) at 1 gave 24.6 s (-11%) and the "
      "DeepSeek-V3 rows -22% / -7%: more than the kernels' rates is missing: too slow"),
-    ("together-b200-grok1-314b-256gpu-fp8", "run-to-run spread on Together's cluster: a later 256-GPU FP8 run of the same recipe "
-     "logged 1,464 TFLOP/s/GPU (2026-05-02, worklog/2026-05-02_256gpu_benchmark_report.md; dtsim +3.6% from it) "
-     "against this report's 1,219, and its 512-GPU FP8 row (1,454) and both BF16 rows are within 5%: too fast"),
     ("dgxc2502-h100-grok1-314b-*-fp8", "NeMo 1.0 (nemo:24.12) FP8: the same printed H100 layout ran 16.90 s per step at "
      "512 GPUs in this README and 13.43 s in the 25.05.04 README (NeMo 2.0, 25.04: dgxc2505-h100-grok1-314b-512gpu-fp8, "
      "-1.4% here), where dtsim gives the two software states one time: too fast"),
-    ("together-b200-qwen3-235b-*", "pipeline send/receive stalls the repository's own profiles of this layout measure on "
-     "this cluster: 215 idle gaps of about 117 ms on stage 0, 94% of its idle time and a third of its GPU time in "
-     "send/receive kernels (qwen3_235b_fp8mx_256gpu_profiler_report.md: \"stage workload imbalance\"; a 54% bubble in "
-     "the BF16 profile), where the schedule's bubble is 7 / 256 micro-batches and the stages hold 12 layer slots each; "
-     "NVIDIA measures the same MXFP8 preset at 560-563 TFLOP/s/GPU (26.02, 26.04.01: mbridge260401-b200-qwen3-235b-a22b-"
-     "256gpu-mxfp8, -4%) against Together's 383: what stalls the stages is not modelled. The BF16 profile's CPU side "
-     "times the experts' forward (\"MoE expert forward\") at 2.56 ms per layer and call, profiler on, where dtsim's "
-     "MoE host model gives 0.49 ms (16 local experts): three times the host time on these x86 hosts would take "
-     "these rows to +8% / +43% / +39% (before item 56's FP8 bookkeeping), but no host scale consistent with the Grace rows does (docs/accuracy-history.md "
-     "item 38): too fast"),
+    ("together-b200-qwen3-235b-a22b-256gpu-mxfp8-cudagraphs", "the cluster's state on 2026-04-11, the one day this "
+     "variant ran: the plain MXFP8 preset measured that day at 383 TFLOP/s/GPU (job 80078, +39% here) ran 514 on "
+     "2026-05-02 (job 87953, +3.5%: together-b200-qwen3-235b-a22b-256gpu-mxfp8) and the BF16 preset 514 -> 614 (-2.4%), "
+     "after the repository began excluding its straggler nodes; the 04-11 profiles of this layout show pipeline "
+     "send/receive stalls (qwen3_235b_fp8mx_256gpu_profiler_report.md: 215 idle gaps of about 117 ms on stage 0, 94% of "
+     "its idle time, \"stage workload imbalance\"), where the schedule's bubble is 7 / 256 micro-batches; NVIDIA "
+     "measures the same preset at 560-563 (mbridge260401-b200-qwen3-235b-a22b-256gpu-mxfp8, -2%). The CUDA-graph "
+     "variant was not measured again: too fast"),
     ("together-b200-deepseekv3-*", "pipeline send/receive stalls the repository's own profiles of this run measure on "
      "this cluster (dsv3_671b_fp8mx_512gpu_nsys_bottleneck.md: 54% bubble on stage 0, send/receive 54% / 27% / 33% of "
      "stages 0 / 7 / 15's GPU time, \"compute per stage is not uniform\"), where the schedule's bubble is 15 / 256 "
      "micro-batches; the same preset on NVIDIA's DGX-B200 at 256 GPUs and global batch 4,096 ran 732 TFLOP/s/GPU "
-     "(mbridge2604-b200-deepseekv3-256gpu-mxfp8, +19%); the ablation's CUDA graphs and dropped recomputation move "
-     "dtsim +0.0% and +0.7% where they move the measurement +4.4% and +2.1%: too fast"),
+     "(mbridge2604-b200-deepseekv3-256gpu-mxfp8, +13%); the plain preset measured 594-601 here from 04-17 to 04-26, "
+     "and the ablation's CUDA graphs and dropped recomputation (04-21) move dtsim +0.0% and +0.7% where they move the "
+     "measurement +3-4% (619.3 against 593-601) and +2.1%: too fast"),
     ("gcpa4-qwen3-30b-a3b-*", "not identified: NeMo 1.0 (nemo:25.04) Qwen3-30B-A3B in delayed-scaling FP8 with token drop "
      "at capacity 1.0 (static token counts: no host synchronisation per layer), EP 8 inside each Google Cloud A4 node, "
      "micro-batch 4: 0.98 s per micro-batch on 16 GPUs and 1.01 s on 32, where dtsim gives 0.73 and 0.74 s (0.17 s of "

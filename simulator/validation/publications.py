@@ -9,7 +9,7 @@ from simulator.validation.suite import Run
 
 _ARXIV = re.compile(r"arXiv:\s*(\d{4}\.\d{4,5})", re.I)
 #: a repository named before a path in it (MLCommons' result repositories: ``<submitter>/results/``)
-_REPO = re.compile(r"\b([A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+)\s+(?:docs/|scripts/|README|src/|training/|tests/|\w+/results/)")
+_REPO = re.compile(r"\b([A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+)\s+(?:docs/|scripts/|README|src/|training/|tests/|worklog/|\w+/results/)")
 
 
 def source_key(run: Run) -> str:

@@ -88,8 +88,9 @@ def test_source_key_names_the_publication():
     # FlagPerf's cases are one publication, whatever the case's README
     for case in ("llama2_7b-deepspeed", "chatglm3_6b-deepspeed"):
         assert cal.source_key(run(f"FlagOpen/FlagPerf training/nvidia/{case}/README.md (@x)")) == "FlagOpen/FlagPerf"
-    # Together AI's reports and logs under tests/: one publication
-    for path in ("tests/b200/reports/Llama_70B_FP8_Scaling_Benchmark_Report.md", "tests/b200/slurm/OFFICIAL_BASELINES.md"):
+    # Together AI's reports and logs under tests/ and its worklogs: one publication
+    for path in ("tests/b200/reports/Llama_70B_FP8_Scaling_Benchmark_Report.md", "tests/b200/slurm/OFFICIAL_BASELINES.md",
+                 "worklog/2026-05-02_256gpu_benchmark_report.md"):
         assert cal.source_key(run(f"togethercomputer/together-dgxc-benchmarking {path} (@x)")) == \
             "togethercomputer/together-dgxc-benchmarking"
     assert cal.source_key(run("BigScience tr11-176B-ml training README (github.com/x)")) == \

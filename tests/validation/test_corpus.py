@@ -347,3 +347,33 @@ def test_gcp_a4_tokens_per_second_by_hand():
     """tokens/s per GPU = global batch x sequence / step / GPUs: Llama 3 8B, 128 x 8,192 / 4.326 s / 8."""
     run = corpus_run("gcpa4-llama3-8b-8gpu-fp8")
     assert run.measured["tokens_per_s_per_gpu"] == pytest.approx(128 * 8_192 / 4.326 / 8, abs=0.1)
+
+
+@pytest.mark.parametrize("run_id, tflops, job", [
+    # worklog/2026-05-02_256gpu_benchmark_report.md scoreboard (Together's original cluster, iterations 3-9)
+    ("together-b200-grok1-314b-256gpu-fp8", 1464, "87970"),
+    ("together-b200-qwen3-235b-a22b-256gpu-bf16", 614, "87951"),
+    ("together-b200-qwen3-235b-a22b-256gpu-mxfp8", 514, "87953"),
+    ("together-b200-nemotron4-340b-256gpu-fp8", 1245, "87942"),
+    ("together-b200-nemotron4-340b-256gpu-bf16", 868, "87943"),
+    # worklog/2026-04-27_405b_nvfp4_investigation.md: the latest run of the 256-GPU PP 16 configuration
+    ("together-b200-llama3.1-405b-256gpu-nvfp4", 1675, "85444"),
+])
+def test_together_rows_hold_the_latest_measurement(run_id, tflops, job):
+    """Re-measurements count once, at the latest (docs/validation-corpus.md): a Together row whose
+    configuration the repository's later sweeps ran again holds the latest figure, with tokens/s per GPU
+    = TFLOP/s per GPU / the row's FLOPs per token (e.g. Grok-1 FP8: 1,464e12 / 518.135e9 = 2,825.5)."""
+    run = corpus_run(run_id)
+    assert run.measured["tflops_per_gpu"] == tflops
+    assert job in run.extra["source_detail"]
+    assert run.measured["tokens_per_s_per_gpu"] == pytest.approx(tflops * 1e12 / run.flops_per_token, abs=0.1)
+
+
+def test_together_nemotron4_340b_flops_per_token_by_hand():
+    """The 340B rows' FLOPs per token are the convention of Together's 512-GPU run of the recipe (job 84272,
+    worklog/2026-04-17_512gpu_benchmark_report.md: 1,234 TFLOP/s/GPU at 1.746 s per step of 128 x 4,096 tokens):
+    128 x 4,096 / 1.746 / 512 = 586.5 tokens/s/GPU, 1,234e12 / 586.5 = 2,104 GFLOP per token."""
+    by_hand = 1234e12 / (128 * 4096 / 1.746 / 512)
+    for dtype in ("fp8", "bf16"):
+        assert corpus_run(f"together-b200-nemotron4-340b-256gpu-{dtype}").flops_per_token == \
+            pytest.approx(by_hand, rel=0.002)
