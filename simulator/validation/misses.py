@@ -136,12 +136,13 @@ _DENSE_FIRST: tuple[tuple[str, str], ...] = (
 )
 GROUP_CAUSES: tuple[tuple[str, str], ...] = _DENSE_FIRST + MOE_CAUSES + (
     ("together-b200-llama3.1-405b-256gpu-nvfp4", "pipeline stalls on Together AI's cluster at PP 16: the repository "
-     "profiles a 43% pipeline bubble for this layout and 15.5% at PP 8 (slurm/llama3.1-405b/nvfp4/results.md; \"P2P "
-     "bandwidth degrades from 42 GB/s (2-4 nodes) to 14.5 GB/s (32+ nodes)\"), where dtsim's reported stage idles 11% "
-     "of its 60.2 s step; its PP 8, VP 4 run of the same recipe (every block recomputed, -rl 8: 2,006 TFLOP/s/GPU, "
-     "61.8 s per step) dtsim gives 58.1 s (+6%): the layouts' ratio is 1.28 measured and 1.04 here. NVIDIA's GB200 "
-     "rows of the model in NVFP4 at PP 16 are -8% / +3% (mbridge26*-gb200-llama3.1-405b-256gpu-nvfp4): what the "
-     "16 stages lose on this cluster's pipeline links is not modelled: too fast"),
+     "profiles a 43% pipeline bubble for this layout and 15.5% at PP 8 (slurm/llama3.1-405b/nvfp4/results.md), where "
+     "dtsim's reported stage idles 11% of its 60.2 s step; its PP 8, VP 4 run of the same recipe (every block "
+     "recomputed, -rl 8) dtsim gives 58.1 s, +6% from the 11 April run (2,006 TFLOP/s/GPU, 61.8 s per step): the "
+     "layouts' ratio is 1.28 measured that day (1.18 at the latest runs, 1,977 on 2 May against this row's 1,675 on "
+     "27 April, which the repository calls 'true cluster drift') and 1.04 here. NVIDIA's GB200 rows of the model in "
+     "NVFP4 at PP 16 are -8% / +3% (mbridge26*-gb200-llama3.1-405b-256gpu-nvfp4): what the 16 stages lose on this "
+     "cluster's pipeline links is not modelled: too fast"),
     ("gcpa4-qwen2.5-7b-16gpu-bf16", "not identified: two Google Cloud A4 nodes ran this configuration at 0.881 s per "
      "micro-batch of 4 x 4,096 tokens (7.048 s for 8) where one node ran it at 0.694 s (gcpa4-qwen2.5-7b-8gpu-bf16, "
      "+7.4%); dtsim gives both 0.65 s, the two nodes' data-parallel reduce-scatter and all-gather of 15.2 GB of BF16 "
@@ -156,7 +157,7 @@ GROUP_CAUSES: tuple[tuple[str, str], ...] = _DENSE_FIRST + MOE_CAUSES + (
      "run 1,468 and 1,490 TFLOP/s of model FLOPs over the whole step (65% and 66% of the 2,250 peak; worklog/2026-04-15 "
      "and 2026-05-02, the first runs 1,570 and 1,439); the share is fitted mostly on FP8 rows, and the same cluster's "
      "Llama 3.1 8B BF16 and FP8 rows (-8%, -6%) and this model's FP8 rows (-14%, -1%) miss less; NVIDIA's own 25.02 "
-     "and 25.04 FP8 rows of this model and layout are predicted +28% and +11% (faster than measured). The report's "
+     "and 25.04 FP8 rows of this model and layout are predicted +28% and +10% (faster than measured). The report's "
      "targets for the recipe are 1,264 (nemotron4-15b/results.md) and 1,076 (OFFICIAL_BASELINES.md), and the first "
      "run's allocated peak (92.5 GiB) is 24 GiB below dtsim's, about half of dtsim's 55 GiB of activations "
      "(memory_runs.yaml, together-b200-nemotron4-15b-*): the run may differ from the recipe as read, in a way the "

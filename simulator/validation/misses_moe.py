@@ -61,10 +61,10 @@ MOE_CAUSES: tuple[tuple[str, str], ...] = (
     ("dgxc2502-h100-grok1-314b-*-fp8", "NeMo 1.0 (nemo:24.12) FP8: the same printed H100 layout ran 16.90 s per step at "
      "512 GPUs in this README and 13.43 s in the 25.05.04 README (NeMo 2.0, 25.04: dgxc2505-h100-grok1-314b-512gpu-fp8, "
      "-1.4% here), where dtsim gives the two software states one time: too fast"),
-    ("together-b200-qwen3-235b-a22b-256gpu-mxfp8-cudagraphs", "the cluster's state on 2026-04-11, the one day this "
+    ("together-b200-qwen3-235b-a22b-256gpu-mxfp8-cudagraphs", "the state of the 2026-04-11 runs, the one day this "
      "variant ran: the plain MXFP8 preset measured that day at 383 TFLOP/s/GPU (job 80078, +39% here) ran 514 on "
      "2026-05-02 (job 87953, +3.5%: together-b200-qwen3-235b-a22b-256gpu-mxfp8) and the BF16 preset 514 -> 614 (-2.4%), "
-     "after the repository began excluding its straggler nodes; the 04-11 profiles of this layout show pipeline "
+     "a gain the repository does not explain (the 04-16 re-runs on a curated node list: 521 and 389); the 04-11 profiles of this layout show pipeline "
      "send/receive stalls (qwen3_235b_fp8mx_256gpu_profiler_report.md: 215 idle gaps of about 117 ms on stage 0, 94% of "
      "its idle time, \"stage workload imbalance\"), where the schedule's bubble is 7 / 256 micro-batches; NVIDIA "
      "measures the same preset at 560-563 (mbridge260401-b200-qwen3-235b-a22b-256gpu-mxfp8, -2%). The CUDA-graph "
