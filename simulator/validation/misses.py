@@ -150,7 +150,7 @@ GROUP_CAUSES: tuple[tuple[str, str], ...] = _DENSE_FIRST + MOE_CAUSES + (
      "the nodes per collective, 1.8 GB per 400 Gb/s NIC: 36 ms); the 1.5 s per step that the second node adds is "
      "not that exchange even unoverlapped. Nor are this cluster's inter-node links uniformly slower than the line "
      "rate: at 12 Gb/s per NIC (cluster.topology.nics.bandwidth_Gbps 12) dtsim gives this row its measured 7.06 s, "
-     "but the same source's rows whose data-parallel groups also cross nodes become 3-5x too slow (Qwen2.5-32B on 64 "
+     "but the same source's rows whose data-parallel groups also cross nodes become 2-5x too slow (Qwen2.5-32B on 64 "
      "GPUs at TP 1: 32.0 s against 6.43 s measured; Llama 3 70B on 64 GPUs: 10.5 s against 4.70 s): too fast"),
     ("dgxc2505-h100-grok1-314b-512gpu-bf16", "the recipe's tensor-parallel communication overlap is simulated (0.08 s of "
      "sequence-parallel collectives left exposed in a 19.6 s step, 0.55 s before it was modelled with MoE); the rest is "
