@@ -63,7 +63,8 @@ class MoEConfig(Frozen):
     #: states as they are (every other MoE).
     latent_size: PositiveInt | None = None
     #: Load imbalance: max / mean tokens per expert. The most-loaded expert-parallel rank sets the
-    #: pace of the grouped GEMM and of the all-to-all; >= 1 (1 = perfectly balanced).
+    #: pace of the grouped GEMM and of the all-to-all (``rank_imbalance``: none without expert
+    #: parallelism); >= 1 (1 = perfectly balanced).
     imbalance: float = Field(DEFAULT_IMBALANCE, ge=1.0)
 
     @model_validator(mode="after")
@@ -92,6 +93,16 @@ class MoEConfig(Frozen):
         if self.capacity_factor is not None:
             return max(1.0, min(self.imbalance, self.capacity_factor))
         return self.imbalance
+
+    def rank_imbalance(self, ep: int) -> float:
+        """Max/mean routed copies per expert-parallel rank, the factor by which the most-loaded rank's
+        grouped GEMMs, received tokens and all-to-all exceed the mean rank's: ``min(effective_imbalance,
+        ep)``. A rank's copies are the sum over its ``E/ep`` experts, so at most ``E/ep`` times the
+        busiest expert's (``effective_imbalance`` times the rank's mean) and at most every copy (``ep``
+        times the mean). With ``ep = 1`` the one rank holds every expert and receives every copy, however
+        they spread over its experts: 1. Between those bounds the busiest rank's experts are taken as
+        loaded as the busiest expert (the upper bound: where its experts' loads sit is not modelled)."""
+        return min(self.effective_imbalance, float(ep))
 
     def routed_width(self, hidden_size: int) -> int:
         """Width of the tokens the routed experts take and return: ``latent_size`` (LatentMoE), else the

@@ -13,9 +13,10 @@ Per MoE block and micro-batch (Megatron-Core ``MoEAlltoAllTokenDispatcher``):
   full recomputation repeats the forward's all-to-alls, and so does Megatron-Core's ``moe`` recompute
   module, which re-runs the MoE layer from its router (``backward_block``);
 * bytes: ``T·top_k·h·bytes`` per GPU, ``× imbalance`` for the most-loaded receiver, which sets the
-  pace. With DeepEP (``moe_dispatcher: deepep``) the dispatch travels in FP8 and the combine in BF16
-  when training in FP8 (DeepSeek-V3 report §3.3.2); Megatron-Core's alltoall dispatcher sends both in
-  the 16-bit training dtype (its experts cast their input to FP8 after the permute);
+  pace (``MoEConfig.rank_imbalance``). With DeepEP (``moe_dispatcher: deepep``) the dispatch travels
+  in FP8 and the combine in BF16 when training in FP8 (DeepSeek-V3 report §3.3.2); Megatron-Core's
+  alltoall dispatcher sends both in the 16-bit training dtype (its experts cast their input to FP8
+  after the permute);
 * shared experts need no dispatch; with ``parallel.moe_shared_expert_overlap`` they run while the
   dispatch is in flight (Megatron-Core ``--moe-shared-expert-overlap``), otherwise after the
   routed experts;
@@ -336,7 +337,7 @@ def attach(work: Any, scenario: Any, pb: int) -> Any:
     local_experts, fp8_host = ops.local_experts, tr.active_fp8_recipe
     te_share = whost.te_share(scenario.cluster.topology.host)
     ops = moe_host.forward(ops, model, tr.kernels, par.framework, local_experts, fp8_host, te_share)
-    imb = model.moe.effective_imbalance
+    imb = model.moe.rank_imbalance(ep)
     # a LatentMoE dispatches its tokens in the latent width (workload.moe_ops: fc1_latent_proj before the dispatch)
     act_bytes = ops.routed_tokens * model.moe.routed_width(model.hidden_size) * imb
     # FP8 dispatch is DeepEP's (DeepSeek-V3 report §3.3.2: activations quantized before the dispatch);

@@ -81,7 +81,7 @@ def _layer_parts(scenario: Any, pb: int) -> tuple[float, float, float]:
     lin = linear_input_bytes(scenario, pb)
     dense = _mlp_stored(b * s, 0, m.ffn_hidden_size / tp, k_mlp, pb, lin)
     # the routed copies an expert rank holds: its ETP group's, all-gathered (etp x), at 1/etp of the width
-    t = b * s / tp * moe.top_k * moe.effective_imbalance * par.etp
+    t = b * s / tp * moe.top_k * moe.rank_imbalance(par.ep) * par.etp
     width = moe.expert_ffn_hidden_size / par.etp
     routed = _mlp_stored(t, moe.routed_width(h), width, k_mlp, pb, lin)
     if "moe_act" in recompute.modules(tr):  # the activation output, the experts' fc2 input (``lin`` bytes)

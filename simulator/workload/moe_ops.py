@@ -31,7 +31,9 @@ over this rank's experts), ``shared`` (shared experts, which need no dispatch) a
   shows them; with the router padding the routing map already holds the padded counts and neither runs;
 * grouped GEMM (Megatron ``--moe-grouped-gemm``): ``E/ep`` GEMMs, each with ``m = tokens per local
   expert`` rows. This rank receives ``T·top_k`` token copies on average and ``imbalance ×`` that on
-  the most-loaded rank, which sets the pace (``model.moe.imbalance``). Small ``m`` runs at low
+  the most-loaded rank, which sets the pace (``model.moe.imbalance``; ``MoEConfig.rank_imbalance``:
+  at most ``ep ×``, so none without expert parallelism, where one rank holds every expert and computes
+  every copy however the router spreads them). Small ``m`` runs at low
   efficiency through the compute model's GEMM shape factor applied per expert
   (``simulator.hardware.kernels.gemm_shape_factor`` with ``batch = E/ep``: each expert's rows padded
   to whole tiles, all experts' tiles in waves over the SMs, times the ``k`` main-loop fill): no
@@ -318,7 +320,7 @@ def moe_block_ops(model: ModelConfig, b: int, s: int, tp: int, pb: int, kernels,
     routed = t * m.top_k
     local_experts = max(1, m.n_experts // ep)
     # the ETP group's tokens: each rank's received copies, all-gathered over its etp peers
-    per_expert = max(1, round(routed * etp * m.effective_imbalance / local_experts))
+    per_expert = max(1, round(routed * etp * m.rank_imbalance(ep) / local_experts))
     width = m.expert_ffn_hidden_size // etp
     deepep = dispatcher == "deepep"
     w = m.routed_width(h)  # what the dispatch carries and the experts take (the latent width of a LatentMoE)

@@ -82,6 +82,19 @@ def test_doubling_imbalance_slows_the_step():
     assert worse > base
 
 
+def test_imbalance_is_per_expert_parallel_rank():
+    """A rank receives the sum of its E/ep experts' copies: at most ep times the mean rank's (every copy)
+    and at most the busiest expert's multiple of the mean. Without expert parallelism the one rank holds
+    all 16 experts and computes all 1,024 x 2 copies however the router spreads them."""
+    one = [simulate(_scenario(nodes=1, ep=1, imbalance=i)) for i in (1.0, 2.0)]
+    assert one[0].step_time_s == one[1].step_time_s
+    assert one[0].memory == one[1].memory
+    ep2 = context_for(_scenario(nodes=1, ep=2, imbalance=3.0)).work.moe
+    assert ep2.dispatch_bytes == 1024 * 2 * 1024 * 2 * 2.0  # T·top_k·h·bytes, x min(3, ep 2)
+    ep8 = context_for(_scenario(nodes=1, ep=8, imbalance=3.0)).work.moe
+    assert ep8.dispatch_bytes == 1024 * 2 * 1024 * 2 * 3.0
+
+
 def test_halving_inter_node_bandwidth_slows_a_cross_node_ep_step():
     base = simulate(_scenario()).step_time_s  # ep 16 over 2 nodes: the all-to-all crosses IB
     slow = simulate(_scenario(sets=["cluster.topology.nics.bandwidth_Gbps=200"])).step_time_s
