@@ -101,7 +101,10 @@ class MoEConfig(Frozen):
         busiest expert's (``effective_imbalance`` times the rank's mean) and at most every copy (``ep``
         times the mean). With ``ep = 1`` the one rank holds every expert and receives every copy, however
         they spread over its experts: 1. Between those bounds the busiest rank's experts are taken as
-        loaded as the busiest expert (the upper bound: where its experts' loads sit is not modelled)."""
+        loaded as the busiest expert (the upper bound: where its experts' loads sit is not modelled). Not
+        modelled either: padding every expert to its capacity (Megatron-Core
+        ``moe_pad_expert_input_to_capacity``), under which each computes ``capacity_factor ×`` the mean rows
+        at any ``ep``."""
         return min(self.effective_imbalance, float(ep))
 
     def routed_width(self, hidden_size: int) -> int:

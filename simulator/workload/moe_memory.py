@@ -14,7 +14,7 @@ activations of routed tokens.
   generalised to width ``f``, as ``memory.layer_activation_bytes`` counts them) are replaced by the
   routed tokens' tensors: the permuted copies ``T·k·h`` (the experts' input, also the all-to-all
   receive buffer), the ``k_mlp−1`` expert up projections of width ``f_e/etp`` and the activation
-  output (``× imbalance`` on the most-loaded rank), plus the shared experts' like a dense MLP of
+  output (``× MoEConfig.rank_imbalance`` on the most-loaded rank), plus the shared experts' like a dense MLP of
   width ``n_s·f_s``; ``T = etp·b·s/(tp·cp)``: with expert tensor parallelism a rank holds its ETP
   group's all-gathered tokens. The MLP input stays (it is the router's input), unless
   selective recomputation re-runs the pre-MLP norm (``training.recompute_modules: layernorm``); with

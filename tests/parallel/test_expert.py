@@ -6,12 +6,14 @@ from __future__ import annotations
 import pytest
 
 from simulator.api import simulate
+from simulator.config.kernels import KernelConfig
 from simulator.config.loader import scenario_from_dict
 from simulator.parallel.build import context_for
 from simulator.parallel.expert_mesh import expert_groups
 from simulator.parallel.ir import CollectiveTask
 from simulator.parallel.mesh import RankMesh
 from simulator.parallel.placement import placement_lines
+from simulator.workload import moe_ops
 
 # A small MoE model (4 blocks, 16 experts of width 512, top-2) so each simulation takes < 1 s.
 TINY = {"name": "tiny-moe", "n_layers": 4, "hidden_size": 1024, "n_heads": 8, "n_kv_heads": 8,
@@ -86,9 +88,11 @@ def test_imbalance_is_per_expert_parallel_rank():
     """A rank receives the sum of its E/ep experts' copies: at most ep times the mean rank's (every copy)
     and at most the busiest expert's multiple of the mean. Without expert parallelism the one rank holds
     all 16 experts and computes all 1,024 x 2 copies however the router spreads them."""
-    one = [simulate(_scenario(nodes=1, ep=1, imbalance=i)) for i in (1.0, 2.0)]
-    assert one[0].step_time_s == one[1].step_time_s
-    assert one[0].memory == one[1].memory
+    one = [_scenario(nodes=1, ep=1, imbalance=i) for i in (1.0, 2.0)]
+    ops = moe_ops.moe_block_ops(one[1].model, 1, 1024, 1, 2, KernelConfig(), "none", ep=1)
+    up = next(op for op in ops.experts if op.name == "experts_up")
+    assert (up.m, up.batch) == (1024 * 2 / 16, 16)  # every copy once, over the 16 local experts
+    assert simulate(one[0]).memory == simulate(one[1]).memory
     ep2 = context_for(_scenario(nodes=1, ep=2, imbalance=3.0)).work.moe
     assert ep2.dispatch_bytes == 1024 * 2 * 1024 * 2 * 2.0  # T·top_k·h·bytes, x min(3, ep 2)
     ep8 = context_for(_scenario(nodes=1, ep=8, imbalance=3.0)).work.moe
