@@ -86,26 +86,20 @@ class MoEConfig(Frozen):
                              "set n_shared_experts or remove it")
         return self
 
-    @property
-    def effective_imbalance(self) -> float:
-        """Max/mean tokens per expert actually processed: with a capacity factor the overflow is
-        dropped, so no expert processes more than ``capacity_factor`` x the mean."""
-        if self.capacity_factor is not None:
-            return max(1.0, min(self.imbalance, self.capacity_factor))
-        return self.imbalance
-
     def rank_imbalance(self, ep: int) -> float:
         """Max/mean routed copies per expert-parallel rank, the factor by which the most-loaded rank's
-        grouped GEMMs, received tokens and all-to-all exceed the mean rank's: ``min(effective_imbalance,
-        ep)``. A rank's copies are the sum over its ``E/ep`` experts, so at most ``E/ep`` times the
-        busiest expert's (``effective_imbalance`` times the rank's mean) and at most every copy (``ep``
-        times the mean). With ``ep = 1`` the one rank holds every expert and receives every copy, however
-        they spread over its experts: 1. Between those bounds the busiest rank's experts are taken as
-        loaded as the busiest expert (the upper bound: where its experts' loads sit is not modelled). Not
-        modelled either: padding every expert to its capacity (Megatron-Core
-        ``moe_pad_expert_input_to_capacity``), under which each computes ``capacity_factor ×`` the mean rows
-        at any ``ep``."""
-        return min(self.effective_imbalance, float(ep))
+        grouped GEMMs, received tokens and all-to-all exceed the mean rank's: ``min(imbalance,
+        capacity_factor, ep)``, at least 1. The busiest expert processes ``imbalance ×`` the mean, at most
+        ``capacity_factor ×`` (the overflow is dropped). A rank's copies are the sum over its ``E/ep``
+        experts, so at most ``E/ep`` times the busiest expert's (that multiple of the rank's mean) and at
+        most every copy (``ep ×`` the mean). With ``ep = 1`` the one rank holds every expert and receives
+        every copy, however they spread over its experts: 1. Between those bounds the busiest rank's
+        experts are taken as loaded as the busiest expert (the upper bound: where its experts' loads sit
+        is not modelled). Not modelled either: padding every expert to its capacity (Megatron-Core
+        ``moe_pad_expert_input_to_capacity``), under which each computes ``capacity_factor ×`` the mean
+        rows at any ``ep``."""
+        cap = self.capacity_factor if self.capacity_factor is not None else self.imbalance
+        return max(1.0, min(self.imbalance, cap, float(ep)))
 
     def routed_width(self, hidden_size: int) -> int:
         """Width of the tokens the routed experts take and return: ``latent_size`` (LatentMoE), else the
