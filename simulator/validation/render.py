@@ -27,13 +27,20 @@ def _num(x: float, metric: str) -> str:
     return f"{x:.3f}" if metric == "MFU" else (f"{x:.1f}" if x < 1000 else f"{x:,.0f}")
 
 
-def _groups(summary: dict[str, Any]) -> list[tuple[str, str, int, float | None]]:
-    out = [("overall", "all simulated", summary["simulated"], summary["mape"]),
-           ("overall", "pure DP", summary["pure_dp"]["n"], summary["pure_dp"]["mape"]),
-           ("overall", "pure DP held-out", summary["held_out_pure_dp"]["n"], summary["held_out_pure_dp"]["mape"])]
+def _signed(x: float | None) -> str:
+    return "–" if x is None else f"{100 * x:+.1f}%"
+
+
+def _groups(summary: dict[str, Any]) -> list[tuple[str, str, int, float | None, float | None]]:
+    """(group, value, runs, MAPE, bias) rows of the summary table."""
+    out = [("overall", "all simulated", summary["simulated"], summary["mape"], summary.get("bias")),
+           ("overall", "pure DP", summary["pure_dp"]["n"], summary["pure_dp"]["mape"], summary["pure_dp"].get("bias")),
+           ("overall", "pure DP held-out", summary["held_out_pure_dp"]["n"], summary["held_out_pure_dp"]["mape"],
+            summary["held_out_pure_dp"].get("bias"))]
     for title, key in (("GPU", "by_gpu"), ("framework", "by_framework"), ("parallelism", "by_parallelism"),
-                       ("model size", "by_model_size"), ("precision", "by_precision")):
-        out += [(title, k, v["n"], v["mape"]) for k, v in summary[key].items()]
+                       ("model size", "by_model_size"), ("precision", "by_precision"),
+                       ("architecture", "by_architecture")):
+        out += [(title, k, v["n"], v["mape"], v.get("bias")) for k, v in summary.get(key, {}).items()]
     return out
 
 
@@ -49,11 +56,11 @@ def print_table(rows: Sequence[dict[str, Any]], summary: dict[str, Any], console
         table.add_row(r["id"], r["gpu"], r["framework"], r["parallelism"], r["split"] or "", metric,
                       _num(meas, metric), _num(pred, metric), f"{100 * r['error']:+.1f}%")
     console.print(table)
-    groups = Table(title="MAPE (mean |error|)")
-    for col in ("group", "value", "runs", "MAPE"):
+    groups = Table(title="MAPE (mean |error|) and bias (mean error; + = dtsim too fast)")
+    for col in ("group", "value", "runs", "MAPE", "bias"):
         groups.add_column(col)
-    for g, k, n, m in _groups(summary):
-        groups.add_row(g, k, str(n), _pct(m))
+    for g, k, n, m, b in _groups(summary):
+        groups.add_row(g, k, str(n), _pct(m), _signed(b))
     console.print(groups)
     check = summary.get("intervals") or {}
     if check.get("groups"):
@@ -162,10 +169,12 @@ def markdown(rows: Sequence[dict[str, Any]], summary: dict[str, Any], command: s
         "",
         f"{h}# Summary",
         "",
-        "| group | value | runs | MAPE |",
-        "|---|---|---:|---:|",
+        "MAPE = mean |error|; bias = mean error (+: dtsim predicts faster steps than measured, on average).",
+        "",
+        "| group | value | runs | MAPE | bias |",
+        "|---|---|---:|---:|---:|",
     ]
-    lines += [f"| {g} | {k} | {n} | {_pct(m)} |" for g, k, n, m in _groups(summary)]
+    lines += [f"| {g} | {k} | {n} | {_pct(m)} | {_signed(b)} |" for g, k, n, m, b in _groups(summary)]
     if runs_at is not None:
         lines += ["", f"Every run's measured and predicted figures, and the {summary['skipped']} skipped runs with "
                   f"their reasons: {runs_at}."]

@@ -1,11 +1,12 @@
-"""Rows and summaries of a validation pass: measured vs predicted, signed error, MAPE by group.
+"""Rows and summaries of a validation pass: measured vs predicted, signed error, MAPE and bias by group.
 
 Error convention: ``error = predicted / measured − 1`` of throughput (tokens/s per GPU); positive
 means dtsim predicts a faster step than measured. TFLOP/s and MFU are converted from the predicted
 tokens/s with the *source's* FLOP convention (``flops_per_token`` of the run: the source's reported
 TFLOP/s divided by its tokens/s, e.g. Megatron SC'21 Eq. 3 including the recompute forward) and the
 source's peak (``peak_flops_per_gpu``), so they compare like with like; their relative error equals
-the throughput error. MAPE = mean of ``|error|``.
+the throughput error. MAPE = mean of ``|error|``; bias = mean of ``error`` (signed: a group whose
+bias is near its MAPE is predicted too fast nearly everywhere, one near minus its MAPE too slow).
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ KINDS = {"pure_dp": "pure DP", "tp_pp": "TP/PP"}
 #: Model-size classes of the report (upper bound in parameters, label), by total parameters (a
 #: mixture-of-experts model counts all its experts): the issue-12 groups "small (≤ 1B) to 405B".
 SIZE_CLASSES = ((1e9, "≤ 1B"), (1e10, "1-10B"), (1e11, "10-100B"), (float("inf"), "> 100B"))
+#: Labels of the architecture group, by whether the model routes tokens to experts (``row``'s ``moe``).
+ARCHITECTURES = {False: "dense", True: "MoE"}
 
 
 def size_class(params: float) -> str:
@@ -84,12 +87,23 @@ def mape(rows: Iterable[dict[str, Any]]) -> float | None:
     return sum(errs) / len(errs) if errs else None
 
 
-def _by(rows: Sequence[dict[str, Any]], key: str) -> dict[str, dict[str, Any]]:
+def bias(rows: Iterable[dict[str, Any]]) -> float | None:
+    """Mean signed error (positive: dtsim too fast on average)."""
+    errs = [r["error"] for r in rows if "error" in r]
+    return sum(errs) / len(errs) if errs else None
+
+
+def _stats(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    return {"n": len(rows), "mape": mape(rows), "bias": bias(rows)}
+
+
+def _by(rows: Sequence[dict[str, Any]], key: str, labels: dict[Any, str] | None = None) -> dict[str, dict[str, Any]]:
+    """MAPE and bias of ``rows`` grouped by ``r[key]`` (shown as ``labels[value]``, else ``str(value)``)."""
     groups: dict[str, list[dict[str, Any]]] = {}
     for r in rows:
         if "error" in r:
-            groups.setdefault(str(r[key]), []).append(r)
-    return {k: {"n": len(v), "mape": mape(v)} for k, v in sorted(groups.items())}
+            groups.setdefault((labels or {}).get(r[key], str(r[key])), []).append(r)
+    return {k: _stats(v) for k, v in sorted(groups.items())}
 
 
 def _by_size(rows: Sequence[dict[str, Any]]) -> dict[str, dict[str, Any]]:
@@ -99,8 +113,8 @@ def _by_size(rows: Sequence[dict[str, Any]]) -> dict[str, dict[str, Any]]:
 
 
 def summarize(rows: Sequence[dict[str, Any]], intervals: bool = True) -> dict[str, Any]:
-    """Counts, MAPE overall / pure-DP / held-out (``split: test``), by GPU, framework, parallelism
-    kind, model size (``SIZE_CLASSES``) and training precision, the worst five runs, every miss beyond the per-run tolerance with its cause
+    """Counts, MAPE and bias overall / pure-DP / held-out (``split: test``), by GPU, framework, parallelism
+    kind, model size (``SIZE_CLASSES``), training precision and architecture (dense or MoE), the worst five runs, every miss beyond the per-run tolerance with its cause
     (``simulator.validation.misses``), the skipped runs with their reasons, and how often the 80 % prediction
     interval built without a run's publication holds its measured step (``intervals.coverage_check``; None
     with ``intervals`` false: a filtered pass's coverage is not that of the table ``dtsim run`` uses)."""
@@ -110,17 +124,16 @@ def summarize(rows: Sequence[dict[str, Any]], intervals: bool = True) -> dict[st
     worst = sorted(done, key=lambda r: -abs(r["error"]))[:5]
     return {
         "runs": len(rows), "simulated": len(done), "skipped": len(rows) - len(done),
-        "mape": mape(done),
+        "mape": mape(done), "bias": bias(done),
         "max_abs_error": max((abs(r["error"]) for r in done), default=None),
-        "pure_dp": {"n": len(pure), "mape": mape(pure),
-                    "max_abs_error": max((abs(r["error"]) for r in pure), default=None)},
-        "held_out_pure_dp": {"n": len(held), "mape": mape(held),
-                             "max_abs_error": max((abs(r["error"]) for r in held), default=None)},
+        "pure_dp": {**_stats(pure), "max_abs_error": max((abs(r["error"]) for r in pure), default=None)},
+        "held_out_pure_dp": {**_stats(held), "max_abs_error": max((abs(r["error"]) for r in held), default=None)},
         "by_gpu": _by(done, "gpu"),
         "by_framework": _by(done, "framework"),
         "by_parallelism": _by(done, "parallelism"),
         "by_model_size": _by_size(done),
         "by_precision": _by(done, "precision"),
+        "by_architecture": _by(done, "moe", ARCHITECTURES),
         "worst": [{"id": r["id"], "error": r["error"]} for r in worst],
         "tolerance": TOLERANCE,
         "misses": misses(done),

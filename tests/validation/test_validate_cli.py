@@ -74,6 +74,26 @@ def test_model_size_and_precision_groups(pure_dp):
     assert size_class(1e9) == "≤ 1B" and size_class(1.01e9) == "1-10B" and size_class(4.05e11) == "> 100B"
 
 
+def test_bias_is_the_mean_signed_error_by_group():
+    """MAPE hides direction: the summary also gives each group's mean signed error, and groups dense and MoE."""
+    from simulator.validation.render import markdown
+    from simulator.validation.summary import summarize
+
+    base = {"gpu": "H100", "framework": "Megatron", "parallelism": "TP/PP", "split": None, "model_size": "> 100B",
+            "precision": "BF16", "publication": "p", "arch": "hopper", "parallel_framework": "ddp"}
+    errors = {"a": (0.30, True), "b": (0.10, True), "c": (-0.20, False)}
+    rows = [{**base, "id": k, "error": e, "moe": moe, "measured_tokens_per_s_per_gpu": 100.0,
+             "predicted_tokens_per_s_per_gpu": 100.0 * (1 + e)} for k, (e, moe) in errors.items()]
+    s = summarize(rows, intervals=False)
+    # hand arithmetic: MoE (+0.30 + 0.10) / 2 = +0.20 with MAPE 0.20; dense -0.20; all (0.30 + 0.10 - 0.20) / 3
+    assert s["by_architecture"]["MoE"] == {"n": 2, "mape": pytest.approx(0.20), "bias": pytest.approx(0.20)}
+    assert s["by_architecture"]["dense"]["bias"] == pytest.approx(-0.20)
+    assert s["bias"] == pytest.approx(0.20 / 3) and s["mape"] == pytest.approx(0.60 / 3)
+    text = markdown(rows, s, "dtsim validate")
+    assert "| group | value | runs | MAPE | bias |" in text
+    assert "| architecture | MoE | 2 | 20.0% | +20.0% |" in text and "| architecture | dense | 1 | 20.0% | -20.0% |" in text
+
+
 def test_tflops_converted_with_the_sources_convention(pure_dp):
     row = next(r for r in pure_dp["rows"] if r["id"] == "megatron-sc21-t1-1.7B")
     # the TFLOP/s ratio equals the throughput ratio (one FLOP count per token on both sides), to the JSON's
