@@ -148,15 +148,13 @@ MOE_CAUSES: tuple[tuple[str, str], ...] = (
      "not identified, mbridge260201-b200-gpt-oss-120b-64gpu-bf16), and the 25.11 DGX-B200 MoE rows are "
      "1.3-2.9x below 26.02's (Qwen3-30B-A3B 214 vs 614, DeepSeek-V3 557 vs 725): dtsim models one software "
      "state: too fast"),
-    ("mbridge2602-b300-gpt-oss*", "GPT-OSS at EP 64 over InfiniBand on DGX-B300: measured 228 TFLOP/s/GPU, "
-     "within 4% of the DGX-B200 row of the same layout (219), where dtsim gives B300 1.45x B200 (379 against 261): "
-     "the hgx-b300 topology's 800 Gb/s ConnectX-8 NICs (the DGX B300 datasheet and SuperPOD reference "
-     "architecture, XDR) double the all-to-alls' InfiniBand bandwidth over DGX-B200's 400 Gb/s. That bandwidth "
-     "moves GPT-OSS's B300 rows only (its EP-8 row, whose experts reduce over InfiniBand, +41% -> +31%; every "
-     "other multi-node B300 row by 1-2 points). At "
-     "400 Gb/s (cluster.topology.nics.bandwidth_Gbps 400) dtsim gives this row +18%, the B200 row's +19%; the "
-     "speed NVIDIA's B300 cluster ran its scale-out links at is not published, so the topology keeps the "
-     "datasheet's. Beyond that, GPT-OSS's own gap (its other rows): not identified: too fast"),
+    ("mbridge2602-b300-gpt-oss*", "GPT-OSS at EP 64 over InfiniBand on DGX-B300, simulated at the 400 Gb/s per GPU "
+     "that the corpus assumes for NVIDIA's DGX-B300 cluster (cluster.topology.nics.bandwidth_Gbps 400; the hgx-b300 "
+     "topology's datasheet 800 Gb/s gives +67%). The evidence is differential: the same preset at EP 8 inside the "
+     "node (mbridge260401-b300-gpt-oss-120b-64gpu-bf16) takes 54.0 us per token and GPU less, where DGX-B200's two "
+     "rows (400 Gb/s ConnectX-7) differ by 50.6 and dtsim gives B200 51.7; at 400 Gb/s dtsim gives B300 51.6, at "
+     "800 Gb/s 25.5. What remains is GPT-OSS's own gap, the same per token at EP 8 and EP 64 (B200 21.1 and 20.0 "
+     "us, B300 15.9 and 18.3): not identified: too fast"),
     ("*gpt-oss*", "GPT-OSS: not identified, and larger since its sliding-window blocks are modelled (18 of 36 "
      "blocks attend 128 tokens, model.sliding_window: about 7% faster). Its attention (head dim 64, priced at the "
      "head-dim-64 rates) has learnable sinks, which Transformer Engine runs fused from TE 2.8 with cuDNN >= 9.13.1 "
