@@ -1,11 +1,13 @@
-"""The time expert parallelism over InfiniBand adds, measured as the difference of two rows of one table.
+"""The scale-out traffic expert parallelism over InfiniBand adds, as the difference of two measured rows.
 
 Megatron-Bridge's performance tables run one GPT-OSS 120B preset (64 GPUs, micro-batch 4, global batch 1,280)
-at EP 8, its all-to-alls inside each node's NVLink, and at EP 64, across the eight nodes over InfiniBand. The
-difference of their per-token times cancels whatever both share (GPT-OSS's own gap, docs/validation.md) and
-leaves what EP 64 adds: its all-to-alls over the scale-out links. dtsim reproduces DGX-B200's difference at its
-400 Gb/s ConnectX-7 links, and DGX-B300's only at the same 400 Gb/s per GPU, not at ConnectX-8's 800: the
-corpus's assumption for NVIDIA's DGX-B300 cluster (docs/validation-corpus.md).
+at EP 8, its all-to-alls inside each node's NVLink (26.04.01 table), and at EP 64, across the eight nodes over
+InfiniBand (26.02 table; 26.02.01's EP-8 rows, superseded, give 51.4 and 53.1 µs below where 26.04.01's give
+50.6 and 54.0). The difference of their per-token times cancels whatever both share (GPT-OSS's own gap,
+docs/validation.md) and leaves what the scale-out links carry: EP 64's all-to-alls, less the expert-data-parallel
+gradient and parameter traffic that EP 8 sends over InfiniBand and EP 64 does not. dtsim reproduces DGX-B200's
+difference at its 400 Gb/s ConnectX-7 links, and DGX-B300's only at the same 400 Gb/s per GPU, not at
+ConnectX-8's 800: the corpus's assumption for NVIDIA's DGX-B300 cluster (docs/validation-corpus.md).
 """
 
 from __future__ import annotations
