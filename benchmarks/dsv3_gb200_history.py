@@ -43,10 +43,7 @@ def _at_scale(run, scale: float | None, scenario: dict | None = None):
     the topology sets one, Transformer Engine's (``te_dispatch_scale``) in proportion."""
     sets = run.overrides
     if scale is not None:
-        host = scenario_for(run).cluster.topology.host
-        sets += (f"cluster.topology.host.dispatch_scale={scale}",)
-        if host.te_dispatch_scale is not None:
-            sets += (f"cluster.topology.host.te_dispatch_scale={scale * whost.te_share(host)}",)
+        sets += whost.dispatch_overrides(scenario_for(run).cluster.topology.host, scale)
     return dataclasses.replace(run, scenario=scenario or run.scenario, overrides=sets)
 
 

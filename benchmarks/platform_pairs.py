@@ -25,6 +25,7 @@ from collections import defaultdict
 
 from simulator.validation.calibrated import out_of_fold_efficiency
 from simulator.validation.suite import Run, load_runs, scenario_for, simulate_run
+from simulator.workload.host import dispatch_overrides
 
 #: x86 DGX system -> its Grace superchip sibling of the same GPU silicon.
 SIBLING = {"B200": "GB200", "B300": "GB300"}
@@ -66,9 +67,8 @@ def simulated(run: Run, scale: float = 1.0) -> tuple[float, float]:
         run = dataclasses.replace(run, scenario=run.extra["pending_scenario"], not_expressible=None)
     if scale != 1.0:
         host = scenario_for(run).cluster.topology.host
-        run = dataclasses.replace(run, overrides=tuple(run.overrides) + (
-            f"cluster.topology.host.dispatch_scale={host.dispatch_scale * scale:.4f}",
-            f"cluster.topology.host.te_dispatch_scale={(host.te_dispatch_scale or host.dispatch_scale) * scale:.4f}"))
+        run = dataclasses.replace(run, overrides=tuple(run.overrides)
+                                  + dispatch_overrides(host, host.dispatch_scale * scale))
     report = simulate_run(run, out_of_fold_efficiency(run))
     return report.tokens_per_s_per_gpu, report.breakdown["host_bound_s"]
 

@@ -82,15 +82,17 @@ def headline(r: dict[str, Any]) -> tuple[str, float, float]:
     return "tokens/s", r["measured_tokens_per_s_per_gpu"], r["predicted_tokens_per_s_per_gpu"]
 
 
+def _mean(values: list[float]) -> float | None:
+    return sum(values) / len(values) if values else None
+
+
 def mape(rows: Iterable[dict[str, Any]]) -> float | None:
-    errs = [abs(r["error"]) for r in rows if "error" in r]
-    return sum(errs) / len(errs) if errs else None
+    return _mean([abs(r["error"]) for r in rows if "error" in r])
 
 
 def bias(rows: Iterable[dict[str, Any]]) -> float | None:
     """Mean signed error (positive: dtsim too fast on average)."""
-    errs = [r["error"] for r in rows if "error" in r]
-    return sum(errs) / len(errs) if errs else None
+    return _mean([r["error"] for r in rows if "error" in r])
 
 
 def _stats(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:

@@ -179,6 +179,15 @@ def te_share(host: Any) -> float:
     return 1.0 if host.te_dispatch_scale is None else host.te_dispatch_scale / host.dispatch_scale
 
 
+def dispatch_overrides(host: Any, scale: float) -> tuple[str, ...]:
+    """Scenario overrides that set ``host``'s dispatch scale to ``scale`` and, where the topology sets one,
+    Transformer Engine's (``te_dispatch_scale``) in proportion (``te_share`` kept): for studies of host time."""
+    sets = (f"cluster.topology.host.dispatch_scale={scale}",)
+    if host.te_dispatch_scale is not None:
+        sets += (f"cluster.topology.host.te_dispatch_scale={scale * te_share(host)}",)
+    return sets
+
+
 def mcore_scale(model: Any, kernels: Any, framework: str, kind: str, fp8: str | None = None,
                 te_share: float = 1.0) -> tuple[float, float]:
     """``MCORE_HOST[kind]`` times ``TE_HOST[kind]`` (Megatron-Core's layer code with Transformer Engine's

@@ -272,3 +272,16 @@ def test_mla_attention_host_extra_applies_to_eager_megatron_core_blocks_only():
     assert host.mla_host_s(*sc()) == pytest.approx((0.97 * 493e-6, 0.61 * 573e-6))
     assert host.mla_host_s(*sc(graphs=("attn",))) == (0.0, 0.0)
     assert host.mla_host_s(*sc(framework="fsdp")) == (0.0, 0.0)
+
+
+def test_dispatch_overrides_keep_transformer_engines_share():
+    from simulator.config.topology import load_topology
+    from simulator.workload.host import dispatch_overrides
+
+    # gb200-nvl72: dispatch 2.75, Transformer Engine 1.88; at 1.5 TE's goes to 1.5 x 1.88 / 2.75 = 1.02545...
+    grace = load_topology("gb200-nvl72").host
+    sets = dispatch_overrides(grace, 1.5)
+    assert sets[0] == "cluster.topology.host.dispatch_scale=1.5"
+    assert float(sets[1].split("=")[1]) == pytest.approx(1.5 * 1.88 / 2.75)
+    # an x86 DGX sets no TE factor: one override only
+    assert dispatch_overrides(load_topology("dgx-b200").host, 2.0) == ("cluster.topology.host.dispatch_scale=2.0",)
